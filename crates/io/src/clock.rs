@@ -1,0 +1,146 @@
+//! Clocks for the cycle: the real monotonic clock for runs, a virtual clock for tests.
+//!
+//! Everything below `io` takes time as plain nanoseconds; this module is the one place that
+//! decides where "now" comes from and how to wait for a future instant. The virtual clock
+//! makes a whole multi-bus cycle deterministic: waiting simply moves time forward.
+//!
+//! Must never: allocate, or sleep past the instant asked for by more than the OS's wakeup
+//! latency (the real clock spins for the last stretch instead of oversleeping).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A source of monotonic time that can also wait for an instant.
+pub trait Clock {
+    /// Nanoseconds on a monotonic timeline.
+    fn now_ns(&self) -> u64;
+    /// Return at (or just after) `t_ns`. Returns at once when `t_ns` is in the past.
+    fn wait_until_ns(&self, t_ns: u64);
+}
+
+/// `CLOCK_MONOTONIC`, sleeping with absolute deadlines and spinning for the last
+/// `spin_ns` nanoseconds so that a wait ends close to its target even on a kernel whose
+/// wakeup latency is tens of microseconds.
+#[derive(Debug, Clone, Copy)]
+pub struct MonotonicClock {
+    /// Waits shorter than this are spun rather than slept.
+    pub spin_ns: u64,
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        MonotonicClock { spin_ns: 100_000 }
+    }
+}
+
+/// Read `CLOCK_MONOTONIC` in nanoseconds.
+pub fn monotonic_now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec and CLOCK_MONOTONIC always exists on Linux,
+    // so clock_gettime only writes into `ts`.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    }
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
+/// Sleep until the absolute `CLOCK_MONOTONIC` instant `t_ns` (`clock_nanosleep` with
+/// `TIMER_ABSTIME`, retried on EINTR). Absolute deadlines do not drift when a wakeup is late.
+pub fn sleep_until_monotonic_ns(t_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (t_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (t_ns % 1_000_000_000) as libc::c_long,
+    };
+    loop {
+        // SAFETY: `ts` is a valid timespec; with TIMER_ABSTIME the remainder pointer is
+        // unused and may be null.
+        let rc =
+            unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
+        if rc != libc::EINTR {
+            break;
+        }
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now_ns(&self) -> u64 {
+        monotonic_now_ns()
+    }
+
+    fn wait_until_ns(&self, t_ns: u64) {
+        let now = monotonic_now_ns();
+        if t_ns <= now {
+            return;
+        }
+        if t_ns - now > self.spin_ns {
+            sleep_until_monotonic_ns(t_ns - self.spin_ns);
+        }
+        while monotonic_now_ns() < t_ns {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// A clock that only moves when someone waits on it: deterministic time for tests and for
+/// simulations that should run faster than real time. Clones share one timeline.
+#[derive(Debug, Clone, Default)]
+pub struct VirtualClock {
+    now: Arc<AtomicU64>,
+}
+
+impl VirtualClock {
+    /// A virtual clock starting at `start_ns`.
+    pub fn new(start_ns: u64) -> Self {
+        VirtualClock { now: Arc::new(AtomicU64::new(start_ns)) }
+    }
+
+    /// Move time forward by `dt_ns`.
+    pub fn advance_ns(&self, dt_ns: u64) {
+        self.now.fetch_add(dt_ns, Ordering::SeqCst);
+    }
+}
+
+impl Clock for VirtualClock {
+    fn now_ns(&self) -> u64 {
+        self.now.load(Ordering::SeqCst)
+    }
+
+    fn wait_until_ns(&self, t_ns: u64) {
+        self.now.fetch_max(t_ns, Ordering::SeqCst);
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for &C {
+    fn now_ns(&self) -> u64 {
+        (**self).now_ns()
+    }
+    fn wait_until_ns(&self, t_ns: u64) {
+        (**self).wait_until_ns(t_ns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn virtual_clock_only_moves_forward() {
+        let c = VirtualClock::new(100);
+        c.wait_until_ns(50);
+        assert_eq!(c.now_ns(), 100);
+        c.wait_until_ns(250);
+        assert_eq!(c.now_ns(), 250);
+        let shared = c.clone();
+        shared.advance_ns(10);
+        assert_eq!(c.now_ns(), 260);
+    }
+
+    #[test]
+    fn monotonic_wait_never_returns_early() {
+        let c = MonotonicClock::default();
+        let start = c.now_ns();
+        let target = start + 300_000;
+        c.wait_until_ns(target);
+        assert!(c.now_ns() >= target);
+    }
+}

@@ -1,0 +1,378 @@
+//! The multi-bus cycle: one call that writes every frame, reads the IMU while replies are
+//! in flight, and collects replies against a deadline — the pi3hat "omnibus" cycle,
+//! over any set of [`Transport`]s.
+//!
+//! Order inside a cycle (see `shared/spec/pi3hat-and-cycle.md`):
+//! 1. estimate, per bus, when every reply can be back, from the frames' real bit counts;
+//! 2. drain stale frames (late replies from an earlier cycle);
+//! 3. write all frames one per bus per pass, round-robin, so every bus starts transmitting
+//!    as early as possible while the rest queue behind;
+//! 4. read the IMU while the replies are on the wires;
+//! 5. poll for replies, returning early once every expected reply is in (plus the optional
+//!    extra wait), else giving up at the estimate plus the baseline wait, capped by the
+//!    hard timeout.
+//!
+//! Must never: allocate (every buffer is the caller's or was sized at construction), block
+//! past the deadline, or let one failing bus stop the others.
+
+use crate::clock::Clock;
+use crate::transport::{ImuSource, Transport, TransportError};
+use proto::CanFdFrame;
+use sim::ImuSample;
+
+/// The most buses one cycle drives.
+pub const MAX_BUSES: usize = 16;
+
+/// A frame to send: which bus, the frame, and whether its destination will answer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TxFrame {
+    /// Index into the cycler's bus list.
+    pub bus: usize,
+    /// The frame, already padded to a CAN-FD length.
+    pub frame: CanFdFrame,
+    /// The destination answers (reply bit set) and the cycle should wait for it.
+    pub expect_reply: bool,
+}
+
+/// A received frame and where and when it arrived.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RxFrame {
+    /// Index into the cycler's bus list.
+    pub bus: usize,
+    /// The frame as received.
+    pub frame: CanFdFrame,
+    /// When the cycle picked it up.
+    pub at_ns: u64,
+}
+
+/// Timing knobs of a cycle (names follow pi3hat's).
+#[derive(Debug, Clone, Copy)]
+pub struct CycleOptions {
+    /// Hard cap on the whole cycle.
+    pub timeout_ns: u64,
+    /// How long past the wire-time estimate to keep waiting for missing replies.
+    pub rx_baseline_wait_ns: u64,
+    /// Keep listening this long after the last expected reply arrived.
+    pub rx_extra_wait_ns: u64,
+    /// Minimum time to listen on buses in `force_check` when nothing is expected.
+    pub min_tx_wait_ns: u64,
+    /// Bitmask of buses to listen on even when no reply is expected from them.
+    pub force_check: u32,
+    /// Poll period for transports that cannot tell when data will arrive.
+    pub poll_interval_ns: u64,
+    /// Bitrates used for the reply-time estimate.
+    pub nominal_bitrate: u32,
+    /// Data-phase bitrate used for the estimate.
+    pub data_bitrate: u32,
+    /// Servo turnaround assumed by the estimate.
+    pub turnaround_ns: u64,
+}
+
+impl Default for CycleOptions {
+    fn default() -> Self {
+        CycleOptions {
+            timeout_ns: 5_000_000,
+            rx_baseline_wait_ns: 1_000_000,
+            rx_extra_wait_ns: 0,
+            min_tx_wait_ns: 200_000,
+            force_check: 0,
+            poll_interval_ns: 20_000,
+            nominal_bitrate: 1_000_000,
+            data_bitrate: 5_000_000,
+            turnaround_ns: 50_000,
+        }
+    }
+}
+
+/// What happened in one cycle. Plain data, `Copy`, no allocation.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CycleStats {
+    /// When the cycle started.
+    pub started_ns: u64,
+    /// When the last frame had been handed to its transport.
+    pub tx_done_ns: u64,
+    /// When the cycle returned.
+    pub finished_ns: u64,
+    /// The instant the cycle would have given up at.
+    pub deadline_ns: u64,
+    /// Frames handed to transports.
+    pub sent: u32,
+    /// Frames a transport refused.
+    pub send_errors: u32,
+    /// Frames that expected a reply.
+    pub expected: u32,
+    /// Frames received (stored or not).
+    pub received: u32,
+    /// Received frames that did not fit in the caller's buffer (counted, not stored).
+    pub rx_overflow: u32,
+    /// Late frames of an earlier cycle thrown away at the start.
+    pub stale_drained: u32,
+    /// Whether the IMU produced a sample this cycle.
+    pub imu_present: bool,
+    /// The deadline passed before every expected reply was in.
+    pub timed_out: bool,
+    /// Buses that failed this cycle, as a bitmask; the error is in `bus_errors`.
+    pub failed_buses: u32,
+    /// The error of each failed bus.
+    pub bus_errors: [Option<TransportError>; MAX_BUSES],
+}
+
+impl CycleStats {
+    /// Total duration.
+    pub fn duration_ns(&self) -> u64 {
+        self.finished_ns.saturating_sub(self.started_ns)
+    }
+}
+
+/// Owns the buses, the IMU and a clock; runs cycles over caller-owned frame buffers.
+pub struct Cycler<C: Clock> {
+    buses: Vec<Box<dyn Transport>>,
+    imu: Option<Box<dyn ImuSource>>,
+    clock: C,
+    /// Per-bus scratch, sized at construction so a cycle never allocates.
+    expected: Vec<u32>,
+    received: Vec<u32>,
+    cursor: Vec<usize>,
+    estimate: Vec<u64>,
+    /// Options for every cycle; adjustable between cycles.
+    pub options: CycleOptions,
+}
+
+/// Why a cycler or robot could not be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SetupError {
+    /// More buses than [`MAX_BUSES`].
+    TooManyBuses(usize),
+    /// A servo names a bus index that does not exist.
+    NoSuchBus {
+        /// The servo id.
+        servo: u8,
+        /// The bus index it names.
+        bus: usize,
+    },
+    /// A servo id outside 1..=127.
+    BadServoId(u8),
+    /// The same servo id twice on one bus.
+    DuplicateServo {
+        /// The bus index.
+        bus: usize,
+        /// The repeated id.
+        id: u8,
+    },
+}
+
+impl std::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SetupError::TooManyBuses(n) => write!(f, "{n} buses configured; at most {MAX_BUSES} are supported"),
+            SetupError::NoSuchBus { servo, bus } => {
+                write!(f, "servo {servo} is on bus index {bus}, which is not configured")
+            }
+            SetupError::BadServoId(id) => write!(f, "servo id {id} is outside 1..=127"),
+            SetupError::DuplicateServo { bus, id } => write!(f, "servo id {id} appears twice on bus index {bus}"),
+        }
+    }
+}
+
+impl std::error::Error for SetupError {}
+
+impl<C: Clock> Cycler<C> {
+    /// A cycler over `buses` (index = position in the list).
+    pub fn new(
+        buses: Vec<Box<dyn Transport>>,
+        imu: Option<Box<dyn ImuSource>>,
+        clock: C,
+        options: CycleOptions,
+    ) -> Result<Self, SetupError> {
+        if buses.len() > MAX_BUSES {
+            return Err(SetupError::TooManyBuses(buses.len()));
+        }
+        let n = buses.len();
+        Ok(Cycler {
+            buses,
+            imu,
+            clock,
+            expected: vec![0; n],
+            received: vec![0; n],
+            cursor: vec![0; n],
+            estimate: vec![0; n],
+            options,
+        })
+    }
+
+    /// The clock the cycles run on.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Number of buses.
+    pub fn bus_count(&self) -> usize {
+        self.buses.len()
+    }
+
+    /// The name of bus `i`.
+    pub fn bus_name(&self, i: usize) -> Option<&str> {
+        self.buses.get(i).map(|b| b.name())
+    }
+
+    /// Run one cycle: send `tx`, read the IMU into `imu`, collect replies into `rx`.
+    /// Returns the statistics; `rx[..stats.received.min(rx.len())]` holds the frames.
+    pub fn cycle(&mut self, tx: &[TxFrame], rx: &mut [RxFrame], imu: &mut ImuSample) -> CycleStats {
+        let opts = self.options;
+        let nbus = self.buses.len();
+        let mut st = CycleStats { started_ns: self.clock.now_ns(), ..Default::default() };
+
+        // 1. Per-bus wire estimate: each frame and (if answered) a reply of similar size,
+        //    plus one exposed turnaround.
+        for b in 0..nbus {
+            self.expected[b] = 0;
+            self.received[b] = 0;
+            self.cursor[b] = 0;
+            self.estimate[b] = 0;
+        }
+        for t in tx {
+            if t.bus >= nbus {
+                st.send_errors += 1;
+                continue;
+            }
+            let ft = sim::frame_time_ns(&t.frame, opts.nominal_bitrate, opts.data_bitrate);
+            self.estimate[t.bus] += ft;
+            if t.expect_reply {
+                self.expected[t.bus] += 1;
+                self.estimate[t.bus] += ft;
+            }
+        }
+        let mut estimate = 0;
+        for b in 0..nbus {
+            if self.expected[b] > 0 {
+                estimate = estimate.max(self.estimate[b] + opts.turnaround_ns);
+            }
+        }
+        st.expected = self.expected.iter().sum();
+        st.deadline_ns = st.started_ns + opts.timeout_ns.min(estimate + opts.rx_baseline_wait_ns);
+        let forced = opts.force_check & ((1u32 << nbus.min(31)) - 1);
+        if st.expected == 0 && forced == 0 {
+            st.deadline_ns = st.started_ns;
+        }
+
+        // 2. Drain stale frames on every bus that will be read.
+        for b in 0..nbus {
+            if self.expected[b] > 0 || forced & (1 << b) != 0 {
+                match self.buses[b].drain(st.started_ns) {
+                    Ok(n) => st.stale_drained += n as u32,
+                    Err(e) => fail_bus(&mut st, b, e),
+                }
+            }
+        }
+
+        // 3. Round-robin writes: pass k sends the k-th frame of every bus.
+        loop {
+            let mut any = false;
+            for b in 0..nbus {
+                let mut i = self.cursor[b];
+                while i < tx.len() && tx[i].bus != b {
+                    i += 1;
+                }
+                if i >= tx.len() {
+                    self.cursor[b] = i;
+                    continue;
+                }
+                any = true;
+                self.cursor[b] = i + 1;
+                if st.failed_buses & (1 << b) != 0 {
+                    st.send_errors += 1;
+                    if tx[i].expect_reply {
+                        self.expected[b] = self.expected[b].saturating_sub(1);
+                    }
+                    continue;
+                }
+                let now = self.clock.now_ns();
+                match self.buses[b].send(&tx[i].frame, now) {
+                    Ok(()) => st.sent += 1,
+                    Err(e) => {
+                        st.send_errors += 1;
+                        if tx[i].expect_reply {
+                            self.expected[b] = self.expected[b].saturating_sub(1);
+                        }
+                        if e != TransportError::QueueFull {
+                            fail_bus(&mut st, b, e);
+                        }
+                    }
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+        st.tx_done_ns = self.clock.now_ns();
+
+        // 4. The IMU, while replies are in flight.
+        if let Some(src) = self.imu.as_mut() {
+            st.imu_present = matches!(src.read(st.tx_done_ns, imu), Ok(true));
+        }
+
+        // 5. Collect.
+        let mut all_in_at: Option<u64> = None;
+        let min_listen_until = if forced != 0 { st.started_ns + opts.min_tx_wait_ns } else { 0 };
+        loop {
+            let now = self.clock.now_ns();
+            for b in 0..nbus {
+                if st.failed_buses & (1 << b) != 0 {
+                    continue;
+                }
+                if self.expected[b] == 0 && forced & (1 << b) == 0 {
+                    continue;
+                }
+                loop {
+                    match self.buses[b].recv(now) {
+                        Ok(Some(frame)) => {
+                            self.received[b] += 1;
+                            let idx = st.received as usize;
+                            st.received += 1;
+                            match rx.get_mut(idx) {
+                                Some(slot) => *slot = RxFrame { bus: b, frame, at_ns: now },
+                                None => st.rx_overflow += 1,
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            fail_bus(&mut st, b, e);
+                            break;
+                        }
+                    }
+                }
+            }
+            let all_in = (0..nbus).all(|b| st.failed_buses & (1 << b) != 0 || self.received[b] >= self.expected[b]);
+            let mut wake = st.deadline_ns;
+            if all_in {
+                let at = *all_in_at.get_or_insert(now);
+                let done_at = (at + opts.rx_extra_wait_ns).max(min_listen_until);
+                if now >= done_at {
+                    break;
+                }
+                wake = wake.min(done_at);
+            }
+            if now >= st.deadline_ns {
+                st.timed_out = !all_in;
+                break;
+            }
+            // Sleep until the earliest instant anything can change.
+            let mut hint = now + opts.poll_interval_ns;
+            for b in 0..nbus {
+                if let Some(h) = self.buses[b].ready_hint_ns() {
+                    hint = hint.min(h.max(now + 1));
+                }
+            }
+            self.clock.wait_until_ns(wake.min(hint));
+        }
+        st.finished_ns = self.clock.now_ns();
+        st
+    }
+}
+
+fn fail_bus(st: &mut CycleStats, b: usize, e: TransportError) {
+    if b < MAX_BUSES {
+        st.failed_buses |= 1 << b;
+        st.bus_errors[b] = Some(e);
+    }
+}

@@ -1,0 +1,89 @@
+//! The interface every CAN-FD bus implements, whatever carries it (in-process simulator
+//! today; fdcanusb, SocketCAN and UDP next).
+//!
+//! One `Transport` is one bus. The cycle talks to every bus through this trait, so a
+//! transport must never block past the instant it is given, never allocate in `send`,
+//! `recv` or `drain`, and report failures as a [`TransportError`] value (no strings built
+//! on the hot path) so one failing bus never stops the others.
+
+use proto::CanFdFrame;
+use std::fmt;
+
+/// Why a transport could not move a frame. Small and `Copy`: it is created on the hot path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportError {
+    /// The transmit queue is full; the frame was not sent.
+    QueueFull,
+    /// The device or peer is gone (unplugged, closed, unreachable).
+    Disconnected,
+    /// An operating-system error, as errno.
+    Os(i32),
+    /// The device answered something that is not the protocol.
+    Protocol(&'static str),
+}
+
+impl fmt::Display for TransportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TransportError::QueueFull => write!(f, "transmit queue full"),
+            TransportError::Disconnected => write!(f, "device disconnected"),
+            TransportError::Os(e) => write!(f, "{}", std::io::Error::from_raw_os_error(*e)),
+            TransportError::Protocol(what) => write!(f, "protocol error: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for TransportError {}
+
+/// One CAN-FD bus.
+pub trait Transport: Send {
+    /// A short human name, e.g. `sim` or `fdcanusb:/dev/ttyACM0`.
+    fn name(&self) -> &str;
+
+    /// Hand one frame to the bus at `now_ns`. Does not wait for it to reach the wire.
+    fn send(&mut self, frame: &CanFdFrame, now_ns: u64) -> Result<(), TransportError>;
+
+    /// The next frame received by `now_ns`, if any. Never blocks.
+    fn recv(&mut self, now_ns: u64) -> Result<Option<CanFdFrame>, TransportError>;
+
+    /// The earliest instant at which `recv` could return something it cannot return now,
+    /// when the transport can know it (a simulator can; a device cannot and returns `None`,
+    /// and the cycle then polls).
+    fn ready_hint_ns(&self) -> Option<u64> {
+        None
+    }
+
+    /// Throw away frames that arrived before a cycle starts (late replies of an earlier
+    /// cycle) so they are not mistaken for this cycle's answers. Returns how many.
+    fn drain(&mut self, now_ns: u64) -> Result<usize, TransportError> {
+        let mut n = 0;
+        while self.recv(now_ns)?.is_some() {
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+impl<T: Transport + ?Sized> Transport for Box<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn send(&mut self, frame: &CanFdFrame, now_ns: u64) -> Result<(), TransportError> {
+        (**self).send(frame, now_ns)
+    }
+    fn recv(&mut self, now_ns: u64) -> Result<Option<CanFdFrame>, TransportError> {
+        (**self).recv(now_ns)
+    }
+    fn ready_hint_ns(&self) -> Option<u64> {
+        (**self).ready_hint_ns()
+    }
+    fn drain(&mut self, now_ns: u64) -> Result<usize, TransportError> {
+        (**self).drain(now_ns)
+    }
+}
+
+/// Where the cycle gets the robot's attitude from.
+pub trait ImuSource: Send {
+    /// Read the latest attitude into `out` at `now_ns`; `Ok(false)` when none is available.
+    fn read(&mut self, now_ns: u64, out: &mut sim::ImuSample) -> Result<bool, TransportError>;
+}

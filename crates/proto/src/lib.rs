@@ -1,0 +1,40 @@
+//! # rtloop-proto — the moteus CAN-FD register protocol, as pure data
+//!
+//! What it is for: turning commands into the exact bytes a moteus controller (or the
+//! official moteus clients) put on the wire, and turning any byte string back into typed
+//! values — on the host side (commands out, replies in) and on the servo side (requests in,
+//! replies and error subframes out) — plus the fdcanusb text-line protocol.
+//!
+//! What it must never do: allocate, perform I/O, read a clock, or panic. Every decoder
+//! returns a typed error for bad input; every encoder returns an error instead of writing
+//! past a 64-byte CAN-FD payload. The crate is `no_std` so it can run on a servo too.
+//!
+//! Layout:
+//! * [`frame`] — the CAN-FD frame, DLC rounding, 0x50 padding, arbitration ids.
+//! * [`value`] — resolutions, scale classes and the integer mapping rules.
+//! * [`register`] — the register map: addresses, names and scale classes.
+//! * [`writer`] / [`subframe`] — building and parsing the subframe stream.
+//! * [`host`] — position / query / stop / zero-velocity commands, reply decoding.
+//! * [`servo`] — the servo side: serve a request frame against a register server.
+//! * [`fdcanusb`] — `can send`, `OK`, `ERR`, `rcv` lines with the optional CRC suffix.
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+#[cfg(test)]
+extern crate std;
+
+pub mod fdcanusb;
+pub mod frame;
+pub mod host;
+pub mod register;
+pub mod servo;
+pub mod subframe;
+pub mod value;
+pub mod varuint;
+pub mod writer;
+
+pub use frame::{ArbitrationId, CanFdFrame, FrameError};
+pub use subframe::{DecodeError, Subframe, SubframeIter};
+pub use value::{Resolution, ScaleClass, Value};
+pub use writer::{EncodeError, FrameWriter};

@@ -1,0 +1,216 @@
+//! `rtloop frame`: build a frame exactly as the moteus Python package would send it, or
+//! take any payload apart into subframes and registers.
+//!
+//! Must never panic on user input: bad hex, odd lengths, over-long payloads and malformed
+//! subframes all come back as one clear error message.
+
+use proto::frame::ArbitrationId;
+use proto::host::{self, PositionCommand, PositionResolution, QueryFormat};
+use proto::register::{class_of, name_of};
+use proto::subframe::{subframes, Subframe};
+use proto::{FrameWriter, Resolution, ScaleClass, Value};
+use serde_json::{json, Map, Value as Json};
+
+/// Which command to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandKind {
+    /// Mode 10 with the given position-mode registers.
+    Position,
+    /// Only the default query.
+    Query,
+    /// Mode 0.
+    Stop,
+    /// Mode 12.
+    ZeroVelocity,
+}
+
+/// Everything `rtloop frame encode` accepts.
+#[derive(Debug, Clone, Default)]
+pub struct EncodeRequest {
+    /// Servo id.
+    pub id: u8,
+    /// Position-mode registers (only with `Position`).
+    pub command: PositionCommand,
+    /// Append the default query and set the reply bit.
+    pub query: bool,
+    /// Resolution of the command's registers (default: float, as the Python package).
+    pub resolution: Option<Resolution>,
+}
+
+fn position_fields_set(c: &PositionCommand) -> bool {
+    *c != PositionCommand::default()
+}
+
+/// Build `HEXID HEXDATA` (unpadded), or say what is wrong with the request.
+pub fn encode(kind: CommandKind, req: &EncodeRequest) -> Result<String, String> {
+    if req.id == 0 || req.id > 127 {
+        return Err(format!("--id {} is not a servo id: give a number from 1 to 127", req.id));
+    }
+    if kind != CommandKind::Position && position_fields_set(&req.command) {
+        return Err("register flags (--position, --velocity, …) only apply to `position`".into());
+    }
+    if kind != CommandKind::Position && req.resolution.is_some() {
+        return Err("--resolution applies to the registers of a `position` command only".into());
+    }
+    let query = QueryFormat::default();
+    let want_reply = req.query || kind == CommandKind::Query;
+    let q = want_reply.then_some(&query);
+    let mut buf = [0u8; 64];
+    let mut w = FrameWriter::new(&mut buf);
+    let res = req.resolution.map(PositionResolution::all).unwrap_or_default();
+    let r = match kind {
+        CommandKind::Position => host::encode_position(&mut w, &req.command, &res, q),
+        CommandKind::Query => host::encode_query(&mut w, &query),
+        CommandKind::Stop => host::encode_stop(&mut w, q),
+        CommandKind::ZeroVelocity => host::encode_zero_velocity(&mut w, q),
+    };
+    r.map_err(|e| format!("cannot encode that command: {e}"))?;
+    let id = ArbitrationId { prefix: 0, source: 0, destination: req.id, reply_required: want_reply }.build();
+    Ok(format!("{:04x} {}", id, hex(w.as_slice())))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Parse user hex: optional `0x`, spaces, colons or dashes between bytes are allowed.
+pub fn parse_hex(text: &str) -> Result<Vec<u8>, String> {
+    let t = text.trim();
+    let t = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")).unwrap_or(t);
+    let digits: Vec<char> = t.chars().filter(|c| !matches!(c, ' ' | ':' | '-' | '_')).collect();
+    if digits.is_empty() {
+        return Err("no hex digits given: pass the payload as hex, e.g. 11001f01130d".into());
+    }
+    if let Some(bad) = digits.iter().find(|c| !c.is_ascii_hexdigit()) {
+        return Err(format!("'{bad}' is not a hex digit: pass the payload as hex, e.g. 11001f01130d"));
+    }
+    if digits.len() % 2 != 0 {
+        return Err(format!("{} hex digits is an odd count: every byte needs two digits", digits.len()));
+    }
+    if digits.len() / 2 > 64 {
+        return Err(format!("{} bytes is more than the 64 a CAN-FD frame can carry", digits.len() / 2));
+    }
+    Ok(digits
+        .chunks(2)
+        .map(|p| {
+            let s: String = p.iter().collect();
+            u8::from_str_radix(&s, 16).unwrap_or(0)
+        })
+        .collect())
+}
+
+fn res_name(r: Resolution) -> &'static str {
+    match r {
+        Resolution::Int8 => "int8",
+        Resolution::Int16 => "int16",
+        Resolution::Int32 => "int32",
+        Resolution::Float => "float",
+    }
+}
+
+fn reg_key(r: u32) -> String {
+    format!("0x{r:03x}")
+}
+
+/// A register value for JSON: integers stay integers, NaN becomes null.
+fn value_json(reg: u16, v: Value) -> Json {
+    let class = class_of(reg);
+    if class == ScaleClass::Int {
+        if let Some(i) = v.as_i32() {
+            return json!(i);
+        }
+    }
+    let x = v.decode(class);
+    if x.is_finite() {
+        json!(x)
+    } else {
+        Json::Null
+    }
+}
+
+/// Take a payload apart: `{"subframes": [...], "registers": {"0x001": 0.5, ...}}`.
+pub fn decode(text: &str) -> Result<Json, String> {
+    let bytes = parse_hex(text)?;
+    let mut subs = Vec::new();
+    let mut regs = Map::new();
+    for item in subframes(&bytes) {
+        let sf = item.map_err(|e| format!("malformed frame: {e}"))?;
+        let entry = match sf {
+            Subframe::Write { start, res, count, values } | Subframe::Reply { start, res, count, values } => {
+                let kind = if matches!(sf, Subframe::Write { .. }) { "write" } else { "reply" };
+                let mut vals = Vec::new();
+                for (k, v) in values.iter().enumerate() {
+                    let reg = start.saturating_add(k as u16);
+                    let j = value_json(reg, v);
+                    regs.insert(reg_key(reg as u32), j.clone());
+                    vals.push(j);
+                }
+                let names: Vec<Json> =
+                    (0..count).map(|k| json!(name_of(start.saturating_add(k)).unwrap_or("unknown"))).collect();
+                json!({"kind": kind, "type": res_name(res), "start": reg_key(start as u32), "count": count,
+                       "names": names, "values": vals})
+            }
+            Subframe::Read { start, res, count } => {
+                let names: Vec<Json> =
+                    (0..count).map(|k| json!(name_of(start.saturating_add(k)).unwrap_or("unknown"))).collect();
+                json!({"kind": "read", "type": res_name(res), "start": reg_key(start as u32), "count": count,
+                       "names": names})
+            }
+            Subframe::WriteError { register, code } => {
+                json!({"kind": "write_error", "start": reg_key(register as u32), "code": code})
+            }
+            Subframe::ReadError { register, code } => {
+                json!({"kind": "read_error", "start": reg_key(register as u32), "code": code})
+            }
+            Subframe::Stream { opcode, channel, data } => {
+                json!({"kind": "stream", "opcode": format!("0x{opcode:02x}"), "channel": channel, "data": hex(data)})
+            }
+            Subframe::Nop => continue,
+        };
+        subs.push(entry);
+    }
+    Ok(json!({"subframes": subs, "registers": Json::Object(regs)}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_vectors() {
+        let pos = EncodeRequest {
+            id: 1,
+            command: PositionCommand { position: Some(0.5), velocity: Some(0.0), ..Default::default() },
+            query: true,
+            resolution: None,
+        };
+        assert_eq!(encode(CommandKind::Position, &pos).unwrap(), "8001 01000a0e200000003f0000000011001f01130d");
+        let q = EncodeRequest { id: 1, ..Default::default() };
+        assert_eq!(encode(CommandKind::Query, &q).unwrap(), "8001 11001f01130d");
+        assert_eq!(encode(CommandKind::Stop, &q).unwrap(), "0001 010000");
+        let sq = EncodeRequest { id: 1, query: true, ..Default::default() };
+        assert_eq!(encode(CommandKind::Stop, &sq).unwrap(), "8001 01000011001f01130d");
+    }
+
+    #[test]
+    fn decode_reply_vector() {
+        let j = decode("2404000A00881300000000230D301900").unwrap();
+        let r = &j["registers"];
+        assert_eq!(r["0x000"], json!(10));
+        assert_eq!(r["0x001"], json!(0.5));
+        assert_eq!(r["0x00d"], json!(24.0));
+        assert_eq!(r["0x00e"], json!(25.0));
+        assert_eq!(r["0x00f"], json!(0));
+        assert_eq!(j["subframes"].as_array().unwrap().len(), 2);
+        assert_eq!(j["subframes"][0]["type"], json!("int16"));
+    }
+
+    #[test]
+    fn bad_input_is_an_error_not_a_panic() {
+        for bad in ["", "zz", "123", "0x", &"00".repeat(65), "2404", "1f", "ff"] {
+            assert!(decode(bad).is_err(), "{bad:?} should fail");
+        }
+        let bad_id = EncodeRequest { id: 200, ..Default::default() };
+        assert!(encode(CommandKind::Query, &bad_id).is_err());
+    }
+}

@@ -1,0 +1,129 @@
+//! The `rtloop` command as a user runs it: exit codes, output formats, error messages.
+
+use serde_json::Value;
+use std::process::{Command, Output};
+
+fn rtloop(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rtloop")).args(args).output().expect("rtloop runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn run_json_reports_every_servo_and_every_period() {
+    let o = rtloop(&["run", "--duration", "2", "--json"]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let out = stdout(&o);
+    let last = out.lines().last().expect("some output");
+    let j: Value = serde_json::from_str(last).expect("last line is JSON");
+    assert_eq!(j["servos"], 12);
+    assert_eq!(j["buses"], 4);
+    assert_eq!(j["missing_replies"], 0);
+    assert_eq!(j["transport_errors"], 0);
+    // Every period is either run or counted as skipped — none silently lost.
+    let cycles = j["cycles"].as_u64().unwrap();
+    let skipped = j["skipped_periods"].as_u64().unwrap();
+    assert_eq!(cycles + skipped, 2000, "{j}");
+    assert_eq!(j["imu_samples"].as_u64().unwrap(), cycles);
+    for key in ["cycle_us", "wakeup_us"] {
+        for p in ["p50", "p99", "max"] {
+            assert!(j[key][p].as_f64().unwrap() >= 0.0, "{key}.{p}");
+        }
+        assert!(j[key]["p50"].as_f64() <= j[key]["max"].as_f64());
+    }
+    assert!(j["model_cycle_us"].as_f64().unwrap() > 0.0);
+    assert!(j["rate_hz"].as_f64().unwrap() > 0.0);
+    let fin = j["final"].as_object().unwrap();
+    assert_eq!(fin.len(), 12);
+    for id in 1..=12 {
+        let s = &fin[&id.to_string()];
+        assert_eq!(s["mode"], 10, "servo {id}: {s}");
+        assert_eq!(s["fault"], 0, "servo {id}: {s}");
+        assert!(s["position"].as_f64().unwrap().abs() < 0.5, "servo {id}: {s}");
+    }
+}
+
+#[test]
+fn run_rejects_bad_numbers_with_one_clear_message() {
+    for (flag, val) in [("--rate", "0"), ("--rate", "-5"), ("--duration", "0"), ("--duration", "nan")] {
+        let o = rtloop(&["run", flag, val, "--quiet"]);
+        assert_eq!(o.status.code(), Some(2), "{flag} {val}");
+        let e = stderr(&o);
+        assert!(e.contains(flag), "{flag} {val}: {e}");
+        assert_eq!(e.trim().lines().count(), 1, "{e}");
+    }
+}
+
+#[test]
+fn frame_encode_matches_the_python_package() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["position", "--id", "1", "--position", "0.5", "--velocity", "0", "--query"],
+            "8001 01000a0e200000003f0000000011001f01130d",
+        ),
+        (&["query", "--id", "1"], "8001 11001f01130d"),
+        (&["stop", "--id", "1"], "0001 010000"),
+        (&["stop", "--id", "1", "--query"], "8001 01000011001f01130d"),
+        (&["zero-velocity", "--id", "2"], "0002 01000c"),
+        // int16: position 0.5 → 5000 (0x1388), velocity -1 → -4000 (0xf060)
+        (
+            &["position", "--id", "3", "--position", "0.5", "--velocity", "-1", "--resolution", "int16"],
+            "0003 01000a0620881360f0",
+        ),
+    ];
+    for (args, want) in cases {
+        let mut full = vec!["frame", "encode"];
+        full.extend_from_slice(args);
+        let o = rtloop(&full);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        assert_eq!(stdout(&o).trim(), *want, "{args:?}");
+    }
+}
+
+#[test]
+fn frame_decode_prints_subframes_and_registers() {
+    let o = rtloop(&["frame", "decode", "2404000A00881300000000230D301900"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(j["registers"]["0x000"], 10);
+    assert_eq!(j["registers"]["0x001"], 0.5);
+    assert_eq!(j["registers"]["0x00d"], 24.0);
+    assert_eq!(j["subframes"][0]["kind"], "reply");
+    assert_eq!(j["subframes"][1]["start"], "0x00d");
+
+    // The minimum integer means "unset" and decodes to null.
+    let o = rtloop(&["frame", "decode", "05200080"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(j["registers"]["0x020"], Value::Null);
+}
+
+#[test]
+fn frame_decode_rejects_malformed_input_without_panicking() {
+    for bad in ["zz", "123", "1f", "ff00", "2404"] {
+        let o = rtloop(&["frame", "decode", bad]);
+        assert_eq!(o.status.code(), Some(2), "{bad}");
+        let e = stderr(&o);
+        assert!(e.starts_with("rtloop: "), "{bad}: {e}");
+        assert!(!e.contains("panicked"), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn budget_prints_the_model_term_by_term() {
+    let o = rtloop(&["budget", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let total = j["total_us"].as_f64().unwrap();
+    assert!(total > 0.0 && total < 1000.0, "{j}");
+    assert!(j["terms"].as_array().unwrap().len() >= 4, "{j}");
+    let o = rtloop(&["budget"]);
+    assert!(o.status.success());
+    assert!(stdout(&o).contains("total"));
+}

@@ -1,0 +1,764 @@
+//! A simulated moteus controller driving one joint.
+//!
+//! What it is for: answering CAN-FD frames exactly as a moteus controller would as far as
+//! a host can see — the register map, modes, the watchdog, faults, replies at the requested
+//! resolution — while a small physical model (joint dynamics, electrical and thermal state)
+//! gives the telemetry something believable to say.
+//! What it must never do: read a clock (time is always passed in as `now_ns`), allocate
+//! after construction, or panic on any frame or register value: NaN, infinities and
+//! garbage are sanitised, unknown registers are answered with error subframes.
+//!
+//! # Units
+//!
+//! Positions are in revolutions of the output, velocities in rev/s, torques in N·m at the
+//! output (after the gearbox), currents in A, temperatures in °C. Gains follow moteus:
+//! `kp` in N·m per revolution of error, `kd` in N·m per rev/s of velocity error. `kt` is the
+//! output-referred torque constant (motor kt × gear ratio), N·m/A, so q current = torque / kt.
+//!
+//! # Semantics (moteus-compatible where the host can tell)
+//!
+//! * A frame is a *command* when it writes the mode or any position-mode / stay-within
+//!   register (0x020-0x02D, 0x040-0x041). The command takes effect in `end_of_frame`: every
+//!   command register not written in that frame becomes unset (NaN), as each moteus command
+//!   frame carries the full set. A command without a mode write is a new command in the
+//!   current mode. A frame that only reads is not a command and does not feed the watchdog.
+//!   Reads are answered while the frame is parsed, so the reply to a command frame shows
+//!   the state from before that command (as a moteus controller's does); the next reply
+//!   shows its effect.
+//! * Modes: 0 stopped (also clears a fault), 10 position, 11 timeout (entered by the
+//!   watchdog only), 12 zero velocity, 13 stay-within, 15 brake. Every other mode value
+//!   (the internal modes 2-4, the PWM/voltage/current modes 5-9 that need a real motor, 14,
+//!   and anything above 15) is accepted as a stop that does not clear a fault: the mode
+//!   register then reads 0, so a host sees the request did not take.
+//! * In mode 1 (fault) and mode 11 (timeout) only a stop command is obeyed; other commands
+//!   are ignored but still answered.
+//! * Writes to read-only registers (telemetry, identity) are answered with a write-error
+//!   subframe carrying `ERROR_UNKNOWN_REGISTER`, the only error code moteus defines; a
+//!   host that writes telemetry has a bug it should hear about.
+//! * Position mode: the control position starts at the measured position when the mode is
+//!   entered. A command position sets it (NaN holds it); the command velocity advances it
+//!   every step. With a velocity and/or acceleration limit (NaN, ±inf or ≤ 0 = no limit) the
+//!   control position instead moves toward the (moving) target on a trapezoidal profile
+//!   obeying both limits, and trajectory complete (0x00B) reads 1 once it is reached.
+//!   torque = kp·kp_scale·(control_pos − pos) + kd·kd_scale·(control_vel − vel) + feedforward,
+//!   clamped to ±min(max torque, command maximum torque).
+//! * Zero velocity, timeout and brake: torque = −kd·vel (damping only). Stay-within: feed-
+//!   forward inside the bounds, a position controller toward the violated bound outside.
+//! * Watchdog: every command resets it; its timeout is register 0x027 of the latest command:
+//!   not written, 0 or negative → the configured default (0.1 s); written as NaN (the
+//!   "unset" minimum integer, or a float NaN) → no watchdog. This is moteus's split between
+//!   the firmware default (0 = use the configured timeout) and an explicit NaN. In
+//!   position, zero velocity or stay-within mode a silence longer than the timeout latches
+//!   mode 11.
+//! * Over-temperature: when the motor or board temperature reaches the fault temperature
+//!   while the servo is driving (any mode but stopped), it latches mode 1 with fault 38.
+//! * Physics advance in fixed steps (`step_ns`) from the first time the servo is told
+//!   about; a gap longer than ten seconds is not integrated beyond its last ten seconds.
+
+use core::f64::consts::TAU;
+
+use proto::frame::{ArbitrationId, CanFdFrame, FrameFlags, BROADCAST};
+use proto::register::{class_of, fault, reg, Mode, REGISTER_MAP_VERSION};
+use proto::servo::{serve, RegisterServer, ERROR_UNKNOWN_REGISTER};
+use proto::value::{Resolution, ScaleClass, Value};
+use proto::writer::FrameWriter;
+
+/// The longest stretch of time one `advance_to` integrates, ns.
+const MAX_CATCH_UP_NS: u64 = 10_000_000_000;
+
+/// Value of the model-number register (0x100).
+pub const MODEL_NUMBER: i32 = 0x0000_0404;
+/// Value of the firmware-version register (0x101): 1.0.0.
+pub const FIRMWARE_VERSION: i32 = 0x0001_0000;
+
+/// Command slots: 0x020..=0x02D map to 0..=13, the stay-within bounds to 14 and 15.
+const COMMAND_SLOTS: usize = 16;
+const SLOT_POSITION: usize = 0;
+const SLOT_VELOCITY: usize = 1;
+const SLOT_FEEDFORWARD: usize = 2;
+const SLOT_KP_SCALE: usize = 3;
+const SLOT_KD_SCALE: usize = 4;
+const SLOT_MAXIMUM_TORQUE: usize = 5;
+const SLOT_TIMEOUT: usize = 7;
+const SLOT_VELOCITY_LIMIT: usize = 8;
+const SLOT_ACCEL_LIMIT: usize = 9;
+const SLOT_LOWER_BOUND: usize = 14;
+const SLOT_UPPER_BOUND: usize = 15;
+
+const UNSET: [f64; COMMAND_SLOTS] = [f64::NAN; COMMAND_SLOTS];
+
+fn command_slot(r: u16) -> Option<usize> {
+    match r {
+        reg::COMMAND_POSITION..=reg::COMMAND_IGNORE_POSITION_BOUNDS => Some(usize::from(r - reg::COMMAND_POSITION)),
+        reg::STAY_WITHIN_LOWER_BOUND => Some(SLOT_LOWER_BOUND),
+        reg::STAY_WITHIN_UPPER_BOUND => Some(SLOT_UPPER_BOUND),
+        _ => None,
+    }
+}
+
+const MODE_STOPPED: u8 = Mode::Stopped as u8;
+const MODE_FAULT: u8 = Mode::Fault as u8;
+const MODE_POSITION: u8 = Mode::Position as u8;
+const MODE_TIMEOUT: u8 = Mode::Timeout as u8;
+const MODE_ZERO_VELOCITY: u8 = Mode::ZeroVelocity as u8;
+const MODE_STAY_WITHIN: u8 = Mode::StayWithin as u8;
+const MODE_BRAKE: u8 = Mode::Brake as u8;
+
+/// `lo ≤ x ≤ hi` without `f64::clamp`'s panic on NaN bounds; a NaN `x` stays NaN.
+fn clampf(x: f64, lo: f64, hi: f64) -> f64 {
+    x.max(lo).min(hi)
+}
+
+/// A finite value, or `default` for NaN/±inf.
+fn finite_or(x: f64, default: f64) -> f64 {
+    if x.is_finite() {
+        x
+    } else {
+        default
+    }
+}
+
+/// A positive finite limit, or +inf (no limit) for NaN, ±inf, zero or negative.
+fn limit_or_inf(x: f64) -> f64 {
+    if x.is_finite() && x > 0.0 {
+        x
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// A plain integer register at a resolution, wrapping to the width as a C cast would
+/// (used for counters and identity words, which moteus truncates rather than saturates).
+fn wrapping_int(x: i64, res: Resolution) -> Value {
+    match res {
+        Resolution::Int8 => Value::I8(x as i8),
+        Resolution::Int16 => Value::I16(x as i16),
+        Resolution::Int32 => Value::I32(x as i32),
+        Resolution::Float => Value::F32(x as f32),
+    }
+}
+
+/// Everything that makes one simulated servo different from another.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ServoConfig {
+    /// CAN id (1..=126); also the multiplex-id register.
+    pub id: u8,
+    /// 13-bit CAN prefix the servo answers to (0).
+    pub can_prefix: u16,
+    /// Joint inertia at the output, kg·m² (0.01).
+    pub inertia_kgm2: f64,
+    /// Viscous damping at the output, N·m·s/rad (0.05).
+    pub damping_nms_per_rad: f64,
+    /// Peak of the gravity-like load `load·sin(2π·pos)`, N·m (0.3). Positive is a hanging
+    /// pendulum: stable at 0.
+    pub load_torque_nm: f64,
+    /// Coulomb friction magnitude, N·m (0).
+    pub friction_nm: f64,
+    /// Position at power-up, rev (0).
+    pub initial_position_rev: f64,
+    /// Position gain, N·m/rev (20).
+    pub kp_nm_per_rev: f64,
+    /// Velocity gain, N·m·s/rev (0.5).
+    pub kd_nms_per_rev: f64,
+    /// Configured torque limit, N·m (16).
+    pub max_torque_nm: f64,
+    /// Output-referred torque constant, N·m/A (0.5: motor 0.083 × 6:1 gearbox).
+    pub kt_nm_per_a: f64,
+    /// Phase resistance, Ω (0.05).
+    pub phase_resistance_ohm: f64,
+    /// Supply voltage with no load, V (24).
+    pub supply_voltage_v: f64,
+    /// Supply source resistance: voltage sags by this × |q current|, Ω (0.01).
+    pub source_resistance_ohm: f64,
+    /// Ambient temperature, °C (25).
+    pub ambient_c: f64,
+    /// Motor heat capacity, J/K (20).
+    pub motor_heat_capacity_j_per_k: f64,
+    /// Motor thermal resistance to ambient, K/W (2: 40 s time constant).
+    pub motor_thermal_resistance_k_per_w: f64,
+    /// Board heat capacity, J/K (15).
+    pub board_heat_capacity_j_per_k: f64,
+    /// Board thermal resistance to ambient, K/W (4).
+    pub board_thermal_resistance_k_per_w: f64,
+    /// Resistance whose I²R heats the board (the FETs), Ω (0.01).
+    pub board_resistance_ohm: f64,
+    /// Motor or board temperature that trips fault 38, °C (80).
+    pub fault_temperature_c: f64,
+    /// Watchdog timeout used when a command sends 0, s (0.1).
+    pub watchdog_default_s: f64,
+    /// Physics step, ns (100 000 = 100 µs).
+    pub step_ns: u64,
+}
+
+impl ServoConfig {
+    /// The defaults (see each field) for servo `id`.
+    pub fn new(id: u8) -> Self {
+        ServoConfig {
+            id,
+            can_prefix: 0,
+            inertia_kgm2: 0.01,
+            damping_nms_per_rad: 0.05,
+            load_torque_nm: 0.3,
+            friction_nm: 0.0,
+            initial_position_rev: 0.0,
+            kp_nm_per_rev: 20.0,
+            kd_nms_per_rev: 0.5,
+            max_torque_nm: 16.0,
+            kt_nm_per_a: 0.5,
+            phase_resistance_ohm: 0.05,
+            supply_voltage_v: 24.0,
+            source_resistance_ohm: 0.01,
+            ambient_c: 25.0,
+            motor_heat_capacity_j_per_k: 20.0,
+            motor_thermal_resistance_k_per_w: 2.0,
+            board_heat_capacity_j_per_k: 15.0,
+            board_thermal_resistance_k_per_w: 4.0,
+            board_resistance_ohm: 0.01,
+            fault_temperature_c: 80.0,
+            watchdog_default_s: 0.1,
+            step_ns: 100_000,
+        }
+    }
+}
+
+impl Default for ServoConfig {
+    fn default() -> Self {
+        ServoConfig::new(1)
+    }
+}
+
+/// A snapshot of what the servo is doing, for tools and tests (not a wire format).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Telemetry {
+    /// Servo id.
+    pub id: u8,
+    /// Mode register value.
+    pub mode: u8,
+    /// Output position, rev.
+    pub position: f64,
+    /// Output velocity, rev/s.
+    pub velocity: f64,
+    /// Applied output torque, N·m.
+    pub torque: f64,
+    /// Q-axis current, A.
+    pub q_current: f64,
+    /// D-axis current, A (always 0: the model has no field weakening).
+    pub d_current: f64,
+    /// Electrical power, W.
+    pub power: f64,
+    /// Supply voltage at the board, V.
+    pub voltage: f64,
+    /// Motor temperature, °C.
+    pub motor_temperature: f64,
+    /// Board temperature, °C.
+    pub board_temperature: f64,
+    /// Fault register value (0 = none).
+    pub fault: u8,
+    /// The position-mode trajectory has reached its target.
+    pub trajectory_complete: bool,
+    /// Control (setpoint) position, rev (NaN outside position mode).
+    pub control_position: f64,
+    /// Frames addressed to this servo (or broadcast) it has handled.
+    pub frames_received: u64,
+    /// Frames that were commands (see the module docs).
+    pub commands_received: u64,
+    /// Times the watchdog latched mode 11.
+    pub watchdog_expiries: u64,
+    /// Time of the physics state, ns.
+    pub time_ns: u64,
+}
+
+/// One simulated moteus controller and its joint.
+#[derive(Debug, Clone)]
+pub struct Servo {
+    cfg: ServoConfig,
+
+    // Mechanical state. `phys_pos` drives the load; the host sees `phys_pos + offset`.
+    phys_pos_rev: f64,
+    velocity_rev_s: f64,
+    output_offset_rev: f64,
+
+    // Electrical and thermal state (recomputed or integrated every step).
+    torque_nm: f64,
+    q_current_a: f64,
+    power_w: f64,
+    voltage_v: f64,
+    motor_temp_c: f64,
+    board_temp_c: f64,
+    injected_heat_w: f64,
+
+    mode: u8,
+    fault: u8,
+
+    // The command in force, and the registers written by the frame being served.
+    command: [f64; COMMAND_SLOTS],
+    pending: [f64; COMMAND_SLOTS],
+    pending_mode: Option<u8>,
+    pending_command: bool,
+    pending_timeout_written: bool,
+    pending_set_output: Option<(f64, bool)>,
+    frame_ended: bool,
+
+    // Position-mode controller.
+    control_pos: f64,
+    control_vel: f64,
+    target_pos: f64,
+    trajectory_complete: bool,
+
+    // Watchdog.
+    watchdog_timeout_ns: Option<u64>,
+    last_command_ns: u64,
+
+    // Time: physics state time (None until first told), and the latest time told.
+    time_ns: Option<u64>,
+    now_ns: u64,
+
+    frames_received: u64,
+    commands_received: u64,
+    watchdog_expiries: u64,
+}
+
+impl Servo {
+    /// A stopped servo at its initial position, at ambient temperature.
+    pub fn new(cfg: ServoConfig) -> Self {
+        Servo {
+            cfg,
+            phys_pos_rev: cfg.initial_position_rev,
+            velocity_rev_s: 0.0,
+            output_offset_rev: 0.0,
+            torque_nm: 0.0,
+            q_current_a: 0.0,
+            power_w: 0.0,
+            voltage_v: cfg.supply_voltage_v,
+            motor_temp_c: cfg.ambient_c,
+            board_temp_c: cfg.ambient_c,
+            injected_heat_w: 0.0,
+            mode: MODE_STOPPED,
+            fault: fault::NONE,
+            command: UNSET,
+            pending: UNSET,
+            pending_mode: None,
+            pending_command: false,
+            pending_timeout_written: false,
+            pending_set_output: None,
+            frame_ended: true,
+            control_pos: f64::NAN,
+            control_vel: 0.0,
+            target_pos: f64::NAN,
+            trajectory_complete: false,
+            watchdog_timeout_ns: None,
+            last_command_ns: 0,
+            time_ns: None,
+            now_ns: 0,
+            frames_received: 0,
+            commands_received: 0,
+            watchdog_expiries: 0,
+        }
+    }
+
+    /// The CAN id.
+    pub fn id(&self) -> u8 {
+        self.cfg.id
+    }
+
+    /// The configuration it was built with.
+    pub fn config(&self) -> &ServoConfig {
+        &self.cfg
+    }
+
+    /// The current mode register value.
+    pub fn mode(&self) -> u8 {
+        self.mode
+    }
+
+    /// Output position the host sees, rev.
+    pub fn position(&self) -> f64 {
+        self.phys_pos_rev + self.output_offset_rev
+    }
+
+    /// Add a constant heat input to the motor (replacing any earlier one), W; 0 stops it.
+    /// For fault injection: enough watts make the servo heat up and trip fault 38.
+    pub fn inject_heat(&mut self, watts: f64) {
+        self.injected_heat_w = finite_or(watts, 0.0);
+    }
+
+    /// Set the motor temperature, °C (the board follows on its own).
+    pub fn set_temperature(&mut self, motor_c: f64) {
+        self.motor_temp_c = finite_or(motor_c, self.cfg.ambient_c);
+    }
+
+    /// Set the board temperature, °C.
+    pub fn set_board_temperature(&mut self, board_c: f64) {
+        self.board_temp_c = finite_or(board_c, self.cfg.ambient_c);
+    }
+
+    /// Move the joint (for test setup and scenario scripts): position in rev, at rest.
+    pub fn set_position(&mut self, position_rev: f64) {
+        self.phys_pos_rev = finite_or(position_rev, 0.0) - self.output_offset_rev;
+        self.velocity_rev_s = 0.0;
+    }
+
+    /// A snapshot of the state.
+    pub fn telemetry(&self) -> Telemetry {
+        Telemetry {
+            id: self.cfg.id,
+            mode: self.mode,
+            position: self.position(),
+            velocity: self.velocity_rev_s,
+            torque: self.torque_nm,
+            q_current: self.q_current_a,
+            d_current: 0.0,
+            power: self.power_w,
+            voltage: self.voltage_v,
+            motor_temperature: self.motor_temp_c,
+            board_temperature: self.board_temp_c,
+            fault: self.fault,
+            trajectory_complete: self.trajectory_complete,
+            control_position: if self.mode == MODE_POSITION { self.control_pos } else { f64::NAN },
+            frames_received: self.frames_received,
+            commands_received: self.commands_received,
+            watchdog_expiries: self.watchdog_expiries,
+            time_ns: self.time_ns.unwrap_or(0),
+        }
+    }
+
+    /// Integrate physics, thermal state and the watchdog up to `now_ns`. The first call
+    /// only sets the time origin; a time in the past or equal does nothing.
+    pub fn advance_to(&mut self, now_ns: u64) {
+        let Some(mut t) = self.time_ns else {
+            self.time_ns = Some(now_ns);
+            self.now_ns = now_ns;
+            return;
+        };
+        self.now_ns = self.now_ns.max(now_ns);
+        if now_ns <= t {
+            return;
+        }
+        if now_ns - t > MAX_CATCH_UP_NS {
+            t = now_ns - MAX_CATCH_UP_NS;
+        }
+        let step_ns = self.cfg.step_ns.max(1);
+        let dt = step_ns as f64 * 1e-9;
+        while now_ns - t >= step_ns {
+            t += step_ns;
+            self.check_watchdog(t);
+            self.step(dt);
+        }
+        self.time_ns = Some(t);
+        self.check_watchdog(now_ns);
+    }
+
+    /// Handle one frame seen on the bus at `now_ns`. Returns true when `reply` was filled
+    /// with the answer to send (the request had the reply-required bit).
+    pub fn handle_frame(&mut self, frame: &CanFdFrame, now_ns: u64, reply: &mut CanFdFrame) -> bool {
+        self.advance_to(now_ns);
+        if frame.flags.remote {
+            return false;
+        }
+        let arb = frame.arbitration();
+        if arb.prefix != self.cfg.can_prefix & 0x1FFF {
+            return false;
+        }
+        if arb.destination != self.cfg.id && arb.destination != BROADCAST {
+            return false;
+        }
+        self.frames_received += 1;
+
+        let mut buf = [0u8; proto::frame::MAX_DATA];
+        let mut writer = FrameWriter::new(&mut buf);
+        self.frame_ended = false;
+        // Malformed input: the subframes before the error stay applied and are answered,
+        // as a real controller does; the error itself is not reported on the wire.
+        let _ = serve(frame.payload(), self, &mut writer);
+        if !self.frame_ended {
+            self.end_of_frame();
+        }
+        if !arb.reply_required {
+            return false;
+        }
+        let id =
+            ArbitrationId { prefix: arb.prefix, source: self.cfg.id, destination: arb.source, reply_required: false }
+                .build();
+        *reply = CanFdFrame::default();
+        reply.id = id;
+        if reply.set_payload(writer.as_slice()).is_err() {
+            reply.len = 0;
+        }
+        reply.pad_to_dlc();
+        // Real controllers answer with extended ids even when the id would fit in 11 bits
+        // (the spec's captured reply line carries `E`).
+        reply.flags = FrameFlags { extended: true, ..FrameFlags::moteus(id) };
+        true
+    }
+
+    fn check_watchdog(&mut self, t: u64) {
+        if !matches!(self.mode, MODE_POSITION | MODE_ZERO_VELOCITY | MODE_STAY_WITHIN) {
+            return;
+        }
+        if let Some(timeout) = self.watchdog_timeout_ns {
+            if t.saturating_sub(self.last_command_ns) > timeout {
+                self.mode = MODE_TIMEOUT;
+                self.watchdog_expiries += 1;
+            }
+        }
+    }
+
+    /// Torque the controller asks for in the current mode (before the limit).
+    fn control_torque(&mut self, dt: f64) -> (f64, f64) {
+        let pos = self.position();
+        let vel = self.velocity_rev_s;
+        let kp = self.cfg.kp_nm_per_rev;
+        let kd = self.cfg.kd_nms_per_rev;
+        let max = self.cfg.max_torque_nm.abs();
+        let kp_scale = finite_or(self.command[SLOT_KP_SCALE], 1.0);
+        let kd_scale = finite_or(self.command[SLOT_KD_SCALE], 1.0);
+        let feedforward = finite_or(self.command[SLOT_FEEDFORWARD], 0.0);
+        let cmd_max = self.command[SLOT_MAXIMUM_TORQUE];
+        let limit = if cmd_max.is_finite() { max.min(cmd_max.abs()) } else { max };
+        match self.mode {
+            MODE_POSITION => {
+                self.update_trajectory(dt);
+                let torque =
+                    kp * kp_scale * (self.control_pos - pos) + kd * kd_scale * (self.control_vel - vel) + feedforward;
+                (torque, limit)
+            }
+            MODE_ZERO_VELOCITY | MODE_TIMEOUT | MODE_BRAKE => (-kd * vel, max),
+            MODE_STAY_WITHIN => {
+                let lower = self.command[SLOT_LOWER_BOUND];
+                let upper = self.command[SLOT_UPPER_BOUND];
+                let bound = if lower.is_finite() && pos < lower {
+                    lower
+                } else if upper.is_finite() && pos > upper {
+                    upper
+                } else {
+                    return (feedforward, limit);
+                };
+                (kp * kp_scale * (bound - pos) - kd * kd_scale * vel + feedforward, limit)
+            }
+            _ => (0.0, 0.0),
+        }
+    }
+
+    /// Move the control position one step (see the module docs).
+    fn update_trajectory(&mut self, dt: f64) {
+        let velocity = finite_or(self.command[SLOT_VELOCITY], 0.0);
+        let vlim = limit_or_inf(self.command[SLOT_VELOCITY_LIMIT]);
+        let alim = limit_or_inf(self.command[SLOT_ACCEL_LIMIT]);
+        if vlim.is_infinite() && alim.is_infinite() {
+            self.control_vel = velocity;
+            self.control_pos += velocity * dt;
+            self.trajectory_complete = true;
+            return;
+        }
+        let dv_max = alim * dt;
+        if self.target_pos.is_nan() {
+            // Velocity-only target: ramp the velocity.
+            let goal = clampf(velocity, -vlim, vlim);
+            self.control_vel += clampf(goal - self.control_vel, -dv_max, dv_max);
+            self.control_pos += self.control_vel * dt;
+            self.trajectory_complete = (goal - self.control_vel).abs() < 1e-12;
+            return;
+        }
+        self.target_pos += velocity * dt;
+        let error = self.target_pos - self.control_pos;
+        // Fastest approach that can still stop (relative to the moving target) within the
+        // acceleration limit, never more than closes the gap in one step.
+        let closing = (2.0 * alim * error.abs()).sqrt().min(error.abs() / dt);
+        let desired = clampf(velocity + error.signum() * closing, -vlim, vlim);
+        self.control_vel += clampf(desired - self.control_vel, -dv_max, dv_max);
+        self.control_pos += self.control_vel * dt;
+        let remaining = self.target_pos - self.control_pos;
+        if remaining.abs() < 1e-9 && (self.control_vel - velocity).abs() <= dv_max.max(1e-9) {
+            self.control_pos = self.target_pos;
+            self.control_vel = clampf(velocity, -vlim, vlim);
+            self.trajectory_complete = true;
+        } else {
+            self.trajectory_complete = false;
+        }
+    }
+
+    /// One physics step of `dt` seconds: controller, joint, electrical, thermal, faults.
+    fn step(&mut self, dt: f64) {
+        let (wanted, limit) = self.control_torque(dt);
+        let torque = if wanted.is_nan() { 0.0 } else { clampf(wanted, -limit, limit) };
+        self.torque_nm = torque;
+
+        // Joint: semi-implicit Euler in radians.
+        let inertia = self.cfg.inertia_kgm2.abs().max(1e-9);
+        let omega = self.velocity_rev_s * TAU;
+        let theta = self.phys_pos_rev * TAU;
+        let friction = self.cfg.friction_nm * (omega / 1e-2).tanh();
+        let accel = (torque - self.cfg.damping_nms_per_rad * omega - self.cfg.load_torque_nm * theta.sin() - friction)
+            / inertia;
+        let omega = omega + accel * dt;
+        if omega.is_finite() {
+            self.velocity_rev_s = omega / TAU;
+            self.phys_pos_rev += self.velocity_rev_s * dt;
+        } else {
+            self.velocity_rev_s = 0.0;
+        }
+
+        // Electrical.
+        let kt = if self.cfg.kt_nm_per_a.abs() > 1e-9 { self.cfg.kt_nm_per_a } else { 1.0 };
+        let current = torque / kt;
+        let copper_w = current * current * self.cfg.phase_resistance_ohm;
+        self.q_current_a = current;
+        self.power_w = torque * self.velocity_rev_s * TAU + copper_w;
+        self.voltage_v = self.cfg.supply_voltage_v - self.cfg.source_resistance_ohm * current.abs();
+
+        // Thermal: first order toward ambient.
+        let ambient = self.cfg.ambient_c;
+        let motor_c = self.cfg.motor_heat_capacity_j_per_k.abs().max(1e-6);
+        let motor_r = self.cfg.motor_thermal_resistance_k_per_w.abs().max(1e-6);
+        let board_c = self.cfg.board_heat_capacity_j_per_k.abs().max(1e-6);
+        let board_r = self.cfg.board_thermal_resistance_k_per_w.abs().max(1e-6);
+        let motor_in = copper_w + self.injected_heat_w - (self.motor_temp_c - ambient) / motor_r;
+        self.motor_temp_c += motor_in / motor_c * dt;
+        let board_in = current * current * self.cfg.board_resistance_ohm - (self.board_temp_c - ambient) / board_r;
+        self.board_temp_c += board_in / board_c * dt;
+
+        if !matches!(self.mode, MODE_STOPPED | MODE_FAULT)
+            && (self.motor_temp_c >= self.cfg.fault_temperature_c || self.board_temp_c >= self.cfg.fault_temperature_c)
+        {
+            self.mode = MODE_FAULT;
+            self.fault = fault::OVER_TEMPERATURE;
+        }
+    }
+
+    /// Apply the command gathered from the frame just served.
+    fn commit_command(&mut self, requested: u8) {
+        self.commands_received += 1;
+        if matches!(self.mode, MODE_TIMEOUT | MODE_FAULT) && requested != MODE_STOPPED {
+            return; // latched: only a stop leaves
+        }
+        // Sanitise: a non-finite target or gain means "unset".
+        let mut command = self.pending;
+        for slot in [SLOT_POSITION, SLOT_VELOCITY, SLOT_FEEDFORWARD, SLOT_KP_SCALE, SLOT_KD_SCALE] {
+            if !command[slot].is_finite() {
+                command[slot] = f64::NAN;
+            }
+        }
+        self.command = command;
+        self.last_command_ns = self.now_ns;
+        let timeout_s = if self.pending_timeout_written { command[SLOT_TIMEOUT] } else { 0.0 };
+        self.watchdog_timeout_ns = if timeout_s.is_nan() {
+            None
+        } else {
+            let s = if timeout_s > 0.0 { timeout_s } else { self.cfg.watchdog_default_s };
+            Some((s * 1e9) as u64) // saturating cast: +inf → never
+        };
+
+        let previous = self.mode;
+        match requested {
+            MODE_STOPPED => {
+                self.mode = MODE_STOPPED;
+                self.fault = fault::NONE;
+            }
+            MODE_POSITION => {
+                if previous != MODE_POSITION {
+                    self.control_pos = self.position();
+                    self.control_vel = self.velocity_rev_s;
+                    self.target_pos = f64::NAN;
+                }
+                let position = command[SLOT_POSITION];
+                let limited = limit_or_inf(command[SLOT_VELOCITY_LIMIT]).is_finite()
+                    || limit_or_inf(command[SLOT_ACCEL_LIMIT]).is_finite();
+                if limited {
+                    self.target_pos = position; // NaN: velocity-only profile
+                    self.trajectory_complete = false;
+                } else {
+                    if !position.is_nan() {
+                        self.control_pos = position;
+                    }
+                    self.target_pos = f64::NAN;
+                    self.trajectory_complete = true;
+                }
+                self.mode = MODE_POSITION;
+            }
+            MODE_ZERO_VELOCITY | MODE_STAY_WITHIN | MODE_BRAKE => self.mode = requested,
+            _ => self.mode = MODE_STOPPED, // unsupported: a stop that keeps nothing running
+        }
+        if self.mode != MODE_POSITION {
+            self.trajectory_complete = false;
+        }
+    }
+}
+
+impl RegisterServer for Servo {
+    fn write(&mut self, r: u16, value: Value) -> Result<(), u32> {
+        if r == reg::MODE {
+            // A NaN or out-of-range mode is an unsupported mode: handled as a stop.
+            let mode = value.as_i32().and_then(|m| u8::try_from(m).ok()).unwrap_or(u8::MAX);
+            self.pending_mode = Some(mode);
+            return Ok(());
+        }
+        if let Some(slot) = command_slot(r) {
+            self.pending[slot] = value.decode(class_of(r));
+            self.pending_command = true;
+            self.pending_timeout_written |= slot == SLOT_TIMEOUT;
+            return Ok(());
+        }
+        match r {
+            reg::SET_OUTPUT_NEAREST | reg::SET_OUTPUT_EXACT => {
+                let target = value.decode(ScaleClass::Position);
+                if target.is_finite() {
+                    self.pending_set_output = Some((target, r == reg::SET_OUTPUT_EXACT));
+                }
+                Ok(())
+            }
+            // Telemetry and identity are read-only; everything else is unknown.
+            _ => Err(ERROR_UNKNOWN_REGISTER),
+        }
+    }
+
+    fn read(&mut self, r: u16, res: Resolution) -> Result<Value, u32> {
+        let class = class_of(r);
+        let float = |x: f64| Ok(Value::encode(x, class, res));
+        match r {
+            reg::MODE => Ok(Value::encode_int(i32::from(self.mode), res)),
+            reg::POSITION => float(self.position()),
+            reg::VELOCITY => float(self.velocity_rev_s),
+            reg::TORQUE => float(self.torque_nm),
+            reg::Q_CURRENT => float(self.q_current_a),
+            reg::D_CURRENT => float(0.0),
+            reg::ABS_POSITION => float(self.phys_pos_rev.rem_euclid(1.0)),
+            reg::POWER => float(self.power_w),
+            reg::MOTOR_TEMPERATURE => float(self.motor_temp_c),
+            reg::TRAJECTORY_COMPLETE => Ok(Value::encode_int(i32::from(self.trajectory_complete), res)),
+            reg::HOME_STATE => Ok(Value::encode_int(0, res)),
+            reg::VOLTAGE => float(self.voltage_v),
+            reg::TEMPERATURE => float(self.board_temp_c),
+            reg::FAULT => Ok(Value::encode_int(i32::from(self.fault), res)),
+            reg::MILLISECOND_COUNTER => Ok(wrapping_int((self.now_ns / 1_000_000) as i64, res)),
+            reg::MODEL_NUMBER => Ok(wrapping_int(i64::from(MODEL_NUMBER), res)),
+            reg::FIRMWARE_VERSION => Ok(wrapping_int(i64::from(FIRMWARE_VERSION), res)),
+            reg::REGISTER_MAP_VERSION => Ok(Value::encode_int(i32::from(REGISTER_MAP_VERSION), res)),
+            reg::MULTIPLEX_ID => Ok(Value::encode_int(i32::from(self.cfg.id), res)),
+            reg::SERIAL_NUMBER1 => Ok(wrapping_int(0x5349_4D00 | i64::from(self.cfg.id), res)), // "SIM" + id
+            reg::SERIAL_NUMBER2 => Ok(wrapping_int(i64::from(self.cfg.can_prefix) << 8 | i64::from(self.cfg.id), res)),
+            reg::SERIAL_NUMBER3 => Ok(wrapping_int(0x1234_5678 ^ (i64::from(self.cfg.id) << 24), res)),
+            _ => match command_slot(r) {
+                Some(slot) => float(self.command[slot]),
+                None => Err(ERROR_UNKNOWN_REGISTER),
+            },
+        }
+    }
+
+    fn end_of_frame(&mut self) {
+        self.frame_ended = true;
+        if let Some((target, exact)) = self.pending_set_output.take() {
+            let current = self.position();
+            let shift = if exact { target - current } else { (target - current).round() };
+            self.output_offset_rev += shift;
+            self.control_pos += shift;
+            self.target_pos += shift;
+        }
+        let mode = self.pending_mode.take();
+        let wrote = core::mem::replace(&mut self.pending_command, false);
+        if mode.is_some() || wrote {
+            self.commit_command(mode.unwrap_or(self.mode));
+        }
+        self.pending = UNSET;
+        self.pending_timeout_written = false;
+    }
+}

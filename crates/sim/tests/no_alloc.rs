@@ -1,0 +1,98 @@
+//! The per-frame paths never allocate: counted with a global allocator that tallies the
+//! allocations made on the test's own thread while counting is switched on.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::*;
+use proto::frame::CanFdFrame;
+use proto::host::PositionCommand;
+
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+}
+
+fn note() {
+    if COUNTING.with(|c| c.get()) {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: forwards every call unchanged to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note();
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note();
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note();
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+#[test]
+fn cycles_on_the_default_quadruped_do_not_allocate() {
+    let (mut buses, mut imu) = sim::default_quadruped();
+    for bus in &mut buses {
+        bus.enable_trace(8);
+    }
+    let cmd = PositionCommand { position: Some(0.1), velocity: Some(0.0), ..Default::default() };
+    let frames: Vec<Vec<CanFdFrame>> =
+        (0..4u8).map(|b| (1..=3u8).map(|k| position_comprehensive(b * 3 + k, &cmd)).collect()).collect();
+    let junk = raw(1, &[0x1f, 0xff, 0xff, 0xff, 0xff, 0x7f, 0x0d, 0x00, 0x05]);
+
+    COUNTING.with(|c| c.set(true));
+    let mut received = 0;
+    for cycle in 0..200u64 {
+        let t0 = cycle * MS;
+        for (bus, fs) in buses.iter_mut().zip(&frames) {
+            for f in fs {
+                bus.submit(f, t0).unwrap();
+            }
+        }
+        bus_submit_junk(&mut buses[0], &junk, t0);
+        let _ = imu.sample(t0);
+        for bus in &mut buses {
+            while let Some(t) = bus.next_event_ns() {
+                if t > t0 + 950_000 {
+                    break;
+                }
+                while bus.poll_rx(t).is_some() {
+                    received += 1;
+                }
+            }
+        }
+    }
+    let mut servo = sim::Servo::new(sim::ServoConfig::new(1));
+    let mut reply = CanFdFrame::default();
+    for k in 0..100u64 {
+        let _ = servo.handle_frame(&frames[0][0], k * MS, &mut reply);
+        let _ = servo.handle_frame(&junk, k * MS, &mut reply);
+        let _ = servo.telemetry();
+    }
+    COUNTING.with(|c| c.set(false));
+
+    assert_eq!(ALLOCATIONS.load(Ordering::Relaxed), 0);
+    assert!(received >= 200 * 12, "{received}");
+}
+
+fn bus_submit_junk(bus: &mut sim::SimBus, junk: &CanFdFrame, t: u64) {
+    bus.submit(junk, t).unwrap();
+}
