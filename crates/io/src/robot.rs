@@ -26,6 +26,9 @@ pub struct ServoSpec {
 }
 
 /// What to tell one servo this cycle. Every command also queries the servo's state.
+// Commands live in fixed, caller-owned arrays that are rewritten every cycle; boxing the
+// large variant would put a heap allocation on the hot path, so the size is the price.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ServoCommand {
     /// Only ask for the state.

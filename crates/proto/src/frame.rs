@@ -32,12 +32,13 @@ impl fmt::Display for FrameError {
 
 /// Smallest valid CAN-FD payload length that holds `len` bytes, or `None` above 64.
 pub const fn round_up_dlc(len: usize) -> Option<usize> {
-    let mut i = 0;
-    while i < DLC_LENGTHS.len() {
-        if DLC_LENGTHS[i] as usize >= len {
-            return Some(DLC_LENGTHS[i] as usize);
+    // A const fn cannot use iterators; walk the table by destructuring instead of indexing.
+    let mut rest: &[u8] = &DLC_LENGTHS;
+    while let [first, tail @ ..] = rest {
+        if *first as usize >= len {
+            return Some(*first as usize);
         }
-        i += 1;
+        rest = tail;
     }
     None
 }
@@ -112,7 +113,7 @@ impl CanFdFrame {
 
     /// The valid payload bytes.
     pub fn payload(&self) -> &[u8] {
-        &self.data[..(self.len as usize).min(MAX_DATA)]
+        self.data.get(..self.len as usize).unwrap_or(&self.data)
     }
 
     /// Replace the payload.
@@ -120,7 +121,10 @@ impl CanFdFrame {
         if payload.len() > MAX_DATA {
             return Err(FrameError::TooLong(payload.len()));
         }
-        self.data[..payload.len()].copy_from_slice(payload);
+        let Some(dst) = self.data.get_mut(..payload.len()) else {
+            return Err(FrameError::TooLong(payload.len()));
+        };
+        dst.copy_from_slice(payload);
         self.len = payload.len() as u8;
         Ok(())
     }
@@ -129,8 +133,8 @@ impl CanFdFrame {
     pub fn pad_to_dlc(&mut self) {
         let len = (self.len as usize).min(MAX_DATA);
         let padded = round_up_dlc(len).unwrap_or(MAX_DATA);
-        for b in &mut self.data[len..padded] {
-            *b = PAD_BYTE;
+        if let Some(tail) = self.data.get_mut(len..padded) {
+            tail.fill(PAD_BYTE);
         }
         self.len = padded as u8;
     }

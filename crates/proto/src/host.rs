@@ -13,20 +13,6 @@
 //! consecutive registers with one resolution becomes one subframe, and a gap or a change
 //! of resolution starts the next.
 
-// Mechanical backing for "never panics": no indexing, unwrap or overflowing arithmetic.
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::indexing_slicing,
-        clippy::arithmetic_side_effects,
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::unreachable,
-        clippy::todo
-    )
-)]
-
 use crate::register::{class_of, reg, Mode};
 use crate::subframe::{subframes, DecodeError, Subframe};
 use crate::value::{Resolution, Value};
@@ -167,6 +153,28 @@ impl Default for PositionResolution {
 }
 
 impl PositionResolution {
+    /// Resolutions of the 14 position-mode registers 0x020..=0x02D, in register order.
+    pub const fn from_registers(r: [Resolution; 14]) -> Self {
+        let [position, velocity, feedforward_torque, kp_scale, kd_scale, maximum_torque, stop_position, watchdog_timeout, velocity_limit, accel_limit, fixed_voltage_override, ilimit_scale, fixed_current_override, ignore_position_bounds] =
+            r;
+        PositionResolution {
+            position,
+            velocity,
+            feedforward_torque,
+            kp_scale,
+            kd_scale,
+            maximum_torque,
+            stop_position,
+            watchdog_timeout,
+            velocity_limit,
+            accel_limit,
+            fixed_voltage_override,
+            ilimit_scale,
+            fixed_current_override,
+            ignore_position_bounds,
+        }
+    }
+
     /// Every field at `res`.
     pub const fn all(res: Resolution) -> Self {
         PositionResolution {
@@ -189,6 +197,29 @@ impl PositionResolution {
 }
 
 impl PositionCommand {
+    /// Values of the 14 position-mode registers 0x020..=0x02D, in register order
+    /// (`None` = not sent).
+    pub const fn from_registers(v: [Option<f64>; 14]) -> Self {
+        let [position, velocity, feedforward_torque, kp_scale, kd_scale, maximum_torque, stop_position, watchdog_timeout, velocity_limit, accel_limit, fixed_voltage_override, ilimit_scale, fixed_current_override, ignore_position_bounds] =
+            v;
+        PositionCommand {
+            position,
+            velocity,
+            feedforward_torque,
+            kp_scale,
+            kd_scale,
+            maximum_torque,
+            stop_position,
+            watchdog_timeout,
+            velocity_limit,
+            accel_limit,
+            fixed_voltage_override,
+            ilimit_scale,
+            fixed_current_override,
+            ignore_position_bounds,
+        }
+    }
+
     /// `(register, value, resolution)` for 0x020..=0x02D in register order.
     pub fn entries(&self, res: &PositionResolution) -> [(u16, Option<f64>, Resolution); 14] {
         [
@@ -299,6 +330,32 @@ impl QueryReads {
 }
 
 impl QueryFormat {
+    /// A query of the 14 telemetry registers in register order (mode, position, velocity,
+    /// torque, q current, d current, absolute position, power, motor temperature,
+    /// trajectory complete, home state, voltage, temperature, fault), `None` = not asked;
+    /// no extras. Handy where resolutions come from a table or a config file.
+    pub const fn from_telemetry(f: [Option<Resolution>; 14]) -> Self {
+        let [mode, position, velocity, torque, q_current, d_current, abs_position, power, motor_temperature, trajectory_complete, home_state, voltage, temperature, fault] =
+            f;
+        QueryFormat {
+            mode,
+            position,
+            velocity,
+            torque,
+            q_current,
+            d_current,
+            abs_position,
+            power,
+            motor_temperature,
+            trajectory_complete,
+            home_state,
+            voltage,
+            temperature,
+            fault,
+            ..QueryFormat::empty()
+        }
+    }
+
     /// Reads nothing.
     pub const fn empty() -> Self {
         QueryFormat {

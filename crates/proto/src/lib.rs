@@ -20,6 +20,20 @@
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+// Mechanical backing for "never panics": outside tests, clippy rejects indexing, unwrap,
+// expect, explicit panics and overflowing arithmetic anywhere in the crate.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::indexing_slicing,
+        clippy::arithmetic_side_effects,
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::unreachable,
+        clippy::todo
+    )
+)]
 
 #[cfg(test)]
 extern crate std;

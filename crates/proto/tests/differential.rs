@@ -125,38 +125,8 @@ fn position_case() -> impl Strategy<Value = (PositionCommand, PositionResolution
         let v: Vec<Option<f64>> = f.iter().map(|x| x.1).collect();
         let r: Vec<Resolution> = f.iter().map(|x| x.0).collect();
         (
-            PositionCommand {
-                position: v[0],
-                velocity: v[1],
-                feedforward_torque: v[2],
-                kp_scale: v[3],
-                kd_scale: v[4],
-                maximum_torque: v[5],
-                stop_position: v[6],
-                watchdog_timeout: v[7],
-                velocity_limit: v[8],
-                accel_limit: v[9],
-                fixed_voltage_override: v[10],
-                ilimit_scale: v[11],
-                fixed_current_override: v[12],
-                ignore_position_bounds: v[13],
-            },
-            PositionResolution {
-                position: r[0],
-                velocity: r[1],
-                feedforward_torque: r[2],
-                kp_scale: r[3],
-                kd_scale: r[4],
-                maximum_torque: r[5],
-                stop_position: r[6],
-                watchdog_timeout: r[7],
-                velocity_limit: r[8],
-                accel_limit: r[9],
-                fixed_voltage_override: r[10],
-                ilimit_scale: r[11],
-                fixed_current_override: r[12],
-                ignore_position_bounds: r[13],
-            },
+            PositionCommand::from_registers(v.try_into().unwrap()),
+            PositionResolution::from_registers(r.try_into().unwrap()),
         )
     })
 }
@@ -210,23 +180,8 @@ fn query_format() -> impl Strategy<Value = QueryFormat> {
         ),
     )
         .prop_map(|(f, extras)| {
-            let mut q = QueryFormat {
-                mode: f[0],
-                position: f[1],
-                velocity: f[2],
-                torque: f[3],
-                q_current: f[4],
-                d_current: f[5],
-                abs_position: f[6],
-                power: f[7],
-                motor_temperature: f[8],
-                trajectory_complete: f[9],
-                home_state: f[10],
-                voltage: f[11],
-                temperature: f[12],
-                fault: f[13],
-                ..QueryFormat::empty()
-            };
+            let fields: [Option<Resolution>; 14] = f.try_into().unwrap();
+            let mut q = QueryFormat::from_telemetry(fields);
             for (r, res) in extras {
                 q.add_extra(r, res).unwrap();
             }

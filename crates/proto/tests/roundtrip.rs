@@ -93,38 +93,8 @@ fn opt_value() -> impl Strategy<Value = Option<f64>> {
 
 fn position_command() -> impl Strategy<Value = (PositionCommand, PositionResolution)> {
     (proptest::collection::vec(opt_value(), 14), proptest::collection::vec(resolution(), 14)).prop_map(|(v, r)| {
-        let cmd = PositionCommand {
-            position: v[0],
-            velocity: v[1],
-            feedforward_torque: v[2],
-            kp_scale: v[3],
-            kd_scale: v[4],
-            maximum_torque: v[5],
-            stop_position: v[6],
-            watchdog_timeout: v[7],
-            velocity_limit: v[8],
-            accel_limit: v[9],
-            fixed_voltage_override: v[10],
-            ilimit_scale: v[11],
-            fixed_current_override: v[12],
-            ignore_position_bounds: v[13],
-        };
-        let res = PositionResolution {
-            position: r[0],
-            velocity: r[1],
-            feedforward_torque: r[2],
-            kp_scale: r[3],
-            kd_scale: r[4],
-            maximum_torque: r[5],
-            stop_position: r[6],
-            watchdog_timeout: r[7],
-            velocity_limit: r[8],
-            accel_limit: r[9],
-            fixed_voltage_override: r[10],
-            ilimit_scale: r[11],
-            fixed_current_override: r[12],
-            ignore_position_bounds: r[13],
-        };
+        let cmd = PositionCommand::from_registers(v.try_into().unwrap());
+        let res = PositionResolution::from_registers(r.try_into().unwrap());
         (cmd, res)
     })
 }
@@ -135,23 +105,8 @@ fn query_format() -> impl Strategy<Value = QueryFormat> {
         proptest::collection::vec((0x10u16..0x200, resolution()), 0..=8),
     )
         .prop_map(|(f, extras)| {
-            let mut q = QueryFormat {
-                mode: f[0],
-                position: f[1],
-                velocity: f[2],
-                torque: f[3],
-                q_current: f[4],
-                d_current: f[5],
-                abs_position: f[6],
-                power: f[7],
-                motor_temperature: f[8],
-                trajectory_complete: f[9],
-                home_state: f[10],
-                voltage: f[11],
-                temperature: f[12],
-                fault: f[13],
-                ..QueryFormat::empty()
-            };
+            let fields: [Option<Resolution>; 14] = f.try_into().unwrap();
+            let mut q = QueryFormat::from_telemetry(fields);
             for (r, res) in extras {
                 q.add_extra(r, res).unwrap();
             }

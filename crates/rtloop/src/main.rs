@@ -33,10 +33,10 @@ enum Command {
 #[derive(Args)]
 struct RunArgs {
     /// Seconds to run.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true)]
     duration: f64,
     /// Loop rate in Hz.
-    #[arg(long, default_value_t = 1000.0)]
+    #[arg(long, default_value_t = 1000.0, allow_negative_numbers = true)]
     rate: f64,
     /// Print the summary as one JSON object on the last line of stdout.
     #[arg(long)]

@@ -75,7 +75,7 @@ pub struct RunSummary {
     pub rate_hz: f64,
     /// Requested loop rate.
     pub target_rate_hz: f64,
-    /// Wall time of the loop, s.
+    /// Time between the first and the last wakeup, s (covers `cycles − 1` periods).
     pub elapsed_s: f64,
     /// Servos driven.
     pub servos: usize,

@@ -122,7 +122,18 @@ fn budget_prints_the_model_term_by_term() {
     let j: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     let total = j["total_us"].as_f64().unwrap();
     assert!(total > 0.0 && total < 1000.0, "{j}");
-    assert!(j["terms"].as_array().unwrap().len() >= 4, "{j}");
+    assert!(j["terms"].as_array().unwrap().len() >= 3, "{j}");
+    let buses = j["buses"].as_array().unwrap();
+    assert_eq!(buses.len(), 4);
+    for b in buses {
+        let names: Vec<&str> = b["terms"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+        for want in ["command frames", "reply frames", "turnaround"] {
+            assert!(names.contains(&want), "{names:?}");
+        }
+        // The bus total is the sum of its terms.
+        let sum: f64 = b["terms"].as_array().unwrap().iter().map(|t| t["us"].as_f64().unwrap()).sum();
+        assert!((sum - b["total_us"].as_f64().unwrap()).abs() < 0.01);
+    }
     let o = rtloop(&["budget"]);
     assert!(o.status.success());
     assert!(stdout(&o).contains("total"));

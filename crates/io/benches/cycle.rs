@@ -1,0 +1,66 @@
+//! Host cost of one robot cycle: 12 position commands encoded, handed to four in-process
+//! simulated buses, every servo's physics and reply computed, 12 replies decoded, the IMU
+//! read. Runs on the virtual clock, so no time is spent waiting for simulated wires: what
+//! is measured is CPU work only (host side plus the simulator's own work, an upper bound on
+//! the host's share).
+//!
+//! `cargo bench -p rtloop-io --bench cycle`
+
+use io::{default_quadruped, Clock, MonotonicClock, RobotConfig, ServoCommand, ServoReply, VirtualClock};
+use proto::host::PositionCommand;
+
+fn main() {
+    let clock = VirtualClock::new(0);
+    let mut robot = default_quadruped(clock.clone(), RobotConfig::default()).expect("robot");
+    let mut replies = [ServoReply::default(); 12];
+    let mut imu = Default::default();
+    let wall = MonotonicClock::default();
+    let mut samples = Vec::with_capacity(20_000);
+    for k in 0..20_000u64 {
+        let commands = [ServoCommand::Position(PositionCommand {
+            position: Some(0.01 * (k % 100) as f64),
+            velocity: Some(0.0),
+            kp_scale: Some(1.0),
+            kd_scale: Some(1.0),
+            feedforward_torque: Some(0.0),
+            maximum_torque: Some(4.0),
+            ..Default::default()
+        }); 12];
+        let t0 = wall.now_ns();
+        let report = robot.cycle(&commands, &mut replies, &mut imu);
+        samples.push(wall.now_ns() - t0);
+        assert_eq!(report.missing, 0);
+        clock.advance_ns(1_000_000);
+    }
+    report("robot cycle incl. simulator physics, 12 servos / 4 buses", &mut samples);
+
+    // The host's own share per frame: encode one command (padded) and decode one reply.
+    let config = RobotConfig::default();
+    let spec = robot.servos()[0];
+    let cmd =
+        ServoCommand::Position(PositionCommand { position: Some(0.1), velocity: Some(0.0), ..Default::default() });
+    let mut frame = proto::CanFdFrame::default();
+    let mut servo = sim::Servo::new(sim::ServoConfig::new(1));
+    let mut reply = proto::CanFdFrame::default();
+    io::robot::encode_command(&config, spec, &cmd, &mut frame).expect("encode");
+    assert!(servo.handle_frame(&frame, 0, &mut reply));
+    let mut per_frame = Vec::with_capacity(2000);
+    for _ in 0..2000 {
+        let t0 = wall.now_ns();
+        for _ in 0..100 {
+            io::robot::encode_command(&config, spec, std::hint::black_box(&cmd), &mut frame).expect("encode");
+            let mut state = proto::host::ServoState::default();
+            proto::host::decode_reply(std::hint::black_box(reply.payload()), &mut state).expect("decode");
+            std::hint::black_box(&state);
+        }
+        per_frame.push((wall.now_ns() - t0) / 100);
+    }
+    report("host encode + decode of one servo's frames", &mut per_frame);
+}
+
+fn report(what: &str, samples: &mut [u64]) {
+    samples.sort_unstable();
+    let pct = |q: f64| samples[((samples.len() - 1) as f64 * q) as usize] as f64 / 1000.0;
+    let mean = samples.iter().sum::<u64>() as f64 / samples.len() as f64 / 1000.0;
+    println!("{what}: mean {mean:.3} µs  p50 {:.3}  p99 {:.3}  max {:.3} µs", pct(0.5), pct(0.99), pct(1.0));
+}
