@@ -38,8 +38,24 @@ unsafe impl GlobalAlloc for CountingAllocator {
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
 
+/// The harness itself must be able to see an allocation, or the test below proves nothing.
+#[test]
+fn the_counting_allocator_sees_allocations() {
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    ALLOCATIONS.store(0, Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
+    let v: Vec<u64> = std::hint::black_box(Vec::with_capacity(16));
+    COUNTING.store(false, Ordering::SeqCst);
+    drop(v);
+    assert!(ALLOCATIONS.load(Ordering::SeqCst) >= 1);
+}
+
+/// The two tests share the global counter: run them one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn robot_cycles_never_allocate() {
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let clock = VirtualClock::new(1_000_000_000);
     let mut robot = default_quadruped(clock.clone(), RobotConfig::default()).unwrap();
     let mut commands = [ServoCommand::Query; 12];
@@ -51,6 +67,7 @@ fn robot_cycles_never_allocate() {
         clock.advance_ns(1_000_000);
     }
 
+    ALLOCATIONS.store(0, Ordering::SeqCst);
     COUNTING.store(true, Ordering::SeqCst);
     let mut missing = 0;
     for k in 0..5000u32 {

@@ -4,7 +4,8 @@
 //!
 //! The loop sleeps to absolute deadlines (`clock_nanosleep` with `TIMER_ABSTIME`), so a late
 //! wakeup never shifts later periods. An overrun (a cycle still running at the next
-//! deadline) is counted and the missed periods are skipped rather than bunched up.
+//! deadline) is counted; the period already begun runs late at once, and periods that have
+//! passed entirely are skipped and counted rather than run back to back.
 //!
 //! Must never: allocate, lock or print on the loop thread. Progress reaches the main thread
 //! through atomics; the histograms are handed back when the loop ends.
@@ -182,8 +183,11 @@ fn run_loop(mut robot: Robot<MonotonicClock>, opts: &RunOptions, progress: &Prog
         next += period_ns;
         let now = clock.now_ns();
         if now > next {
+            // Overrun: the next period has already begun. Run it at once (its lateness is
+            // recorded as wakeup latency) but skip every period that has passed entirely,
+            // so deadlines stay on the grid and cycles never bunch up.
             overruns += 1;
-            let missed = (now - next) / period_ns + 1;
+            let missed = (now - next) / period_ns;
             skipped += missed;
             next += missed * period_ns;
             progress.overruns.store(overruns, Ordering::Relaxed);
