@@ -102,7 +102,7 @@ pub struct RunSummary {
     pub model_cycle_us: f64,
     /// Final state per servo id.
     #[serde(rename = "final")]
-    pub final_state: BTreeMap<String, FinalServo>,
+    pub final_state: BTreeMap<u8, FinalServo>,
 }
 
 fn opt(x: f64) -> Option<f64> {
@@ -249,7 +249,7 @@ pub fn run(opts: &RunOptions) -> Result<RunSummary, String> {
     for (spec, reply) in servos.iter().zip(&result.replies) {
         let s = &reply.state;
         final_state.insert(
-            spec.id.to_string(),
+            spec.id,
             FinalServo {
                 bus: spec.bus + 1,
                 mode: s.mode,
