@@ -16,6 +16,14 @@ pub trait Clock {
     fn now_ns(&self) -> u64;
     /// Return at (or just after) `t_ns`. Returns at once when `t_ns` is in the past.
     fn wait_until_ns(&self, t_ns: u64);
+
+    /// Wait until `t_ns` or until one of `fds` becomes readable, whichever is first.
+    /// The default ignores the descriptors (right for a virtual clock, where no device
+    /// can be waited on).
+    fn wait_readable_until_ns(&self, fds: &mut [libc::pollfd], t_ns: u64) {
+        let _ = fds;
+        self.wait_until_ns(t_ns)
+    }
 }
 
 /// `CLOCK_MONOTONIC`, sleeping with absolute deadlines and spinning for the last
@@ -67,6 +75,20 @@ impl Clock for MonotonicClock {
         monotonic_now_ns()
     }
 
+    fn wait_readable_until_ns(&self, fds: &mut [libc::pollfd], t_ns: u64) {
+        let now = monotonic_now_ns();
+        if t_ns <= now || fds.is_empty() {
+            return self.wait_until_ns(t_ns);
+        }
+        let dt = t_ns - now;
+        let ts = libc::timespec { tv_sec: (dt / 1_000_000_000) as libc::time_t, tv_nsec: (dt % 1_000_000_000) as libc::c_long };
+        // SAFETY: `fds` is a valid, writable slice of pollfd for its whole length; `ts` is a
+        // valid timespec; a null sigmask leaves the signal mask unchanged.
+        unsafe {
+            libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null());
+        }
+    }
+
     fn wait_until_ns(&self, t_ns: u64) {
         let now = monotonic_now_ns();
         if t_ns <= now {
@@ -116,6 +138,9 @@ impl<C: Clock + ?Sized> Clock for &C {
     }
     fn wait_until_ns(&self, t_ns: u64) {
         (**self).wait_until_ns(t_ns)
+    }
+    fn wait_readable_until_ns(&self, fds: &mut [libc::pollfd], t_ns: u64) {
+        (**self).wait_readable_until_ns(fds, t_ns)
     }
 }
 

@@ -25,11 +25,14 @@
 pub mod clock;
 pub mod cycle;
 pub mod robot;
+pub mod serve;
 pub mod simulated;
 pub mod transport;
+pub mod uri;
 
 pub use clock::{Clock, MonotonicClock, VirtualClock};
 pub use cycle::{CycleOptions, CycleStats, Cycler, RxFrame, SetupError, TxFrame, MAX_BUSES};
 pub use robot::{CycleReport, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec};
 pub use simulated::{default_quadruped, SimImu, SimTransport};
-pub use transport::{ImuSource, Transport, TransportError};
+pub use transport::{ImuSource, Transport, TransportCounters, TransportError};
+pub use uri::{BusUri, UriError};

@@ -8,6 +8,22 @@
 
 use proto::CanFdFrame;
 use std::fmt;
+use std::os::fd::RawFd;
+
+/// Running counts a transport keeps about itself (never reset by a cycle).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransportCounters {
+    /// Frames handed to the device.
+    pub sent: u64,
+    /// Frames received from the device.
+    pub received: u64,
+    /// Lines, datagrams or frames that were not the protocol (garbage, bad CRC, `ERR`).
+    pub protocol_errors: u64,
+    /// Times the device went away.
+    pub disconnects: u64,
+    /// Times it was opened again after going away.
+    pub reconnects: u64,
+}
 
 /// Why a transport could not move a frame. Small and `Copy`: it is created on the hot path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +69,23 @@ pub trait Transport: Send {
         None
     }
 
+    /// Push out anything `send` buffered (e.g. several frames in one datagram). The cycle
+    /// calls it once after its write phase. Must not block.
+    fn flush(&mut self, _now_ns: u64) -> Result<(), TransportError> {
+        Ok(())
+    }
+
+    /// A file descriptor that becomes readable when `recv` may have something, so the cycle
+    /// can sleep in `ppoll` instead of spinning. `None` for in-process transports.
+    fn poll_fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    /// Running counters (protocol errors, disconnects, …).
+    fn counters(&self) -> TransportCounters {
+        TransportCounters::default()
+    }
+
     /// Throw away frames that arrived before a cycle starts (late replies of an earlier
     /// cycle) so they are not mistaken for this cycle's answers. Returns how many.
     fn drain(&mut self, now_ns: u64) -> Result<usize, TransportError> {
@@ -79,6 +112,15 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn drain(&mut self, now_ns: u64) -> Result<usize, TransportError> {
         (**self).drain(now_ns)
+    }
+    fn flush(&mut self, now_ns: u64) -> Result<(), TransportError> {
+        (**self).flush(now_ns)
+    }
+    fn poll_fd(&self) -> Option<RawFd> {
+        (**self).poll_fd()
+    }
+    fn counters(&self) -> TransportCounters {
+        (**self).counters()
     }
 }
 

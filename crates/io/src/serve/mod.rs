@@ -1,0 +1,71 @@
+//! The simulator behind a real device: simulated buses served over a pseudo-terminal that
+//! speaks the fdcanusb protocol, or over UDP, so that unmodified clients (the moteus Python
+//! package, moteus_tool, our own transports) can drive them.
+//!
+//! An [`Endpoint`] is the device side of one bus; [`serve`] runs every endpoint and its
+//! [`sim::SimBus`] in real time on one thread until asked to stop.
+//!
+//! Must never: block on one endpoint while others have work, or let a misbehaving client
+//! (garbage, a closed pty, a vanished peer) stop the server: errors are counted and the
+//! endpoint waits for the next client.
+
+use proto::CanFdFrame;
+use sim::SimBus;
+use std::fmt;
+use std::os::fd::RawFd;
+
+/// What went wrong on an endpoint. The server logs it, counts it and carries on.
+#[derive(Debug)]
+pub enum EndpointError {
+    /// An operating-system error.
+    Io(std::io::Error),
+    /// The client sent something that is not the protocol (counted, answered with ERR where
+    /// the protocol has one).
+    Protocol(String),
+}
+
+impl fmt::Display for EndpointError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EndpointError::Io(e) => write!(f, "{e}"),
+            EndpointError::Protocol(m) => write!(f, "protocol error: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for EndpointError {}
+
+impl From<std::io::Error> for EndpointError {
+    fn from(e: std::io::Error) -> Self {
+        EndpointError::Io(e)
+    }
+}
+
+/// Running counts an endpoint keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EndpointCounters {
+    /// Frames received from the client and put on the simulated bus.
+    pub frames_in: u64,
+    /// Frames sent to the client.
+    pub frames_out: u64,
+    /// Lines/datagrams that were not the protocol.
+    pub protocol_errors: u64,
+    /// Frames the client was not there to take.
+    pub dropped: u64,
+}
+
+/// The device side of one simulated bus.
+pub trait Endpoint: Send {
+    /// What to call it in messages, e.g. `fdcanusb:/tmp/rtloop-bus1`.
+    fn name(&self) -> &str;
+    /// Descriptor that becomes readable when the client has sent something.
+    fn fd(&self) -> RawFd;
+    /// Read and handle everything the client has sent so far: submit its frames to `bus`
+    /// at `now_ns` and answer at the protocol level (`OK`, `ERR`). Never blocks.
+    fn service(&mut self, bus: &mut SimBus, now_ns: u64) -> Result<(), EndpointError>;
+    /// Hand one frame that `bus` delivered towards the host to the client. Never blocks:
+    /// when the client is not reading, drop the frame and count it.
+    fn deliver(&mut self, frame: &CanFdFrame, now_ns: u64) -> Result<(), EndpointError>;
+    /// Counters.
+    fn counters(&self) -> EndpointCounters;
+}

@@ -1,0 +1,173 @@
+//! Bus addresses as users write them: `sim`, `fdcanusb:PATH`, `socketcan:IFACE`,
+//! `udp:HOST:PORT[?bus=N]`.
+//!
+//! Must never: touch a device. Parsing is pure; every mistake comes back as one message
+//! that says what was wrong and what a valid address looks like.
+
+use std::fmt;
+
+/// Where one bus is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BusUri {
+    /// The in-process simulator.
+    Sim,
+    /// An fdcanusb (or anything speaking its text protocol) on a serial device or pty.
+    Fdcanusb {
+        /// Device path.
+        path: String,
+    },
+    /// A Linux SocketCAN interface.
+    SocketCan {
+        /// Interface name, e.g. `can0`.
+        iface: String,
+    },
+    /// CAN-FD frames in UDP datagrams (see `docs/udp-framing.md`).
+    Udp {
+        /// Host name or address (IPv6 without brackets).
+        host: String,
+        /// UDP port.
+        port: u16,
+        /// Bus number carried in the datagrams (default 1).
+        bus: u8,
+    },
+}
+
+/// A bus address that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UriError(pub String);
+
+impl fmt::Display for UriError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UriError {}
+
+const FORMS: &str = "sim, fdcanusb:/dev/ttyACM0, socketcan:can0 or udp:127.0.0.1:9000";
+
+impl fmt::Display for BusUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BusUri::Sim => write!(f, "sim"),
+            BusUri::Fdcanusb { path } => write!(f, "fdcanusb:{path}"),
+            BusUri::SocketCan { iface } => write!(f, "socketcan:{iface}"),
+            BusUri::Udp { host, port, bus } => {
+                let h = if host.contains(':') { format!("[{host}]") } else { host.clone() };
+                if *bus == 1 {
+                    write!(f, "udp:{h}:{port}")
+                } else {
+                    write!(f, "udp:{h}:{port}?bus={bus}")
+                }
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for BusUri {
+    type Err = UriError;
+    fn from_str(s: &str) -> Result<Self, UriError> {
+        parse(s)
+    }
+}
+
+/// Parse a bus address.
+pub fn parse(text: &str) -> Result<BusUri, UriError> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Err(UriError(format!("empty bus address: give one of {FORMS}")));
+    }
+    if t == "sim" {
+        return Ok(BusUri::Sim);
+    }
+    let Some((scheme, rest)) = t.split_once(':') else {
+        return Err(UriError(format!("'{t}' is not a bus address: give one of {FORMS}")));
+    };
+    match scheme {
+        "fdcanusb" => {
+            if rest.is_empty() {
+                return Err(UriError("fdcanusb: needs a device path, e.g. fdcanusb:/dev/ttyACM0".into()));
+            }
+            Ok(BusUri::Fdcanusb { path: rest.to_string() })
+        }
+        "socketcan" => {
+            if rest.is_empty() || rest.len() > 15 || rest.contains('/') || rest.contains(char::is_whitespace) {
+                return Err(UriError(format!(
+                    "'{rest}' is not a network interface name: give e.g. socketcan:can0 (at most 15 characters)"
+                )));
+            }
+            Ok(BusUri::SocketCan { iface: rest.to_string() })
+        }
+        "udp" => parse_udp(rest),
+        other => Err(UriError(format!("unknown transport '{other}' in '{t}': give one of {FORMS}"))),
+    }
+}
+
+fn parse_udp(rest: &str) -> Result<BusUri, UriError> {
+    let (addr, query) = match rest.split_once('?') {
+        Some((a, q)) => (a, Some(q)),
+        None => (rest, None),
+    };
+    let bad = || UriError(format!("'udp:{rest}' is not a UDP address: give udp:HOST:PORT, e.g. udp:127.0.0.1:9000"));
+    let (host, port) = if let Some(v6) = addr.strip_prefix('[') {
+        let (h, p) = v6.split_once("]:").ok_or_else(bad)?;
+        (h, p)
+    } else {
+        addr.rsplit_once(':').ok_or_else(bad)?
+    };
+    if host.is_empty() {
+        return Err(bad());
+    }
+    let port: u16 = port.parse().map_err(|_| UriError(format!("'{port}' is not a UDP port number (1-65535)")))?;
+    if port == 0 {
+        return Err(UriError("UDP port 0 is not a port a peer can listen on: give 1-65535".into()));
+    }
+    let mut bus = 1u8;
+    if let Some(q) = query {
+        for kv in q.split('&') {
+            match kv.split_once('=') {
+                Some(("bus", v)) => {
+                    bus = v.parse().ok().filter(|b| *b >= 1).ok_or_else(|| {
+                        UriError(format!("'{v}' is not a bus number: give ?bus=N with N from 1 to 255"))
+                    })?
+                }
+                _ => return Err(UriError(format!("unknown option '{kv}' in 'udp:{rest}': only ?bus=N is understood"))),
+            }
+        }
+    }
+    Ok(BusUri::Udp { host: host.to_string(), port, bus })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn valid_addresses_parse_and_print_back() {
+        for s in ["sim", "fdcanusb:/dev/ttyACM0", "socketcan:can0", "udp:127.0.0.1:9000", "udp:[::1]:9000?bus=3"] {
+            let u = parse(s).unwrap();
+            assert_eq!(u.to_string(), s);
+            assert_eq!(parse(&u.to_string()).unwrap(), u);
+        }
+        assert_eq!(parse("udp:localhost:7").unwrap(), BusUri::Udp { host: "localhost".into(), port: 7, bus: 1 });
+    }
+
+    #[test]
+    fn mistakes_get_one_clear_message() {
+        for (s, want) in [
+            ("", "empty"),
+            ("ttyACM0", "not a bus address"),
+            ("serial:/dev/x", "unknown transport"),
+            ("fdcanusb:", "device path"),
+            ("socketcan:", "interface"),
+            ("udp:127.0.0.1", "UDP address"),
+            ("udp:127.0.0.1:99999", "port"),
+            ("udp:127.0.0.1:0", "port 0"),
+            ("udp:127.0.0.1:9000?bus=0", "bus number"),
+            ("udp:127.0.0.1:9000?x=1", "unknown option"),
+        ] {
+            let e = parse(s).unwrap_err().to_string();
+            assert!(e.contains(want), "{s:?}: {e}");
+        }
+    }
+}
