@@ -129,3 +129,21 @@ pub trait ImuSource: Send {
     /// Read the latest attitude into `out` at `now_ns`; `Ok(false)` when none is available.
     fn read(&mut self, now_ns: u64, out: &mut sim::ImuSample) -> Result<bool, TransportError>;
 }
+
+/// A transport that could not be opened: which address, and one sentence saying what is
+/// wrong and how to fix it (e.g. "No such file or directory: is the adapter plugged in?").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenError {
+    /// The address as the user wrote it, e.g. `fdcanusb:/dev/ttyACM0`.
+    pub uri: String,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot open {}: {}", self.uri, self.message)
+    }
+}
+
+impl std::error::Error for OpenError {}
