@@ -9,6 +9,12 @@
 //! (garbage, a closed pty, a vanished peer) stop the server: errors are counted and the
 //! endpoint waits for the next client.
 
+pub mod pty;
+pub mod runner;
+
+pub use pty::PtyFdcanusbEndpoint;
+pub use runner::{serve, EndpointReport, ServeHandle, ServeReport, ServedBus};
+
 use proto::CanFdFrame;
 use sim::SimBus;
 use std::fmt;
