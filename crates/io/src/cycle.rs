@@ -217,6 +217,11 @@ impl<C: Clock> Cycler<C> {
         self.buses.len()
     }
 
+    /// Running counters of bus `i` (protocol errors, disconnects, reconnects, …).
+    pub fn bus_counters(&self, i: usize) -> Option<crate::transport::TransportCounters> {
+        self.buses.get(i).map(|b| b.counters())
+    }
+
     /// The name of bus `i`.
     pub fn bus_name(&self, i: usize) -> Option<&str> {
         self.buses.get(i).map(|b| b.name())

@@ -24,10 +24,14 @@
 
 pub mod clock;
 pub mod cycle;
+pub mod open;
+pub mod fdcanusb;
 pub mod robot;
 pub mod serve;
 pub mod simulated;
+pub mod socketcan;
 pub mod transport;
+pub mod udp;
 pub mod uri;
 
 pub use clock::{Clock, MonotonicClock, VirtualClock};
