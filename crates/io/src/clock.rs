@@ -81,7 +81,10 @@ impl Clock for MonotonicClock {
             return self.wait_until_ns(t_ns);
         }
         let dt = t_ns - now;
-        let ts = libc::timespec { tv_sec: (dt / 1_000_000_000) as libc::time_t, tv_nsec: (dt % 1_000_000_000) as libc::c_long };
+        let ts = libc::timespec {
+            tv_sec: (dt / 1_000_000_000) as libc::time_t,
+            tv_nsec: (dt % 1_000_000_000) as libc::c_long,
+        };
         // SAFETY: `fds` is a valid, writable slice of pollfd for its whole length; `ts` is a
         // valid timespec; a null sigmask leaves the signal mask unchanged.
         unsafe {

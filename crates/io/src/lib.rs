@@ -24,8 +24,8 @@
 
 pub mod clock;
 pub mod cycle;
-pub mod open;
 pub mod fdcanusb;
+pub mod open;
 pub mod robot;
 pub mod serve;
 pub mod simulated;

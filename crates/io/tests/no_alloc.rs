@@ -5,18 +5,31 @@
 use io::{default_quadruped, RobotConfig, ServoCommand, ServoReply, VirtualClock};
 use proto::host::PositionCommand;
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 struct CountingAllocator;
 
-static COUNTING: AtomicBool = AtomicBool::new(false);
+thread_local! {
+    /// Count only the allocations of the thread under test: the test harness allocates on
+    /// its own threads (printing results) at any time, which is not the cycle's doing.
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+}
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
+fn counting() -> bool {
+    COUNTING.try_with(Cell::get).unwrap_or(false)
+}
+
+fn set_counting(on: bool) {
+    COUNTING.with(|c| c.set(on));
+}
+
 // SAFETY: every call is forwarded unchanged to the system allocator; the counter is a
-// relaxed atomic that never allocates.
+// relaxed atomic and the flag a const-initialised thread-local, neither of which allocates.
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
+        if counting() {
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: same contract as our caller's.
@@ -27,7 +40,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
+        if counting() {
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: same contract as our caller's.
@@ -43,9 +56,9 @@ static GLOBAL: CountingAllocator = CountingAllocator;
 fn the_counting_allocator_sees_allocations() {
     let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     ALLOCATIONS.store(0, Ordering::SeqCst);
-    COUNTING.store(true, Ordering::SeqCst);
+    set_counting(true);
     let v: Vec<u64> = std::hint::black_box(Vec::with_capacity(16));
-    COUNTING.store(false, Ordering::SeqCst);
+    set_counting(false);
     drop(v);
     assert!(ALLOCATIONS.load(Ordering::SeqCst) >= 1);
 }
@@ -68,7 +81,7 @@ fn robot_cycles_never_allocate() {
     }
 
     ALLOCATIONS.store(0, Ordering::SeqCst);
-    COUNTING.store(true, Ordering::SeqCst);
+    set_counting(true);
     let mut missing = 0;
     for k in 0..5000u32 {
         let t = k as f64 * 1e-3;
@@ -88,7 +101,7 @@ fn robot_cycles_never_allocate() {
         missing += report.missing;
         clock.advance_ns(1_000_000);
     }
-    COUNTING.store(false, Ordering::SeqCst);
+    set_counting(false);
 
     assert_eq!(ALLOCATIONS.load(Ordering::SeqCst), 0, "the cycle allocated");
     assert_eq!(missing, 0);

@@ -44,6 +44,7 @@ pub mod host;
 pub mod register;
 pub mod servo;
 pub mod subframe;
+pub mod udp;
 pub mod value;
 pub mod varuint;
 pub mod writer;

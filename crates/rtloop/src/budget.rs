@@ -42,8 +42,16 @@ fn unpadded_len(f: &CanFdFrame) -> usize {
 
 /// The model of the built-in robot as `rtloop run` drives it.
 pub fn default_model() -> CycleModel {
+    model_for(&crate::robot_spec::RobotSpec::default_quadruped())
+}
+
+/// The model of `robot` as `rtloop run` drives it: its servos per bus, the real frame
+/// sizes, and the in-process host costs (for buses behind a device, the wire terms still
+/// hold; the device's own latency is not in the model).
+pub fn model_for(robot: &crate::robot_spec::RobotSpec) -> CycleModel {
     let (command_bytes, reply_bytes) = default_frame_sizes();
     CycleModel {
+        servos_per_bus: robot.buses.iter().map(|b| b.servos.len()).collect(),
         command_bytes,
         reply_bytes,
         host_per_frame_ns: IN_PROCESS_HOST_PER_FRAME_NS,

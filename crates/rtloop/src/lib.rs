@@ -13,7 +13,12 @@ pub use proto;
 pub use sim;
 
 pub mod budget;
+pub mod can_cmd;
 pub mod frame_cmd;
 pub mod motion;
+pub mod robot_spec;
 pub mod run;
+pub mod servo_cmd;
+pub mod signals;
+pub mod sim_cmd;
 pub mod stats;

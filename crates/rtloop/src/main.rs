@@ -1,9 +1,11 @@
 //! The `rtloop` command.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use io::ServoCommand;
 use proto::host::PositionCommand;
 use proto::Resolution;
 use rtloop::frame_cmd::{self, CommandKind, EncodeRequest};
+use rtloop::robot_spec::RobotSpec;
 use rtloop::run::{self, RunOptions};
 use std::process::ExitCode;
 
@@ -28,6 +30,99 @@ enum Command {
     /// Build or take apart moteus CAN-FD frames.
     #[command(subcommand)]
     Frame(FrameCommand),
+    /// Serve simulated servos behind a pseudo-terminal that speaks the fdcanusb protocol, or
+    /// over UDP, until Ctrl-C.
+    Sim(SimArgs),
+    /// Send one command (with a query) to one servo and print its state (moteus_tool-like).
+    Servo(ServoArgs),
+    /// Send and receive raw CAN-FD frames for one cycle (pi3hat_tool-like).
+    Can(CanArgs),
+}
+
+#[derive(Args)]
+struct SimArgs {
+    /// Create a pseudo-terminal speaking the fdcanusb protocol and link it at PATH.
+    #[arg(long, value_name = "PATH")]
+    fdcanusb: Option<String>,
+    /// Serve the fdcanusb frames over UDP at ADDR:PORT instead (loopback unless --allow-remote).
+    #[arg(long, value_name = "ADDR:PORT")]
+    udp: Option<String>,
+    /// Simulated servo ids for --fdcanusb/--udp, e.g. 1,2,3 or 1-3 (default 1).
+    #[arg(long, value_name = "LIST")]
+    servos: Option<String>,
+    /// Several buses: N=fdcanusb:PATH or N=udp:ADDR:PORT (repeatable), with --ids N=LIST.
+    #[arg(long = "bus", value_name = "N=URI")]
+    buses: Vec<String>,
+    /// Servo ids of bus N (repeatable).
+    #[arg(long = "ids", value_name = "N=LIST")]
+    ids: Vec<String>,
+    /// Allow serving UDP on an address other hosts can reach.
+    #[arg(long)]
+    allow_remote: bool,
+    /// Stop after this many seconds (default: run until Ctrl-C).
+    #[arg(long)]
+    duration: Option<f64>,
+}
+
+#[derive(Args)]
+struct ServoArgs {
+    /// The servo's bus: sim, fdcanusb:PATH, socketcan:IFACE or udp:HOST:PORT.
+    #[arg(long, short)]
+    transport: String,
+    /// Servo id (1-127).
+    #[arg(long, default_value_t = 1)]
+    id: u8,
+    /// What to send.
+    #[arg(value_enum)]
+    kind: Kind,
+    #[command(flatten)]
+    registers: RegisterArgs,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// Repeat as fast as possible and print the achieved rate once a second.
+    #[arg(long)]
+    run: bool,
+    /// With --run: stop after this many seconds (default: until Ctrl-C).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Reply timeout, ms.
+    #[arg(long, default_value_t = 100.0)]
+    timeout_ms: f64,
+    /// Spin while waiting for replies (lowest latency, one busy core).
+    #[arg(long)]
+    busy_poll: bool,
+    /// fdcanusb: append the ` *XX` CRC suffix to our lines (for UART links).
+    #[arg(long)]
+    crc: bool,
+}
+
+#[derive(Args)]
+struct CanArgs {
+    /// The address of bus 1: sim, fdcanusb:PATH, socketcan:IFACE or udp:HOST:PORT.
+    #[arg(long, short)]
+    transport: Option<String>,
+    /// More buses: N=URI (repeatable).
+    #[arg(long = "bus", value_name = "N=URI")]
+    buses: Vec<String>,
+    /// BUS,HEXID,HEXDATA[,r] — send a frame; r: expect a reply (repeatable).
+    #[arg(long = "write-can", value_name = "BUS,HEXID,HEXDATA[,r]")]
+    write_can: Vec<String>,
+    /// Listen on BUS even when no reply is expected (repeatable).
+    #[arg(long = "read-can", value_name = "BUS")]
+    read_can: Vec<u8>,
+    /// Loop and print the cycle rate once a second.
+    #[arg(long)]
+    run: bool,
+    /// With --run: stop after this many seconds.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Cycle timeout, ms.
+    #[arg(long, default_value_t = 20.0)]
+    timeout_ms: f64,
+    /// Servo ids to simulate on `sim` buses (default: every id written to).
+    #[arg(long, value_name = "LIST")]
+    sim_servos: Option<String>,
 }
 
 #[derive(Args)]
@@ -44,6 +139,16 @@ struct RunArgs {
     /// No progress line.
     #[arg(long, short)]
     quiet: bool,
+    /// A bus of the robot: N=URI (sim, fdcanusb:PATH, socketcan:IFACE, udp:HOST:PORT); repeatable.
+    /// Without any, the built-in simulated quadruped.
+    #[arg(long = "bus", value_name = "N=URI")]
+    buses: Vec<String>,
+    /// Servo ids of bus N, e.g. 1=1,2,3 or 1=1-3 (repeatable).
+    #[arg(long = "ids", value_name = "N=LIST")]
+    ids: Vec<String>,
+    /// A TOML robot file ([[bus]] tables with bus, uri, servos).
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -73,14 +178,9 @@ enum Res {
     Float,
 }
 
-#[derive(Args)]
-struct EncodeArgs {
-    /// Which command.
-    #[arg(value_enum)]
-    kind: Kind,
-    /// Servo id (1-127).
-    #[arg(long, default_value_t = 1)]
-    id: u8,
+/// The position-mode registers a command can carry.
+#[derive(Args, Clone, Default)]
+struct RegisterArgs {
     /// Position, rev (NaN = hold).
     #[arg(long, allow_negative_numbers = true)]
     position: Option<f64>,
@@ -108,6 +208,35 @@ struct EncodeArgs {
     /// Acceleration limit, rev/s².
     #[arg(long, allow_negative_numbers = true)]
     accel_limit: Option<f64>,
+}
+
+impl RegisterArgs {
+    fn command(&self) -> PositionCommand {
+        PositionCommand {
+            position: self.position,
+            velocity: self.velocity,
+            feedforward_torque: self.feedforward_torque,
+            kp_scale: self.kp_scale,
+            kd_scale: self.kd_scale,
+            maximum_torque: self.maximum_torque,
+            watchdog_timeout: self.watchdog_timeout,
+            velocity_limit: self.velocity_limit,
+            accel_limit: self.accel_limit,
+            ..Default::default()
+        }
+    }
+}
+
+#[derive(Args)]
+struct EncodeArgs {
+    /// Which command.
+    #[arg(value_enum)]
+    kind: Kind,
+    /// Servo id (1-127).
+    #[arg(long, default_value_t = 1)]
+    id: u8,
+    #[command(flatten)]
+    registers: RegisterArgs,
     /// Append the default query and ask for a reply.
     #[arg(long)]
     query: bool,
@@ -130,7 +259,19 @@ fn main() -> ExitCode {
 fn dispatch(cmd: Command) -> Result<(), String> {
     match cmd {
         Command::Run(a) => {
-            let opts = RunOptions { duration_s: a.duration, rate_hz: a.rate, progress: !a.quiet };
+            let robot = match (&a.config, a.buses.is_empty() && a.ids.is_empty()) {
+                (Some(_), false) => {
+                    return Err("give the robot either with --config FILE or with --bus/--ids, not both".into())
+                }
+                (Some(path), true) => {
+                    let text = std::fs::read_to_string(path)
+                        .map_err(|e| format!("cannot read --config {}: {e}", path.display()))?;
+                    RobotSpec::from_toml(&text).map_err(|e| format!("--config {}: {e}", path.display()))?
+                }
+                (None, true) => RobotSpec::default_quadruped(),
+                (None, false) => RobotSpec::from_flags(&a.buses, &a.ids)?,
+            };
+            let opts = RunOptions { robot, duration_s: a.duration, rate_hz: a.rate, progress: !a.quiet };
             let summary = run::run(&opts)?;
             let mut out = std::io::stdout().lock();
             run::print_summary(&summary, &mut out).map_err(|e| e.to_string())?;
@@ -155,18 +296,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             };
             let req = EncodeRequest {
                 id: a.id,
-                command: PositionCommand {
-                    position: a.position,
-                    velocity: a.velocity,
-                    feedforward_torque: a.feedforward_torque,
-                    kp_scale: a.kp_scale,
-                    kd_scale: a.kd_scale,
-                    maximum_torque: a.maximum_torque,
-                    watchdog_timeout: a.watchdog_timeout,
-                    velocity_limit: a.velocity_limit,
-                    accel_limit: a.accel_limit,
-                    ..Default::default()
-                },
+                command: a.registers.command(),
                 query: a.query,
                 resolution: a.resolution.map(|r| match r {
                     Res::Int8 => Resolution::Int8,
@@ -176,6 +306,79 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                 }),
             };
             println!("{}", frame_cmd::encode(kind, &req)?);
+            Ok(())
+        }
+        Command::Sim(a) => {
+            let buses =
+                rtloop::sim_cmd::plan(a.fdcanusb.as_deref(), a.udp.as_deref(), a.servos.as_deref(), &a.buses, &a.ids)?;
+            let text = rtloop::sim_cmd::run(&rtloop::sim_cmd::SimRequest {
+                buses,
+                allow_remote: a.allow_remote,
+                duration_s: a.duration,
+            })?;
+            println!("{text}");
+            Ok(())
+        }
+        Command::Servo(a) => {
+            let uri = io::uri::parse(&a.transport).map_err(|e| format!("--transport {}: {e}", a.transport))?;
+            if a.id == 0 || a.id > 127 {
+                return Err(format!("--id {} is not a servo id: give a number from 1 to 127", a.id));
+            }
+            let command = match a.kind {
+                Kind::Position => ServoCommand::Position(a.registers.command()),
+                _ if a.registers.command() != PositionCommand::default() => {
+                    return Err("register flags (--position, --velocity, …) only apply to `position`".into())
+                }
+                Kind::Query => ServoCommand::Query,
+                Kind::Stop => ServoCommand::Stop,
+                Kind::ZeroVelocity => ServoCommand::ZeroVelocity,
+            };
+            let req = rtloop::servo_cmd::ServoRequest {
+                uri,
+                id: a.id,
+                command,
+                run: a.run,
+                duration_s: a.duration,
+                timeout_ms: a.timeout_ms,
+                json: a.json,
+                busy_poll: a.busy_poll,
+                crc: a.crc,
+            };
+            println!("{}", rtloop::servo_cmd::run(&req)?);
+            Ok(())
+        }
+        Command::Can(a) => {
+            let mut buses = std::collections::BTreeMap::new();
+            if let Some(t) = &a.transport {
+                buses.insert(1u8, io::uri::parse(t).map_err(|e| format!("--transport {t}: {e}"))?);
+            }
+            for b in &a.buses {
+                let (n, uri) =
+                    b.split_once('=').ok_or_else(|| format!("--bus {b}: expected N=URI, e.g. --bus 2=sim"))?;
+                let n: u8 = n
+                    .parse()
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .ok_or_else(|| format!("--bus {b}: '{n}' is not a bus number"))?;
+                if buses.insert(n, io::uri::parse(uri).map_err(|e| format!("--bus {b}: {e}"))?).is_some() {
+                    return Err(format!("bus {n} is given twice"));
+                }
+            }
+            let writes =
+                a.write_can.iter().map(|w| rtloop::can_cmd::parse_write_can(w)).collect::<Result<Vec<_>, _>>()?;
+            let req = rtloop::can_cmd::CanRequest {
+                buses,
+                writes,
+                reads: a.read_can.clone(),
+                run: a.run,
+                duration_s: a.duration,
+                timeout_ms: a.timeout_ms,
+                sim_servos: a.sim_servos.clone(),
+            };
+            let text = rtloop::can_cmd::run(&req)?;
+            if !text.is_empty() {
+                println!("{text}");
+            }
             Ok(())
         }
         Command::Frame(FrameCommand::Decode { hexdata }) => {

@@ -23,6 +23,8 @@ use std::time::Duration;
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
+    /// The robot (the built-in simulated quadruped by default).
+    pub robot: crate::robot_spec::RobotSpec,
     /// Seconds of motion.
     pub duration_s: f64,
     /// Loop rate.
@@ -223,7 +225,7 @@ pub fn run(opts: &RunOptions) -> Result<RunSummary, String> {
     let mut config = RobotConfig::default();
     // Never let one cycle run into the next period.
     config.cycle.timeout_ns = ((0.9e9 / opts.rate_hz) as u64).max(50_000);
-    let robot = io::default_quadruped(MonotonicClock::default(), config).map_err(|e| e.to_string())?;
+    let robot = opts.robot.build(MonotonicClock::default(), config, Default::default())?;
     let servos: Vec<_> = robot.servos().to_vec();
     let buses = robot.cycler().bus_count();
 
@@ -277,7 +279,7 @@ pub fn run(opts: &RunOptions) -> Result<RunSummary, String> {
         imu_samples: result.imu_samples,
         cycle_us: result.cycle.percentiles_us(),
         wakeup_us: result.wakeup.percentiles_us(),
-        model_cycle_us: crate::budget::default_prediction().total_ns as f64 / 1000.0,
+        model_cycle_us: sim::model::predict(&crate::budget::model_for(&opts.robot)).total_ns as f64 / 1000.0,
         final_state,
     })
 }
@@ -311,7 +313,7 @@ fn print_progress(progress: &Progress, opts: &RunOptions, total: u64) {
 
 /// The human-readable summary.
 pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()> {
-    writeln!(out, "rtloop run: {} servos on {} simulated CAN-FD buses", s.servos, s.buses)?;
+    writeln!(out, "rtloop run: {} servos on {} CAN-FD buses", s.servos, s.buses)?;
     writeln!(
         out,
         "  cycles {}  in {:.3} s  achieved {:.2} Hz (target {:.2})",

@@ -1,0 +1,126 @@
+//! `rtloop sim`: the simulated servos behind real operating-system devices — a
+//! pseudo-terminal speaking the fdcanusb protocol, or a UDP port — so that unmodified moteus
+//! clients, and rtloop's own transports, can drive them. Runs until Ctrl-C.
+//!
+//! Must never: serve on an address other hosts can reach unless told to
+//! (`--allow-remote`), or overwrite a file that is not a stale symlink of ours.
+
+use crate::robot_spec::parse_id_list;
+use io::serve::Endpoint;
+use io::BusUri;
+use std::path::Path;
+
+/// One served bus as the user asked for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServedSpec {
+    /// Bus number (1-based).
+    pub bus: u8,
+    /// `fdcanusb:PATH` (the link to create) or `udp:HOST:PORT` (the address to bind).
+    pub uri: BusUri,
+    /// Simulated servo ids on it.
+    pub servos: Vec<u8>,
+}
+
+/// What `rtloop sim` was asked to do.
+#[derive(Debug, Clone)]
+pub struct SimRequest {
+    /// The buses.
+    pub buses: Vec<ServedSpec>,
+    /// Allow binding UDP to a non-loopback address.
+    pub allow_remote: bool,
+    /// Stop after this long (default: until Ctrl-C).
+    pub duration_s: Option<f64>,
+}
+
+/// Turn the flags into served buses: `--fdcanusb PATH` / `--udp ADDR:PORT` with `--servos`
+/// for a single bus, or `--bus N=URI` with `--ids N=LIST` for several.
+pub fn plan(
+    fdcanusb: Option<&str>,
+    udp: Option<&str>,
+    servos: Option<&str>,
+    buses: &[String],
+    ids: &[String],
+) -> Result<Vec<ServedSpec>, String> {
+    let mut out = Vec::new();
+    let single = fdcanusb.is_some() || udp.is_some();
+    if single && !buses.is_empty() {
+        return Err("give either --fdcanusb/--udp (one bus) or --bus N=URI (several), not both".into());
+    }
+    if single {
+        if fdcanusb.is_some() && udp.is_some() {
+            return Err("give one of --fdcanusb PATH or --udp ADDR:PORT; serve several buses with --bus N=URI".into());
+        }
+        let servos = parse_id_list(servos.unwrap_or("1")).map_err(|e| format!("--servos: {e}"))?;
+        let uri = match (fdcanusb, udp) {
+            (Some(p), _) => BusUri::Fdcanusb { path: p.to_string() },
+            (_, Some(a)) => io::uri::parse(&format!("udp:{a}")).map_err(|e| format!("--udp {a}: {e}"))?,
+            _ => unreachable!("single implies one of them"),
+        };
+        out.push(ServedSpec { bus: 1, uri, servos });
+        return Ok(out);
+    }
+    if buses.is_empty() {
+        return Err(
+            "nothing to serve: give --fdcanusb PATH, --udp ADDR:PORT, or --bus N=fdcanusb:PATH|udp:ADDR:PORT".into()
+        );
+    }
+    if servos.is_some() {
+        return Err("--servos goes with --fdcanusb/--udp; with --bus use --ids N=LIST".into());
+    }
+    let spec = crate::robot_spec::RobotSpec::from_flags(buses, ids)?;
+    for b in spec.buses {
+        match b.uri {
+            BusUri::Fdcanusb { .. } | BusUri::Udp { .. } => {
+                out.push(ServedSpec { bus: b.bus, uri: b.uri, servos: b.servos })
+            }
+            other => return Err(format!("bus {}: rtloop sim serves fdcanusb: and udp: buses, not {other}", b.bus)),
+        }
+    }
+    Ok(out)
+}
+
+fn endpoint(spec: &ServedSpec, allow_remote: bool) -> Result<Box<dyn Endpoint>, String> {
+    match &spec.uri {
+        BusUri::Fdcanusb { path } => io::serve::pty::PtyFdcanusbEndpoint::create(Path::new(path))
+            .map(|e| Box::new(e) as Box<dyn Endpoint>)
+            .map_err(|e| e.to_string()),
+        BusUri::Udp { host, port, bus } => {
+            let addr = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+            io::udp::UdpEndpoint::bind(&addr, *bus, allow_remote)
+                .map(|e| Box::new(e) as Box<dyn Endpoint>)
+                .map_err(|e| e.to_string())
+        }
+        other => Err(format!("rtloop sim cannot serve {other}")),
+    }
+}
+
+/// Serve until Ctrl-C (or the duration); returns the closing report.
+pub fn run(req: &SimRequest) -> Result<String, String> {
+    let mut served = Vec::new();
+    for spec in &req.buses {
+        let mut bus = sim::SimBus::new(sim::BusConfig::default());
+        for &id in &spec.servos {
+            bus.add_servo(sim::Servo::new(sim::ServoConfig::new(id)));
+        }
+        let endpoint = endpoint(spec, req.allow_remote).map_err(|e| format!("bus {}: {e}", spec.bus))?;
+        served.push(io::serve::runner::ServedBus { bus, endpoint });
+    }
+    crate::signals::install();
+    for spec in &req.buses {
+        let ids: Vec<String> = spec.servos.iter().map(u8::to_string).collect();
+        println!("rtloop sim: bus {} at {} with servos {}", spec.bus, spec.uri, ids.join(","));
+    }
+    println!("rtloop sim: serving; Ctrl-C to stop");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let stop = crate::signals::stop_flag();
+    if let Some(d) = req.duration_s {
+        let d = std::time::Duration::from_secs_f64(d.max(0.0));
+        std::thread::spawn(move || {
+            std::thread::sleep(d);
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+    }
+    let report = io::serve::runner::serve(&mut served, stop);
+    Ok(format!("rtloop sim: stopped. {report}"))
+}

@@ -1,0 +1,133 @@
+//! Shared by the end-to-end tests and benchmarks: a virtual environment with the official
+//! moteus Python package, `rtloop sim` as a child process, unique temporary paths.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The moteus package version the protocol notes were checked against.
+pub const MOTEUS_VERSION: &str = "1.1.1";
+
+pub fn rtloop_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_rtloop")
+}
+
+pub fn rtloop(args: &[&str]) -> Output {
+    Command::new(rtloop_bin()).args(args).output().expect("rtloop runs")
+}
+
+/// A path no other test uses.
+pub fn unique_path(stem: &str) -> PathBuf {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    std::env::temp_dir().join(format!("rtloop-{stem}-{}-{n}", std::process::id()))
+}
+
+/// A free UDP port on loopback (bound and released; good enough for tests).
+pub fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Python inside a virtual environment that has the official moteus package, created once
+/// per test binary under cargo's target tmp dir.
+pub fn moteus_python() -> &'static Path {
+    static PY: OnceLock<PathBuf> = OnceLock::new();
+    PY.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("moteus-venv-{MOTEUS_VERSION}"));
+        let python = dir.join("bin/python");
+        let ready = dir.join(".ready");
+        if !ready.exists() {
+            let st = Command::new("python3").args(["-m", "venv"]).arg(&dir).status().expect("python3 runs");
+            assert!(st.success(), "python3 -m venv {} failed", dir.display());
+            let out = Command::new(&python)
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    &format!("moteus=={MOTEUS_VERSION}"),
+                ])
+                .output()
+                .expect("pip runs");
+            assert!(
+                out.status.success(),
+                "could not install moteus=={MOTEUS_VERSION} into {} (these tests need PyPI): {}",
+                dir.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::fs::write(&ready, b"").unwrap();
+        }
+        python
+    })
+}
+
+pub fn python_client() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/moteus_client.py")
+}
+
+/// `rtloop sim …` as a child process, killed when dropped.
+pub struct SimProcess {
+    child: Child,
+}
+
+impl SimProcess {
+    /// Start `rtloop sim` with `args` and wait until it prints that it is serving.
+    pub fn start(args: &[&str]) -> SimProcess {
+        let mut child = Command::new(rtloop_bin())
+            .arg("sim")
+            .args(args)
+            // Never outlive a crashed test.
+            .args(["--duration", "120"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("rtloop sim starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.contains("serving") {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        if rx.recv_timeout(Duration::from_secs(20)).is_err() {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("rtloop sim {args:?} did not start: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        SimProcess { child }
+    }
+
+    /// Stop it the way a user does (SIGTERM, as Ctrl-C): it closes its devices and removes
+    /// its links. (A SIGKILLed simulator leaves its link pointing at a /dev/pts number the
+    /// kernel may hand to someone else; tests must not create that situation for others.)
+    pub fn stop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = self.child.wait();
+    }
+
+    pub fn kill(&mut self) {
+        self.stop();
+    }
+}
+
+impl Drop for SimProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Wait (bounded) until `cond` holds.
+pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
