@@ -62,6 +62,13 @@ struct SimArgs {
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long)]
     duration: Option<f64>,
+    /// Simulated wires take no time and servos answer at once: measures the clients and the
+    /// device path, not CAN-FD physics.
+    #[arg(long)]
+    no_wire_time: bool,
+    /// Spin instead of sleeping between requests (lowest latency, one busy core).
+    #[arg(long)]
+    busy_poll: bool,
 }
 
 #[derive(Args)]
@@ -315,6 +322,8 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                 buses,
                 allow_remote: a.allow_remote,
                 duration_s: a.duration,
+                no_wire_time: a.no_wire_time,
+                busy_poll: a.busy_poll,
             })?;
             println!("{text}");
             Ok(())

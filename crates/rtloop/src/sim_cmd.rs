@@ -30,6 +30,10 @@ pub struct SimRequest {
     pub allow_remote: bool,
     /// Stop after this long (default: until Ctrl-C).
     pub duration_s: Option<f64>,
+    /// Simulated wires take no time and servos answer at once (measure clients, not CAN-FD).
+    pub no_wire_time: bool,
+    /// Spin instead of sleeping between client requests.
+    pub busy_poll: bool,
 }
 
 /// Turn the flags into served buses: `--fdcanusb PATH` / `--udp ADDR:PORT` with `--servos`
@@ -98,7 +102,8 @@ fn endpoint(spec: &ServedSpec, allow_remote: bool) -> Result<Box<dyn Endpoint>, 
 pub fn run(req: &SimRequest) -> Result<String, String> {
     let mut served = Vec::new();
     for spec in &req.buses {
-        let mut bus = sim::SimBus::new(sim::BusConfig::default());
+        let config = if req.no_wire_time { sim::BusConfig::without_wire_time() } else { sim::BusConfig::default() };
+        let mut bus = sim::SimBus::new(config);
         for &id in &spec.servos {
             bus.add_servo(sim::Servo::new(sim::ServoConfig::new(id)));
         }
@@ -121,6 +126,7 @@ pub fn run(req: &SimRequest) -> Result<String, String> {
             stop.store(true, std::sync::atomic::Ordering::SeqCst);
         });
     }
-    let report = io::serve::runner::serve(&mut served, stop);
+    let options = io::serve::runner::ServeOptions { busy_poll: req.busy_poll };
+    let report = io::serve::runner::serve_with(&mut served, stop, options);
     Ok(format!("rtloop sim: stopped. {report}"))
 }

@@ -48,6 +48,15 @@ pub struct BusConfig {
     pub queue_capacity: usize,
 }
 
+impl BusConfig {
+    /// A bus whose wire takes (next to) no time and whose servos answer at once: for
+    /// measuring everything around the wire — host, transport, server — rather than the
+    /// physics of CAN-FD. Frames still queue and arbitrate in order.
+    pub fn without_wire_time() -> Self {
+        BusConfig { nominal_bitrate: u32::MAX, data_bitrate: u32::MAX, turnaround_ns: 0, ..BusConfig::default() }
+    }
+}
+
 impl Default for BusConfig {
     fn default() -> Self {
         BusConfig {

@@ -72,6 +72,12 @@ pub trait Endpoint: Send {
     /// Hand one frame that `bus` delivered towards the host to the client. Never blocks:
     /// when the client is not reading, drop the frame and count it.
     fn deliver(&mut self, frame: &CanFdFrame, now_ns: u64) -> Result<(), EndpointError>;
+    /// Push out whatever `service` and `deliver` queued. The server calls it once per
+    /// iteration, after delivering, so an `OK` and the reply that follows it at once can
+    /// leave in one write (one wakeup of the client instead of two). Never blocks.
+    fn flush(&mut self) -> Result<(), EndpointError> {
+        Ok(())
+    }
     /// Counters.
     fn counters(&self) -> EndpointCounters;
 }

@@ -289,7 +289,7 @@ impl Endpoint for PtyFdcanusbEndpoint {
                 }
             }
         }
-        self.outbox.flush(self.master.as_fd())?;
+        // The server flushes after delivering, so answers and replies leave together.
         Ok(())
     }
 
@@ -300,8 +300,11 @@ impl Endpoint for PtyFdcanusbEndpoint {
         } else {
             self.counters.dropped += 1;
         }
-        self.outbox.flush(self.master.as_fd())?;
         Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), EndpointError> {
+        self.outbox.flush(self.master.as_fd())
     }
 
     fn counters(&self) -> EndpointCounters {

@@ -97,8 +97,21 @@ impl fmt::Display for ServeReport {
     }
 }
 
+/// How the server waits for work.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServeOptions {
+    /// Poll the descriptors without sleeping: the lowest turnaround for clients (no
+    /// wakeup latency), at the price of one busy core.
+    pub busy_poll: bool,
+}
+
 /// Serve every bus until `stop` is set; returns what happened.
 pub fn serve(buses: &mut [ServedBus], stop: &AtomicBool) -> ServeReport {
+    serve_with(buses, stop, ServeOptions::default())
+}
+
+/// [`serve`] with options.
+pub fn serve_with(buses: &mut [ServedBus], stop: &AtomicBool, options: ServeOptions) -> ServeReport {
     let mut report = ServeReport {
         endpoints: buses
             .iter()
@@ -127,13 +140,22 @@ pub fn serve(buses: &mut [ServedBus], stop: &AtomicBool) -> ServeReport {
                 }
             }
             // Replies keep crossing the wire whatever the client is doing; a resting endpoint
-            // just does not get them (they would only fail again).
+            // just does not get them (they would only fail again). Read the clock again: a
+            // reply that became due while the requests were handled leaves with their `OK`s.
+            let now = monotonic_now_ns();
             while let Some(frame) = bus.poll_rx(now) {
                 if now < *rest {
                     entry.undelivered += 1;
                     continue;
                 }
                 if let Err(e) = endpoint.deliver(&frame, now) {
+                    entry.deliver_errors += 1;
+                    note_first(entry, &e);
+                    *rest = now.saturating_add(ERROR_BACKOFF_NS);
+                }
+            }
+            if now >= *rest {
+                if let Err(e) = endpoint.flush() {
                     entry.deliver_errors += 1;
                     note_first(entry, &e);
                     *rest = now.saturating_add(ERROR_BACKOFF_NS);
@@ -151,6 +173,9 @@ pub fn serve(buses: &mut [ServedBus], stop: &AtomicBool) -> ServeReport {
                 pfd.fd = endpoint.fd();
             }
             pfd.revents = 0;
+        }
+        if options.busy_poll {
+            wake = now;
         }
         if wait_readable_until(&mut poll_set, wake).is_err() {
             report.poll_errors += 1;
