@@ -13,7 +13,8 @@
 //! # Timing rules
 //!
 //! * A host frame becomes ready `adapter_latency_ns` after `submit`.
-//! * A reply becomes ready `turnaround_ns` after the end of the command that asked for it.
+//! * A reply becomes ready `turnaround_ns` (plus any injected `reply_delay_ns`) after the
+//!   end of the command that asked for it.
 //! * Whenever the wire is free, the ready frame with the lowest id starts (ties: the one
 //!   ready first, then the one queued first). A frame that becomes ready while the wire is
 //!   busy waits for the end of the current frame. A frame that becomes ready at exactly the
@@ -21,6 +22,30 @@
 //! * A host frame is delivered, when its last bit is on the wire, to every servo whose id
 //!   it names (or all, for broadcast); a reply is queued for the host, stamped with its end
 //!   time. A reply to a servo id that is not on the bus never comes (the host times out).
+//!
+//! # Fault injection
+//!
+//! All off by default; each is counted in [`BusStats`] and logged (see [`crate::inject`]).
+//!
+//! * [`BusConfig::drop_rate`]: each frame, in either direction, is lost with this
+//!   probability. It occupies the wire for its full time (and counts in `host_frames` /
+//!   `servo_frames`, `bits`, `busy_ns`, the trace) but nobody receives it: a lost command
+//!   reaches no servo, so no reply is even generated; a lost reply never reaches the host.
+//!   Counted in [`BusStats::frames_dropped_injected`].
+//! * [`BusConfig::corrupt_rate`]: each frame not already dropped has one bit flipped with
+//!   this probability. On CAN-FD the receivers' CRC check rejects it, so the effect is the
+//!   same as a drop (no corrupted payload is ever delivered); counted apart in
+//!   [`BusStats::frames_corrupted_injected`]. The error frame and the automatic
+//!   retransmission a real controller would attempt are not modelled: a corrupted frame is
+//!   simply lost, as with one-shot transmission.
+//! * [`BusConfig::reply_delay_ns`]: added to the turnaround of every reply.
+//! * [`BusConfig::fault_seed`]: seeds the bus's own xorshift generator, drawn once per
+//!   frame per non-zero rate (drop first, then corrupt), so a run is repeatable and a bus
+//!   with both rates at 0 draws nothing.
+//! * Servo overheats: [`SimBus::schedule_overheat`] (see [`Servo::schedule_overheat`]).
+//!   Whenever a servo on the bus starts an injected overheat or latches a fault (injected
+//!   or not), the bus logs it; read the log with [`SimBus::pop_event`] or
+//!   [`SimBus::drain_events`].
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -28,13 +53,15 @@ use std::fmt;
 use proto::frame::CanFdFrame;
 
 pub use crate::bits::{frame_bits, frame_time_ns, FrameBits};
+use crate::inject::{EventLog, InjectedEvent, InjectedKind, LossKind};
+use crate::rng::XorShift64;
 use crate::servo::Servo;
 
 /// Servos a bus reserves room for in `new` (more may be added; `add_servo` runs at setup).
 const SERVO_CAPACITY: usize = 16;
 
-/// Wire parameters of one bus.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Wire parameters of one bus, and the faults injected on it.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BusConfig {
     /// Arbitration-phase bit rate, bit/s (1 000 000).
     pub nominal_bitrate: u32,
@@ -46,6 +73,16 @@ pub struct BusConfig {
     pub adapter_latency_ns: u64,
     /// Bound of the host transmit queue and of the receive queue, frames (64).
     pub queue_capacity: usize,
+    /// Probability that a frame (either direction) is lost on the wire: it takes its wire
+    /// time but nobody receives it (0). Outside 0..=1 it is clamped; NaN counts as 0.
+    pub drop_rate: f64,
+    /// Probability that a frame gets a bit flipped on the wire, so that the receiver's CRC
+    /// check rejects it: lost like a drop, counted apart (0). Clamped like `drop_rate`.
+    pub corrupt_rate: f64,
+    /// Extra servo turnaround added to every reply, ns (0).
+    pub reply_delay_ns: u64,
+    /// Seed of the bus's fault generator (0).
+    pub fault_seed: u64,
 }
 
 impl BusConfig {
@@ -54,6 +91,31 @@ impl BusConfig {
     /// physics of CAN-FD. Frames still queue and arbitrate in order.
     pub fn without_wire_time() -> Self {
         BusConfig { nominal_bitrate: u32::MAX, data_bitrate: u32::MAX, turnaround_ns: 0, ..BusConfig::default() }
+    }
+
+    /// Check the injected-fault parameters: each rate must be a probability (a number from
+    /// 0 to 1). The message names the command-line option the runtime maps it to. A bus
+    /// built from an invalid configuration clamps instead (see [`SimBus::new`]).
+    pub fn validate(&self) -> Result<(), String> {
+        for (option, rate) in [("--drop-rate", self.drop_rate), ("--corrupt-rate", self.corrupt_rate)] {
+            if !(0.0..=1.0).contains(&rate) {
+                return Err(format!("{option} {rate} is not a probability: give a number from 0 to 1"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The configuration with both rates made probabilities: NaN → 0, clamped to 0..=1.
+    pub fn clamped(&self) -> Self {
+        BusConfig { drop_rate: probability(self.drop_rate), corrupt_rate: probability(self.corrupt_rate), ..*self }
+    }
+}
+
+fn probability(x: f64) -> f64 {
+    if x.is_nan() {
+        0.0
+    } else {
+        x.clamp(0.0, 1.0)
     }
 }
 
@@ -65,6 +127,10 @@ impl Default for BusConfig {
             turnaround_ns: 50_000,
             adapter_latency_ns: 0,
             queue_capacity: 64,
+            drop_rate: 0.0,
+            corrupt_rate: 0.0,
+            reply_delay_ns: 0,
+            fault_seed: 0,
         }
     }
 }
@@ -81,12 +147,12 @@ impl fmt::Display for BusFull {
 
 impl std::error::Error for BusFull {}
 
-/// Counters of what crossed the wire.
+/// Counters of what crossed the wire, and of the faults injected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BusStats {
-    /// Frames the host put on the wire (completed).
+    /// Frames the host put on the wire (completed), lost ones included.
     pub host_frames: u64,
-    /// Replies the servos put on the wire (completed).
+    /// Replies the servos put on the wire (completed), lost ones included.
     pub servo_frames: u64,
     /// Bits on the wire, both phases, stuff bits and intermission included.
     pub bits: u64,
@@ -96,6 +162,19 @@ pub struct BusStats {
     pub busy_ns: u64,
     /// Replies lost because the receive queue (or the reply queue) was full.
     pub rx_dropped: u64,
+    /// Frames, both directions, lost on the wire by [`BusConfig::drop_rate`].
+    pub frames_dropped_injected: u64,
+    /// Frames, both directions, corrupted on the wire by [`BusConfig::corrupt_rate`] (and so
+    /// rejected by the receiver: lost too, but not counted in `frames_dropped_injected`).
+    pub frames_corrupted_injected: u64,
+    /// Of `frames_dropped_injected + frames_corrupted_injected`, the replies.
+    pub replies_lost_injected: u64,
+    /// Injected overheats that started on this bus's servos.
+    pub overheats_started: u64,
+    /// Faults latched by this bus's servos (injected or not).
+    pub faults_latched: u64,
+    /// Entries the event log had no room for (see [`crate::inject`]).
+    pub events_discarded: u64,
 }
 
 /// One frame as it crossed the wire, for traces and tests.
@@ -111,6 +190,17 @@ pub struct WireRecord {
     pub start_ns: u64,
     /// End of the intermission, ns.
     pub end_ns: u64,
+    /// Lost on the wire by an injected fault (`None`: received).
+    pub lost: Option<FrameLoss>,
+}
+
+/// How an injected fault lost a frame on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameLoss {
+    /// Dropped ([`BusConfig::drop_rate`]).
+    Dropped,
+    /// Corrupted and rejected by CRC ([`BusConfig::corrupt_rate`]).
+    Corrupted,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -146,12 +236,16 @@ pub struct SimBus {
     now_ns: u64,
     seq: u64,
     stats: BusStats,
+    fault_rng: XorShift64,
+    events: EventLog,
 }
 
 impl SimBus {
-    /// An empty bus. All queues are reserved here.
+    /// An empty bus. All queues are reserved here. Rates that are not probabilities are
+    /// clamped ([`BusConfig::clamped`]); [`config`](Self::config) shows the values in force.
     pub fn new(cfg: BusConfig) -> Self {
         let cap = cfg.queue_capacity.max(1);
+        let cfg = cfg.clamped();
         SimBus {
             cfg: BusConfig { queue_capacity: cap, ..cfg },
             servos: Vec::with_capacity(SERVO_CAPACITY),
@@ -166,6 +260,8 @@ impl SimBus {
             now_ns: 0,
             seq: 0,
             stats: BusStats::default(),
+            fault_rng: XorShift64::new(cfg.fault_seed),
+            events: EventLog::new(),
         }
     }
 
@@ -203,6 +299,42 @@ impl SimBus {
     /// The servo with CAN id `id`, if it is on this bus.
     pub fn servo_mut(&mut self, id: u8) -> Option<&mut Servo> {
         self.servos.iter_mut().find(|s| s.id() == id)
+    }
+
+    /// Schedule an injected overheat of servo `id` at `at_ns` (see
+    /// [`Servo::schedule_overheat`]). False when no such servo is on this bus.
+    pub fn schedule_overheat(&mut self, id: u8, at_ns: u64) -> bool {
+        match self.servo_mut(id) {
+            Some(s) => {
+                s.schedule_overheat(at_ns);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The oldest entry of the event log, removed (see [`crate::inject`] for what is logged).
+    /// The log is brought up to date with the servos' state first, without advancing time.
+    pub fn pop_event(&mut self) -> Option<InjectedEvent> {
+        self.collect_servo_events();
+        self.events.pop()
+    }
+
+    /// Hand every entry of the event log to `out`, oldest first, emptying it; returns how
+    /// many. Like [`pop_event`](Self::pop_event), does not advance time.
+    pub fn drain_events(&mut self, mut out: impl FnMut(InjectedEvent)) -> usize {
+        let mut n = 0;
+        while let Some(e) = self.pop_event() {
+            out(e);
+            n += 1;
+        }
+        n
+    }
+
+    /// The entries of the event log, oldest first, without removing them (only what the
+    /// bus has collected so far; `pop_event` / `drain_events` collect first).
+    pub fn events(&self) -> impl Iterator<Item = &InjectedEvent> + '_ {
+        self.events.iter()
     }
 
     /// The counters so far.
@@ -330,6 +462,40 @@ impl SimBus {
         for s in &mut self.servos {
             s.advance_to(now_ns);
         }
+        self.collect_servo_events();
+    }
+
+    /// Log (and count) overheats started and faults latched by the servos since last time.
+    fn collect_servo_events(&mut self) {
+        for i in 0..self.servos.len() {
+            let id = self.servos[i].id();
+            let (overheat, latch) = self.servos[i].take_reports();
+            if let Some(at_ns) = overheat {
+                self.stats.overheats_started += 1;
+                self.log(InjectedEvent { at_ns, servo: Some(id), kind: InjectedKind::OverheatStarted });
+            }
+            if let Some((at_ns, code)) = latch {
+                self.stats.faults_latched += 1;
+                self.log(InjectedEvent { at_ns, servo: Some(id), kind: InjectedKind::FaultLatched { code } });
+            }
+        }
+    }
+
+    fn log(&mut self, ev: InjectedEvent) {
+        if !self.events.push(ev) {
+            self.stats.events_discarded += 1;
+        }
+    }
+
+    /// Draw the injected fate of one frame on the wire.
+    fn injected_loss(&mut self) -> Option<FrameLoss> {
+        if self.cfg.drop_rate > 0.0 && self.fault_rng.next_f64() < self.cfg.drop_rate {
+            return Some(FrameLoss::Dropped);
+        }
+        if self.cfg.corrupt_rate > 0.0 && self.fault_rng.next_f64() < self.cfg.corrupt_rate {
+            return Some(FrameLoss::Corrupted);
+        }
+        None
     }
 
     fn push_pending(&mut self, frame: CanFdFrame, from_host: bool, ready_ns: u64) {
@@ -343,6 +509,7 @@ impl SimBus {
         self.stats.bits += u64::from(bits.total());
         self.stats.stuff_bits += u64::from(bits.stuff_bits);
         self.stats.busy_ns += end_ns - start_ns;
+        let lost = self.injected_loss();
         if self.trace_capacity > 0 {
             if self.trace.len() == self.trace_capacity {
                 self.trace.pop_front();
@@ -353,11 +520,39 @@ impl SimBus {
                 ready_ns: pending.ready_ns,
                 start_ns,
                 end_ns,
+                lost,
             });
         }
         if pending.from_host {
             self.stats.host_frames += 1;
-            let ready_ns = end_ns.saturating_add(self.cfg.turnaround_ns);
+        } else {
+            self.stats.servo_frames += 1;
+        }
+        if let Some(loss) = lost {
+            let arb = pending.frame.arbitration();
+            let servo = if pending.from_host {
+                Some(arb.destination).filter(|&d| d != proto::frame::BROADCAST)
+            } else {
+                self.stats.replies_lost_injected += 1;
+                Some(arb.source)
+            };
+            let kind = match loss {
+                FrameLoss::Dropped => {
+                    self.stats.frames_dropped_injected += 1;
+                    LossKind::Dropped
+                }
+                FrameLoss::Corrupted => {
+                    self.stats.frames_corrupted_injected += 1;
+                    LossKind::Corrupted
+                }
+            };
+            if !self.events.frame_lost(kind, end_ns, servo) {
+                self.stats.events_discarded += 1;
+            }
+            return;
+        }
+        if pending.from_host {
+            let ready_ns = end_ns.saturating_add(self.cfg.turnaround_ns).saturating_add(self.cfg.reply_delay_ns);
             for i in 0..self.servos.len() {
                 let mut reply = CanFdFrame::default();
                 if self.servos[i].handle_frame(&pending.frame, end_ns, &mut reply) {
@@ -369,13 +564,10 @@ impl SimBus {
                     }
                 }
             }
+        } else if self.rx.len() >= self.cfg.queue_capacity {
+            self.stats.rx_dropped += 1;
         } else {
-            self.stats.servo_frames += 1;
-            if self.rx.len() >= self.cfg.queue_capacity {
-                self.stats.rx_dropped += 1;
-            } else {
-                self.rx.push_back((pending.frame, end_ns));
-            }
+            self.rx.push_back((pending.frame, end_ns));
         }
     }
 }

@@ -14,9 +14,19 @@
 //! `Servo::handle_frame`), panic on any frame input, or be non-deterministic: the only
 //! randomness is a seeded xorshift generator.
 //!
+//! Fault injection, for exercising a runtime's error handling: a bus can lose frames on the
+//! wire (`BusConfig::drop_rate`), corrupt them so the receiver's CRC rejects them
+//! (`corrupt_rate`), and delay every reply (`reply_delay_ns`), all from its own seeded
+//! generator (`fault_seed`); a servo can be made to overheat at a chosen time
+//! ([`Servo::schedule_overheat`], [`SimBus::schedule_overheat`]) and then trips fault 38
+//! through its thermal model. Everything injected is counted in [`BusStats`] and logged in a
+//! small fixed-capacity event log on the bus ([`inject`], [`SimBus::drain_events`]), which
+//! also records every fault a servo latches.
+//!
 //! Layout:
 //! * [`servo`] — the simulated moteus controller and its joint.
-//! * [`bus`] — the simulated CAN-FD bus: queues, arbitration, delivery, statistics.
+//! * [`bus`] — the simulated CAN-FD bus: queues, arbitration, delivery, statistics, wire faults.
+//! * [`inject`] — the log of injected faults and latched servo faults.
 //! * [`bits`] — exact bit counts and wire times of CAN / CAN-FD frames.
 //! * [`imu`] — the simulated attitude reference.
 //! * [`model`] — the cycle-time model ("spreadsheet").
@@ -27,15 +37,17 @@
 pub mod bits;
 pub mod bus;
 pub mod imu;
+pub mod inject;
 pub mod model;
 pub mod rng;
 pub mod servo;
 
 pub use bits::{frame_bits, frame_time_ns, FrameBits};
-pub use bus::{BusConfig, BusFull, BusStats, SimBus, WireRecord};
+pub use bus::{BusConfig, BusFull, BusStats, FrameLoss, SimBus, WireRecord};
 pub use imu::{Imu, ImuConfig, ImuSample};
+pub use inject::{InjectedEvent, InjectedKind, EVENT_CAPACITY};
 pub use model::{predict, CycleModel, Prediction};
-pub use servo::{Servo, ServoConfig, Telemetry};
+pub use servo::{OverheatState, Servo, ServoConfig, Telemetry, OVERHEAT_OVERSHOOT_C, OVERHEAT_RAMP_NS};
 
 /// Seed of the IMU [`default_quadruped`] builds.
 pub const DEFAULT_IMU_SEED: u64 = 1;

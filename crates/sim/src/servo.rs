@@ -52,6 +52,21 @@
 //!   mode 11.
 //! * Over-temperature: when the motor or board temperature reaches the fault temperature
 //!   while the servo is driving (any mode but stopped), it latches mode 1 with fault 38.
+//!   A stop (mode 0) clears the fault register at once, even while hot (a stopped servo
+//!   does not fault); a drive command while the motor is still at or above the fault
+//!   temperature latches the fault again at the next physics step, so in effect the servo
+//!   can be driven again only once it has cooled below the limit.
+//! * Injected overheat ([`Servo::schedule_overheat`] or [`ServoConfig::overheat_at_ns`]):
+//!   from the first physics step at or after the scheduled time, extra heat goes into the
+//!   motor so that its temperature rises at a steady rate through the ordinary thermal
+//!   model — from wherever it is to [`OVERHEAT_OVERSHOOT_C`] above the fault temperature in
+//!   [`OVERHEAT_RAMP_NS`] (0.25 s) — and then the injection stops and the motor cools with
+//!   its own time constant (with the defaults, from 90 °C back under 80 °C in about 6.7 s).
+//!   A servo that is driving therefore latches fault 38 / mode 1 by the ordinary
+//!   over-temperature check no later than [`OVERHEAT_RAMP_NS`] plus two physics steps after
+//!   the scheduled time; a stopped servo heats the same but faults only when next driven
+//!   while still hot. The servo notes when the overheat started and when any fault latched,
+//!   for the bus's event log, and [`Telemetry`] shows the overheat state and the latch count.
 //! * Physics advance in fixed steps (`step_ns`) from the first time the servo is told
 //!   about; a gap longer than ten seconds is not integrated beyond its last ten seconds.
 
@@ -62,6 +77,49 @@ use proto::register::{class_of, fault, reg, Mode, REGISTER_MAP_VERSION};
 use proto::servo::{serve, RegisterServer, ERROR_UNKNOWN_REGISTER};
 use proto::value::{Resolution, ScaleClass, Value};
 use proto::writer::FrameWriter;
+
+/// An injected overheat takes the motor from its temperature at the start to
+/// [`OVERHEAT_OVERSHOOT_C`] above the fault temperature in this time, ns (0.25 s). The fault
+/// temperature is crossed sooner; heating stops at the overshoot (or at twice this time).
+pub const OVERHEAT_RAMP_NS: u64 = 250_000_000;
+
+/// How far above the fault temperature an injected overheat takes the motor, °C (10).
+pub const OVERHEAT_OVERSHOOT_C: f64 = 10.0;
+
+/// The state of a servo's injected overheat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OverheatState {
+    /// None scheduled.
+    #[default]
+    Off,
+    /// Scheduled to start at `at_ns`.
+    Armed {
+        /// Scheduled start, ns.
+        at_ns: u64,
+    },
+    /// Heating the motor since `since_ns`.
+    Heating {
+        /// Physics step at which heating started, ns.
+        since_ns: u64,
+    },
+    /// Heating started at `since_ns` and is over; the motor cools on its own.
+    Done {
+        /// Physics step at which heating started, ns.
+        since_ns: u64,
+    },
+}
+
+impl OverheatState {
+    /// Scheduled and not started yet.
+    pub fn is_armed(&self) -> bool {
+        matches!(self, OverheatState::Armed { .. })
+    }
+
+    /// Started (heating now, or done).
+    pub fn is_triggered(&self) -> bool {
+        matches!(self, OverheatState::Heating { .. } | OverheatState::Done { .. })
+    }
+}
 
 /// The longest stretch of time one `advance_to` integrates, ns.
 const MAX_CATCH_UP_NS: u64 = 10_000_000_000;
@@ -188,6 +246,9 @@ pub struct ServoConfig {
     pub watchdog_default_s: f64,
     /// Physics step, ns (100 000 = 100 µs).
     pub step_ns: u64,
+    /// Fault injection: start an overheat at this time, ns (None); see
+    /// [`Servo::schedule_overheat`].
+    pub overheat_at_ns: Option<u64>,
 }
 
 impl ServoConfig {
@@ -217,6 +278,7 @@ impl ServoConfig {
             fault_temperature_c: 80.0,
             watchdog_default_s: 0.1,
             step_ns: 100_000,
+            overheat_at_ns: None,
         }
     }
 }
@@ -266,6 +328,10 @@ pub struct Telemetry {
     pub watchdog_expiries: u64,
     /// Time of the physics state, ns.
     pub time_ns: u64,
+    /// The injected overheat: off, armed, heating or done.
+    pub overheat: OverheatState,
+    /// Times the servo latched a fault (mode 1).
+    pub faults_latched: u64,
 }
 
 /// One simulated moteus controller and its joint.
@@ -316,6 +382,14 @@ pub struct Servo {
     frames_received: u64,
     commands_received: u64,
     watchdog_expiries: u64,
+
+    // Fault injection.
+    overheat: OverheatState,
+    overheat_rate_c_per_s: f64,
+    faults_latched: u64,
+    // Not yet collected by the bus: overheat start time; latch time and code.
+    report_overheat: Option<u64>,
+    report_latch: Option<(u64, u8)>,
 }
 
 impl Servo {
@@ -353,6 +427,14 @@ impl Servo {
             frames_received: 0,
             commands_received: 0,
             watchdog_expiries: 0,
+            overheat: match cfg.overheat_at_ns {
+                Some(at_ns) => OverheatState::Armed { at_ns },
+                None => OverheatState::Off,
+            },
+            overheat_rate_c_per_s: 0.0,
+            faults_latched: 0,
+            report_overheat: None,
+            report_latch: None,
         }
     }
 
@@ -380,6 +462,29 @@ impl Servo {
     /// For fault injection: enough watts make the servo heat up and trip fault 38.
     pub fn inject_heat(&mut self, watts: f64) {
         self.injected_heat_w = finite_or(watts, 0.0);
+    }
+
+    /// Fault injection: overheat the motor from `at_ns` on (replacing any earlier schedule,
+    /// even one already started). See the module docs for the heating profile; a driving
+    /// servo latches fault 38 / mode 1 within [`OVERHEAT_RAMP_NS`] plus two physics steps.
+    pub fn schedule_overheat(&mut self, at_ns: u64) {
+        self.overheat = OverheatState::Armed { at_ns };
+    }
+
+    /// Cancel a scheduled or running injected overheat (the motor keeps its temperature).
+    pub fn cancel_overheat(&mut self) {
+        self.overheat = OverheatState::Off;
+    }
+
+    /// The injected overheat's state.
+    pub fn overheat_state(&self) -> OverheatState {
+        self.overheat
+    }
+
+    /// What the bus has not logged yet: when an injected overheat started, and when and
+    /// with which code a fault latched (the latest of each). Taking them clears them.
+    pub(crate) fn take_reports(&mut self) -> (Option<u64>, Option<(u64, u8)>) {
+        (self.report_overheat.take(), self.report_latch.take())
     }
 
     /// Set the motor temperature, °C (the board follows on its own).
@@ -419,6 +524,8 @@ impl Servo {
             commands_received: self.commands_received,
             watchdog_expiries: self.watchdog_expiries,
             time_ns: self.time_ns.unwrap_or(0),
+            overheat: self.overheat,
+            faults_latched: self.faults_latched,
         }
     }
 
@@ -442,7 +549,7 @@ impl Servo {
         while now_ns - t >= step_ns {
             t += step_ns;
             self.check_watchdog(t);
-            self.step(dt);
+            self.step(t, dt);
         }
         self.time_ns = Some(t);
         self.check_watchdog(now_ns);
@@ -577,8 +684,9 @@ impl Servo {
         }
     }
 
-    /// One physics step of `dt` seconds: controller, joint, electrical, thermal, faults.
-    fn step(&mut self, dt: f64) {
+    /// One physics step of `dt` seconds ending at `t`: controller, joint, electrical,
+    /// thermal, faults.
+    fn step(&mut self, t: u64, dt: f64) {
         let (wanted, limit) = self.control_torque(dt);
         let torque = if wanted.is_nan() { 0.0 } else { clampf(wanted, -limit, limit) };
         self.torque_nm = torque;
@@ -612,7 +720,8 @@ impl Servo {
         let motor_r = self.cfg.motor_thermal_resistance_k_per_w.abs().max(1e-6);
         let board_c = self.cfg.board_heat_capacity_j_per_k.abs().max(1e-6);
         let board_r = self.cfg.board_thermal_resistance_k_per_w.abs().max(1e-6);
-        let motor_in = copper_w + self.injected_heat_w - (self.motor_temp_c - ambient) / motor_r;
+        let overheat_w = self.overheat_heat_w(t, motor_c, motor_r);
+        let motor_in = copper_w + self.injected_heat_w + overheat_w - (self.motor_temp_c - ambient) / motor_r;
         self.motor_temp_c += motor_in / motor_c * dt;
         let board_in = current * current * self.cfg.board_resistance_ohm - (self.board_temp_c - ambient) / board_r;
         self.board_temp_c += board_in / board_c * dt;
@@ -622,7 +731,34 @@ impl Servo {
         {
             self.mode = MODE_FAULT;
             self.fault = fault::OVER_TEMPERATURE;
+            self.faults_latched += 1;
+            self.report_latch = Some((t, self.fault));
         }
+    }
+
+    /// Heat an injected overheat puts into the motor in the step ending at `t`, W: enough
+    /// (with the motor's own loss to ambient made up) for a steady rise that covers the
+    /// distance to the overshoot in [`OVERHEAT_RAMP_NS`]; 0 outside the heating phase.
+    fn overheat_heat_w(&mut self, t: u64, motor_c: f64, motor_r: f64) -> f64 {
+        let ambient = self.cfg.ambient_c;
+        let target = finite_or(self.cfg.fault_temperature_c, ambient + 55.0) + OVERHEAT_OVERSHOOT_C;
+        let ramp_s = OVERHEAT_RAMP_NS as f64 * 1e-9;
+        if let OverheatState::Armed { at_ns } = self.overheat {
+            if t < at_ns {
+                return 0.0;
+            }
+            self.overheat = OverheatState::Heating { since_ns: t };
+            self.overheat_rate_c_per_s = (target - self.motor_temp_c).max(OVERHEAT_OVERSHOOT_C) / ramp_s;
+            self.report_overheat = Some(t);
+        }
+        let OverheatState::Heating { since_ns } = self.overheat else {
+            return 0.0;
+        };
+        if self.motor_temp_c >= target || t - since_ns >= 2 * OVERHEAT_RAMP_NS {
+            self.overheat = OverheatState::Done { since_ns };
+            return 0.0;
+        }
+        motor_c * self.overheat_rate_c_per_s + (self.motor_temp_c - ambient) / motor_r
     }
 
     /// Apply the command gathered from the frame just served.
