@@ -222,6 +222,11 @@ impl<C: Clock> Cycler<C> {
         self.buses.get(i).map(|b| b.counters())
     }
 
+    /// The simulated bus at index `i`, if that bus is simulated.
+    pub fn sim_bus_mut(&mut self, i: usize) -> Option<&mut sim::SimBus> {
+        self.buses.get_mut(i).and_then(|b| b.as_sim_mut())
+    }
+
     /// The name of bus `i`.
     pub fn bus_name(&self, i: usize) -> Option<&str> {
         self.buses.get(i).map(|b| b.name())

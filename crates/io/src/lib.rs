@@ -27,6 +27,7 @@ pub mod cycle;
 pub mod fdcanusb;
 pub mod open;
 pub mod robot;
+pub mod safety;
 pub mod serve;
 pub mod simulated;
 pub mod socketcan;

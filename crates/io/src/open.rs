@@ -11,6 +11,8 @@ use crate::uri::BusUri;
 pub struct OpenOptions {
     /// fdcanusb: append the ` *XX` CRC suffix to our lines (needed on UART links).
     pub fdcanusb_crc: bool,
+    /// `sim`: wire timing and fault injection of the simulated bus.
+    pub sim_bus: sim::BusConfig,
 }
 
 /// Open the bus at `uri`. A `sim` bus is an in-process simulated bus populated with
@@ -18,7 +20,7 @@ pub struct OpenOptions {
 pub fn open_bus(uri: &BusUri, sim_servo_ids: &[u8], options: OpenOptions) -> Result<Box<dyn Transport>, OpenError> {
     match uri {
         BusUri::Sim => {
-            let mut bus = sim::SimBus::new(sim::BusConfig::default());
+            let mut bus = sim::SimBus::new(options.sim_bus);
             for &id in sim_servo_ids {
                 bus.add_servo(sim::Servo::new(sim::ServoConfig::new(id)));
             }

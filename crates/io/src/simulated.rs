@@ -53,6 +53,10 @@ impl Transport for SimTransport {
     fn ready_hint_ns(&self) -> Option<u64> {
         self.bus.next_event_ns()
     }
+
+    fn as_sim_mut(&mut self) -> Option<&mut SimBus> {
+        Some(&mut self.bus)
+    }
 }
 
 /// The simulated IMU behind the [`ImuSource`] interface.

@@ -86,6 +86,11 @@ pub trait Transport: Send {
         TransportCounters::default()
     }
 
+    /// The simulated bus behind this transport, if it is one (fault injection, statistics).
+    fn as_sim_mut(&mut self) -> Option<&mut sim::SimBus> {
+        None
+    }
+
     /// Throw away frames that arrived before a cycle starts (late replies of an earlier
     /// cycle) so they are not mistaken for this cycle's answers. Returns how many.
     fn drain(&mut self, now_ns: u64) -> Result<usize, TransportError> {
@@ -121,6 +126,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn counters(&self) -> TransportCounters {
         (**self).counters()
+    }
+    fn as_sim_mut(&mut self) -> Option<&mut sim::SimBus> {
+        (**self).as_sim_mut()
     }
 }
 

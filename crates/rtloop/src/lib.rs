@@ -14,6 +14,7 @@ pub use sim;
 
 pub mod budget;
 pub mod can_cmd;
+pub mod config;
 pub mod frame_cmd;
 pub mod motion;
 pub mod robot_spec;

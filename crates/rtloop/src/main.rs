@@ -134,28 +134,152 @@ struct CanArgs {
 
 #[derive(Args)]
 struct RunArgs {
-    /// Seconds to run.
-    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true)]
-    duration: f64,
-    /// Loop rate in Hz.
-    #[arg(long, default_value_t = 1000.0, allow_negative_numbers = true)]
-    rate: f64,
+    /// Seconds to run (default 10, or the config's duration_s).
+    #[arg(long, allow_negative_numbers = true)]
+    duration: Option<f64>,
+    /// Loop rate in Hz (default 1000, or the config's rate_hz).
+    #[arg(long, allow_negative_numbers = true)]
+    rate: Option<f64>,
     /// Print the summary as one JSON object on the last line of stdout.
     #[arg(long)]
     json: bool,
     /// No progress line.
     #[arg(long, short)]
     quiet: bool,
-    /// A bus of the robot: N=URI (sim, fdcanusb:PATH, socketcan:IFACE, udp:HOST:PORT); repeatable.
-    /// Without any, the built-in simulated quadruped.
+    /// A TOML run configuration (robot, rate, motion, gains, safety, real-time, faults);
+    /// see --print-config. Flags given as well override its values.
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// Print the configuration that would run (the built-in default, or FILE with the
+    /// flags applied) as TOML, and exit.
+    #[arg(long)]
+    print_config: bool,
+    /// A bus of the robot: N=URI (sim, fdcanusb:PATH, socketcan:IFACE, udp:HOST:PORT);
+    /// repeatable. Replaces the configured buses.
     #[arg(long = "bus", value_name = "N=URI")]
     buses: Vec<String>,
     /// Servo ids of bus N, e.g. 1=1,2,3 or 1=1-3 (repeatable).
     #[arg(long = "ids", value_name = "N=LIST")]
     ids: Vec<String>,
-    /// A TOML robot file ([[bus]] tables with bus, uri, servos).
-    #[arg(long, value_name = "FILE")]
-    config: Option<std::path::PathBuf>,
+    /// Scheduling policy of the cycle thread: other, fifo, rr or deadline.
+    #[arg(long)]
+    policy: Option<String>,
+    /// Real-time priority (1-99) for fifo and rr.
+    #[arg(long)]
+    priority: Option<i32>,
+    /// Pin the cycle thread to these CPUs, e.g. 1 or 0,1.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    cpu: Vec<usize>,
+    /// Lock all memory (mlockall) so the loop never waits for a page.
+    #[arg(long)]
+    mlock: bool,
+    /// Spin for the last N µs before each deadline instead of sleeping through it.
+    #[arg(long, value_name = "N")]
+    busy_wait_us: Option<u64>,
+    /// What to do after an overrun: skip (run the late period, skip fully missed ones) or
+    /// catch-up (run every missed period back to back).
+    #[arg(long)]
+    overrun: Option<String>,
+    /// Turn every refused real-time request into an error.
+    #[arg(long)]
+    strict: bool,
+    /// Run the control law on its own thread (wait-free rings to the cycle thread).
+    #[arg(long)]
+    control_thread: bool,
+    /// When a servo faults or stops answering: stop, zero-velocity or ignore.
+    #[arg(long, value_name = "POLICY")]
+    on_fault: Option<String>,
+    /// The mode the last cycle commands on Ctrl-C / SIGTERM: stop, zero-velocity or brake.
+    #[arg(long, value_name = "MODE")]
+    shutdown: Option<String>,
+    /// Simulated buses: servo ID overheats and faults SECONDS after the start (repeatable).
+    #[arg(long = "fault", value_name = "ID@SECONDS")]
+    faults: Vec<String>,
+    /// Simulated buses: probability that a frame is lost on the wire.
+    #[arg(long, value_name = "P")]
+    drop_rate: Option<f64>,
+    /// Simulated buses: probability that a frame is bit-flipped on the wire.
+    #[arg(long, value_name = "P")]
+    corrupt_rate: Option<f64>,
+    /// Simulated buses: extra servo turnaround, µs.
+    #[arg(long, value_name = "N")]
+    reply_delay_us: Option<u64>,
+}
+
+impl RunArgs {
+    /// The configuration: built-in default, then the file, then the flags.
+    fn config(&self) -> Result<rtloop::config::RunConfig, String> {
+        use rtloop::config::RunConfig;
+        let mut c = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read --config {}: {e}", path.display()))?;
+                RunConfig::from_toml(&text).map_err(|e| format!("--config {}: {e}", path.display()))?
+            }
+            None => RunConfig::default(),
+        };
+        if let Some(d) = self.duration {
+            if !(d.is_finite() && d > 0.0) {
+                return Err(format!("--duration {d} is out of range: give a number of seconds above 0"));
+            }
+            c.duration_s = d;
+        }
+        if let Some(r) = self.rate {
+            if !(r.is_finite() && r > 0.0 && r <= 100_000.0) {
+                return Err(format!("--rate {r} is out of range: give a rate in Hz between 0 and 100000"));
+            }
+            c.rate_hz = r;
+        }
+        if !self.buses.is_empty() || !self.ids.is_empty() {
+            c.buses = RobotSpec::from_flags(&self.buses, &self.ids)?.buses;
+        }
+        let rt = &mut c.realtime;
+        if let Some(p) = &self.policy {
+            rt.policy = p.clone();
+        }
+        if let Some(p) = self.priority {
+            rt.priority = p;
+        }
+        if !self.cpu.is_empty() {
+            rt.cpus = self.cpu.clone();
+        }
+        rt.mlock |= self.mlock;
+        rt.strict |= self.strict;
+        rt.control_thread |= self.control_thread;
+        if let Some(b) = self.busy_wait_us {
+            rt.busy_wait_us = b;
+        }
+        if let Some(o) = &self.overrun {
+            rt.overrun = o.clone();
+        }
+        if let Some(p) = &self.on_fault {
+            c.safety.on_fault = p.clone();
+        }
+        if let Some(m) = &self.shutdown {
+            c.safety.shutdown = m.clone();
+        }
+        c.faults.overheat.extend(self.faults.iter().cloned());
+        if let Some(p) = self.drop_rate {
+            c.faults.drop_rate = p;
+        }
+        if let Some(p) = self.corrupt_rate {
+            c.faults.corrupt_rate = p;
+        }
+        if let Some(n) = self.reply_delay_us {
+            c.faults.reply_delay_us = n;
+        }
+        let flagged = |e: String| {
+            e.replace("realtime.policy", "--policy")
+                .replace("safety.on_fault", "--on-fault")
+                .replace("safety.shutdown", "--shutdown")
+                .replace("faults.drop_rate", "--drop-rate")
+                .replace("faults.corrupt_rate", "--corrupt-rate")
+        };
+        c.validate().map_err(flagged)?;
+        c.realtime.policy.parse::<rt::setup::Policy>().map_err(|e| format!("--policy: {e}"))?;
+        c.realtime.overrun.parse::<rt::periodic::OverrunPolicy>().map_err(|e| format!("--overrun: {e}"))?;
+        Ok(c)
+    }
 }
 
 #[derive(Subcommand)]
@@ -266,19 +390,12 @@ fn main() -> ExitCode {
 fn dispatch(cmd: Command) -> Result<(), String> {
     match cmd {
         Command::Run(a) => {
-            let robot = match (&a.config, a.buses.is_empty() && a.ids.is_empty()) {
-                (Some(_), false) => {
-                    return Err("give the robot either with --config FILE or with --bus/--ids, not both".into())
-                }
-                (Some(path), true) => {
-                    let text = std::fs::read_to_string(path)
-                        .map_err(|e| format!("cannot read --config {}: {e}", path.display()))?;
-                    RobotSpec::from_toml(&text).map_err(|e| format!("--config {}: {e}", path.display()))?
-                }
-                (None, true) => RobotSpec::default_quadruped(),
-                (None, false) => RobotSpec::from_flags(&a.buses, &a.ids)?,
-            };
-            let opts = RunOptions { robot, duration_s: a.duration, rate_hz: a.rate, progress: !a.quiet };
+            let config = a.config()?;
+            if a.print_config {
+                print!("{}", config.to_toml());
+                return Ok(());
+            }
+            let opts = RunOptions { config, progress: !a.quiet };
             let summary = run::run(&opts)?;
             let mut out = std::io::stdout().lock();
             run::print_summary(&summary, &mut out).map_err(|e| e.to_string())?;

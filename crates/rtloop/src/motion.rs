@@ -21,12 +21,28 @@ pub struct Motion {
     pub frequency_hz: f64,
     /// Torque limit sent with every command, N·m.
     pub maximum_torque: f64,
+    /// Scale of the servo's kp sent with every command.
+    pub kp_scale: f64,
+    /// Scale of the servo's kd sent with every command.
+    pub kd_scale: f64,
+    /// Watchdog timeout sent with every command (register 0x027), s; `None` = the servo's
+    /// configured default.
+    pub watchdog_timeout: Option<f64>,
     start: [f64; 64],
 }
 
 impl Default for Motion {
     fn default() -> Self {
-        Motion { stand_s: 1.0, amplitude_rev: 0.05, frequency_hz: 0.5, maximum_torque: 4.0, start: [0.0; 64] }
+        Motion {
+            stand_s: 1.0,
+            amplitude_rev: 0.05,
+            frequency_hz: 0.5,
+            maximum_torque: 4.0,
+            kp_scale: 1.0,
+            kd_scale: 1.0,
+            watchdog_timeout: None,
+            start: [0.0; 64],
+        }
     }
 }
 
@@ -70,10 +86,11 @@ impl Motion {
             *cmd = ServoCommand::Position(PositionCommand {
                 position: Some(position),
                 velocity: Some(velocity),
-                kp_scale: Some(1.0),
-                kd_scale: Some(1.0),
+                kp_scale: Some(self.kp_scale),
+                kd_scale: Some(self.kd_scale),
                 feedforward_torque: Some(0.0),
                 maximum_torque: Some(self.maximum_torque),
+                watchdog_timeout: self.watchdog_timeout,
                 ..Default::default()
             });
         }

@@ -1,18 +1,24 @@
-//! `rtloop run`: drive the robot from a periodic loop on its own thread and report honest
-//! figures — achieved rate, cycle time and wakeup latency percentiles, overruns, missing
-//! replies — beside the cycle-time model's prediction.
+//! `rtloop run`: drive the robot from a periodic loop on its own real-time thread and report
+//! honest figures — achieved rate, cycle time and wakeup latency percentiles, overruns,
+//! missing replies, events — beside the cycle-time model's prediction.
 //!
-//! The loop sleeps to absolute deadlines (`clock_nanosleep` with `TIMER_ABSTIME`), so a late
-//! wakeup never shifts later periods. An overrun (a cycle still running at the next
-//! deadline) is counted; the period already begun runs late at once, and periods that have
-//! passed entirely are skipped and counted rather than run back to back.
+//! The cycle thread applies the real-time settings (policy, priority, affinity, mlockall,
+//! stack prefault, timer slack; every refusal is one warning, or an error with `strict`),
+//! then sleeps to absolute deadlines in [`rt::periodic::PeriodicLoop`]. Each iteration: the
+//! control law's commands (computed here, or by a control thread through wait-free ring
+//! buffers), the safety supervisor's override, one multi-bus cycle, the supervisor's check.
+//! On Ctrl-C / SIGTERM one last cycle commands the configured safe mode.
 //!
-//! Must never: allocate, lock or print on the loop thread. Progress reaches the main thread
-//! through atomics; the histograms are handed back when the loop ends.
+//! Must never: allocate, lock, print or block inside the real-time section (a test proves
+//! it with a counting allocator); lose an event or a period silently.
 
+use crate::config::{parse_shutdown, RunConfig};
 use crate::motion::Motion;
-use crate::stats::{Latency, Percentiles};
-use io::{Clock, MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply};
+use crate::stats::Percentiles;
+use io::safety::{EventKind, SafetyConfig, Supervisor};
+use io::{Clock, MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec};
+use rt::periodic::{OverrunPolicy, PeriodicLoop, PeriodicOptions};
+use rt::setup::{Policy, RtSettings};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -20,15 +26,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Most servos the control-thread messages carry (fixed-size, so the rings never allocate).
+pub const MAX_SERVOS: usize = 32;
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    /// The robot (the built-in simulated quadruped by default).
-    pub robot: crate::robot_spec::RobotSpec,
-    /// Seconds of motion.
-    pub duration_s: f64,
-    /// Loop rate.
-    pub rate_hz: f64,
+    /// Everything configurable.
+    pub config: RunConfig,
     /// Print progress on stderr.
     pub progress: bool,
 }
@@ -54,7 +59,7 @@ pub struct Progress {
 #[derive(Debug, Clone, Serialize)]
 pub struct FinalServo {
     /// Bus number (1-based).
-    pub bus: usize,
+    pub bus: u8,
     /// Mode register.
     pub mode: Option<u8>,
     /// Position, rev.
@@ -69,12 +74,62 @@ pub struct FinalServo {
     pub temperature: Option<f64>,
 }
 
+/// One event of the run.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EventRecord {
+    /// Seconds since the motion started.
+    pub time: f64,
+    /// The servo, if one.
+    pub servo: Option<u8>,
+    /// What happened.
+    pub kind: String,
+    /// Detail (fault code, cycles missing, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// What was injected into the simulated buses.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct InjectedSummary {
+    /// Servos scheduled to overheat: id → seconds.
+    pub overheat: BTreeMap<u8, f64>,
+    /// Frames lost on simulated wires.
+    pub frames_dropped: u64,
+    /// Frames bit-flipped on simulated wires (dropped by the receiver's CRC).
+    pub frames_corrupted: u64,
+    /// Extra servo turnaround, µs.
+    pub reply_delay_us: u64,
+}
+
+/// The real-time settings in effect and what was refused.
+#[derive(Debug, Clone, Serialize)]
+pub struct RealtimeSummary {
+    /// Policy obtained.
+    pub policy: String,
+    /// Priority obtained.
+    pub priority: i32,
+    /// CPUs the cycle thread may run on.
+    pub cpus: Vec<usize>,
+    /// Memory locked.
+    pub mlock: bool,
+    /// Timer slack of the cycle thread, ns.
+    pub timer_slack_ns: u64,
+    /// Busy-wait before each deadline, µs.
+    pub busy_wait_us: u64,
+    /// Overrun policy.
+    pub overrun: String,
+    /// Control law on its own thread.
+    pub control_thread: bool,
+    /// One line per refused request.
+    pub warnings: Vec<String>,
+}
+
 /// Everything `rtloop run` reports; `--json` prints it as one line.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunSummary {
     /// Cycles run.
     pub cycles: u64,
-    /// Achieved loop rate.
+    /// Achieved loop rate, measured between the first and the last wakeup.
     pub rate_hz: f64,
     /// Requested loop rate.
     pub target_rate_hz: f64,
@@ -102,6 +157,19 @@ pub struct RunSummary {
     pub wakeup_us: Percentiles,
     /// The cycle-time model's prediction for this robot, µs.
     pub model_cycle_us: f64,
+    /// The run ended early on Ctrl-C / SIGTERM (after one safe-mode cycle).
+    pub interrupted: bool,
+    /// Control-thread commands that arrived too late for their cycle (the previous ones
+    /// were reused), and state messages the control thread had not taken yet.
+    pub control_late: u64,
+    /// Events in time order.
+    pub events: Vec<EventRecord>,
+    /// Events that did not fit in the real-time event log.
+    pub events_dropped: u64,
+    /// Fault injection (simulated buses).
+    pub injected: InjectedSummary,
+    /// Real-time settings.
+    pub realtime: RealtimeSummary,
     /// Final state per servo id.
     #[serde(rename = "final")]
     pub final_state: BTreeMap<u8, FinalServo>,
@@ -111,149 +179,364 @@ fn opt(x: f64) -> Option<f64> {
     x.is_finite().then_some(x)
 }
 
+/// State the cycle thread hands the control thread each cycle.
+#[derive(Clone, Copy)]
+struct StateMsg {
+    tick: u64,
+    position: [f64; MAX_SERVOS],
+    velocity: [f64; MAX_SERVOS],
+}
+
+/// Commands the control thread hands back, for the tick after `tick`.
+#[derive(Clone, Copy)]
+struct CommandMsg {
+    tick: u64,
+    commands: [ServoCommand; MAX_SERVOS],
+}
+
+/// Where the commands come from.
+enum ControlLaw {
+    /// Computed on the cycle thread.
+    Inline(Motion),
+    /// Computed on a control thread; rings in both directions.
+    Thread { to_control: rtrb::Producer<StateMsg>, from_control: rtrb::Consumer<CommandMsg> },
+}
+
+/// Hooks around the real-time section, so a test can count allocations on this thread.
+pub struct Hooks {
+    /// Called on the cycle thread just before the first real-time iteration.
+    pub enter_rt: Box<dyn Fn() + Send>,
+    /// Called on the cycle thread right after the last one.
+    pub leave_rt: Box<dyn Fn() + Send>,
+}
+
+impl Default for Hooks {
+    fn default() -> Self {
+        Hooks { enter_rt: Box::new(|| {}), leave_rt: Box::new(|| {}) }
+    }
+}
+
 struct LoopResult {
-    cycles: u64,
-    overruns: u64,
-    skipped: u64,
+    periodic: rt::periodic::LoopStats,
     missing: u64,
     timeouts: u64,
     transport_errors: u64,
     imu_samples: u64,
-    elapsed_ns: u64,
-    cycle: Latency,
-    wakeup: Latency,
+    control_late: u64,
+    interrupted: bool,
     replies: Vec<ServoReply>,
+    supervisor: Supervisor,
+    start_ns: u64,
+    robot: Robot<MonotonicClock>,
 }
 
-/// Reduce timer slack to 1 ns for this thread so absolute sleeps are not rounded up by
-/// the default 50 µs slack of normal tasks. Unprivileged; failure only costs precision.
-fn minimise_timer_slack() {
-    // SAFETY: PR_SET_TIMERSLACK takes an integer argument and touches no memory of ours.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
-    }
+/// Everything the cycle thread needs, prepared before it starts.
+pub struct CycleSetup {
+    robot: Robot<MonotonicClock>,
+    config: RunConfig,
+    shutdown: ServoCommand,
+    overrun: OverrunPolicy,
 }
 
-fn run_loop(mut robot: Robot<MonotonicClock>, opts: &RunOptions, progress: &Progress) -> LoopResult {
-    minimise_timer_slack();
+fn motion_of(config: &RunConfig) -> Motion {
+    let mut m = Motion::default();
+    m.stand_s = config.motion.stand_s;
+    m.amplitude_rev = config.motion.amplitude_rev;
+    m.frequency_hz = config.motion.frequency_hz;
+    m.maximum_torque = config.gains.maximum_torque;
+    m.kp_scale = config.gains.kp_scale;
+    m.kd_scale = config.gains.kd_scale;
+    m.watchdog_timeout = config.gains.watchdog_timeout_s;
+    m
+}
+
+fn run_loop(setup: CycleSetup, progress: &Progress, hooks: &Hooks, mut law: ControlLaw) -> LoopResult {
+    let CycleSetup { mut robot, config, shutdown, overrun } = setup;
     let n = robot.servos().len();
+    let servos: Vec<ServoSpec> = robot.servos().to_vec();
     let clock = *robot.cycler().clock();
-    let period_ns = (1e9 / opts.rate_hz).round().max(1.0) as u64;
-    let total_periods = (opts.duration_s * opts.rate_hz).round().max(1.0) as u64;
-
+    let period_ns = (1e9 / config.rate_hz).round().max(1.0) as u64;
+    let total_periods = (config.duration_s * config.rate_hz).round().max(1.0) as u64;
+    let safety = SafetyConfig {
+        on_fault: config.safety.on_fault.parse().unwrap_or_default(),
+        missing_limit: config.safety.missing_limit,
+    };
+    let mut supervisor = Supervisor::new(safety, n, 1024);
     let mut commands = vec![ServoCommand::Query; n];
     let mut replies = vec![ServoReply::default(); n];
     let mut imu = sim::ImuSample::default();
-    let mut motion = Motion::default();
-    let mut cycle = Latency::new();
-    let mut wakeup = Latency::new();
-    let (mut overruns, mut skipped, mut missing, mut timeouts, mut terr, mut imu_samples) = (0, 0, 0, 0, 0, 0);
+    let (mut missing, mut timeouts, mut terr, mut imu_samples, mut control_late) = (0u64, 0u64, 0u64, 0u64, 0u64);
 
     // Learn where the joints are before moving them.
     robot.cycle(&commands, &mut replies, &mut imu);
-    motion.set_start(replies.iter().map(|r| r.state.position));
-
+    if let ControlLaw::Inline(motion) = &mut law {
+        motion.set_start(replies.iter().map(|r| r.state.position));
+    }
     let start = clock.now_ns() + period_ns;
-    let end = start + total_periods * period_ns;
-    let mut next = start;
-    let mut cycles = 0u64;
-    let (mut first_woke, mut last_woke) = (0u64, 0u64);
-    // --- real-time section: no allocation, no locks, no I/O below this line ---
-    while next < end {
-        io::clock::sleep_until_monotonic_ns(next);
-        let woke = clock.now_ns();
-        wakeup.record(woke.saturating_sub(next));
-        if cycles == 0 {
-            first_woke = woke;
+    if let Ok(overheats) = config.overheats() {
+        for o in overheats {
+            let at = start + (o.at_s * 1e9) as u64;
+            for (i, s) in servos.iter().enumerate() {
+                if s.id == o.id {
+                    if let Some(bus) = robot.cycler_mut().sim_bus_mut(s.bus) {
+                        bus.schedule_overheat(o.id, at);
+                    }
+                    let _ = i;
+                }
+            }
         }
-        last_woke = woke;
-        let t = (next - start) as f64 * 1e-9;
-        motion.fill(t, &mut commands);
+    }
+    let mut lp = PeriodicLoop::new(
+        period_ns,
+        PeriodicOptions { busy_wait_ns: config.realtime.busy_wait_us * 1000, overrun, start_ns: Some(start) },
+    );
+    let mut interrupted = false;
+    let mut state = StateMsg { tick: 0, position: [0.0; MAX_SERVOS], velocity: [0.0; MAX_SERVOS] };
+
+    (hooks.enter_rt)();
+    // --- real-time section: no allocation, no locks, no I/O below this line ---
+    loop {
+        let tick = lp.wait_next();
+        if tick.index >= total_periods {
+            break;
+        }
+        if crate::signals::stop_requested() {
+            interrupted = true;
+            break;
+        }
+        let t = tick.deadline_ns.saturating_sub(start) as f64 * 1e-9;
+        match &mut law {
+            ControlLaw::Inline(motion) => motion.fill(t, &mut commands),
+            ControlLaw::Thread { from_control, .. } => {
+                // Take the newest commands; older ones are stale by now.
+                let mut got = false;
+                while let Ok(msg) = from_control.pop() {
+                    commands.copy_from_slice(&msg.commands[..n]);
+                    got = true;
+                }
+                if !got && tick.index > 0 {
+                    control_late += 1;
+                }
+            }
+        }
+        supervisor.apply(&mut commands);
         let report = robot.cycle(&commands, &mut replies, &mut imu);
+        let now = clock.now_ns();
+        supervisor.check(now, &servos, &replies);
+        if let ControlLaw::Thread { to_control, .. } = &mut law {
+            state.tick = tick.index;
+            for (i, r) in replies.iter().enumerate().take(MAX_SERVOS) {
+                state.position[i] = r.state.position;
+                state.velocity[i] = r.state.velocity;
+            }
+            if to_control.push(state).is_err() {
+                control_late += 1;
+            }
+        }
         let dt = report.stats.duration_ns();
-        cycle.record(dt);
-        cycles += 1;
         missing += report.missing as u64;
         timeouts += report.stats.timed_out as u64;
         terr += report.stats.send_errors as u64 + report.stats.failed_buses.count_ones() as u64;
         imu_samples += report.stats.imu_present as u64;
-        progress.cycles.store(cycles, Ordering::Relaxed);
+        progress.cycles.fetch_add(1, Ordering::Relaxed);
         progress.missing.store(missing, Ordering::Relaxed);
         progress.last_cycle_ns.store(dt, Ordering::Relaxed);
         progress.max_cycle_ns.fetch_max(dt, Ordering::Relaxed);
-
-        next += period_ns;
-        let now = clock.now_ns();
-        if now > next {
-            // Overrun: the next period has already begun. Run it at once (its lateness is
-            // recorded as wakeup latency) but skip every period that has passed entirely,
-            // so deadlines stay on the grid and cycles never bunch up.
-            overruns += 1;
-            let missed = (now - next) / period_ns;
-            skipped += missed;
-            next += missed * period_ns;
-            progress.overruns.store(overruns, Ordering::Relaxed);
+        lp.end_cycle();
+        progress.overruns.store(lp.stats().overruns, Ordering::Relaxed);
+    }
+    if interrupted {
+        // One last cycle that leaves every healthy servo in the safe mode.
+        for c in commands.iter_mut() {
+            *c = shutdown;
         }
+        supervisor.apply(&mut commands);
+        for (c, r) in commands.iter_mut().zip(&replies) {
+            if r.state.mode == Some(1) {
+                *c = ServoCommand::Query;
+            }
+        }
+        robot.cycle(&commands, &mut replies, &mut imu);
+        supervisor.record(clock.now_ns(), None, EventKind::Shutdown);
     }
     // --- end of real-time section ---
-    // Measured, not assumed: the span between the first and the last actual wakeup covers
-    // cycles − 1 periods.
-    let elapsed_ns = last_woke.saturating_sub(first_woke);
+    (hooks.leave_rt)();
     LoopResult {
-        cycles,
-        overruns,
-        skipped,
+        periodic: lp.stats(),
         missing,
         timeouts,
         transport_errors: terr,
         imu_samples,
-        elapsed_ns,
-        cycle,
-        wakeup,
+        control_late,
+        interrupted,
         replies,
+        supervisor,
+        start_ns: start,
+        robot,
     }
 }
 
-/// Run the built-in simulated quadruped and return the summary.
+/// The control thread: newest state in, commands for the next tick out, until the cycle
+/// thread hangs up. Not real-time itself; it must only keep up.
+fn control_thread(
+    mut motion: Motion,
+    rate_hz: f64,
+    n: usize,
+    mut from_cycle: rtrb::Consumer<StateMsg>,
+    mut to_cycle: rtrb::Producer<CommandMsg>,
+    first_positions: Vec<f64>,
+) {
+    motion.set_start(first_positions.into_iter());
+    let period = 1.0 / rate_hz;
+    let mut out = CommandMsg { tick: 0, commands: [ServoCommand::Query; MAX_SERVOS] };
+    // Prime the first tick so the cycle thread has commands from the start.
+    motion.fill(0.0, &mut out.commands[..n]);
+    let _ = to_cycle.push(out);
+    loop {
+        let mut newest = None;
+        while let Ok(s) = from_cycle.pop() {
+            newest = Some(s);
+        }
+        match newest {
+            Some(s) => {
+                out.tick = s.tick + 1;
+                motion.fill(out.tick as f64 * period, &mut out.commands[..n]);
+                let _ = to_cycle.push(out);
+            }
+            None if from_cycle.is_abandoned() => return,
+            None => std::thread::sleep(Duration::from_micros(50)),
+        }
+    }
+}
+
+fn rt_settings(config: &RunConfig) -> Result<RtSettings, String> {
+    let r = &config.realtime;
+    let policy: Policy = r.policy.parse().map_err(|e| format!("realtime.policy: {e}"))?;
+    let mut settings = RtSettings {
+        policy,
+        priority: r.priority,
+        cpus: r.cpus.clone(),
+        mlock: r.mlock,
+        strict: r.strict,
+        ..RtSettings::default()
+    };
+    if policy == Policy::Deadline {
+        // Reserve 90 % of each period for the cycle thread.
+        let period = (1e9 / config.rate_hz) as u64;
+        settings.deadline =
+            Some(rt::setup::DeadlineParams { runtime_ns: period * 9 / 10, deadline_ns: period, period_ns: period });
+    }
+    Ok(settings)
+}
+
+/// Run and return the summary; real-time warnings are printed on stderr as they happen.
 pub fn run(opts: &RunOptions) -> Result<RunSummary, String> {
-    if !(opts.rate_hz.is_finite() && opts.rate_hz > 0.0 && opts.rate_hz <= 100_000.0) {
-        return Err(format!("--rate {} is out of range: give a rate in Hz between 0 and 100000", opts.rate_hz));
+    run_with_hooks(opts, Hooks::default())
+}
+
+/// [`run`] with hooks around the real-time section.
+pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, String> {
+    let config = opts.config.clone();
+    config.validate()?;
+    let settings = rt_settings(&config)?;
+    let overrun: OverrunPolicy = config.realtime.overrun.parse().map_err(|e| format!("realtime.overrun: {e}"))?;
+    let shutdown = parse_shutdown(&config.safety.shutdown)?;
+    let robot_spec = config.robot();
+    if robot_spec.servo_count() > MAX_SERVOS {
+        return Err(format!("{} servos configured; rtloop run drives at most {MAX_SERVOS}", robot_spec.servo_count()));
     }
-    if !(opts.duration_s.is_finite() && opts.duration_s > 0.0 && opts.duration_s <= 1.0e6) {
-        return Err(format!("--duration {} is out of range: give a number of seconds above 0", opts.duration_s));
-    }
-    let mut config = RobotConfig::default();
+    let mut robot_config = RobotConfig::default();
     // Never let one cycle run into the next period.
-    config.cycle.timeout_ns = ((0.9e9 / opts.rate_hz) as u64).max(50_000);
-    let robot = opts.robot.build(MonotonicClock::default(), config, Default::default())?;
-    let servos: Vec<_> = robot.servos().to_vec();
+    robot_config.cycle.timeout_ns = ((0.9e9 / config.rate_hz) as u64).max(50_000);
+    let sim_bus = sim::BusConfig {
+        drop_rate: config.faults.drop_rate,
+        corrupt_rate: config.faults.corrupt_rate,
+        reply_delay_ns: config.faults.reply_delay_us * 1000,
+        ..sim::BusConfig::default()
+    };
+    sim_bus.validate()?;
+    let open = io::open::OpenOptions { sim_bus, ..Default::default() };
+    let robot = robot_spec.build(MonotonicClock::default(), robot_config, open)?;
+    let servos: Vec<ServoSpec> = robot.servos().to_vec();
+    let bus_numbers: Vec<u8> = robot_spec.buses.iter().map(|b| b.bus).collect();
     let buses = robot.cycler().bus_count();
+    let n = servos.len();
+    crate::signals::install();
 
     let progress = Arc::new(Progress::default());
     let thread_progress = Arc::clone(&progress);
-    let thread_opts = opts.clone();
+    let (warn_tx, warn_rx) = std::sync::mpsc::channel::<Result<rt::setup::Applied, String>>();
+    let motion = motion_of(&config);
+    let control = config.realtime.control_thread;
+    let rate = config.rate_hz;
+    let thread_config = config.clone();
     let handle = std::thread::Builder::new()
         .name("rtloop-cycle".into())
-        .spawn(move || {
-            let r = run_loop(robot, &thread_opts, &thread_progress);
+        .spawn(move || -> Option<LoopResult> {
+            let applied = rt::setup::apply_to_current_thread(&settings).map_err(|e| e.to_string());
+            let ok = applied.is_ok();
+            let _ = warn_tx.send(applied);
+            if !ok {
+                thread_progress.done.store(true, Ordering::Release);
+                return None;
+            }
+            let setup = CycleSetup { robot, config: thread_config, shutdown, overrun };
+            let (law, control_handle) = if control {
+                let (to_control, from_cycle) = rtrb::RingBuffer::<StateMsg>::new(4);
+                let (to_cycle, from_control) = rtrb::RingBuffer::<CommandMsg>::new(4);
+                let first = vec![0.0; n];
+                let h = std::thread::Builder::new()
+                    .name("rtloop-control".into())
+                    .spawn(move || control_thread(motion, rate, n, from_cycle, to_cycle, first))
+                    .ok();
+                (ControlLaw::Thread { to_control, from_control }, h)
+            } else {
+                (ControlLaw::Inline(motion), None)
+            };
+            let r = run_loop(setup, &thread_progress, &hooks, law);
+            if let Some(h) = control_handle {
+                let _ = h.join();
+            }
             thread_progress.done.store(true, Ordering::Release);
-            r
+            Some(r)
         })
         .map_err(|e| format!("cannot start the cycle thread: {e}"))?;
 
-    let total = (opts.duration_s * opts.rate_hz).round() as u64;
-    if opts.progress {
-        print_progress(&progress, opts, total);
+    let applied = match warn_rx.recv() {
+        Ok(Ok(applied)) => applied,
+        Ok(Err(e)) => {
+            let _ = handle.join();
+            return Err(format!("real-time setup refused (--strict): {e}"));
+        }
+        Err(_) => return Err("the cycle thread ended before it started".into()),
+    };
+    for w in &applied.warnings {
+        eprintln!("rtloop run: warning: {w}");
     }
-    let result = handle.join().map_err(|_| "the cycle thread panicked".to_string())?;
+    let total = (config.duration_s * config.rate_hz).round() as u64;
+    if opts.progress {
+        print_progress(&progress, &config, total);
+    }
+    let result =
+        handle.join().map_err(|_| "the cycle thread panicked".to_string())?.ok_or("the cycle thread stopped")?;
+    Ok(summarize(&config, &servos, &bus_numbers, buses, result, &applied))
+}
 
+fn summarize(
+    config: &RunConfig,
+    servos: &[ServoSpec],
+    bus_numbers: &[u8],
+    buses: usize,
+    mut result: LoopResult,
+    applied: &rt::setup::Applied,
+) -> RunSummary {
     let mut final_state = BTreeMap::new();
     for (spec, reply) in servos.iter().zip(&result.replies) {
         let s = &reply.state;
         final_state.insert(
             spec.id,
             FinalServo {
-                bus: spec.bus + 1,
+                bus: bus_numbers.get(spec.bus).copied().unwrap_or(0),
                 mode: s.mode,
                 position: opt(s.position),
                 velocity: opt(s.velocity),
@@ -263,39 +546,100 @@ pub fn run(opts: &RunOptions) -> Result<RunSummary, String> {
             },
         );
     }
-    let elapsed_s = result.elapsed_ns as f64 * 1e-9;
-    Ok(RunSummary {
-        cycles: result.cycles,
-        rate_hz: if elapsed_s > 0.0 { result.cycles.saturating_sub(1) as f64 / elapsed_s } else { 0.0 },
-        target_rate_hz: opts.rate_hz,
+    let start = result.start_ns;
+    let secs = |at: u64| (at as f64 - start as f64) * 1e-9;
+    let mut events: Vec<EventRecord> = result
+        .supervisor
+        .events()
+        .iter()
+        .map(|e| EventRecord {
+            time: secs(e.at_ns),
+            servo: e.servo,
+            kind: e.kind.name().to_string(),
+            detail: match e.kind {
+                EventKind::Fault { code } => Some(format!("fault code {code}")),
+                EventKind::MissingReplies { cycles } => Some(format!("{cycles} cycles without a reply")),
+                _ => None,
+            },
+        })
+        .collect();
+    let mut injected = InjectedSummary { reply_delay_us: config.faults.reply_delay_us, ..Default::default() };
+    for o in config.overheats().unwrap_or_default() {
+        injected.overheat.insert(o.id, o.at_s);
+    }
+    for b in 0..buses {
+        if let Some(bus) = result.robot.cycler_mut().sim_bus_mut(b) {
+            let st = bus.stats();
+            injected.frames_dropped += st.frames_dropped_injected;
+            injected.frames_corrupted += st.frames_corrupted_injected;
+            while let Some(e) = bus.pop_event() {
+                let (kind, detail) = match e.kind {
+                    sim::InjectedKind::OverheatStarted => ("injected_overheat", None),
+                    sim::InjectedKind::FaultLatched { code } => {
+                        ("servo_fault_latched", Some(format!("fault code {code}")))
+                    }
+                    sim::InjectedKind::FrameDropped { count, .. } => {
+                        ("injected_frame_drops", Some(format!("{count} frames lost on the wire")))
+                    }
+                    sim::InjectedKind::FrameCorrupted { count, .. } => {
+                        ("injected_frame_corruption", Some(format!("{count} frames bit-flipped on the wire")))
+                    }
+                };
+                events.push(EventRecord { time: secs(e.at_ns), servo: e.servo, kind: kind.into(), detail });
+            }
+        }
+    }
+    events.sort_by(|a, b| a.time.total_cmp(&b.time));
+    let p = &result.periodic;
+    let elapsed_s = p.last_wake_ns.saturating_sub(p.first_wake_ns) as f64 * 1e-9;
+    RunSummary {
+        cycles: p.cycles,
+        rate_hz: if elapsed_s > 0.0 { p.cycles.saturating_sub(1) as f64 / elapsed_s } else { 0.0 },
+        target_rate_hz: config.rate_hz,
         elapsed_s,
         servos: servos.len(),
         buses,
-        overruns: result.overruns,
-        skipped_periods: result.skipped,
+        overruns: p.overruns,
+        skipped_periods: p.skipped_periods,
         missing_replies: result.missing,
         timeouts: result.timeouts,
         transport_errors: result.transport_errors,
         imu_samples: result.imu_samples,
-        cycle_us: result.cycle.percentiles_us(),
-        wakeup_us: result.wakeup.percentiles_us(),
-        model_cycle_us: sim::model::predict(&crate::budget::model_for(&opts.robot)).total_ns as f64 / 1000.0,
+        cycle_us: p.cycle,
+        wakeup_us: p.wakeup,
+        model_cycle_us: sim::model::predict(&crate::budget::model_for(&config.robot())).total_ns as f64 / 1000.0,
+        interrupted: result.interrupted,
+        control_late: result.control_late,
+        events,
+        events_dropped: result.supervisor.dropped_events(),
+        injected,
+        realtime: RealtimeSummary {
+            policy: applied.policy.to_string(),
+            priority: applied.priority,
+            cpus: applied.cpus.clone(),
+            mlock: applied.mlocked,
+            timer_slack_ns: applied.timer_slack_ns,
+            busy_wait_us: config.realtime.busy_wait_us,
+            overrun: config.realtime.overrun.clone(),
+            control_thread: config.realtime.control_thread,
+            warnings: applied.warnings.iter().map(|w| w.to_string()).collect(),
+        },
         final_state,
-    })
+    }
 }
 
-fn print_progress(progress: &Progress, opts: &RunOptions, total: u64) {
+fn print_progress(progress: &Progress, config: &RunConfig, total: u64) {
     let tty = std::io::stderr().is_terminal();
     let tick = if tty { Duration::from_millis(100) } else { Duration::from_secs(1) };
     let mut err = std::io::stderr();
     while !progress.done.load(Ordering::Acquire) {
         std::thread::sleep(tick);
         let cycles = progress.cycles.load(Ordering::Relaxed);
-        let t = cycles as f64 / opts.rate_hz;
+        let t = cycles as f64 / config.rate_hz;
         let line = format!(
             "  {:>6.1}/{:.1} s  {:>8}/{} cycles  last {:>5.0} µs  max {:>5.0} µs  overruns {}  missing {}",
             t,
-            opts.duration_s,
+            config.duration_s,
             cycles,
             total,
             progress.last_cycle_ns.load(Ordering::Relaxed) as f64 / 1000.0,
@@ -316,8 +660,12 @@ pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()
     writeln!(out, "rtloop run: {} servos on {} CAN-FD buses", s.servos, s.buses)?;
     writeln!(
         out,
-        "  cycles {}  in {:.3} s  achieved {:.2} Hz (target {:.2})",
-        s.cycles, s.elapsed_s, s.rate_hz, s.target_rate_hz
+        "  cycles {}  in {:.3} s  achieved {:.2} Hz (target {:.2}){}",
+        s.cycles,
+        s.elapsed_s,
+        s.rate_hz,
+        s.target_rate_hz,
+        if s.interrupted { "  — interrupted, safe mode commanded" } else { "" }
     )?;
     writeln!(
         out,
@@ -327,6 +675,31 @@ pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()
     let p = |x: &Percentiles| format!("p50 {:7.1}  p99 {:7.1}  max {:7.1} µs", x.p50, x.p99, x.max);
     writeln!(out, "  cycle time   {}   (model predicts {:.1} µs)", p(&s.cycle_us), s.model_cycle_us)?;
     writeln!(out, "  wakeup       {}", p(&s.wakeup_us))?;
+    let r = &s.realtime;
+    writeln!(
+        out,
+        "  real-time    policy {} priority {} cpus {:?} mlock {} timer slack {} ns busy-wait {} µs{}",
+        r.policy,
+        r.priority,
+        r.cpus,
+        r.mlock,
+        r.timer_slack_ns,
+        r.busy_wait_us,
+        if r.control_thread { "  control law on its own thread" } else { "" }
+    )?;
+    if !s.events.is_empty() {
+        writeln!(out, "  events:")?;
+        for e in &s.events {
+            writeln!(
+                out,
+                "    {:>8.3} s  {:<8} {}{}",
+                e.time,
+                e.servo.map_or("robot".to_string(), |id| format!("servo {id}")),
+                e.kind,
+                e.detail.as_ref().map_or(String::new(), |d| format!(" ({d})"))
+            )?;
+        }
+    }
     writeln!(out, "  final state:")?;
     writeln!(out, "    {:>3} {:>3} {:>4} {:>9} {:>9} {:>5}", "id", "bus", "mode", "pos rev", "vel rev/s", "fault")?;
     for (id, f) in &s.final_state {

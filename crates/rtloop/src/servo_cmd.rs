@@ -97,7 +97,8 @@ pub fn run(req: &ServoRequest) -> Result<String, String> {
     config.cycle.rx_baseline_wait_ns = timeout_ns;
     config.cycle.busy_poll = req.busy_poll;
     let clock = MonotonicClock::default();
-    let mut robot = spec.build(clock, config, io::open::OpenOptions { fdcanusb_crc: req.crc })?;
+    let open = io::open::OpenOptions { fdcanusb_crc: req.crc, ..Default::default() };
+    let mut robot = spec.build(clock, config, open)?;
     let commands = [req.command];
     let mut replies = [ServoReply::default()];
     let mut imu = Default::default();

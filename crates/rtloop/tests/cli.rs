@@ -1,11 +1,10 @@
 //! The `rtloop` command as a user runs it: exit codes, output formats, error messages.
 
-use serde_json::Value;
-use std::process::{Command, Output};
+mod support;
 
-fn rtloop(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rtloop")).args(args).output().expect("rtloop runs")
-}
+use serde_json::Value;
+use std::process::Output;
+use support::rtloop;
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
