@@ -196,8 +196,8 @@ struct CommandMsg {
 
 /// Where the commands come from.
 enum ControlLaw {
-    /// Computed on the cycle thread.
-    Inline(Motion),
+    /// Computed on the cycle thread (boxed: built once, before the real-time section).
+    Inline(Box<Motion>),
     /// Computed on a control thread; rings in both directions.
     Thread { to_control: rtrb::Producer<StateMsg>, from_control: rtrb::Consumer<CommandMsg> },
 }
@@ -491,7 +491,7 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
                     .ok();
                 (ControlLaw::Thread { to_control, from_control }, h)
             } else {
-                (ControlLaw::Inline(motion), None)
+                (ControlLaw::Inline(Box::new(motion)), None)
             };
             let r = run_loop(setup, &thread_progress, &hooks, law);
             if let Some(h) = control_handle {
