@@ -171,3 +171,20 @@ fn setup_mistakes_are_errors() {
     let dup = vec![ServoSpec { bus: 0, id: 1 }, ServoSpec { bus: 0, id: 1 }];
     assert!(Robot::new(mk(), dup, None, clock, cfg()).is_err());
 }
+
+#[test]
+fn the_deadline_estimate_bounds_the_exact_wire_time() {
+    for len in [0usize, 1, 8, 12, 20, 32, 48, 64] {
+        for fill in [0x00u8, 0x55, 0xff, 0x50] {
+            for id in [0x1u32, 0x8001, 0x1FFF_FFFF] {
+                let mut f = CanFdFrame::new(id, &vec![fill; len]).unwrap();
+                f.pad_to_dlc();
+                let exact = sim::frame_time_ns(&f, 1_000_000, 5_000_000);
+                let bound = io::cycle::estimate_frame_time_ns(&f, 1_000_000, 5_000_000);
+                assert!(bound >= exact, "len {len} fill {fill:#x} id {id:#x}: {bound} < {exact}");
+                // … and not wildly above it.
+                assert!(bound <= exact * 3 / 2, "len {len} fill {fill:#x} id {id:#x}: {bound} vs {exact}");
+            }
+        }
+    }
+}

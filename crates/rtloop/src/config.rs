@@ -29,6 +29,23 @@ pub struct RunConfig {
     pub realtime: RealtimeConfig,
     /// Faults the simulator injects (simulated buses only).
     pub faults: FaultsConfig,
+    /// Simulated-bus physics.
+    pub sim: SimConfig,
+}
+
+/// Simulated-bus physics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimConfig {
+    /// Frames take their real CAN-FD wire time and servos their turnaround (true), or no
+    /// time at all (false: measures the host, not the bus).
+    pub wire_time: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig { wire_time: true }
+    }
 }
 
 /// Stand, then sway.
@@ -118,6 +135,7 @@ impl Default for RunConfig {
             safety: SafetyToml::default(),
             realtime: RealtimeConfig::default(),
             faults: FaultsConfig::default(),
+            sim: SimConfig::default(),
         }
     }
 }

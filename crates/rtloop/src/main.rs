@@ -204,6 +204,9 @@ struct RunArgs {
     /// Simulated buses: extra servo turnaround, µs.
     #[arg(long, value_name = "N")]
     reply_delay_us: Option<u64>,
+    /// Simulated buses take no wire time and servos answer at once (measures the host).
+    #[arg(long)]
+    no_wire_time: bool,
 }
 
 impl RunArgs {
@@ -267,6 +270,9 @@ impl RunArgs {
         }
         if let Some(n) = self.reply_delay_us {
             c.faults.reply_delay_us = n;
+        }
+        if self.no_wire_time {
+            c.sim.wire_time = false;
         }
         let flagged = |e: String| {
             e.replace("realtime.policy", "--policy")

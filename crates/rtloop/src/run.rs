@@ -452,7 +452,7 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
         drop_rate: config.faults.drop_rate,
         corrupt_rate: config.faults.corrupt_rate,
         reply_delay_ns: config.faults.reply_delay_us * 1000,
-        ..sim::BusConfig::default()
+        ..if config.sim.wire_time { sim::BusConfig::default() } else { sim::BusConfig::without_wire_time() }
     };
     sim_bus.validate()?;
     let open = io::open::OpenOptions { sim_bus, ..Default::default() };

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Wakeup latency of rtloop's loop beside cyclictest's, same machine, same script, same
+# settings (SCHED_FIFO 90, mlockall, 1 ms period), then both under SCHED_OTHER.
+# Needs root and cyclictest (apt-get install rt-tests). Prints p50 / p99 / max in µs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LOOPS=${LOOPS:-10000}
+cargo build --release -q -p rtloop
+RTLOOP=target/release/rtloop
+command -v cyclictest >/dev/null || { echo "cyclictest is missing: apt-get install rt-tests" >&2; exit 2; }
+
+# cyclictest -h N prints one "%06d %06d" row per µs bucket: latency, count.
+pct_from_hist() {
+  python3 -c '
+import sys
+rows = [l.split() for l in open(sys.argv[1]) if l[:1].isdigit()]
+h = [(int(a), int(b)) for a, b in rows if len((a, b)) == 2]
+n = sum(c for _, c in h)
+def q(p):
+    acc = 0
+    for v, c in h:
+        acc += c
+        if acc >= p * n:
+            return v
+    return h[-1][0]
+mx = max((v for v, c in h if c), default=0)
+print(f"{q(0.5):8.1f} {q(0.99):8.1f} {mx:8.1f}")' "$1"
+}
+
+rtloop_pct() {
+  "$RTLOOP" run --duration "$(python3 -c "print($LOOPS/1000)")" --json --quiet "$@" 2>/dev/null | tail -1 |
+    python3 -c 'import json,sys; w=json.load(sys.stdin)["wakeup_us"]; print("%8.1f %8.1f %8.1f" % (w["p50"], w["p99"], w["max"]))'
+}
+
+printf "%-34s %8s %8s %8s\n" "wakeup latency, 1 ms period" p50 p99 max
+for sched in fifo other; do
+  if [ $sched = fifo ]; then cargs=(-p 90); rargs=(--policy fifo --priority 90 --mlock); else cargs=(); rargs=(); fi
+  hist=$(mktemp)
+  cyclictest -m "${cargs[@]}" -i 1000 -l "$LOOPS" -q -h 20000 > "$hist"
+  printf "%-34s %s\n" "cyclictest ($sched)" "$(pct_from_hist "$hist")"
+  rm -f "$hist"
+  printf "%-34s %s\n" "rtloop run ($sched, 12 sim servos)" "$(rtloop_pct "${rargs[@]}")"
+done
