@@ -23,3 +23,4 @@ pub mod servo_cmd;
 pub mod signals;
 pub mod sim_cmd;
 pub mod stats;
+pub mod telemetry;

@@ -146,6 +146,10 @@ struct RunArgs {
     /// No progress line.
     #[arg(long, short)]
     quiet: bool,
+    /// Record every cycle (commands, states, IMU, timing, events) to this TLOG0003 file,
+    /// written off the real-time thread.
+    #[arg(long, value_name = "FILE")]
+    log: Option<std::path::PathBuf>,
     /// A TOML run configuration (robot, rate, motion, gains, safety, real-time, faults);
     /// see --print-config. Flags given as well override its values.
     #[arg(long, value_name = "FILE")]
@@ -401,7 +405,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                 print!("{}", config.to_toml());
                 return Ok(());
             }
-            let opts = RunOptions { config, progress: !a.quiet };
+            let opts = RunOptions { config, progress: !a.quiet, log: a.log.clone() };
             let summary = run::run(&opts)?;
             let mut out = std::io::stdout().lock();
             run::print_summary(&summary, &mut out).map_err(|e| e.to_string())?;

@@ -15,6 +15,7 @@
 use crate::config::{parse_shutdown, RunConfig};
 use crate::motion::Motion;
 use crate::stats::Percentiles;
+use crate::telemetry::{CycleLog, LogMsg, LogSink};
 use io::safety::{EventKind, SafetyConfig, Supervisor};
 use io::{Clock, MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec};
 use rt::periodic::{OverrunPolicy, PeriodicLoop, PeriodicOptions};
@@ -29,6 +30,10 @@ use std::time::Duration;
 /// Most servos the control-thread messages carry (fixed-size, so the rings never allocate).
 pub const MAX_SERVOS: usize = 32;
 
+/// Telemetry ring size: cycles the log writer may fall behind before messages are dropped
+/// (and counted): half a second at 1 kHz.
+pub const LOG_RING_MESSAGES: usize = 512;
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -36,6 +41,23 @@ pub struct RunOptions {
     pub config: RunConfig,
     /// Print progress on stderr.
     pub progress: bool,
+    /// Record every cycle to this TLOG0003 file.
+    pub log: Option<std::path::PathBuf>,
+}
+
+/// What the telemetry log got.
+#[derive(Debug, Clone, Serialize)]
+pub struct LogSummary {
+    /// The file.
+    pub path: String,
+    /// Messages written.
+    pub written: u64,
+    /// Messages dropped because the writer fell behind (ring full).
+    pub dropped: u64,
+    /// Messages lost to write errors (disk full, …).
+    pub write_errors: u64,
+    /// File size, bytes.
+    pub bytes: u64,
 }
 
 /// Live counters shared with the main thread (atomics only: no lock on the loop thread).
@@ -170,6 +192,8 @@ pub struct RunSummary {
     pub injected: InjectedSummary,
     /// Real-time settings.
     pub realtime: RealtimeSummary,
+    /// The telemetry log, when one was written.
+    pub log: Option<LogSummary>,
     /// Final state per servo id.
     #[serde(rename = "final")]
     pub final_state: BTreeMap<u8, FinalServo>,
@@ -236,6 +260,7 @@ pub struct CycleSetup {
     config: RunConfig,
     shutdown: ServoCommand,
     overrun: OverrunPolicy,
+    bus_numbers: Vec<u8>,
 }
 
 fn motion_of(config: &RunConfig) -> Motion {
@@ -250,8 +275,14 @@ fn motion_of(config: &RunConfig) -> Motion {
     m
 }
 
-fn run_loop(setup: CycleSetup, progress: &Progress, hooks: &Hooks, mut law: ControlLaw) -> LoopResult {
-    let CycleSetup { mut robot, config, shutdown, overrun } = setup;
+fn run_loop(
+    setup: CycleSetup,
+    progress: &Progress,
+    hooks: &Hooks,
+    mut law: ControlLaw,
+    mut logger: Option<tlog::realtime::RtLogger<LogMsg>>,
+) -> LoopResult {
+    let CycleSetup { mut robot, config, shutdown, overrun, bus_numbers } = setup;
     let n = robot.servos().len();
     let servos: Vec<ServoSpec> = robot.servos().to_vec();
     let clock = *robot.cycler().clock();
@@ -291,6 +322,8 @@ fn run_loop(setup: CycleSetup, progress: &Progress, hooks: &Hooks, mut law: Cont
         PeriodicOptions { busy_wait_ns: config.realtime.busy_wait_us * 1000, overrun, start_ns: Some(start) },
     );
     let mut interrupted = false;
+    let mut cycle_log = CycleLog::default();
+    let mut events_logged = 0usize;
     let mut state = StateMsg { tick: 0, position: [0.0; MAX_SERVOS], velocity: [0.0; MAX_SERVOS] };
 
     (hooks.enter_rt)();
@@ -323,6 +356,15 @@ fn run_loop(setup: CycleSetup, progress: &Progress, hooks: &Hooks, mut law: Cont
         let report = robot.cycle(&commands, &mut replies, &mut imu);
         let now = clock.now_ns();
         supervisor.check(now, &servos, &replies);
+        if let Some(log) = logger.as_mut() {
+            let dt = report.stats.duration_ns();
+            LogMsg::fill_cycle(&mut cycle_log, &tick, dt, &report, &servos, &bus_numbers, &commands, &replies, &imu);
+            log.log(LogMsg::Cycle(cycle_log));
+            for e in &supervisor.events()[events_logged..] {
+                log.log(LogMsg::Event { at_ns: e.at_ns, servo: e.servo.unwrap_or(0), kind: e.kind.name() });
+            }
+            events_logged = supervisor.events().len();
+        }
         if let ControlLaw::Thread { to_control, .. } = &mut law {
             state.tick = tick.index;
             for (i, r) in replies.iter().enumerate().take(MAX_SERVOS) {
@@ -358,6 +400,9 @@ fn run_loop(setup: CycleSetup, progress: &Progress, hooks: &Hooks, mut law: Cont
         }
         robot.cycle(&commands, &mut replies, &mut imu);
         supervisor.record(clock.now_ns(), None, EventKind::Shutdown);
+        if let Some(log) = logger.as_mut() {
+            log.log(LogMsg::Event { at_ns: clock.now_ns(), servo: 0, kind: "shutdown" });
+        }
     }
     // --- end of real-time section ---
     (hooks.leave_rt)();
@@ -470,6 +515,20 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
     let control = config.realtime.control_thread;
     let rate = config.rate_hz;
     let thread_config = config.clone();
+    let thread_bus_numbers = bus_numbers.clone();
+    // The telemetry log: its writer thread starts now; the cycle thread gets the ring's
+    // producer end.
+    let (logger, log_thread) = match &opts.log {
+        Some(path) => {
+            let mut writer = tlog::writer::FileWriter::create(path)
+                .map_err(|e| format!("cannot create the log {}: {e}", path.display()))?;
+            let mut sink = LogSink::register(&mut writer).map_err(|e| format!("log {}: {e}", path.display()))?;
+            let (logger, thread) = tlog::realtime::spawn(LOG_RING_MESSAGES, writer, move |w, m| sink.write(w, m))
+                .map_err(|e| format!("log {}: {e}", path.display()))?;
+            (Some(logger), Some(thread))
+        }
+        None => (None, None),
+    };
     let handle = std::thread::Builder::new()
         .name("rtloop-cycle".into())
         .spawn(move || -> Option<LoopResult> {
@@ -480,7 +539,7 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
                 thread_progress.done.store(true, Ordering::Release);
                 return None;
             }
-            let setup = CycleSetup { robot, config: thread_config, shutdown, overrun };
+            let setup = CycleSetup { robot, config: thread_config, shutdown, overrun, bus_numbers: thread_bus_numbers };
             let (law, control_handle) = if control {
                 let (to_control, from_cycle) = rtrb::RingBuffer::<StateMsg>::new(4);
                 let (to_cycle, from_control) = rtrb::RingBuffer::<CommandMsg>::new(4);
@@ -493,7 +552,7 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
             } else {
                 (ControlLaw::Inline(Box::new(motion)), None)
             };
-            let r = run_loop(setup, &thread_progress, &hooks, law);
+            let r = run_loop(setup, &thread_progress, &hooks, law, logger);
             if let Some(h) = control_handle {
                 let _ = h.join();
             }
@@ -519,7 +578,22 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
     }
     let result =
         handle.join().map_err(|_| "the cycle thread panicked".to_string())?.ok_or("the cycle thread stopped")?;
-    Ok(summarize(&config, &servos, &bus_numbers, buses, result, &applied))
+    let log = match (log_thread, &opts.log) {
+        (Some(t), Some(path)) => {
+            let st = t.finish().map_err(|e| format!("log {}: {e}", path.display()))?;
+            Some(LogSummary {
+                path: path.display().to_string(),
+                written: st.written,
+                dropped: st.dropped,
+                write_errors: st.write_errors,
+                bytes: st.bytes,
+            })
+        }
+        _ => None,
+    };
+    let mut summary = summarize(&config, &servos, &bus_numbers, buses, result, &applied);
+    summary.log = log;
+    Ok(summary)
 }
 
 fn summarize(
@@ -625,6 +699,7 @@ fn summarize(
             warnings: applied.warnings.iter().map(|w| w.to_string()).collect(),
         },
         final_state,
+        log: None,
     }
 }
 
@@ -687,6 +762,17 @@ pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()
         r.busy_wait_us,
         if r.control_thread { "  control law on its own thread" } else { "" }
     )?;
+    if let Some(l) = &s.log {
+        writeln!(
+            out,
+            "  log          {}: {} messages, {} dropped, {} write errors, {:.1} MB",
+            l.path,
+            l.written,
+            l.dropped,
+            l.write_errors,
+            l.bytes as f64 / 1e6
+        )?;
+    }
     if !s.events.is_empty() {
         writeln!(out, "  events:")?;
         for e in &s.events {

@@ -59,7 +59,7 @@ fn run_counted(control_thread: bool) -> (u64, u64) {
         enter_rt: Box::new(|| COUNTING.with(|c| c.set(true))),
         leave_rt: Box::new(|| COUNTING.with(|c| c.set(false))),
     };
-    let summary = run_with_hooks(&RunOptions { config, progress: false }, hooks).unwrap();
+    let summary = run_with_hooks(&RunOptions { config, progress: false, log: None }, hooks).unwrap();
     (ALLOCATIONS.load(Ordering::SeqCst), summary.cycles)
 }
 

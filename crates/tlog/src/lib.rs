@@ -1,6 +1,24 @@
 //! # rtloop-tlog — mjlib TLOG0003 telemetry logs
 //!
-//! (being written: see the module docs)
+//! Files this crate writes open in mjlib's own tools (C++ `FileReader`, `file_json_dump`,
+//! `tplot2`, Python `file_reader.py`), and it reads theirs.
+//!
+//! * [`format`] — wire constants, varuints, CRC, the error type.
+//! * [`schema`] — the binary schema model and [`schema::schema_of`] for serde types.
+//! * [`ser`] — the data encoding matching those schemas.
+//! * [`writer`] — blocks, flags, seek markers and the index, onto any `Write`.
+//! * [`realtime`] — a wait-free hand-off so the real-time thread never waits on logging.
+//! * [`reader`], [`value`], [`export`], [`plot`] — reading, decoding, exporting, plotting.
+//!
+//! Must never: write anything an mjlib reader cannot open unless the caller opted in to an
+//! extension (zstd), or make the real-time side allocate, lock or block.
 
+pub mod export;
 pub mod format;
+pub mod plot;
+pub mod reader;
+pub mod realtime;
 pub mod schema;
+pub mod ser;
+pub mod value;
+pub mod writer;

@@ -1,0 +1,328 @@
+//! What `rtloop run --log FILE` records, and how it gets from the real-time thread to the
+//! file without the loop ever waiting.
+//!
+//! The cycle thread fills a fixed-size [`LogMsg`] (plain `Copy` data: no allocation) and
+//! hands it to a wait-free ring ([`tlog::realtime`]); a writer thread turns it into TLOG0003
+//! records — `cycle` (timing, IMU and every servo's command and state, one per cycle) and
+//! `event` — encodes, compresses and writes them. A full ring drops the message and counts
+//! it; the counts are in the run summary and in the log itself (`rtloop_log_stats`).
+//!
+//! Must never: allocate, lock or make a system call on the real-time side.
+
+use crate::run::MAX_SERVOS;
+use serde::Serialize;
+use tlog::writer::{FileWriter, RecordHandle};
+
+/// One servo in one cycle, as the real-time thread records it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServoLog {
+    /// Servo id.
+    pub id: u8,
+    /// Bus number.
+    pub bus: u8,
+    /// A reply arrived this cycle.
+    pub fresh: bool,
+    /// Commanded mode (0 stop, 10 position, 12 zero velocity, 15 brake; 255 = query only).
+    pub command_mode: u8,
+    /// Commanded position, rev (NaN = not sent).
+    pub command_position: f64,
+    /// Commanded velocity, rev/s.
+    pub command_velocity: f64,
+    /// Commanded torque limit, N·m.
+    pub command_maximum_torque: f64,
+    /// Mode reported.
+    pub mode: u8,
+    /// Position, rev.
+    pub position: f64,
+    /// Velocity, rev/s.
+    pub velocity: f64,
+    /// Torque, N·m.
+    pub torque: f64,
+    /// q-axis current, A.
+    pub q_current: f64,
+    /// Bus voltage, V.
+    pub voltage: f64,
+    /// Board temperature, °C.
+    pub temperature: f64,
+    /// Motor temperature, °C.
+    pub motor_temperature: f64,
+    /// Fault code.
+    pub fault: u8,
+}
+
+/// One cycle, as the real-time thread records it.
+#[derive(Debug, Clone, Copy)]
+pub struct CycleLog {
+    /// Monotonic time of the wakeup, ns.
+    pub woke_ns: u64,
+    /// Period index.
+    pub index: u64,
+    /// Wakeup latency, ns.
+    pub wakeup_ns: u64,
+    /// Cycle duration, ns.
+    pub cycle_ns: u64,
+    /// Replies missing this cycle.
+    pub missing: u32,
+    /// The cycle hit its deadline.
+    pub timed_out: bool,
+    /// Servos in use in `servos`.
+    pub servos_len: u8,
+    /// Per servo.
+    pub servos: [ServoLog; MAX_SERVOS],
+    /// The IMU sample.
+    pub imu: sim::ImuSample,
+}
+
+/// Messages from the real-time thread. The cycle variant stays inline (about 5 KB, copied
+/// into the ring): boxing it would allocate on the real-time thread.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, Copy)]
+pub enum LogMsg {
+    /// One cycle.
+    Cycle(CycleLog),
+    /// An event (fault, missing servo, safe mode, shutdown, …).
+    Event {
+        /// Monotonic time, ns.
+        at_ns: u64,
+        /// Servo id, 0 for the robot.
+        servo: u8,
+        /// Event name.
+        kind: &'static str,
+    },
+}
+
+impl LogMsg {
+    /// Fill a cycle message from this cycle's commands and replies (no allocation).
+    #[allow(clippy::too_many_arguments)]
+    pub fn fill_cycle(
+        out: &mut CycleLog,
+        tick: &rt::periodic::Tick,
+        cycle_ns: u64,
+        report: &io::CycleReport,
+        servos: &[io::ServoSpec],
+        bus_numbers: &[u8],
+        commands: &[io::ServoCommand],
+        replies: &[io::ServoReply],
+        imu: &sim::ImuSample,
+    ) {
+        out.woke_ns = tick.woke_ns;
+        out.index = tick.index;
+        out.wakeup_ns = tick.woke_ns.saturating_sub(tick.deadline_ns);
+        out.cycle_ns = cycle_ns;
+        out.missing = report.missing;
+        out.timed_out = report.stats.timed_out;
+        out.imu = *imu;
+        let n = servos.len().min(replies.len()).min(commands.len()).min(MAX_SERVOS);
+        out.servos_len = n as u8;
+        for i in 0..n {
+            let s = &replies[i].state;
+            let (mode, position, velocity, max_torque) = match &commands[i] {
+                io::ServoCommand::Position(p) => (
+                    10,
+                    p.position.unwrap_or(f64::NAN),
+                    p.velocity.unwrap_or(f64::NAN),
+                    p.maximum_torque.unwrap_or(f64::NAN),
+                ),
+                io::ServoCommand::Stop => (0, f64::NAN, f64::NAN, f64::NAN),
+                io::ServoCommand::ZeroVelocity => (12, f64::NAN, 0.0, f64::NAN),
+                io::ServoCommand::Brake => (15, f64::NAN, f64::NAN, f64::NAN),
+                io::ServoCommand::Query => (255, f64::NAN, f64::NAN, f64::NAN),
+            };
+            out.servos[i] = ServoLog {
+                id: servos[i].id,
+                bus: bus_numbers.get(servos[i].bus).copied().unwrap_or(0),
+                fresh: replies[i].fresh,
+                command_mode: mode,
+                command_position: position,
+                command_velocity: velocity,
+                command_maximum_torque: max_torque,
+                mode: s.mode.unwrap_or(255),
+                position: s.position,
+                velocity: s.velocity,
+                torque: s.torque,
+                q_current: s.q_current,
+                voltage: s.voltage,
+                temperature: s.temperature,
+                motor_temperature: s.motor_temperature,
+                fault: s.fault.unwrap_or(0),
+            };
+        }
+    }
+}
+
+impl Default for CycleLog {
+    fn default() -> Self {
+        CycleLog {
+            woke_ns: 0,
+            index: 0,
+            wakeup_ns: 0,
+            cycle_ns: 0,
+            missing: 0,
+            timed_out: false,
+            servos_len: 0,
+            servos: [ServoLog::default(); MAX_SERVOS],
+            imu: sim::ImuSample::default(),
+        }
+    }
+}
+
+/// The `cycle` record: one per cycle.
+#[derive(Debug, Clone, Serialize)]
+pub struct CycleRecord {
+    /// Period index.
+    pub index: u64,
+    /// Wakeup latency, µs.
+    pub wakeup_us: f64,
+    /// Cycle duration, µs.
+    pub cycle_us: f64,
+    /// Replies missing.
+    pub missing: u32,
+    /// The cycle hit its deadline.
+    pub timed_out: bool,
+    /// The attitude.
+    pub imu: ImuRecord,
+    /// Every servo.
+    pub servo: Vec<ServoRecord>,
+}
+
+/// The IMU inside a `cycle` record (pi3hat frame: +x forward, +y right, +z down).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ImuRecord {
+    /// Attitude quaternion w, x, y, z.
+    pub quaternion: [f64; 4],
+    /// Body rates, deg/s.
+    pub rate_dps: [f64; 3],
+    /// Acceleration without gravity, m/s².
+    pub accel_mps2: [f64; 3],
+}
+
+/// One servo inside a `cycle` record.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ServoRecord {
+    /// Servo id.
+    pub id: u8,
+    /// Bus number.
+    pub bus: u8,
+    /// A reply arrived this cycle.
+    pub fresh: bool,
+    /// Commanded mode (255 = query only).
+    pub command_mode: u8,
+    /// Commanded position, rev.
+    pub command_position: f64,
+    /// Commanded velocity, rev/s.
+    pub command_velocity: f64,
+    /// Commanded torque limit, N·m.
+    pub command_maximum_torque: f64,
+    /// Mode.
+    pub mode: u8,
+    /// Position, rev.
+    pub position: f64,
+    /// Velocity, rev/s.
+    pub velocity: f64,
+    /// Torque, N·m.
+    pub torque: f64,
+    /// q-axis current, A.
+    pub q_current: f64,
+    /// Bus voltage, V.
+    pub voltage: f64,
+    /// Board temperature, °C.
+    pub temperature: f64,
+    /// Motor temperature, °C.
+    pub motor_temperature: f64,
+    /// Fault code.
+    pub fault: u8,
+}
+
+impl Default for CycleRecord {
+    /// One servo in the default so the schema knows the array's item type.
+    fn default() -> Self {
+        CycleRecord {
+            index: 0,
+            wakeup_us: 0.0,
+            cycle_us: 0.0,
+            missing: 0,
+            timed_out: false,
+            imu: ImuRecord::default(),
+            servo: vec![ServoRecord::default()],
+        }
+    }
+}
+
+/// The `event` record.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EventLogRecord {
+    /// Servo id, 0 for the robot.
+    pub servo: u8,
+    /// What happened.
+    pub kind: String,
+}
+
+/// `CLOCK_REALTIME − CLOCK_MONOTONIC` in µs, so monotonic stamps become wall-clock log
+/// timestamps (µs since the UNIX epoch, as TLOG0003 wants).
+pub fn epoch_offset_us() -> i64 {
+    let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
+    wall - (rt::periodic::now_ns() / 1000) as i64
+}
+
+/// The writer-thread side: record handles and a reusable record.
+pub struct LogSink {
+    cycle: RecordHandle<CycleRecord>,
+    event: RecordHandle<EventLogRecord>,
+    epoch_offset_us: i64,
+    scratch: CycleRecord,
+}
+
+impl LogSink {
+    /// Register the records on `writer`.
+    pub fn register<W: std::io::Write>(writer: &mut FileWriter<W>) -> Result<Self, tlog::format::TlogError> {
+        Ok(LogSink {
+            cycle: writer.register::<CycleRecord>("cycle")?,
+            event: writer.register::<EventLogRecord>("event")?,
+            epoch_offset_us: epoch_offset_us(),
+            scratch: CycleRecord::default(),
+        })
+    }
+
+    /// Write one message.
+    pub fn write<W: std::io::Write>(&mut self, w: &mut FileWriter<W>, msg: LogMsg) -> Result<(), tlog::format::TlogError> {
+        match msg {
+            LogMsg::Cycle(c) => {
+                let r = &mut self.scratch;
+                r.index = c.index;
+                r.wakeup_us = c.wakeup_ns as f64 / 1000.0;
+                r.cycle_us = c.cycle_ns as f64 / 1000.0;
+                r.missing = c.missing;
+                r.timed_out = c.timed_out;
+                r.imu = ImuRecord { quaternion: c.imu.quaternion, rate_dps: c.imu.rate_dps, accel_mps2: c.imu.accel_mps2 };
+                r.servo.clear();
+                for s in &c.servos[..(c.servos_len as usize).min(MAX_SERVOS)] {
+                    r.servo.push(ServoRecord {
+                        id: s.id,
+                        bus: s.bus,
+                        fresh: s.fresh,
+                        command_mode: s.command_mode,
+                        command_position: s.command_position,
+                        command_velocity: s.command_velocity,
+                        command_maximum_torque: s.command_maximum_torque,
+                        mode: s.mode,
+                        position: s.position,
+                        velocity: s.velocity,
+                        torque: s.torque,
+                        q_current: s.q_current,
+                        voltage: s.voltage,
+                        temperature: s.temperature,
+                        motor_temperature: s.motor_temperature,
+                        fault: s.fault,
+                    });
+                }
+                let ts = self.epoch_offset_us + (c.woke_ns / 1000) as i64;
+                w.write(&self.cycle, ts, &self.scratch)?;
+            }
+            LogMsg::Event { at_ns, servo, kind } => {
+                let ts = self.epoch_offset_us + (at_ns / 1000) as i64;
+                w.write(&self.event, ts, &EventLogRecord { servo, kind: kind.to_string() })?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,293 @@
+//! Wire-level constants and primitives of the TLOG0003 format (mjlib's telemetry log).
+//!
+//! Everything both the writer and the reader need to agree on lives here: the file magic,
+//! block type and flag numbers, varuint/varint/string encodings, the CRC, and the one error
+//! type of the crate. The decoding helpers work on untrusted bytes, so they must never panic,
+//! never index out of bounds and never allocate based on a length read from the file; they
+//! return a typed [`TlogError`] instead.
+
+use std::fmt;
+
+/// The eight bytes every log starts with; a varuint header flags field (0) follows.
+pub const FILE_MAGIC: &[u8; 8] = b"TLOG0003";
+
+/// Block type numbers (the first varuint of every block).
+pub mod block_type {
+    /// Record name + binary schema, written once per record.
+    pub const SCHEMA: u64 = 1;
+    /// One serialized instance of a record.
+    pub const DATA: u64 = 2;
+    /// Written on close: where every record's schema and last data block are.
+    pub const INDEX: u64 = 3;
+    /// Reserved by mjlib for compression dictionaries; never written.
+    pub const DICTIONARY: u64 = 4;
+    /// Timestamp + magic so a reader can regain framing after a random seek.
+    pub const SEEK_MARKER: u64 = 5;
+}
+
+/// Flag bits of a data block. Optional fields appear in bit order before the payload.
+pub mod data_flags {
+    /// A varuint "this block's start minus the previous block of the same id" follows.
+    pub const PREVIOUS_OFFSET: u64 = 0x01;
+    /// An int64 timestamp (µs since the UNIX epoch) follows.
+    pub const TIMESTAMP: u64 = 0x02;
+    /// A u32 CRC-32 of the whole block (CRC field zeroed) follows.
+    pub const CHECKSUM: u64 = 0x04;
+    /// The payload is raw (unframed) Snappy.
+    pub const SNAPPY: u64 = 0x10;
+    /// rtloop extension: the payload is a zstd frame. Opt-in only, because mjlib's readers
+    /// reject unknown flag bits and so cannot open blocks carrying it.
+    pub const ZSTD: u64 = 0x20;
+    /// Every bit this crate understands; readers reject anything else.
+    pub const KNOWN: u64 = PREVIOUS_OFFSET | TIMESTAMP | CHECKSUM | SNAPPY | ZSTD;
+}
+
+/// The 8-byte marker value (stored little-endian: `64 75 86 97 a8 b9 ca fd`).
+pub const SEEK_MARKER_MAGIC: u64 = 0xfdca_b9a8_9786_7564;
+
+/// The last eight bytes of a file that was closed cleanly (end of the index block).
+pub const INDEX_TRAILER: &[u8; 8] = b"TLOGIDEX";
+
+/// The longest legal varuint: 10 × 7 bits covers 64 bits.
+pub const MAX_VARUINT_LEN: usize = 10;
+
+/// Everything that can go wrong reading or writing a log.
+#[derive(Debug)]
+pub enum TlogError {
+    /// The underlying file or stream failed.
+    Io(std::io::Error),
+    /// The file does not start with `TLOG0003`.
+    BadMagic,
+    /// Input ended inside a value or block that starts (or sits) at `offset`.
+    Truncated { offset: u64 },
+    /// A block's stored CRC does not match its contents.
+    BadCrc { offset: u64 },
+    /// A block uses flag bits this crate does not know.
+    UnknownFlags { offset: u64, flags: u64 },
+    /// Structurally invalid content (bad type code, overlong varuint, bad UTF-8, ...).
+    Malformed { offset: u64, what: String },
+    /// A Rust value cannot be expressed in the format (e.g. a non-unit enum variant).
+    Unsupported(String),
+    /// A compression codec failed.
+    Compression(String),
+}
+
+impl fmt::Display for TlogError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TlogError::Io(e) => write!(f, "tlog I/O error: {e}"),
+            TlogError::BadMagic => write!(f, "not a TLOG0003 file (bad magic)"),
+            TlogError::Truncated { offset } => write!(f, "truncated data at offset {offset}"),
+            TlogError::BadCrc { offset } => write!(f, "CRC mismatch in block at offset {offset}"),
+            TlogError::UnknownFlags { offset, flags } => {
+                write!(f, "unknown flags {flags:#x} at offset {offset}")
+            }
+            TlogError::Malformed { offset, what } => write!(f, "malformed data at offset {offset}: {what}"),
+            TlogError::Unsupported(what) => write!(f, "unsupported by the tlog format: {what}"),
+            TlogError::Compression(what) => write!(f, "compression error: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for TlogError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TlogError::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Lets the serde-based schema builder and data encoder report their errors directly.
+impl serde::ser::Error for TlogError {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        TlogError::Unsupported(msg.to_string())
+    }
+}
+
+impl From<std::io::Error> for TlogError {
+    fn from(e: std::io::Error) -> Self {
+        TlogError::Io(e)
+    }
+}
+
+/// Append `v` as LEB128 (7 bits per byte, least significant group first).
+pub fn write_varuint(out: &mut Vec<u8>, mut v: u64) {
+    loop {
+        let low = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(low);
+            return;
+        }
+        out.push(low | 0x80);
+    }
+}
+
+/// Number of bytes [`write_varuint`] produces for `v` (1..=10).
+pub fn varuint_len(v: u64) -> usize {
+    let bits = 64 - v.leading_zeros() as usize;
+    bits.div_ceil(7).max(1)
+}
+
+/// Decode a varuint at `*pos`, advancing `*pos` past it.
+///
+/// Fails (without moving `*pos`) on truncation, on more than 10 bytes, and on a 10th byte
+/// whose bits would overflow 64 bits.
+pub fn read_varuint(buf: &[u8], pos: &mut usize) -> Result<u64, TlogError> {
+    let start = *pos;
+    let mut result = 0u64;
+    for i in 0..MAX_VARUINT_LEN {
+        let Some(&byte) = buf.get(start.saturating_add(i)) else {
+            return Err(TlogError::Truncated { offset: start as u64 });
+        };
+        let group = u64::from(byte & 0x7f);
+        // The 10th byte may only contribute the single remaining bit.
+        if i == MAX_VARUINT_LEN - 1 && group > 1 {
+            return Err(malformed(start, "varuint overflows 64 bits"));
+        }
+        result |= group << (7 * i);
+        if byte & 0x80 == 0 {
+            *pos = start + i + 1;
+            return Ok(result);
+        }
+    }
+    Err(malformed(start, "varuint longer than 10 bytes"))
+}
+
+/// Append a signed value zigzag-encoded as a varuint (small magnitudes stay short).
+pub fn write_varint(out: &mut Vec<u8>, v: i64) {
+    write_varuint(out, ((v << 1) ^ (v >> 63)) as u64);
+}
+
+/// Decode a zigzag varint.
+pub fn read_varint(buf: &[u8], pos: &mut usize) -> Result<i64, TlogError> {
+    let z = read_varuint(buf, pos)?;
+    Ok(((z >> 1) as i64) ^ -((z & 1) as i64))
+}
+
+/// Append varuint length + the bytes (the encoding of both `string` and `bytes`).
+pub fn write_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    write_varuint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+/// Append a string as varuint length + UTF-8 bytes.
+pub fn write_string(out: &mut Vec<u8>, s: &str) {
+    write_bytes(out, s.as_bytes());
+}
+
+/// Decode varuint length + bytes, borrowing from `buf`.
+pub fn read_bytes<'a>(buf: &'a [u8], pos: &mut usize) -> Result<&'a [u8], TlogError> {
+    let start = *pos;
+    let mut p = start;
+    let len = read_varuint(buf, &mut p)?;
+    let end = usize::try_from(len).ok().and_then(|l| p.checked_add(l)).filter(|&e| e <= buf.len());
+    let Some(end) = end else {
+        return Err(TlogError::Truncated { offset: start as u64 });
+    };
+    *pos = end;
+    Ok(&buf[p..end])
+}
+
+/// Decode varuint length + UTF-8, borrowing from `buf`.
+pub fn read_string<'a>(buf: &'a [u8], pos: &mut usize) -> Result<&'a str, TlogError> {
+    let start = *pos;
+    let mut p = start;
+    let bytes = read_bytes(buf, &mut p)?;
+    let s = std::str::from_utf8(bytes).map_err(|_| malformed(start, "string is not UTF-8"))?;
+    *pos = p;
+    Ok(s)
+}
+
+/// Read `N` raw bytes at `*pos` (for fixed-width little-endian fields).
+pub fn read_array<const N: usize>(buf: &[u8], pos: &mut usize) -> Result<[u8; N], TlogError> {
+    let start = *pos;
+    let bytes = start
+        .checked_add(N)
+        .and_then(|end| buf.get(start..end))
+        .ok_or(TlogError::Truncated { offset: start as u64 })?;
+    let mut out = [0u8; N];
+    out.copy_from_slice(bytes);
+    *pos = start + N;
+    Ok(out)
+}
+
+/// Read a little-endian u32.
+pub fn read_u32(buf: &[u8], pos: &mut usize) -> Result<u32, TlogError> {
+    read_array::<4>(buf, pos).map(u32::from_le_bytes)
+}
+
+/// Read a little-endian u64.
+pub fn read_u64(buf: &[u8], pos: &mut usize) -> Result<u64, TlogError> {
+    read_array::<8>(buf, pos).map(u64::from_le_bytes)
+}
+
+/// Read a little-endian i64.
+pub fn read_i64(buf: &[u8], pos: &mut usize) -> Result<i64, TlogError> {
+    read_array::<8>(buf, pos).map(i64::from_le_bytes)
+}
+
+/// Standard CRC-32 (IEEE, reflected; identical to `zlib.crc32`).
+pub fn crc32(bytes: &[u8]) -> u32 {
+    crc32fast::hash(bytes)
+}
+
+fn malformed(offset: usize, what: &str) -> TlogError {
+    TlogError::Malformed { offset: offset as u64, what: what.to_string() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varuint_known_encodings() {
+        let mut out = Vec::new();
+        write_varuint(&mut out, 128);
+        assert_eq!(out, [0x80, 0x01]);
+        for v in [0u64, 1, 127, 128, 300, u32::MAX as u64, u64::MAX] {
+            let mut out = Vec::new();
+            write_varuint(&mut out, v);
+            assert_eq!(out.len(), varuint_len(v));
+            let mut pos = 0;
+            assert_eq!(read_varuint(&out, &mut pos).unwrap(), v);
+            assert_eq!(pos, out.len());
+        }
+    }
+
+    #[test]
+    fn varuint_rejects_garbage_without_panicking() {
+        let mut pos = 0;
+        assert!(matches!(read_varuint(&[0x80], &mut pos), Err(TlogError::Truncated { .. })));
+        assert_eq!(pos, 0);
+        assert!(read_varuint(&[0xff; 11], &mut pos).is_err());
+        assert!(read_varuint(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02], &mut pos).is_err());
+        assert!(read_varuint(&[], &mut pos).is_err());
+    }
+
+    #[test]
+    fn varint_zigzag() {
+        for v in [0i64, -1, 1, -64, 64, i64::MIN, i64::MAX] {
+            let mut out = Vec::new();
+            write_varint(&mut out, v);
+            let mut pos = 0;
+            assert_eq!(read_varint(&out, &mut pos).unwrap(), v);
+        }
+        let mut out = Vec::new();
+        write_varint(&mut out, -1);
+        assert_eq!(out, [1]);
+    }
+
+    #[test]
+    fn strings_and_crc() {
+        let mut out = Vec::new();
+        write_string(&mut out, "test");
+        let mut pos = 0;
+        assert_eq!(read_string(&out, &mut pos).unwrap(), "test");
+        let mut pos = 0;
+        assert!(read_string(&[5, b'a'], &mut pos).is_err());
+        assert!(read_string(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01], &mut pos).is_err());
+        assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
+    }
+}
