@@ -16,6 +16,7 @@ pub mod budget;
 pub mod can_cmd;
 pub mod config;
 pub mod frame_cmd;
+pub mod log_cmd;
 pub mod motion;
 pub mod robot_spec;
 pub mod run;

@@ -37,6 +37,60 @@ enum Command {
     Servo(ServoArgs),
     /// Send and receive raw CAN-FD frames for one cycle (pi3hat_tool-like).
     Can(CanArgs),
+    /// Read TLOG0003 telemetry logs (rtloop's or mjlib's).
+    #[command(subcommand)]
+    Log(LogCommand),
+}
+
+#[derive(Subcommand)]
+enum LogCommand {
+    /// Records, schemas, item counts, time span, recovered and corrupt blocks.
+    Info {
+        /// The log.
+        file: std::path::PathBuf,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Items as JSON lines.
+    Dump {
+        /// The log.
+        file: std::path::PathBuf,
+        /// Only this record.
+        #[arg(long)]
+        record: Option<String>,
+        /// From this time: seconds from the start of the log (or since the epoch, if ≥ 1e9).
+        #[arg(long)]
+        from: Option<f64>,
+        /// Up to this time.
+        #[arg(long)]
+        to: Option<f64>,
+    },
+    /// Flatten a record to CSV, or every record to MCAP (Foxglove, PlotJuggler).
+    Export {
+        /// The log.
+        file: std::path::PathBuf,
+        /// Write CSV here (one row per item of the record).
+        #[arg(long, value_name = "OUT")]
+        csv: Option<std::path::PathBuf>,
+        /// Write MCAP here (one channel per record, JSON messages with a JSON schema).
+        #[arg(long, value_name = "OUT")]
+        mcap: Option<std::path::PathBuf>,
+        /// The record for CSV (default: `cycle`, or the only record).
+        #[arg(long)]
+        record: Option<String>,
+    },
+    /// Plot fields against time to a PNG.
+    Plot {
+        /// The log.
+        file: std::path::PathBuf,
+        /// Comma-separated `record.dotted.path`, e.g. cycle.cycle_us,cycle.servo.0.position.
+        #[arg(long)]
+        fields: String,
+        /// The PNG to write.
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -515,6 +569,23 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             if !text.is_empty() {
                 println!("{text}");
             }
+            Ok(())
+        }
+        Command::Log(cmd) => {
+            use rtloop::log_cmd;
+            let text = match cmd {
+                LogCommand::Info { file, json } => log_cmd::info(&file, json)?,
+                LogCommand::Dump { file, record, from, to } => {
+                    let mut out = std::io::stdout().lock();
+                    log_cmd::dump(&file, record.as_deref(), from, to, &mut out)?;
+                    return Ok(());
+                }
+                LogCommand::Export { file, csv, mcap, record } => {
+                    log_cmd::export(&file, csv.as_deref(), mcap.as_deref(), record.as_deref())?
+                }
+                LogCommand::Plot { file, fields, out } => log_cmd::plot(&file, &fields, &out)?,
+            };
+            println!("{text}");
             Ok(())
         }
         Command::Frame(FrameCommand::Decode { hexdata }) => {

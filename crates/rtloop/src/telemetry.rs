@@ -284,7 +284,11 @@ impl LogSink {
     }
 
     /// Write one message.
-    pub fn write<W: std::io::Write>(&mut self, w: &mut FileWriter<W>, msg: LogMsg) -> Result<(), tlog::format::TlogError> {
+    pub fn write<W: std::io::Write>(
+        &mut self,
+        w: &mut FileWriter<W>,
+        msg: LogMsg,
+    ) -> Result<(), tlog::format::TlogError> {
         match msg {
             LogMsg::Cycle(c) => {
                 let r = &mut self.scratch;
@@ -293,7 +297,8 @@ impl LogSink {
                 r.cycle_us = c.cycle_ns as f64 / 1000.0;
                 r.missing = c.missing;
                 r.timed_out = c.timed_out;
-                r.imu = ImuRecord { quaternion: c.imu.quaternion, rate_dps: c.imu.rate_dps, accel_mps2: c.imu.accel_mps2 };
+                r.imu =
+                    ImuRecord { quaternion: c.imu.quaternion, rate_dps: c.imu.rate_dps, accel_mps2: c.imu.accel_mps2 };
                 r.servo.clear();
                 for s in &c.servos[..(c.servos_len as usize).min(MAX_SERVOS)] {
                     r.servo.push(ServoRecord {

@@ -49,6 +49,10 @@ static GLOBAL: CountingAllocator = CountingAllocator;
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn run_counted(control_thread: bool) -> (u64, u64) {
+    run_counted_with(control_thread, None)
+}
+
+fn run_counted_with(control_thread: bool, log: Option<std::path::PathBuf>) -> (u64, u64) {
     let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     ALLOCATIONS.store(0, Ordering::SeqCst);
     let mut config = RunConfig { rate_hz: 2000.0, duration_s: 1.5, ..RunConfig::default() };
@@ -59,7 +63,7 @@ fn run_counted(control_thread: bool) -> (u64, u64) {
         enter_rt: Box::new(|| COUNTING.with(|c| c.set(true))),
         leave_rt: Box::new(|| COUNTING.with(|c| c.set(false))),
     };
-    let summary = run_with_hooks(&RunOptions { config, progress: false, log: None }, hooks).unwrap();
+    let summary = run_with_hooks(&RunOptions { config, progress: false, log }, hooks).unwrap();
     (ALLOCATIONS.load(Ordering::SeqCst), summary.cycles)
 }
 
@@ -86,4 +90,13 @@ fn the_real_time_loop_with_a_control_thread_never_allocates() {
     let (allocations, cycles) = run_counted(true);
     assert!(cycles > 1000, "{cycles} cycles");
     assert_eq!(allocations, 0, "the real-time section allocated");
+}
+
+#[test]
+fn the_real_time_loop_with_telemetry_logging_never_allocates() {
+    let path = std::env::temp_dir().join(format!("rtloop-noalloc-{}.tlog", std::process::id()));
+    let (allocations, cycles) = run_counted_with(false, Some(path.clone()));
+    let _ = std::fs::remove_file(&path);
+    assert!(cycles > 1000, "{cycles} cycles");
+    assert_eq!(allocations, 0, "the real-time section allocated while logging");
 }
