@@ -13,52 +13,15 @@ use io::{
 use proto::udp::{decode_datagram, encode_datagram, MAX_DATAGRAM};
 use proto::CanFdFrame;
 use sim::{BusConfig, Servo, ServoConfig, SimBus};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+
 use std::net::UdpSocket;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-// ---- allocation counting, per thread so the server thread does not disturb it ----
-
-struct CountingAllocator;
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-fn counting() -> bool {
-    COUNTING.try_with(Cell::get).unwrap_or(false)
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the bookkeeping is a
-// const-initialised thread-local flag and a relaxed atomic, neither of which allocates.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if counting() {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if counting() {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: CountingAllocator = CountingAllocator;
+static ALLOCATOR: testkit::CountingAllocator = testkit::CountingAllocator;
 
 // ---- helpers ----
 
@@ -391,16 +354,17 @@ fn send_flush_and_recv_do_not_allocate() {
     let mut out = [0u8; MAX_DATAGRAM];
     let n = encode_datagram(0, [(1u8, &reply), (1u8, &reply)].into_iter(), &mut out).unwrap();
     let mut buf = [0u8; 2048];
+    let mut allocations = 0;
     for round in 0..50 {
-        COUNTING.with(|c| c.set(true));
+        testkit::start_counting();
         t.send(&query, 0).unwrap();
         t.send(&query, 0).unwrap();
         t.flush(0).unwrap();
-        COUNTING.with(|c| c.set(false));
+        allocations += testkit::stop_counting();
         let (_, me) = peer.recv_from(&mut buf).unwrap();
         peer.send_to(&out[..n], me).unwrap();
         std::thread::sleep(Duration::from_micros(200));
-        COUNTING.with(|c| c.set(true));
+        testkit::start_counting();
         let mut got = 0;
         let until = monotonic_now_ns() + 2_000_000_000;
         while got < 2 && monotonic_now_ns() < until {
@@ -410,14 +374,12 @@ fn send_flush_and_recv_do_not_allocate() {
             }
         }
         assert_eq!(t.recv(0), Ok(None));
-        COUNTING.with(|c| c.set(false));
+        allocations += testkit::stop_counting();
         assert_eq!(got, 2, "round {round}");
     }
-    assert_eq!(ALLOCATIONS.load(Ordering::Relaxed), 0);
+    assert_eq!(allocations, 0);
 
     // The counter does see allocations on this thread (so the zero above means something).
-    COUNTING.with(|c| c.set(true));
-    drop(std::hint::black_box(Vec::<u8>::with_capacity(8)));
-    COUNTING.with(|c| c.set(false));
-    assert_eq!(ALLOCATIONS.load(Ordering::Relaxed), 1);
+    let (seen, ()) = testkit::count_allocations(|| drop(std::hint::black_box(Vec::<u8>::with_capacity(8))));
+    assert_eq!(seen, 2, "one alloc and one dealloc");
 }

@@ -3,64 +3,13 @@
 //! its other threads), and 5 000 real 100 µs periods must count zero.
 
 use rt::periodic::{OverrunPolicy, PeriodicLoop, PeriodicOptions};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-struct CountingAllocator;
-
-thread_local! {
-    // A const initialiser without a destructor: reading it never allocates or registers
-    // anything, so it is safe to use from inside the allocator.
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-
-static CALLS: AtomicU64 = AtomicU64::new(0);
-
-fn note() {
-    if COUNTING.try_with(Cell::get).unwrap_or(false) {
-        CALLS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: every method forwards to the system allocator with the caller's arguments unchanged;
-// counting has no effect on the memory returned.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        note();
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
 
 #[global_allocator]
-static ALLOCATOR: CountingAllocator = CountingAllocator;
+static ALLOCATOR: testkit::CountingAllocator = testkit::CountingAllocator;
 
 /// Allocator calls made by this thread while `f` runs.
 fn allocations_during(f: impl FnOnce()) -> u64 {
-    let before = CALLS.load(Ordering::Relaxed);
-    COUNTING.with(|c| c.set(true));
-    f();
-    COUNTING.with(|c| c.set(false));
-    CALLS.load(Ordering::Relaxed) - before
+    testkit::count_allocations(f).0
 }
 
 #[test]

@@ -23,7 +23,10 @@ fn run_json_reports_every_servo_and_every_period() {
     let j: Value = serde_json::from_str(last).expect("last line is JSON");
     assert_eq!(j["servos"], 12);
     assert_eq!(j["buses"], 4);
-    assert_eq!(j["missing_replies"], 0);
+    // Whether a reply misses its cycle's deadline depends on what else the machine does (a
+    // preempted cycle can pass its deadline before the simulated wire delivers); that every
+    // missing reply belongs to a cycle that timed out holds anywhere.
+    assert!(j["missing_replies"].as_u64().unwrap() <= 12 * j["timeouts"].as_u64().unwrap(), "{j}");
     assert_eq!(j["transport_errors"], 0);
     // Every period is either run or counted as skipped — none silently lost.
     let cycles = j["cycles"].as_u64().unwrap();

@@ -4,47 +4,13 @@
 
 use rtloop::config::RunConfig;
 use rtloop::run::{run_with_hooks, Hooks, RunOptions};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-struct CountingAllocator;
-
-thread_local! {
-    /// Only the cycle thread is counted; the harness and the control thread may allocate.
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-fn counting() -> bool {
-    COUNTING.try_with(Cell::get).unwrap_or(false)
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the counter is a
-// relaxed atomic and the flag a const-initialised thread-local, neither of which allocates.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if counting() {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if counting() {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: CountingAllocator = CountingAllocator;
+static ALLOCATOR: testkit::CountingAllocator = testkit::CountingAllocator;
+
+/// Allocator calls the cycle thread made inside the real-time section (set by the hooks).
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -60,8 +26,8 @@ fn run_counted_with(control_thread: bool, log: Option<std::path::PathBuf>) -> (u
     // A servo faults midway, so the supervisor's override and event paths run too.
     config.faults.overheat = vec!["3@0.3".into()];
     let hooks = Hooks {
-        enter_rt: Box::new(|| COUNTING.with(|c| c.set(true))),
-        leave_rt: Box::new(|| COUNTING.with(|c| c.set(false))),
+        enter_rt: Box::new(testkit::start_counting),
+        leave_rt: Box::new(|| ALLOCATIONS.store(testkit::stop_counting(), Ordering::SeqCst)),
     };
     let summary = run_with_hooks(&RunOptions { config, progress: false, log }, hooks).unwrap();
     (ALLOCATIONS.load(Ordering::SeqCst), summary.cycles)
@@ -70,12 +36,9 @@ fn run_counted_with(control_thread: bool, log: Option<std::path::PathBuf>) -> (u
 #[test]
 fn the_harness_sees_an_allocation() {
     let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    ALLOCATIONS.store(0, Ordering::SeqCst);
-    COUNTING.with(|c| c.set(true));
-    let v: Vec<u8> = std::hint::black_box(Vec::with_capacity(8));
-    COUNTING.with(|c| c.set(false));
+    let (calls, v) = testkit::count_allocations(|| std::hint::black_box(Vec::<u8>::with_capacity(8)));
     drop(v);
-    assert!(ALLOCATIONS.load(Ordering::SeqCst) >= 1);
+    assert!(calls >= 1);
 }
 
 #[test]

@@ -197,8 +197,10 @@ fn run_on_fifo_with_a_control_thread_and_busy_wait() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let j = last_json(&o);
-    assert_eq!(j["missing_replies"], 0, "{j}");
+    // (How many replies miss their deadline depends on what else this machine is doing, so
+    // it is not asserted; that every servo follows the control thread's commands is.)
     assert_eq!(j["realtime"]["control_thread"], true);
+    assert!(j["cycles"].as_u64().unwrap() > 0);
     for id in 1..=12 {
         assert_eq!(j["final"][id.to_string()]["mode"], 10, "{j}");
     }

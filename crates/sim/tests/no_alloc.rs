@@ -3,49 +3,12 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use common::*;
 use proto::frame::CanFdFrame;
 use proto::host::PositionCommand;
 
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-
-fn note() {
-    if COUNTING.with(|c| c.get()) {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: forwards every call unchanged to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: testkit::CountingAllocator = testkit::CountingAllocator;
 
 #[test]
 fn cycles_on_the_default_quadruped_do_not_allocate() {
@@ -58,7 +21,7 @@ fn cycles_on_the_default_quadruped_do_not_allocate() {
         (0..4u8).map(|b| (1..=3u8).map(|k| position_comprehensive(b * 3 + k, &cmd)).collect()).collect();
     let junk = raw(1, &[0x1f, 0xff, 0xff, 0xff, 0xff, 0x7f, 0x0d, 0x00, 0x05]);
 
-    COUNTING.with(|c| c.set(true));
+    testkit::start_counting();
     let mut received = 0;
     for cycle in 0..200u64 {
         let t0 = cycle * MS;
@@ -87,9 +50,9 @@ fn cycles_on_the_default_quadruped_do_not_allocate() {
         let _ = servo.handle_frame(&junk, k * MS, &mut reply);
         let _ = servo.telemetry();
     }
-    COUNTING.with(|c| c.set(false));
+    let allocations = testkit::stop_counting();
 
-    assert_eq!(ALLOCATIONS.load(Ordering::Relaxed), 0);
+    assert_eq!(allocations, 0);
     assert!(received >= 200 * 12, "{received}");
 }
 
@@ -119,7 +82,7 @@ fn cycles_with_injected_faults_do_not_allocate() {
         (0..4u8).map(|b| (1..=3u8).map(|k| position_comprehensive(b * 3 + k, &cmd)).collect()).collect();
     let junk = raw(1, &[0x1f, 0xff, 0xff, 0xff, 0xff, 0x7f, 0x0d, 0x00, 0x05]);
 
-    COUNTING.with(|c| c.set(true));
+    testkit::start_counting();
     let mut received = 0u64;
     let mut events = 0usize;
     let mut latched = 0usize;
@@ -149,9 +112,9 @@ fn cycles_with_injected_faults_do_not_allocate() {
             let _ = bus.stats();
         }
     }
-    COUNTING.with(|c| c.set(false));
+    let allocations = testkit::stop_counting();
 
-    assert_eq!(ALLOCATIONS.load(Ordering::Relaxed), 0);
+    assert_eq!(allocations, 0);
     let lost: u64 = buses.iter().map(|b| b.stats().frames_dropped_injected + b.stats().frames_corrupted_injected).sum();
     assert!(lost > 400, "{lost}");
     assert!(received > 400 * 12 / 3 && received < 400 * 12, "{received}");

@@ -3,8 +3,6 @@
 //! and the real-time side of the API is allocation-free (checked with a counting allocator
 //! that only counts on threads that switch it on).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,50 +11,14 @@ use tlog::realtime::{spawn, STATS_RECORD};
 use tlog::writer::{FileWriter, WriterOptions};
 
 // ----------------------------------------------------------------------------------------
-// Allocation counting, per thread.
-
-thread_local! {
-    /// Count allocations made by this thread (const-initialised: no lazy allocation).
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    /// Allocator calls this thread made while counting (per thread, so tests running in
-    /// parallel cannot disturb each other).
-    static COUNTED: Cell<u64> = const { Cell::new(0) };
-}
-
-fn count_if_enabled() {
-    if COUNTING.with(Cell::get) {
-        COUNTED.with(|c| c.set(c.get() + 1));
-    }
-}
+#[global_allocator]
+static ALLOCATOR: testkit::CountingAllocator = testkit::CountingAllocator;
 
 /// Run `f` with counting on; returns its result and the allocator calls it made.
 fn counting<R>(f: impl FnOnce() -> R) -> (R, u64) {
-    let before = COUNTED.with(Cell::get);
-    COUNTING.with(|c| c.set(true));
-    let result = f();
-    COUNTING.with(|c| c.set(false));
-    (result, COUNTED.with(Cell::get) - before)
+    let (n, r) = testkit::count_allocations(f);
+    (r, n)
 }
-
-struct CountingAllocator;
-
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count_if_enabled();
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        count_if_enabled();
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count_if_enabled();
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 // ----------------------------------------------------------------------------------------
 // Helpers
