@@ -41,34 +41,11 @@ impl Default for MonotonicClock {
     }
 }
 
-/// Read `CLOCK_MONOTONIC` in nanoseconds.
-pub fn monotonic_now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec and CLOCK_MONOTONIC always exists on Linux,
-    // so clock_gettime only writes into `ts`.
-    unsafe {
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
-    }
-    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
-}
+/// Read `CLOCK_MONOTONIC` in nanoseconds (the runtime's clock, so deadlines agree).
+pub use rt::periodic::now_ns as monotonic_now_ns;
 
-/// Sleep until the absolute `CLOCK_MONOTONIC` instant `t_ns` (`clock_nanosleep` with
-/// `TIMER_ABSTIME`, retried on EINTR). Absolute deadlines do not drift when a wakeup is late.
-pub fn sleep_until_monotonic_ns(t_ns: u64) {
-    let ts = libc::timespec {
-        tv_sec: (t_ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (t_ns % 1_000_000_000) as libc::c_long,
-    };
-    loop {
-        // SAFETY: `ts` is a valid timespec; with TIMER_ABSTIME the remainder pointer is
-        // unused and may be null.
-        let rc =
-            unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
-        if rc != libc::EINTR {
-            break;
-        }
-    }
-}
+/// Sleep until an absolute `CLOCK_MONOTONIC` instant (`clock_nanosleep` with `TIMER_ABSTIME`).
+pub use rt::periodic::sleep_until_ns as sleep_until_monotonic_ns;
 
 impl Clock for MonotonicClock {
     fn now_ns(&self) -> u64 {

@@ -52,21 +52,27 @@ impl TimeSource for Monotonic {
     }
 
     fn sleep_until_ns(&mut self, deadline_ns: u64) {
-        let ts = libc::timespec {
-            tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
-        };
-        loop {
-            // SAFETY: `ts` is a valid timespec and the remaining-time pointer may be null with
-            // TIMER_ABSTIME (it is never written for absolute sleeps).
-            let rc =
-                unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
-            // A signal interrupts the sleep (EINTR); the deadline is absolute, so sleeping again
-            // to the same time is exact. Any other error cannot happen with these arguments,
-            // and the busy-wait in the loop still holds the deadline.
-            if rc != libc::EINTR {
-                return;
-            }
+        sleep_until_ns(deadline_ns)
+    }
+}
+
+/// Sleep until the absolute CLOCK_MONOTONIC instant `deadline_ns` (clock_nanosleep with
+/// TIMER_ABSTIME): a late wakeup never shifts the next deadline. Returns at once when the
+/// deadline has passed.
+pub fn sleep_until_ns(deadline_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+    };
+    loop {
+        // SAFETY: `ts` is a valid timespec and the remaining-time pointer may be null with
+        // TIMER_ABSTIME (it is never written for absolute sleeps).
+        let rc =
+            unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
+        // A signal interrupts the sleep (EINTR); the deadline is absolute, so sleeping again
+        // to the same time is exact. Any other error cannot happen with these arguments.
+        if rc != libc::EINTR {
+            return;
         }
     }
 }

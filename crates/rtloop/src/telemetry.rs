@@ -13,8 +13,9 @@ use crate::run::MAX_SERVOS;
 use serde::Serialize;
 use tlog::writer::{FileWriter, RecordHandle};
 
-/// One servo in one cycle, as the real-time thread records it.
-#[derive(Debug, Clone, Copy, Default)]
+/// One servo in one cycle: recorded by the real-time thread (plain `Copy` data) and
+/// written as is inside the `cycle` record.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct ServoLog {
     /// Servo id.
     pub id: u8,
@@ -182,7 +183,7 @@ pub struct CycleRecord {
     /// The attitude.
     pub imu: ImuRecord,
     /// Every servo.
-    pub servo: Vec<ServoRecord>,
+    pub servo: Vec<ServoLog>,
 }
 
 /// The IMU inside a `cycle` record (pi3hat frame: +x forward, +y right, +z down).
@@ -196,43 +197,6 @@ pub struct ImuRecord {
     pub accel_mps2: [f64; 3],
 }
 
-/// One servo inside a `cycle` record.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct ServoRecord {
-    /// Servo id.
-    pub id: u8,
-    /// Bus number.
-    pub bus: u8,
-    /// A reply arrived this cycle.
-    pub fresh: bool,
-    /// Commanded mode (255 = query only).
-    pub command_mode: u8,
-    /// Commanded position, rev.
-    pub command_position: f64,
-    /// Commanded velocity, rev/s.
-    pub command_velocity: f64,
-    /// Commanded torque limit, N·m.
-    pub command_maximum_torque: f64,
-    /// Mode.
-    pub mode: u8,
-    /// Position, rev.
-    pub position: f64,
-    /// Velocity, rev/s.
-    pub velocity: f64,
-    /// Torque, N·m.
-    pub torque: f64,
-    /// q-axis current, A.
-    pub q_current: f64,
-    /// Bus voltage, V.
-    pub voltage: f64,
-    /// Board temperature, °C.
-    pub temperature: f64,
-    /// Motor temperature, °C.
-    pub motor_temperature: f64,
-    /// Fault code.
-    pub fault: u8,
-}
-
 impl Default for CycleRecord {
     /// One servo in the default so the schema knows the array's item type.
     fn default() -> Self {
@@ -243,7 +207,7 @@ impl Default for CycleRecord {
             missing: 0,
             timed_out: false,
             imu: ImuRecord::default(),
-            servo: vec![ServoRecord::default()],
+            servo: vec![ServoLog::default()],
         }
     }
 }
@@ -300,26 +264,7 @@ impl LogSink {
                 r.imu =
                     ImuRecord { quaternion: c.imu.quaternion, rate_dps: c.imu.rate_dps, accel_mps2: c.imu.accel_mps2 };
                 r.servo.clear();
-                for s in &c.servos[..(c.servos_len as usize).min(MAX_SERVOS)] {
-                    r.servo.push(ServoRecord {
-                        id: s.id,
-                        bus: s.bus,
-                        fresh: s.fresh,
-                        command_mode: s.command_mode,
-                        command_position: s.command_position,
-                        command_velocity: s.command_velocity,
-                        command_maximum_torque: s.command_maximum_torque,
-                        mode: s.mode,
-                        position: s.position,
-                        velocity: s.velocity,
-                        torque: s.torque,
-                        q_current: s.q_current,
-                        voltage: s.voltage,
-                        temperature: s.temperature,
-                        motor_temperature: s.motor_temperature,
-                        fault: s.fault,
-                    });
-                }
+                r.servo.extend_from_slice(&c.servos[..(c.servos_len as usize).min(MAX_SERVOS)]);
                 let ts = self.epoch_offset_us + (c.woke_ns / 1000) as i64;
                 w.write(&self.cycle, ts, &self.scratch)?;
             }

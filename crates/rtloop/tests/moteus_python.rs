@@ -124,11 +124,6 @@ fn bad_addresses_and_missing_devices_get_one_clear_message() {
         (vec!["can", "--transport", "sim", "--write-can", "2,8001,1300,r"], "--bus 2"),
     ];
     for (args, want) in cases {
-        let o = rtloop(&args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}");
-        let e = String::from_utf8_lossy(&o.stderr);
-        assert!(e.contains(want), "{args:?}: {e}");
-        assert_eq!(e.trim().lines().count(), 1, "{args:?}: {e}");
-        assert!(!e.contains("panicked"), "{args:?}: {e}");
+        assert_one_clear_message(&args, want);
     }
 }

@@ -125,11 +125,7 @@ fn log_mistakes_get_one_clear_message() {
         (vec!["log", "plot", missing.to_str().unwrap(), "--fields", "a", "--out", "x.jpg"], "--out"),
     ];
     for (args, want) in cases {
-        let o = rtloop(&args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}");
-        let e = String::from_utf8_lossy(&o.stderr);
-        assert!(e.contains(want), "{args:?}: {e}");
-        assert_eq!(e.trim().lines().count(), 1, "{args:?}: {e}");
+        assert_one_clear_message(&args, want);
     }
     let _ = std::fs::remove_file(not_a_log);
 }

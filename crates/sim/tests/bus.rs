@@ -17,20 +17,6 @@ fn bus_with(cfg: BusConfig, ids: &[u8]) -> SimBus {
     bus
 }
 
-/// Run the bus event by event until it is idle; returns the replies with their end times.
-fn run_to_idle(bus: &mut SimBus) -> Vec<(CanFdFrame, u64)> {
-    let mut out = Vec::new();
-    let mut guard = 0;
-    while let Some(t) = bus.next_event_ns() {
-        while let Some(r) = bus.poll_rx_stamped(t) {
-            out.push(r);
-        }
-        guard += 1;
-        assert!(guard < 1000, "next_event_ns must make progress");
-    }
-    out
-}
-
 fn cmd() -> PositionCommand {
     PositionCommand { position: Some(0.0), velocity: Some(0.0), feedforward_torque: Some(0.0), ..Default::default() }
 }

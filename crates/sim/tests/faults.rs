@@ -19,20 +19,6 @@ fn bus_with(cfg: BusConfig, ids: &[u8]) -> SimBus {
     bus
 }
 
-/// Run the bus event by event until it is idle; returns the replies with their end times.
-fn run_to_idle(bus: &mut SimBus) -> Vec<(CanFdFrame, u64)> {
-    let mut out = Vec::new();
-    let mut guard = 0;
-    while let Some(t) = bus.next_event_ns() {
-        while let Some(r) = bus.poll_rx_stamped(t) {
-            out.push(r);
-        }
-        guard += 1;
-        assert!(guard < 100_000, "next_event_ns must make progress");
-    }
-    out
-}
-
 fn events(bus: &mut SimBus) -> Vec<InjectedEvent> {
     let mut out = Vec::new();
     let n = bus.drain_events(|e| out.push(e));

@@ -131,3 +131,13 @@ pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// A user mistake: exit code 2, one line on stderr that contains `want`, no panic.
+pub fn assert_one_clear_message(args: &[&str], want: &str) {
+    let o = rtloop(args);
+    assert_eq!(o.status.code(), Some(2), "{args:?}");
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains(want), "{args:?}: {e}");
+    assert_eq!(e.trim().lines().count(), 1, "{args:?}: {e}");
+    assert!(!e.contains("panicked"), "{args:?}: {e}");
+}

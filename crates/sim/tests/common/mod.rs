@@ -66,3 +66,17 @@ pub fn reply_of(servo: &mut Servo, frame: &CanFdFrame, t: u64) -> CanFdFrame {
     assert!(servo.handle_frame(frame, t, &mut reply), "no reply to {frame:?}");
     reply
 }
+
+/// Run the bus event by event until it is idle; returns the replies with their end times.
+pub fn run_to_idle(bus: &mut sim::SimBus) -> Vec<(proto::frame::CanFdFrame, u64)> {
+    let mut out = Vec::new();
+    let mut guard = 0;
+    while let Some(t) = bus.next_event_ns() {
+        while let Some(r) = bus.poll_rx_stamped(t) {
+            out.push(r);
+        }
+        guard += 1;
+        assert!(guard < 100_000, "next_event_ns must make progress");
+    }
+    out
+}
