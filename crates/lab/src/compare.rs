@@ -1,1 +1,523 @@
-//! (being written)
+//! `rtloop lab compare`: our measurements beside the established tools', on the same machine,
+//! in the same run, with the same settings.
+//!
+//! * our `wakeup` (SCHED_FIFO 90, mlock, 1000 µs period) beside
+//!   `cyclictest -m -p 90 -i 1000 -l N -q -h 20000` (package rt-tests);
+//! * our `udp-echo` on loopback (SCHED_FIFO 90, mlock, blocking receive) beside
+//!   `sockperf sr` + `sockperf pp --full-rtt` (package sockperf), run under `chrt -f 90`.
+//!
+//! It prints p50 / p99 / average of both sides and the ratios ours ÷ theirs; with `json`, the
+//! last line is one JSON object with both sides and the ratios. The output parsers are public
+//! so they can be tested on captured outputs.
+//!
+//! What it must never do: fail because a tool is missing (it says how to install it and still
+//! reports our side), leave a `sockperf sr` server running (a guard kills it), or talk to
+//! anything but loopback.
+
+use crate::report::{CommonOptions, Summary};
+use crate::udp::{RecvMethod, UdpEchoOptions};
+use rt::setup::{Policy, RtSettings};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::net::UdpSocket;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What `compare` runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompareOptions {
+    /// Wakeups measured by both sides, and UDP round trips per size on our side.
+    pub samples: usize,
+    /// UDP message sizes in bytes.
+    pub sizes: Vec<usize>,
+    /// End the output with one JSON line.
+    pub json: bool,
+}
+
+/// Real-time priority both sides run at (cyclictest's customary -p 90).
+const PRIORITY: i32 = 90;
+/// Wakeup period of both sides, µs.
+const PERIOD_US: u64 = 1000;
+/// Histogram range given to cyclictest, µs; slower wakeups count as overflows.
+const CYCLICTEST_HISTOGRAM_US: u64 = 20_000;
+/// Duration of each `sockperf pp` run, s.
+const SOCKPERF_SECONDS: u32 = 3;
+/// sockperf refuses messages shorter than its own header.
+const SOCKPERF_MIN_SIZE: usize = 14;
+/// Median ratios beyond this (either way) get an explanation line.
+const RATIO_TOLERANCE: f64 = 1.2;
+
+/// The figures one side reports, µs. A tool that only prints some of them leaves the rest
+/// `None`.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Figures {
+    /// Samples (wakeups, round trips) behind the figures.
+    pub samples: u64,
+    /// Smallest.
+    pub min_us: Option<f64>,
+    /// Average.
+    pub avg_us: Option<f64>,
+    /// Median.
+    pub p50_us: Option<f64>,
+    /// 99th percentile.
+    pub p99_us: Option<f64>,
+    /// Largest.
+    pub max_us: Option<f64>,
+}
+
+impl Figures {
+    fn of_summary(s: &Summary) -> Figures {
+        Figures {
+            samples: s.samples as u64,
+            min_us: Some(s.min_us),
+            avg_us: Some(s.mean_us),
+            p50_us: Some(s.p50_us),
+            p99_us: Some(s.p99_us),
+            max_us: Some(s.max_us),
+        }
+    }
+}
+
+/// Ours ÷ theirs, where both sides have the figure.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Ratios {
+    /// Median ratio.
+    pub p50: Option<f64>,
+    /// 99th percentile ratio.
+    pub p99: Option<f64>,
+    /// Average ratio.
+    pub avg: Option<f64>,
+}
+
+impl Ratios {
+    fn between(ours: &Figures, theirs: &Figures) -> Ratios {
+        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        };
+        Ratios {
+            p50: ratio(ours.p50_us, theirs.p50_us),
+            p99: ratio(ours.p99_us, theirs.p99_us),
+            avg: ratio(ours.avg_us, theirs.avg_us),
+        }
+    }
+}
+
+/// One measurement, both sides.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    /// What was measured, e.g. "wakeup 1000 us" or "udp-echo 64 B blocking".
+    pub what: String,
+    /// The reference tool.
+    pub tool: String,
+    /// Our figures.
+    pub ours: Figures,
+    /// The tool's figures; `None` when it is missing or failed (see `note`).
+    pub theirs: Option<Figures>,
+    /// Ours ÷ theirs.
+    pub ratios: Ratios,
+    /// Why `theirs` is missing, or why the medians differ by more than the tolerance.
+    pub note: Option<String>,
+}
+
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    comparisons: &'a [Comparison],
+    warnings: &'a [String],
+}
+
+/// Run both comparisons and return the printed report.
+pub fn compare(opts: &CompareOptions) -> Result<String, String> {
+    if opts.samples == 0 {
+        return Err("compare needs at least one sample".to_string());
+    }
+    let common = CommonOptions {
+        rt: RtSettings { policy: Policy::Fifo, priority: PRIORITY, mlock: true, ..RtSettings::default() },
+        load: 0,
+        samples: opts.samples,
+        progress: false,
+    };
+    let mut warnings: Vec<String> = Vec::new();
+    let mut comparisons = Vec::new();
+
+    // Wakeup latency.
+    let ours = crate::wakeup::wakeup(&common, PERIOD_US, 0)?;
+    merge_warnings(&mut warnings, &ours.warnings);
+    let our_wakeups: Vec<u64> = ours.runs.iter().flat_map(|r| r.samples_ns.iter().copied()).collect();
+    let theirs = run_cyclictest(opts.samples);
+    comparisons.push(Comparison::new(
+        format!("wakeup {PERIOD_US} us"),
+        "cyclictest",
+        Figures::of_summary(&Summary::of(&our_wakeups)),
+        theirs,
+    ));
+
+    // UDP round trip.
+    let udp = UdpEchoOptions { sizes: opts.sizes.clone(), methods: vec![RecvMethod::Blocking], netns: false, port: 0 };
+    let ours = crate::udp::udp_echo(&common, &udp)?;
+    merge_warnings(&mut warnings, &ours.warnings);
+    for run in &ours.runs {
+        let size = run.size.unwrap_or(0);
+        let theirs = run_sockperf(size);
+        comparisons.push(Comparison::new(
+            format!("udp-echo {size} B blocking"),
+            "sockperf",
+            Figures::of_summary(&Summary::of(&run.samples_ns)),
+            theirs,
+        ));
+    }
+    Ok(render(&comparisons, &warnings, opts.json))
+}
+
+impl Comparison {
+    fn new(what: String, tool: &str, ours: Figures, theirs: Result<(Figures, Option<String>), String>) -> Comparison {
+        match theirs {
+            Ok((theirs, caveat)) => {
+                let ratios = Ratios::between(&ours, &theirs);
+                let divergence =
+                    ratios.p50.filter(|r| !(1.0 / RATIO_TOLERANCE..=RATIO_TOLERANCE).contains(r)).map(|r| {
+                        format!(
+                            "median ratio {r:.2} is outside 1/{RATIO_TOLERANCE}..{RATIO_TOLERANCE}: {}",
+                            divergence_reason(tool)
+                        )
+                    });
+                let note = match (caveat, divergence) {
+                    (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+                    (a, b) => a.or(b),
+                };
+                Comparison { what, tool: tool.to_string(), ours, theirs: Some(theirs), ratios, note }
+            }
+            Err(why) => Comparison {
+                what,
+                tool: tool.to_string(),
+                ours,
+                theirs: None,
+                ratios: Ratios::default(),
+                note: Some(why),
+            },
+        }
+    }
+}
+
+/// The known reasons the two sides can disagree, so a reader knows what to check.
+fn divergence_reason(tool: &str) -> &'static str {
+    match tool {
+        "cyclictest" => {
+            "cyclictest rounds to whole µs and keeps /dev/cpu_dma_latency at 0 while it runs; on a VM \
+             the host's scheduling of the vCPU moves both runs, so rerun to see whether it is noise"
+        }
+        _ => {
+            "sockperf measures for a fixed time after its own warm-up and its server waits differently \
+             (select/epoll) than ours (blocking recv); on a VM a few host preemptions move small \
+             medians, so rerun to see whether it is noise"
+        }
+    }
+}
+
+fn merge_warnings(into: &mut Vec<String>, new: &[String]) {
+    for w in new {
+        if !into.contains(w) {
+            into.push(w.clone());
+        }
+    }
+}
+
+fn render(comparisons: &[Comparison], warnings: &[String], json: bool) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "rtloop lab compare: ours vs the reference tool, same machine, SCHED_FIFO {PRIORITY}, mlock (µs; ratio = ours / theirs)"
+    );
+    let _ = writeln!(
+        out,
+        "{:<26} {:<10} {:>9} {:>9} {:>6}  {:>9} {:>9} {:>6}  {:>9} {:>9} {:>6}",
+        "what",
+        "tool",
+        "ours p50",
+        "their p50",
+        "ratio",
+        "ours p99",
+        "their p99",
+        "ratio",
+        "ours avg",
+        "their avg",
+        "ratio"
+    );
+    let num = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    let ratio = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+    for c in comparisons {
+        let theirs = c.theirs.unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{:<26} {:<10} {:>9} {:>9} {:>6}  {:>9} {:>9} {:>6}  {:>9} {:>9} {:>6}",
+            c.what,
+            c.tool,
+            num(c.ours.p50_us),
+            num(theirs.p50_us),
+            ratio(c.ratios.p50),
+            num(c.ours.p99_us),
+            num(theirs.p99_us),
+            ratio(c.ratios.p99),
+            num(c.ours.avg_us),
+            num(theirs.avg_us),
+            ratio(c.ratios.avg),
+        );
+    }
+    let notes: Vec<String> =
+        comparisons.iter().filter_map(|c| c.note.as_ref().map(|n| format!("{} ({}): {n}", c.what, c.tool))).collect();
+    if !notes.is_empty() {
+        let _ = writeln!(out, "notes:");
+        for n in notes {
+            let _ = writeln!(out, "  {n}");
+        }
+    }
+    if !warnings.is_empty() {
+        let _ = writeln!(out, "warnings:");
+        for w in warnings {
+            let _ = writeln!(out, "  {w}");
+        }
+    }
+    if json {
+        let line = serde_json::to_string(&JsonReport { comparisons, warnings })
+            .unwrap_or_else(|e| format!("{{\"error\":\"cannot encode the report: {e}\"}}"));
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// True when `program` can be started (it is on PATH).
+fn tool_exists(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+        .unwrap_or(false)
+}
+
+fn running_as_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn run_cyclictest(samples: usize) -> Result<(Figures, Option<String>), String> {
+    if !tool_exists("cyclictest") {
+        return Err("cyclictest is not installed: apt-get install rt-tests".to_string());
+    }
+    let out = Command::new("cyclictest")
+        .args(["-m", "-p", &PRIORITY.to_string(), "-i", &PERIOD_US.to_string(), "-l", &samples.to_string(), "-q"])
+        .args(["-h", &CYCLICTEST_HISTOGRAM_US.to_string()])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run cyclictest: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cyclictest failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    Ok((parse_cyclictest(&String::from_utf8_lossy(&out.stdout))?, None))
+}
+
+/// Figures from cyclictest's output: the `-h` histogram (rows `%06d %06d`: µs, count; more
+/// count columns with more threads, which are summed) gives p50/p99, and the `# Min/Avg/Max
+/// Latencies` lines (or, without `-h`, the `T:` status line) give min/avg/max. Samples beyond
+/// the histogram (`# Histogram Overflows`) are counted at the maximum.
+pub fn parse_cyclictest(output: &str) -> Result<Figures, String> {
+    let mut buckets: Vec<(u64, u64)> = Vec::new();
+    let mut overflows = 0u64;
+    let mut figures = Figures::default();
+    let first_number = |rest: &str| rest.split_whitespace().next().and_then(|v| v.parse::<f64>().ok());
+    for line in output.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("# Min Latencies:") {
+            figures.min_us = first_number(rest);
+        } else if let Some(rest) = line.strip_prefix("# Avg Latencies:") {
+            figures.avg_us = first_number(rest);
+        } else if let Some(rest) = line.strip_prefix("# Max Latencies:") {
+            figures.max_us = first_number(rest);
+        } else if let Some(rest) = line.strip_prefix("# Histogram Overflows:") {
+            overflows = rest.split_whitespace().filter_map(|v| v.parse::<u64>().ok()).sum();
+        } else if line.starts_with("T:") {
+            // "T: 0 ( 3004) P:90 I:1000 C:    100 Min:     24 Act:   33 Avg:   39 Max:      62"
+            let field = |name: &str| {
+                line.split(name)
+                    .nth(1)
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .and_then(|v| v.parse::<f64>().ok())
+            };
+            figures.min_us = figures.min_us.or(field("Min:"));
+            figures.avg_us = figures.avg_us.or(field("Avg:"));
+            figures.max_us = figures.max_us.or(field("Max:"));
+            if figures.samples == 0 {
+                figures.samples = field("C:").map_or(0, |c| c as u64);
+            }
+        } else if !line.starts_with('#') {
+            let mut columns = line.split_whitespace();
+            let latency = columns.next().filter(|c| c.len() == 6).and_then(|c| c.parse::<u64>().ok());
+            if let Some(latency_us) = latency {
+                let counts: Option<Vec<u64>> = columns.map(|c| c.parse::<u64>().ok()).collect();
+                if let Some(counts) = counts.filter(|c| !c.is_empty()) {
+                    buckets.push((latency_us, counts.iter().sum()));
+                }
+            }
+        }
+    }
+    let in_histogram: u64 = buckets.iter().map(|&(_, n)| n).sum();
+    if in_histogram + overflows > 0 {
+        figures.samples = in_histogram + overflows;
+        buckets.sort_unstable();
+        let percentile = |q: f64| -> Option<f64> {
+            let rank = ((q * figures.samples as f64).ceil() as u64).max(1);
+            let mut seen = 0;
+            for &(latency_us, n) in &buckets {
+                seen += n;
+                if seen >= rank {
+                    return Some(latency_us as f64);
+                }
+            }
+            // The rank lies among the overflows: the best figure known for them is the maximum.
+            figures.max_us
+        };
+        figures.p50_us = percentile(0.5);
+        figures.p99_us = percentile(0.99);
+    }
+    if figures.p50_us.is_none() && figures.avg_us.is_none() {
+        return Err("no histogram and no Min/Avg/Max in cyclictest's output".to_string());
+    }
+    Ok(figures)
+}
+
+/// Kills and reaps the `sockperf sr` server when dropped.
+struct ServerGuard(Child);
+
+impl Drop for ServerGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `program args…`, under `chrt -f 90` when we can (root and chrt present), so the tool runs
+/// with the same policy and priority as our side.
+fn realtime_command(program: &str, args: &[&str]) -> (Command, bool) {
+    let realtime = running_as_root() && tool_exists("chrt");
+    let mut command = if realtime {
+        let mut c = Command::new("chrt");
+        c.args(["-f", &PRIORITY.to_string(), program]);
+        c
+    } else {
+        Command::new(program)
+    };
+    command.args(args);
+    (command, realtime)
+}
+
+fn run_sockperf(size: usize) -> Result<(Figures, Option<String>), String> {
+    if !tool_exists("sockperf") {
+        return Err("sockperf is not installed: apt-get install sockperf".to_string());
+    }
+    if size < SOCKPERF_MIN_SIZE {
+        return Err(format!("sockperf cannot send messages under {SOCKPERF_MIN_SIZE} B"));
+    }
+    let port = free_udp_port()?;
+    let port_arg = port.to_string();
+    let (mut server, _) = realtime_command("sockperf", &["sr", "--ip", "127.0.0.1", "--port", &port_arg]);
+    let child = server
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start sockperf sr: {e}"))?;
+    let mut server = ServerGuard(child);
+    wait_for_udp_listener(&mut server, port)?;
+    let size_arg = size.to_string();
+    let seconds = SOCKPERF_SECONDS.to_string();
+    let (mut client, realtime) = realtime_command(
+        "sockperf",
+        &["pp", "-i", "127.0.0.1", "-p", &port_arg, "-m", &size_arg, "-t", &seconds, "--full-rtt"],
+    );
+    let out = client.stdin(Stdio::null()).output().map_err(|e| format!("cannot run sockperf pp: {e}"))?;
+    drop(server);
+    if !out.status.success() {
+        return Err(format!("sockperf pp failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    // sockperf prints its report on stdout and some versions on stderr; read both.
+    let text = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let figures = parse_sockperf(&text)?;
+    let caveat = (!realtime)
+        .then(|| format!("sockperf ran without chrt -f {PRIORITY} (not root or no chrt), so its settings differ"));
+    Ok((figures, caveat))
+}
+
+/// A UDP port on 127.0.0.1 nobody is bound to right now.
+fn free_udp_port() -> Result<u16, String> {
+    let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("cannot find a free UDP port: {e}"))?;
+    socket.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+}
+
+/// Wait until something is bound to `port` (binding it ourselves fails), or the server died.
+fn wait_for_udp_listener(server: &mut ServerGuard, port: u16) -> Result<(), String> {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        if let Ok(Some(status)) = server.0.try_wait() {
+            return Err(format!("sockperf sr exited at once ({status})"));
+        }
+        if UdpSocket::bind(("127.0.0.1", port)).is_err() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(format!("sockperf sr did not bind 127.0.0.1:{port} within 3 s"))
+}
+
+/// Figures from `sockperf pp --full-rtt` output (µs): `avg-rtt=` (or `avg-latency=` without
+/// --full-rtt), `<MIN>`/`<MAX> observation = …`, `percentile 50.000 = …`, `percentile 99.000
+/// = …` and `Total N observations`. Terminal colour codes are ignored.
+pub fn parse_sockperf(output: &str) -> Result<Figures, String> {
+    let text = strip_ansi(output);
+    let mut figures = Figures::default();
+    let value_after = |line: &str, marker: &str| -> Option<f64> {
+        let rest = line.split(marker).nth(1)?;
+        let token: String = rest.trim_start().chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+        token.parse().ok()
+    };
+    for line in text.lines() {
+        if line.contains("avg-rtt=") {
+            figures.avg_us = value_after(line, "avg-rtt=");
+        } else if line.contains("avg-latency=") {
+            figures.avg_us = value_after(line, "avg-latency=");
+        } else if line.contains("<MAX> observation") {
+            figures.max_us = value_after(line, "=");
+        } else if line.contains("<MIN> observation") {
+            figures.min_us = value_after(line, "=");
+        } else if line.contains("percentile 50.000") {
+            figures.p50_us = value_after(line, "=");
+        } else if line.contains("percentile 99.000") {
+            figures.p99_us = value_after(line, "=");
+        } else if let Some(rest) = line.split("Total ").nth(1).filter(|_| line.contains("observations")) {
+            figures.samples = rest.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
+        }
+    }
+    if figures.p50_us.is_none() && figures.avg_us.is_none() {
+        return Err("no percentiles and no average in sockperf's output".to_string());
+    }
+    Ok(figures)
+}
+
+/// The text without ANSI escape sequences (ESC [ … final letter), which sockperf uses for
+/// colour even when not writing to a terminal.
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.peek() == Some(&'[') {
+                chars.next();
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}

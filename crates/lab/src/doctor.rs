@@ -1,1 +1,627 @@
-//! (being written)
+//! `rtloop lab doctor`: the system's real-time readiness, one check per setting that changes
+//! latency, each with the value found and the fix (kernel command line, sysctl or file).
+//!
+//! Verdicts: [`Status::Fail`] means something rtloop asks for will be *refused* (no way to get
+//! a real-time priority at all). [`Status::Warn`] means it runs, but with latency tails worse
+//! than this hardware can do — a kernel without PREEMPT_RT is a Warn, not a Fail, because
+//! rtloop still runs on it (soft real time, tails in the hundreds of µs to ms under load)
+//! and the fix is named; the lab's figures then tell how far that kernel can be trusted.
+//! [`Status::Info`] is something worth knowing that has no right or wrong here (no cpufreq in a
+//! VM). [`Status::Pass`] is as good as it gets.
+//!
+//! What it must never do: change anything (it only reads), need privileges, or panic because a
+//! file is absent or unreadable — an absent file is reported as such in the check's value.
+
+use serde::Serialize;
+use std::fmt::Write as _;
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// As good as this system can be for real time.
+    Pass,
+    /// Works, but costs latency; the fix says what to change.
+    Warn,
+    /// Something rtloop asks for will be refused.
+    Fail,
+    /// Worth knowing, nothing to fix.
+    Info,
+}
+
+impl Status {
+    /// "pass", "warn", "fail" or "info".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+            Status::Info => "info",
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One check: what was looked at, how it came out, what was found and what to change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// Stable name, one of [`CHECK_NAMES`].
+    pub name: String,
+    /// The verdict.
+    pub status: Status,
+    /// What was found (never empty; "absent: …" when the file does not exist).
+    pub value: String,
+    /// What to change, when there is something to change.
+    pub fix: Option<String>,
+}
+
+/// The names of the checks [`checks`] returns, in order.
+pub const CHECK_NAMES: &[&str] = &[
+    "preempt-rt",
+    "preemption-model",
+    "isolcpus",
+    "nohz_full",
+    "rcu_nocbs",
+    "cpufreq-governor",
+    "cpuidle",
+    "cpu_dma_latency",
+    "irq-affinity",
+    "sched_rt_runtime_us",
+    "rlimit-rtprio",
+    "rlimit-memlock",
+    "swap",
+    "transparent-hugepages",
+    "timer_migration",
+    "clocksource",
+    "kernel",
+];
+
+const CPU_DIR: &str = "/sys/devices/system/cpu";
+
+/// The content of a file, or why there is none, as a sentence fragment for the value column.
+fn read(path: &str) -> Result<String, String> {
+    std::fs::read_to_string(path).map(|s| s.trim().to_string()).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!("absent: {path}"),
+        std::io::ErrorKind::PermissionDenied => format!("unreadable (permission denied): {path}"),
+        _ => format!("unreadable ({e}): {path}"),
+    })
+}
+
+fn check(name: &str, status: Status, value: impl Into<String>, fix: Option<String>) -> Check {
+    let mut value = value.into();
+    if value.is_empty() {
+        value = "(empty)".into();
+    }
+    Check { name: name.to_string(), status, value, fix }
+}
+
+/// The value of `key=` on the kernel command line, the last one winning as in the kernel.
+fn cmdline_param(cmdline: &str, key: &str) -> Option<String> {
+    // Everything after a lone "--" goes to init, not to the kernel.
+    let kernel_part = cmdline.split(" -- ").next().unwrap_or(cmdline);
+    kernel_part
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .next_back()
+        .map(str::to_string)
+}
+
+/// The CPUs that can take real-time work: all online ones but the first, which keeps the
+/// housekeeping (the usual isolcpus advice; "1" on a 2-CPU machine).
+fn suggested_isolated(online: &[usize]) -> String {
+    match online {
+        [] | [_] => "N".into(),
+        [_, rest @ ..] => rt::setup::format_cpu_list(rest),
+    }
+}
+
+/// Every readiness check, in the order of [`CHECK_NAMES`]. Reads files and limits only.
+pub fn checks() -> Vec<Check> {
+    let conditions = rt::current_conditions();
+    let cmdline = read("/proc/cmdline").unwrap_or_default();
+    let online = conditions.online_cpus.clone().unwrap_or_default();
+    let isolated = conditions.isolated_cpus.clone().unwrap_or_default();
+    let mut out = vec![
+        preempt_rt(&conditions),
+        preemption_model(&conditions, &cmdline),
+        isolcpus(&online, &isolated),
+        nohz_full(&online, &isolated),
+        rcu_nocbs(&online, &cmdline),
+        cpufreq(&online),
+        cpuidle(),
+        cpu_dma_latency(),
+        irq_affinity(&isolated),
+        rt_throttling(&conditions),
+    ];
+    out.extend(rlimits(&conditions));
+    out.extend([swap(), transparent_hugepages(), timer_migration(), clocksource(), kernel(&conditions)]);
+    out
+}
+
+fn preempt_rt(c: &rt::Conditions) -> Check {
+    let sysfs = match c.realtime_sysfs {
+        Some(true) => "/sys/kernel/realtime = 1",
+        Some(false) => "/sys/kernel/realtime = 0",
+        None => "/sys/kernel/realtime absent",
+    };
+    let version = c.kernel_version.as_deref().unwrap_or("uname -v unreadable");
+    let value = format!("{sysfs}; uname -v: {version}");
+    if c.preemption == rt::setup::PreemptionModel::PreemptRt {
+        check("preempt-rt", Status::Pass, value, None)
+    } else {
+        check(
+            "preempt-rt",
+            Status::Warn,
+            format!("not PREEMPT_RT ({value})"),
+            Some(
+                "boot a PREEMPT_RT kernel (Debian: apt install linux-image-rt-amd64, or linux-image-rt-arm64) \
+                 for bounded latency; this one gives soft real time only"
+                    .into(),
+            ),
+        )
+    }
+}
+
+/// The active PREEMPT_DYNAMIC mode: the parenthesised word of debugfs' "none voluntary (full) lazy".
+fn active_dynamic_mode(debugfs: &str) -> Option<&str> {
+    debugfs.split_whitespace().find_map(|w| w.strip_prefix('(')?.strip_suffix(')'))
+}
+
+fn preemption_model(c: &rt::Conditions, cmdline: &str) -> Check {
+    use rt::setup::PreemptionModel as M;
+    const FIX: &str = "add preempt=full to the kernel command line (or, as root with debugfs mounted: echo full > \
+                       /sys/kernel/debug/sched/preempt); better, a PREEMPT_RT kernel";
+    match c.preemption {
+        M::PreemptRt => check("preemption-model", Status::Pass, "PREEMPT_RT (fully preemptible)", None),
+        M::Full => check("preemption-model", Status::Pass, "PREEMPT (full, built in)", None),
+        M::VoluntaryOrNone => check(
+            "preemption-model",
+            Status::Warn,
+            "voluntary or none (built in): kernel code runs to its next preemption point",
+            Some(
+                "a kernel built with CONFIG_PREEMPT or PREEMPT_DYNAMIC booted with preempt=full, or PREEMPT_RT".into(),
+            ),
+        ),
+        M::Unknown => check("preemption-model", Status::Warn, "unknown: uname -v unreadable", None),
+        M::Dynamic => {
+            let (mode, source) = match c.preempt_dynamic_mode.as_deref().and_then(active_dynamic_mode) {
+                Some(m) => (Some(m.to_string()), "from /sys/kernel/debug/sched/preempt"),
+                None => match cmdline_param(cmdline, "preempt") {
+                    Some(m) => (Some(m), "from preempt= on the kernel command line"),
+                    None => (None, ""),
+                },
+            };
+            match mode {
+                Some(m) if m == "full" => {
+                    check("preemption-model", Status::Pass, format!("PREEMPT_DYNAMIC, mode full ({source})"), None)
+                }
+                Some(m) => check(
+                    "preemption-model",
+                    Status::Warn,
+                    format!("PREEMPT_DYNAMIC, mode {m} ({source})"),
+                    Some(FIX.into()),
+                ),
+                None => check(
+                    "preemption-model",
+                    Status::Warn,
+                    "PREEMPT_DYNAMIC, mode unknown: /sys/kernel/debug/sched/preempt unreadable (debugfs not \
+                     mounted or not root) and no preempt= on the kernel command line, so the build default \
+                     (often voluntary)",
+                    Some(FIX.into()),
+                ),
+            }
+        }
+    }
+}
+
+fn isolcpus(online: &[usize], isolated: &[usize]) -> Check {
+    let n = suggested_isolated(online);
+    let fix = format!("kernel command line: isolcpus={n} nohz_full={n} rcu_nocbs={n}, then pin the loop there (--cpu)");
+    if online.len() < 2 {
+        return check("isolcpus", Status::Info, "one CPU online: nothing to isolate", None);
+    }
+    match read(&format!("{CPU_DIR}/isolated")) {
+        Err(why) => check("isolcpus", Status::Warn, why, Some(fix)),
+        Ok(_) if isolated.is_empty() => check(
+            "isolcpus",
+            Status::Warn,
+            format!("no CPU isolated (online {})", rt::setup::format_cpu_list(online)),
+            Some(fix),
+        ),
+        Ok(_) => check("isolcpus", Status::Pass, format!("isolated {}", rt::setup::format_cpu_list(isolated)), None),
+    }
+}
+
+fn nohz_full(online: &[usize], isolated: &[usize]) -> Check {
+    let target = if isolated.is_empty() { suggested_isolated(online) } else { rt::setup::format_cpu_list(isolated) };
+    let fix = Some(format!("kernel command line: nohz_full={target} (with isolcpus= and rcu_nocbs= on the same CPUs)"));
+    match read(&format!("{CPU_DIR}/nohz_full")) {
+        Err(why) => check(
+            "nohz_full",
+            Status::Warn,
+            format!("{why} (kernel built without CONFIG_NO_HZ_FULL: the tick interrupts every CPU)"),
+            fix,
+        ),
+        Ok(text) => match rt::setup::parse_cpu_list(&text).filter(|c| !c.is_empty()) {
+            None => check("nohz_full", Status::Warn, "no CPU runs tickless", fix),
+            Some(cpus) if !isolated.iter().all(|c| cpus.contains(c)) => check(
+                "nohz_full",
+                Status::Warn,
+                format!("tickless {} does not cover the isolated CPUs", rt::setup::format_cpu_list(&cpus)),
+                fix,
+            ),
+            Some(cpus) => {
+                check("nohz_full", Status::Pass, format!("tickless {}", rt::setup::format_cpu_list(&cpus)), None)
+            }
+        },
+    }
+}
+
+fn rcu_nocbs(online: &[usize], cmdline: &str) -> Check {
+    let fix = Some(format!(
+        "kernel command line: rcu_nocbs={} (RCU callbacks then run elsewhere)",
+        suggested_isolated(online)
+    ));
+    match cmdline_param(cmdline, "rcu_nocbs") {
+        Some(v) => check("rcu_nocbs", Status::Pass, format!("rcu_nocbs={v} on the kernel command line"), None),
+        None if cmdline.is_empty() => check("rcu_nocbs", Status::Warn, "/proc/cmdline unreadable", fix),
+        None => check("rcu_nocbs", Status::Warn, "not on the kernel command line: RCU callbacks run on every CPU", fix),
+    }
+}
+
+fn cpufreq(online: &[usize]) -> Check {
+    let governors: Vec<(usize, String)> = online
+        .iter()
+        .filter_map(|&cpu| Some((cpu, read(&format!("{CPU_DIR}/cpu{cpu}/cpufreq/scaling_governor")).ok()?)))
+        .collect();
+    if governors.is_empty() {
+        return check(
+            "cpufreq-governor",
+            Status::Info,
+            format!("no cpufreq ({CPU_DIR}/cpu*/cpufreq absent): the hypervisor or firmware controls frequency"),
+            None,
+        );
+    }
+    let value = governors.iter().map(|(cpu, g)| format!("cpu{cpu} {g}")).collect::<Vec<_>>().join(", ");
+    if governors.iter().all(|(_, g)| g == "performance") {
+        check("cpufreq-governor", Status::Pass, value, None)
+    } else {
+        check(
+            "cpufreq-governor",
+            Status::Warn,
+            value,
+            Some("cpupower frequency-set -g performance (or echo performance > /sys/devices/system/cpu/cpu*/cpufreq/scaling_governor)".into()),
+        )
+    }
+}
+
+fn cpuidle() -> Check {
+    let fix = "cpupower idle-set -D 0 (disable states with exit latency > 0), or kernel idle=poll or \
+               processor.max_cstate=1, or hold /dev/cpu_dma_latency at 0 while the loop runs (as cyclictest does)";
+    let driver = match read(&format!("{CPU_DIR}/cpuidle/current_driver")) {
+        Ok(d) => d,
+        Err(why) => {
+            return check("cpuidle", Status::Info, format!("no cpuidle driver ({why}): the default idle loop"), None)
+        }
+    };
+    // cpu0's states stand for all: drivers register the same table on every CPU.
+    let mut states = Vec::new();
+    let mut deep = false;
+    for i in 0.. {
+        let dir = format!("{CPU_DIR}/cpu0/cpuidle/state{i}");
+        let Ok(name) = read(&format!("{dir}/name")) else { break };
+        let latency: u64 = read(&format!("{dir}/latency")).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let disabled = read(&format!("{dir}/disable")).is_ok_and(|s| s == "1");
+        deep |= !disabled && latency > 0;
+        states.push(format!("{name} {latency} µs{}", if disabled { " (disabled)" } else { "" }));
+    }
+    let mut value =
+        format!("driver {driver}; states: {}", if states.is_empty() { "none".into() } else { states.join(", ") });
+    if driver.contains("haltpoll") {
+        if let Ok(ns) = read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") {
+            write!(value, "; guest_halt_poll_ns {ns}").ok();
+        }
+        value.push_str(" (a halted vCPU is woken through the hypervisor)");
+    }
+    if driver.contains("haltpoll") || deep {
+        check("cpuidle", Status::Warn, value, Some(fix.into()))
+    } else {
+        check("cpuidle", Status::Pass, value, None)
+    }
+}
+
+fn cpu_dma_latency() -> Check {
+    const PATH: &str = "/dev/cpu_dma_latency";
+    match std::fs::metadata(PATH) {
+        Err(_) => check(
+            "cpu_dma_latency",
+            Status::Warn,
+            format!("absent: {PATH}"),
+            Some("a kernel with CONFIG_CPU_IDLE / PM QoS, or kernel idle=poll".into()),
+        ),
+        Ok(_) => {
+            // Reading returns the current system-wide limit; opening adds a request with the
+            // default value (no constraint) for as long as the file is open, changing nothing.
+            let current = std::fs::read(PATH).ok().and_then(|b| Some(i32::from_ne_bytes(b.get(..4)?.try_into().ok()?)));
+            let value = match current {
+                Some(us) => format!("present; current limit {us} µs (0 keeps CPUs out of deep idle)"),
+                None => "present (its current limit is readable by root only)".to_string(),
+            };
+            check("cpu_dma_latency", Status::Pass, value, None)
+        }
+    }
+}
+
+/// A hex CPU mask as in /proc/irq/default_smp_affinity ("3", "ff,ffffffff").
+fn parse_cpu_mask(text: &str) -> Option<Vec<usize>> {
+    let hex: String = text.trim().chars().filter(|&c| c != ',').collect();
+    let mut cpus = Vec::new();
+    for (i, digit) in hex.chars().rev().enumerate() {
+        let nibble = digit.to_digit(16)? as usize;
+        cpus.extend((0..4).filter(|b| nibble & (1 << b) != 0).map(|b| i * 4 + b));
+    }
+    Some(cpus)
+}
+
+fn irq_affinity(isolated: &[usize]) -> Check {
+    let default = match read("/proc/irq/default_smp_affinity") {
+        Ok(mask) => {
+            let cpus = parse_cpu_mask(&mask).map(|c| rt::setup::format_cpu_list(&c)).unwrap_or_else(|| "?".into());
+            format!("default_smp_affinity {mask} (CPUs {cpus})")
+        }
+        Err(why) => why,
+    };
+    if isolated.is_empty() {
+        return check(
+            "irq-affinity",
+            Status::Info,
+            format!("{default}; no isolated CPU, so every IRQ may land on the loop's CPU"),
+            None,
+        );
+    }
+    let mut landing = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc/irq") {
+        for entry in dir.flatten() {
+            let irq = entry.file_name().to_string_lossy().into_owned();
+            let Ok(list) = read(&format!("/proc/irq/{irq}/smp_affinity_list")) else { continue };
+            if rt::setup::parse_cpu_list(&list).is_some_and(|cpus| cpus.iter().any(|c| isolated.contains(c))) {
+                landing.push(irq);
+            }
+        }
+    }
+    landing.sort_by_key(|s| s.parse::<u32>().unwrap_or(u32::MAX));
+    if landing.is_empty() {
+        check("irq-affinity", Status::Pass, format!("{default}; no IRQ may land on the isolated CPUs"), None)
+    } else {
+        check(
+            "irq-affinity",
+            Status::Warn,
+            format!("{default}; IRQs {} may land on isolated CPUs", landing.join(",")),
+            Some(
+                "kernel command line irqaffinity=0 (housekeeping CPUs), or echo the housekeeping list into \
+                 /proc/irq/*/smp_affinity_list; stop irqbalance or ban the isolated CPUs from it"
+                    .into(),
+            ),
+        )
+    }
+}
+
+fn rt_throttling(c: &rt::Conditions) -> Check {
+    let period = c.sched_rt_period_us.unwrap_or(1_000_000);
+    match c.sched_rt_runtime_us {
+        None => check("sched_rt_runtime_us", Status::Warn, "unreadable: /proc/sys/kernel/sched_rt_runtime_us", None),
+        Some(r) if r < 0 => check("sched_rt_runtime_us", Status::Pass, "-1 (RT throttling off)", None),
+        Some(r) => check(
+            "sched_rt_runtime_us",
+            Status::Warn,
+            format!(
+                "{r} of sched_rt_period_us {period}: a busy-polling SCHED_FIFO thread is stopped for {} ms every {} s",
+                (period - r).max(0) / 1000,
+                period as f64 / 1e6
+            ),
+            Some("echo -1 > /proc/sys/kernel/sched_rt_runtime_us (sysctl kernel.sched_rt_runtime_us=-1)".into()),
+        ),
+    }
+}
+
+fn rlimits(c: &rt::Conditions) -> [Check; 2] {
+    let shown = |l: Option<rt::setup::ResourceLimit>, unit: &str, div: u64| match l {
+        None => "unreadable".to_string(),
+        Some(l) => {
+            let one = |v: Option<u64>| v.map_or("unlimited".to_string(), |v| format!("{}{unit}", v / div));
+            format!("soft {} hard {}", one(l.soft), one(l.hard))
+        }
+    };
+    let rtprio_value = shown(c.rlimit_rtprio, "", 1);
+    let memlock_value = shown(c.rlimit_memlock, " KiB", 1024);
+    let rtprio = if c.euid == 0 || c.cap_sys_nice == Some(true) {
+        check(
+            "rlimit-rtprio",
+            Status::Pass,
+            format!("{rtprio_value}; {} bypasses it (CAP_SYS_NICE)", if c.euid == 0 { "root" } else { "this process" }),
+            None,
+        )
+    } else {
+        let soft = c.rlimit_rtprio.and_then(|l| l.soft.map_or(Some(99), Some)).unwrap_or(0);
+        let fix =
+            Some("/etc/security/limits.conf: `USER - rtprio 99` (then log in again), or grant CAP_SYS_NICE".into());
+        match soft {
+            0 => check("rlimit-rtprio", Status::Fail, format!("{rtprio_value}: SCHED_FIFO/RR will be refused"), fix),
+            p if p < 99 => check("rlimit-rtprio", Status::Warn, format!("{rtprio_value}: priorities up to {p}"), fix),
+            _ => check("rlimit-rtprio", Status::Pass, rtprio_value, None),
+        }
+    };
+    let memlock = if c.euid == 0 || c.cap_ipc_lock == Some(true) {
+        check(
+            "rlimit-memlock",
+            Status::Pass,
+            format!(
+                "{memlock_value}; {} bypasses it (CAP_IPC_LOCK)",
+                if c.euid == 0 { "root" } else { "this process" }
+            ),
+            None,
+        )
+    } else if c.rlimit_memlock.is_some_and(|l| l.soft.is_none()) {
+        check("rlimit-memlock", Status::Pass, memlock_value, None)
+    } else {
+        check(
+            "rlimit-memlock",
+            Status::Warn,
+            format!("{memlock_value}: mlockall (--mlock) fails once the process outgrows it"),
+            Some(
+                "/etc/security/limits.conf: `USER - memlock unlimited` (then log in again), or grant CAP_IPC_LOCK"
+                    .into(),
+            ),
+        )
+    };
+    [rtprio, memlock]
+}
+
+fn swap() -> Check {
+    match read("/proc/swaps") {
+        Err(why) => check("swap", Status::Info, why, None),
+        Ok(text) => {
+            let devices: Vec<(String, u64)> = text
+                .lines()
+                .skip(1)
+                .filter_map(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    Some((f.first()?.to_string(), f.get(2)?.parse().ok()?))
+                })
+                .collect();
+            if devices.is_empty() {
+                check("swap", Status::Pass, "no active swap", None)
+            } else {
+                let total_kib: u64 = devices.iter().map(|d| d.1).sum();
+                let names = devices.iter().map(|d| d.0.as_str()).collect::<Vec<_>>().join(", ");
+                check(
+                    "swap",
+                    Status::Warn,
+                    format!("{} active ({names}), {} MiB", devices.len(), total_kib / 1024),
+                    Some("swapoff -a, or run the loop with --mlock (mlockall) so its pages never swap out".into()),
+                )
+            }
+        }
+    }
+}
+
+fn transparent_hugepages() -> Check {
+    const PATH: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
+    match read(PATH) {
+        Err(why) => check("transparent-hugepages", Status::Info, why, None),
+        Ok(text) => {
+            let mode = active_bracketed(&text).unwrap_or("unknown").to_string();
+            if mode == "always" {
+                check(
+                    "transparent-hugepages",
+                    Status::Warn,
+                    format!("always ({text}): page faults may stall on compaction"),
+                    Some(format!("echo madvise > {PATH} (or kernel transparent_hugepage=madvise)")),
+                )
+            } else {
+                check("transparent-hugepages", Status::Pass, format!("{mode} ({text})"), None)
+            }
+        }
+    }
+}
+
+/// The bracketed word of a sysfs choice list, e.g. "madvise" in "always [madvise] never".
+fn active_bracketed(text: &str) -> Option<&str> {
+    text.split_whitespace().find_map(|w| w.strip_prefix('[')?.strip_suffix(']'))
+}
+
+fn timer_migration() -> Check {
+    const PATH: &str = "/proc/sys/kernel/timer_migration";
+    match read(PATH) {
+        Err(why) => check("timer_migration", Status::Info, why, None),
+        Ok(v) if v == "0" => check("timer_migration", Status::Pass, "0", None),
+        Ok(v) => check(
+            "timer_migration",
+            Status::Warn,
+            format!("{v}: timers may move to (and wake) other CPUs"),
+            Some(format!("echo 0 > {PATH} (sysctl kernel.timer_migration=0)")),
+        ),
+    }
+}
+
+fn clocksource() -> Check {
+    let dir = "/sys/devices/system/clocksource/clocksource0";
+    let available = read(&format!("{dir}/available_clocksource")).unwrap_or_default();
+    match read(&format!("{dir}/current_clocksource")) {
+        Err(why) => check("clocksource", Status::Warn, why, None),
+        Ok(cs) if cs == "tsc" => check("clocksource", Status::Pass, format!("tsc (available: {available})"), None),
+        Ok(cs) => {
+            let note = if cs == "kvm-clock" {
+                "kvm-clock is fine in a VM (read in user space through the vDSO), but costs more per read than tsc"
+            } else {
+                "clock_gettime may become a system call with this clocksource"
+            };
+            let fix = available
+                .split_whitespace()
+                .any(|a| a == "tsc")
+                .then(|| format!("echo tsc > {dir}/current_clocksource (or kernel clocksource=tsc)"));
+            check("clocksource", Status::Warn, format!("{cs}: {note} (available: {available})"), fix)
+        }
+    }
+}
+
+fn kernel(c: &rt::Conditions) -> Check {
+    let value = match (&c.kernel_release, &c.kernel_version) {
+        (Some(r), Some(v)) => format!("{r} {v}"),
+        _ => "uname unreadable".to_string(),
+    };
+    check("kernel", Status::Info, value, None)
+}
+
+/// Counts per status, for the JSON summary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    /// Checks that passed.
+    pub pass: usize,
+    /// Checks that warn.
+    pub warn: usize,
+    /// Checks that fail.
+    pub fail: usize,
+    /// Informational checks.
+    pub info: usize,
+}
+
+impl Summary {
+    /// Count the statuses of `checks`.
+    pub fn of(checks: &[Check]) -> Summary {
+        let count = |s: Status| checks.iter().filter(|c| c.status == s).count();
+        Summary {
+            pass: count(Status::Pass),
+            warn: count(Status::Warn),
+            fail: count(Status::Fail),
+            info: count(Status::Info),
+        }
+    }
+}
+
+/// Run every check and render them as a table (status, name, value, fix); with `json`, the
+/// last line is one object `{"checks": [...], "summary": {pass, warn, fail, info}}`.
+pub fn run(json: bool) -> String {
+    let checks = checks();
+    let summary = Summary::of(&checks);
+    let name_width = checks.iter().map(|c| c.name.len()).max().unwrap_or(4);
+    let mut out = String::new();
+    writeln!(out, "{:<6} {:<name_width$} value / fix", "status", "check").ok();
+    for c in &checks {
+        writeln!(out, "{:<6} {:<name_width$} {}", c.status.as_str().to_uppercase(), c.name, c.value).ok();
+        if let Some(fix) = &c.fix {
+            writeln!(out, "{:<6} {:<name_width$}   fix: {fix}", "", "").ok();
+        }
+    }
+    writeln!(out, "{} pass, {} warn, {} fail, {} info", summary.pass, summary.warn, summary.fail, summary.info).ok();
+    if json {
+        let object = serde_json::json!({ "checks": checks, "summary": summary });
+        writeln!(out, "{object}").ok();
+    }
+    out
+}

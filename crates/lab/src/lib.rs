@@ -1,10 +1,30 @@
 //! # rtloop-lab — the latency lab
 //!
-//! (being written)
+//! `rtloop lab` measures what a computer can promise a real-time control loop before anyone
+//! trusts it: the wakeup latency of a periodic thread ([`wakeup`]), UDP round trips
+//! ([`udp`]), event response between threads and processes ([`event`]), serial turnaround
+//! over a pseudo-terminal ([`serial`]) and the full rtloop cycle ([`cycle`]), each under the
+//! same real-time settings `rtloop run` takes and optionally under background [`load`].
+//! Results are summarised, printed, exported and plotted by [`report`] and [`plot`] with the
+//! [`conditions`] that shaped them; [`compare`] runs cyclictest and sockperf beside our
+//! figures, and [`doctor`] checks the system's real-time readiness. [`cli`] is the command
+//! line that ties them together.
+//!
+//! What it must never do: measure on a thread whose real-time settings it did not apply (or
+//! report as applied), hide a refused setting, or leave load threads, network namespaces or
+//! temporary files behind.
+
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod cli;
+pub mod compare;
+pub mod conditions;
+pub mod cycle;
 pub mod doctor;
 pub mod event;
+pub mod load;
+pub mod plot;
+pub mod report;
 pub mod serial;
 pub mod udp;
-pub mod compare;
+pub mod wakeup;

@@ -1,1 +1,344 @@
-//! (being written)
+//! `rtloop lab serial`: request/reply turnaround over a pseudo-terminal, waiting for the reply
+//! by blocking read, epoll or busy polling — the host-side ladder of the moteus posts (asio /
+//! epoll ≈ 80 µs, a blocking read thread ≈ 30 µs, busy polling ≈ 4 µs on a Raspberry Pi).
+//!
+//! For each method a fresh pty pair is opened and both sides are put in raw mode (cfmakeraw:
+//! no echo, no line editing, no CR/LF translation). An *echo peer* thread on the master side
+//! stands in for the device: it reads each `size`-byte message and writes it straight back.
+//! The *measuring* thread, with `common.rt` applied, writes a message to the slave side and
+//! waits for the whole echo; each sample is that round trip (CLOCK_MONOTONIC before the write
+//! to after the last byte is read). Messages follow each other back to back, as in a loop
+//! that queries one servo after another. The echo peer runs with the caller's settings: it
+//! is the "device", not the code under test. Echoes are checked byte for byte.
+//!
+//! What it must never do: measure on a thread whose settings were not applied (or hide a
+//! refusal), hang when the peer is gone (epoll and busy polling time out, a blocking read
+//! sees the closed master), or leave a pty or thread behind.
+
+use crate::report::{apply_rt, progress_bar, CommonOptions, Outcome, Run};
+use nix::sys::termios::{cfmakeraw, tcgetattr, tcsetattr, SetArg, SpecialCharacterIndices};
+use std::fmt;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::str::FromStr;
+
+/// Round trips made before recording (first-touch faults, cold caches, the peer waking up).
+const WARMUP_MESSAGES: usize = 20;
+
+/// How long the measuring side waits for an echo before it declares the peer gone.
+const ECHO_TIMEOUT_NS: u64 = 2_000_000_000;
+
+/// The largest message: bigger ones would not fit the pty buffers in one piece and measure
+/// flow control rather than turnaround.
+pub const MAX_SIZE: usize = 4096;
+
+/// How the measuring side waits for the echo.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SerialMethod {
+    /// A blocking read with VMIN = size (at most 255), so one wake-up per message.
+    Blocking,
+    /// epoll_wait on the descriptor, then non-blocking reads until the message is in.
+    Epoll,
+    /// Non-blocking reads in a spin loop.
+    BusyPoll,
+}
+
+impl SerialMethod {
+    /// All methods, in the order they are measured by default.
+    pub const ALL: [SerialMethod; 3] = [SerialMethod::Blocking, SerialMethod::Epoll, SerialMethod::BusyPoll];
+
+    /// The command-line spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SerialMethod::Blocking => "blocking",
+            SerialMethod::Epoll => "epoll",
+            SerialMethod::BusyPoll => "busy-poll",
+        }
+    }
+}
+
+impl fmt::Display for SerialMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for SerialMethod {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        SerialMethod::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| format!("unknown serial method '{s}': expected blocking, epoll or busy-poll"))
+    }
+}
+
+/// What `rtloop lab serial` measures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SerialOptions {
+    /// One run per method, in this order.
+    pub methods: Vec<SerialMethod>,
+    /// Bytes per message (1..=[`MAX_SIZE`]).
+    pub size: usize,
+}
+
+impl Default for SerialOptions {
+    fn default() -> Self {
+        SerialOptions { methods: SerialMethod::ALL.to_vec(), size: 16 }
+    }
+}
+
+/// Measure every method of `opts` and return one run per method.
+pub fn serial(common: &CommonOptions, opts: &SerialOptions) -> Result<Outcome, String> {
+    if common.samples == 0 {
+        return Err("serial needs at least one sample".into());
+    }
+    if opts.methods.is_empty() {
+        return Err("serial needs at least one method (blocking, epoll, busy-poll)".into());
+    }
+    if opts.size == 0 || opts.size > MAX_SIZE {
+        return Err(format!("serial message size must be 1..={MAX_SIZE} bytes, got {}", opts.size));
+    }
+    let mut outcome = Outcome { experiment: "serial".into(), runs: Vec::new(), warnings: Vec::new() };
+    let mut load = crate::load::Load::start(common.load)?;
+    for &method in &opts.methods {
+        let (samples_ns, warnings) = measure(common, method, opts.size)?;
+        for w in warnings {
+            if !outcome.warnings.contains(&w) {
+                outcome.warnings.push(w);
+            }
+        }
+        outcome.runs.push(Run {
+            label: format!("serial {} B {method}", opts.size),
+            size: Some(opts.size),
+            method: Some(method.as_str().to_string()),
+            samples_ns,
+        });
+    }
+    outcome.warnings.extend(load.stop());
+    Ok(outcome)
+}
+
+/// Open a pty pair with both sides raw.
+fn open_raw_pty() -> Result<(OwnedFd, OwnedFd), String> {
+    let pty = nix::pty::openpty(None, None).map_err(|e| format!("openpty failed: {e}"))?;
+    for fd in [&pty.master, &pty.slave] {
+        let mut t = tcgetattr(fd).map_err(|e| format!("tcgetattr on the pty failed: {e}"))?;
+        cfmakeraw(&mut t);
+        tcsetattr(fd, SetArg::TCSANOW, &t).map_err(|e| format!("tcsetattr on the pty failed: {e}"))?;
+    }
+    Ok((pty.master, pty.slave))
+}
+
+fn set_nonblocking(fd: RawFd) -> Result<(), String> {
+    // SAFETY: F_GETFL/F_SETFL on a descriptor we own; no memory is passed.
+    let ok = unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+    };
+    ok.then_some(()).ok_or_else(|| format!("setting O_NONBLOCK failed: {}", std::io::Error::last_os_error()))
+}
+
+/// VMIN = min(size, 255) (the field is one byte), VTIME = 0: a blocking read returns once that
+/// many bytes are in, with no inter-byte timer.
+fn set_vmin(fd: &OwnedFd, size: usize) -> Result<(), String> {
+    let mut t = tcgetattr(fd).map_err(|e| format!("tcgetattr failed: {e}"))?;
+    t.control_chars[SpecialCharacterIndices::VMIN as usize] = size.min(255) as libc::cc_t;
+    t.control_chars[SpecialCharacterIndices::VTIME as usize] = 0;
+    tcsetattr(fd, SetArg::TCSANOW, &t).map_err(|e| format!("tcsetattr (VMIN) failed: {e}"))
+}
+
+/// read(2) once: Ok(bytes), Ok(0) for "nothing yet" on a non-blocking descriptor, Err when the
+/// other side is gone or the read failed.
+fn read_some(fd: RawFd, buf: &mut [u8]) -> Result<usize, String> {
+    loop {
+        // SAFETY: `buf` is a valid, writable buffer of `buf.len()` bytes for the call.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n > 0 {
+            return Ok(n as usize);
+        }
+        if n == 0 {
+            return Err("the other side of the pty closed".into());
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EAGAIN) => return Ok(0),
+            // EIO: the last holder of the other side closed it.
+            _ => return Err(format!("read from the pty failed: {e}")),
+        }
+    }
+}
+
+fn write_all(fd: RawFd, mut bytes: &[u8]) -> Result<(), String> {
+    while !bytes.is_empty() {
+        // SAFETY: `bytes` is a valid buffer of `bytes.len()` bytes for the call.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n > 0 {
+            bytes = &bytes[n as usize..];
+            continue;
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => {}
+            // A full pty buffer on a non-blocking descriptor: the peer drains it shortly.
+            Some(libc::EAGAIN) => std::hint::spin_loop(),
+            _ => return Err(format!("write to the pty failed: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// The device stand-in: read `size` bytes, write them back, until the slave side closes.
+fn echo_peer(master: OwnedFd, size: usize) {
+    let fd = master.as_raw_fd();
+    let mut buf = vec![0u8; size];
+    loop {
+        let mut filled = 0;
+        while filled < size {
+            match read_some(fd, &mut buf[filled..]) {
+                Ok(n) => filled += n,
+                Err(_) => return,
+            }
+        }
+        if write_all(fd, &buf).is_err() {
+            return;
+        }
+    }
+}
+
+/// A wait strategy for the echo.
+enum Waiter {
+    Blocking,
+    Epoll(OwnedFd),
+    BusyPoll,
+}
+
+impl Waiter {
+    fn new(method: SerialMethod, slave: &OwnedFd, size: usize) -> Result<Waiter, String> {
+        match method {
+            SerialMethod::Blocking => {
+                set_vmin(slave, size)?;
+                Ok(Waiter::Blocking)
+            }
+            SerialMethod::Epoll => {
+                set_nonblocking(slave.as_raw_fd())?;
+                // SAFETY: epoll_create1 has no memory arguments.
+                let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+                if ep < 0 {
+                    return Err(format!("epoll_create1 failed: {}", std::io::Error::last_os_error()));
+                }
+                // SAFETY: `ep` was just created and is owned by nothing else.
+                let ep = unsafe { OwnedFd::from_raw_fd(ep) };
+                let mut interest = libc::epoll_event { events: libc::EPOLLIN as u32, u64: 0 };
+                // SAFETY: `interest` is a valid epoll_event; both descriptors are open.
+                let rc =
+                    unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, slave.as_raw_fd(), &mut interest) };
+                if rc != 0 {
+                    return Err(format!("epoll_ctl failed: {}", std::io::Error::last_os_error()));
+                }
+                Ok(Waiter::Epoll(ep))
+            }
+            SerialMethod::BusyPoll => {
+                set_nonblocking(slave.as_raw_fd())?;
+                Ok(Waiter::BusyPoll)
+            }
+        }
+    }
+
+    /// Fill `buf` from `fd`, waiting this waiter's way.
+    fn receive(&self, fd: RawFd, buf: &mut [u8]) -> Result<(), String> {
+        let deadline = rt::now_ns() + ECHO_TIMEOUT_NS;
+        let mut filled = 0;
+        let mut spins: u32 = 0;
+        while filled < buf.len() {
+            match self {
+                Waiter::Blocking => filled += read_some(fd, &mut buf[filled..])?,
+                Waiter::Epoll(ep) => {
+                    let mut ready = libc::epoll_event { events: 0, u64: 0 };
+                    // SAFETY: `ready` has room for the one event asked for.
+                    let n = unsafe {
+                        libc::epoll_wait(ep.as_raw_fd(), &mut ready, 1, (ECHO_TIMEOUT_NS / 1_000_000) as i32)
+                    };
+                    if n == 0 {
+                        return Err(format!("no echo within {} ms (epoll)", ECHO_TIMEOUT_NS / 1_000_000));
+                    }
+                    if n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                        return Err(format!("epoll_wait failed: {}", std::io::Error::last_os_error()));
+                    }
+                    // Drain what is there; the next epoll_wait covers the rest.
+                    loop {
+                        let got = read_some(fd, &mut buf[filled..])?;
+                        filled += got;
+                        if got == 0 || filled == buf.len() {
+                            break;
+                        }
+                    }
+                }
+                Waiter::BusyPoll => {
+                    let got = read_some(fd, &mut buf[filled..])?;
+                    filled += got;
+                    if got == 0 {
+                        std::hint::spin_loop();
+                        spins = spins.wrapping_add(1);
+                        // Reading the clock on every spin would slow the poll down.
+                        if spins & 1023 == 0 && rt::now_ns() > deadline {
+                            return Err(format!("no echo within {} ms (busy-poll)", ECHO_TIMEOUT_NS / 1_000_000));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One method on a fresh pty: returns the round trips and the measuring thread's warnings.
+fn measure(common: &CommonOptions, method: SerialMethod, size: usize) -> Result<(Vec<u64>, Vec<String>), String> {
+    let (master, slave) = open_raw_pty()?;
+    let waiter = Waiter::new(method, &slave, size)?;
+    let bar = progress_bar(common, common.samples as u64, &format!("serial {size} B {method}"));
+    let peer = std::thread::Builder::new()
+        .name("lab-serial-echo".into())
+        .spawn(move || echo_peer(master, size))
+        .map_err(|e| format!("cannot start the echo peer: {e}"))?;
+    let bar_ref = &bar;
+    let result = std::thread::scope(|scope| {
+        // A thread of its own so the caller's scheduling is never changed.
+        let measuring = scope.spawn(move || -> Result<(Vec<u64>, Vec<String>), String> {
+            let warnings = apply_rt(common)?;
+            let fd = slave.as_raw_fd();
+            let mut message = vec![0u8; size];
+            let mut echo = vec![0u8; size];
+            let mut samples = Vec::with_capacity(common.samples);
+            for i in 0..WARMUP_MESSAGES + common.samples {
+                for (k, b) in message.iter_mut().enumerate() {
+                    *b = (i + k) as u8;
+                }
+                let start = rt::now_ns();
+                write_all(fd, &message)?;
+                waiter.receive(fd, &mut echo)?;
+                let end = rt::now_ns();
+                if echo != message {
+                    return Err(format!("serial {method}: the echo of message {i} differs from what was sent"));
+                }
+                if i >= WARMUP_MESSAGES {
+                    samples.push(end - start);
+                    if let Some(bar) = bar_ref {
+                        bar.inc(1);
+                    }
+                }
+            }
+            // `slave` drops here, closing the pty's slave side: the peer's read fails and it ends.
+            Ok((samples, warnings))
+        });
+        measuring.join().unwrap_or_else(|_| Err("the measuring thread panicked".into()))
+    });
+    // The slave side was closed when the measuring thread ended (even by panic), so the peer
+    // has returned or is about to.
+    peer.join().map_err(|_| "the echo peer panicked".to_string())?;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    result
+}

@@ -1,1 +1,804 @@
-//! (being written)
+//! `rtloop lab udp-echo`: UDP round-trip time between a client and an echo server.
+//!
+//! The server echoes every datagram back to its sender ([`serve_echo`]). It runs either as a
+//! thread of this process on loopback, or — with `--netns` — inside a network namespace this
+//! process creates (`rtloop-lab-<pid>`), reached over a veth pair with addresses in
+//! 10.200.x.0/30, as a child process `rtloop lab udp-echo-server …` started with
+//! `ip netns exec`. A client thread, with the real-time settings applied and the background
+//! load running, measures `samples` round trips (send, receive the echo, in ns) for every
+//! message size × receive method: blocking `recv`, `epoll_wait` then `recv`, or a
+//! non-blocking `recv` spun on (busy polling).
+//!
+//! What it must never do: leave a namespace or veth behind (a guard removes them on return,
+//! on error, on panic and after Ctrl-C), send to any address but loopback or the namespace it
+//! created itself, or hang when an echo is lost (every wait has a timeout).
+
+use crate::report::{apply_rt, CommonOptions, Outcome, Run};
+use rt::periodic::now_ns;
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest UDP payload over IPv4 (65535 − 20 bytes IP header − 8 bytes UDP header).
+pub const MAX_UDP_PAYLOAD: usize = 65_507;
+
+/// How long the client waits for one echo before calling it lost. Long enough for a loaded,
+/// unprivileged machine; short enough that a dead server is reported, not waited on forever.
+const ECHO_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How often a waiting server looks at its stop flag and deadline.
+const SERVER_POLL: Duration = Duration::from_millis(100);
+
+/// How long to wait for a freshly started server to answer its first datagram.
+const SERVER_READY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Round trips per size made before measuring, so first-time costs (ARP on the veth, cold
+/// caches, page faults in the buffers) stay out of the samples.
+const WARMUP_ROUND_TRIPS: usize = 20;
+
+/// Port the echo server listens on inside a namespace when none was given: the namespace is
+/// fresh and owned by us, so every port is free there.
+const NETNS_DEFAULT_PORT: u16 = 40_000;
+
+/// Busy-poll iterations between two clock reads (reading the clock on every spin would make the
+/// loop measure the clock more than the socket).
+const SPINS_PER_CLOCK_READ: u32 = 1024;
+
+/// Set by the SIGINT/SIGTERM handler installed while a namespace exists, so that every wait
+/// loop returns and the guard can remove the namespace before the process ends.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// How the receiving side waits for a datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecvMethod {
+    /// A blocking `recv` (the thread sleeps in the kernel until the datagram arrives).
+    Blocking,
+    /// `epoll_wait` on the socket, then a non-blocking `recv`.
+    Epoll,
+    /// A non-blocking `recv` retried in a spin loop (burns a CPU, no wakeup latency).
+    BusyPoll,
+}
+
+impl RecvMethod {
+    /// The command-line spelling: blocking, epoll or busy-poll.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecvMethod::Blocking => "blocking",
+            RecvMethod::Epoll => "epoll",
+            RecvMethod::BusyPoll => "busy-poll",
+        }
+    }
+}
+
+impl fmt::Display for RecvMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RecvMethod {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "blocking" => Ok(RecvMethod::Blocking),
+            "epoll" => Ok(RecvMethod::Epoll),
+            "busy-poll" => Ok(RecvMethod::BusyPoll),
+            _ => Err(format!("unknown receive method {s:?}: expected blocking, epoll or busy-poll")),
+        }
+    }
+}
+
+/// What `udp_echo` measures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UdpEchoOptions {
+    /// Payload sizes in bytes (1..=65507).
+    pub sizes: Vec<usize>,
+    /// Receive methods; each is used by both the client and the server.
+    pub methods: Vec<RecvMethod>,
+    /// Put the server in its own network namespace behind a veth pair (needs root).
+    pub netns: bool,
+    /// Server port; 0 picks a free one.
+    pub port: u16,
+}
+
+impl Default for UdpEchoOptions {
+    fn default() -> Self {
+        UdpEchoOptions { sizes: vec![16, 64, 256, 1024], methods: vec![RecvMethod::Blocking], netns: false, port: 0 }
+    }
+}
+
+/// Measure UDP round trips for every size × method. One [`Run`] per pair, labelled like
+/// "udp-echo 64 B epoll".
+pub fn udp_echo(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<Outcome, String> {
+    validate(common, opts)?;
+    let mut outcome = Outcome { experiment: "udp-echo".to_string(), runs: Vec::new(), warnings: Vec::new() };
+    // The namespace (if any) is set up before the load starts, so `ip` commands are not slowed
+    // down by it; it is dropped last, after the load stopped.
+    let namespace = if opts.netns { Some(Namespace::create()?) } else { None };
+    let mut load = crate::load::Load::start(common.load)?;
+
+    for &method in &opts.methods {
+        let server = match &namespace {
+            None => Server::start_thread(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), opts.port), method, common)?,
+            Some(ns) => {
+                let port = if opts.port == 0 { NETNS_DEFAULT_PORT } else { opts.port };
+                let seconds = server_lifetime_seconds(common.samples, opts.sizes.len());
+                ns.start_server(SocketAddr::new(ns.server_ip.into(), port), method, seconds, common, &mut outcome)?
+            }
+        };
+        let local_ip = namespace.as_ref().map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |ns| ns.host_ip.into());
+        let mut server = server;
+        wait_until_serving(&mut server, local_ip)?;
+
+        let client = ClientPlan {
+            local_ip,
+            server: server.addr,
+            method,
+            sizes: opts.sizes.clone(),
+            samples: common.samples,
+            common: common.clone(),
+        };
+        let measured = std::thread::Builder::new()
+            .name(format!("udp-echo-{method}"))
+            .spawn(move || client.run())
+            .map_err(|e| format!("cannot start the client thread: {e}"))?
+            .join()
+            .map_err(|_| "the UDP echo client thread panicked".to_string())?;
+        let (per_size, warnings) = measured?;
+        for w in warnings {
+            if !outcome.warnings.contains(&w) {
+                outcome.warnings.push(w);
+            }
+        }
+        for (size, samples_ns) in opts.sizes.iter().zip(per_size) {
+            outcome.runs.push(Run {
+                label: format!("udp-echo {size} B {method}"),
+                size: Some(*size),
+                method: Some(method.to_string()),
+                samples_ns,
+            });
+        }
+        server.stop()?;
+    }
+    outcome.warnings.extend(load.stop());
+    drop(namespace);
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        return Err("interrupted".to_string());
+    }
+    Ok(outcome)
+}
+
+/// Echo every datagram received on `bind` back to its sender, waiting with `method`, until
+/// `seconds` have passed. The server of `rtloop lab udp-echo-server`.
+pub fn serve_echo(bind: &str, method: &str, seconds: f64) -> Result<(), String> {
+    let addr: SocketAddr = bind.parse().map_err(|e| format!("bad bind address {bind:?}: {e}"))?;
+    let method: RecvMethod = method.parse()?;
+    if !(seconds.is_finite() && seconds > 0.0) {
+        return Err(format!("the server lifetime must be a positive number of seconds, got {seconds}"));
+    }
+    let socket = UdpSocket::bind(addr).map_err(|e| format!("cannot bind the echo server to {addr}: {e}"))?;
+    let deadline_ns = now_ns().saturating_add((seconds * 1e9) as u64);
+    serve_on(&socket, method, deadline_ns, &AtomicBool::new(false))
+}
+
+fn validate(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<(), String> {
+    if common.samples == 0 {
+        return Err("udp-echo needs at least one sample".to_string());
+    }
+    if opts.sizes.is_empty() {
+        return Err("udp-echo needs at least one message size".to_string());
+    }
+    if let Some(bad) = opts.sizes.iter().find(|&&s| s == 0 || s > MAX_UDP_PAYLOAD) {
+        return Err(format!("message size {bad} B is out of range: UDP payloads are 1..={MAX_UDP_PAYLOAD} B"));
+    }
+    if opts.methods.is_empty() {
+        return Err("udp-echo needs at least one receive method".to_string());
+    }
+    Ok(())
+}
+
+/// How long a namespaced server child lives at most: generous (5 ms per round trip plus
+/// setup), because the guard kills it as soon as the client is done anyway; the limit only
+/// matters if this process dies without running its guard.
+fn server_lifetime_seconds(samples: usize, sizes: usize) -> f64 {
+    30.0 + (samples * sizes) as f64 * 0.005
+}
+
+/// Waits for one datagram with a [`RecvMethod`], with a fixed timeout.
+struct Receiver<'a> {
+    socket: &'a UdpSocket,
+    method: RecvMethod,
+    epoll: Option<Epoll>,
+    timeout: Duration,
+}
+
+impl<'a> Receiver<'a> {
+    fn new(socket: &'a UdpSocket, method: RecvMethod, timeout: Duration) -> io::Result<Self> {
+        let epoll = match method {
+            RecvMethod::Blocking => {
+                socket.set_nonblocking(false)?;
+                // Set once here, not per receive, so the hot path is one syscall.
+                socket.set_read_timeout(Some(timeout))?;
+                None
+            }
+            RecvMethod::Epoll => {
+                socket.set_nonblocking(true)?;
+                Some(Epoll::watching(socket)?)
+            }
+            RecvMethod::BusyPoll => {
+                socket.set_nonblocking(true)?;
+                None
+            }
+        };
+        Ok(Receiver { socket, method, epoll, timeout })
+    }
+
+    /// One datagram, or `None` when the timeout passed (or a signal interrupted the wait).
+    fn recv_from(&self, buf: &mut [u8]) -> io::Result<Option<(usize, SocketAddr)>> {
+        match self.method {
+            RecvMethod::Blocking => nothing_on_timeout(self.socket.recv_from(buf)),
+            RecvMethod::Epoll => {
+                let epoll = self.epoll.as_ref().expect("epoll receivers always have an epoll instance");
+                if !epoll.wait_readable(self.timeout)? {
+                    return Ok(None);
+                }
+                // Readable can still yield EAGAIN (another reader, a dropped bad checksum).
+                nothing_on_timeout(self.socket.recv_from(buf))
+            }
+            RecvMethod::BusyPoll => {
+                let deadline_ns = now_ns().saturating_add(self.timeout.as_nanos() as u64);
+                let mut spins = 0u32;
+                loop {
+                    match self.socket.recv_from(buf) {
+                        Ok(got) => return Ok(Some(got)),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(None),
+                        Err(e) => return Err(e),
+                    }
+                    spins += 1;
+                    if spins == SPINS_PER_CLOCK_READ {
+                        spins = 0;
+                        if now_ns() >= deadline_ns || INTERRUPTED.load(Ordering::Relaxed) {
+                            return Ok(None);
+                        }
+                    }
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
+}
+
+fn nothing_on_timeout<T>(result: io::Result<T>) -> io::Result<Option<T>> {
+    match result {
+        Ok(v) => Ok(Some(v)),
+        Err(e)
+            if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// An epoll instance watching one socket for input.
+struct Epoll {
+    fd: OwnedFd,
+}
+
+impl Epoll {
+    fn watching(socket: &UdpSocket) -> io::Result<Epoll> {
+        // SAFETY: epoll_create1 takes no pointers; it returns a new descriptor or -1.
+        let raw = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` was just returned by epoll_create1, is open, and nothing else owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let mut interest = libc::epoll_event { events: libc::EPOLLIN as u32, u64: 0 };
+        // SAFETY: both descriptors are open for the whole call, and `interest` is a valid
+        // epoll_event the kernel only reads.
+        let rc = unsafe { libc::epoll_ctl(fd.as_raw_fd(), libc::EPOLL_CTL_ADD, socket.as_raw_fd(), &mut interest) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Epoll { fd })
+    }
+
+    /// True when the socket became readable within `timeout`.
+    fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
+        let mut ready = [libc::epoll_event { events: 0, u64: 0 }];
+        let timeout_ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: `ready` is a writable array of exactly 1 epoll_event, matching maxevents = 1,
+        // and the epoll descriptor is open (owned by self).
+        let n = unsafe { libc::epoll_wait(self.fd.as_raw_fd(), ready.as_mut_ptr(), 1, timeout_ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(e) };
+        }
+        Ok(n > 0)
+    }
+}
+
+/// The server loop: echo until the deadline, the stop flag or an interrupt.
+fn serve_on(socket: &UdpSocket, method: RecvMethod, deadline_ns: u64, stop: &AtomicBool) -> Result<(), String> {
+    let receiver = Receiver::new(socket, method, SERVER_POLL).map_err(|e| format!("echo server setup: {e}"))?;
+    let mut buf = vec![0u8; MAX_UDP_PAYLOAD + 1];
+    while !stop.load(Ordering::Relaxed) && !INTERRUPTED.load(Ordering::Relaxed) && now_ns() < deadline_ns {
+        match receiver.recv_from(&mut buf) {
+            Ok(Some((len, from))) => {
+                // A send error (the client went away: ECONNREFUSED from an earlier ICMP) must
+                // not end the server; the next datagram is answered normally.
+                let _ = socket.send_to(&buf[..len], from);
+            }
+            Ok(None) => {}
+            // The ICMP "port unreachable" of an echo sent to a client that already closed
+            // surfaces here on Linux; it is not a server failure.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
+            Err(e) => return Err(format!("echo server receive failed: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// A running echo server: a thread of this process or a child process in the namespace.
+struct Server {
+    addr: SocketAddr,
+    kind: ServerKind,
+}
+
+enum ServerKind {
+    Thread { stop: Arc<AtomicBool>, handle: Option<std::thread::JoinHandle<Result<(), String>>> },
+    Process(ChildGuard),
+}
+
+impl Server {
+    /// An echo server thread bound to `addr` (port 0: any free port), running with the
+    /// policy and priority of `common.rt` so that load does not starve it more than the client.
+    fn start_thread(addr: SocketAddr, method: RecvMethod, common: &CommonOptions) -> Result<Server, String> {
+        Server::start_thread_in(addr, method, common, None)
+    }
+
+    fn start_thread_in(
+        addr: SocketAddr,
+        method: RecvMethod,
+        common: &CommonOptions,
+        netns_path: Option<String>,
+    ) -> Result<Server, String> {
+        let mut server_common = common.clone();
+        // Not the client's CPUs: a spinning client and server pinned to one CPU at the same
+        // FIFO priority would never let each other run. Memory locking is process wide and
+        // already done (or refused) by the client.
+        server_common.rt.cpus.clear();
+        server_common.rt.mlock = false;
+        server_common.rt.strict = false;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<SocketAddr, String>>();
+        let thread_stop = Arc::clone(&stop);
+        let handle = std::thread::Builder::new()
+            .name(format!("udp-echo-server-{method}"))
+            .spawn(move || {
+                let bound = (|| -> Result<(UdpSocket, SocketAddr), String> {
+                    if let Some(path) = &netns_path {
+                        enter_netns(path)?;
+                    }
+                    let socket =
+                        UdpSocket::bind(addr).map_err(|e| format!("cannot bind the echo server to {addr}: {e}"))?;
+                    let local = socket.local_addr().map_err(|e| e.to_string())?;
+                    // Refusals are reported by the client thread, which asks for the same.
+                    let _ = apply_rt(&server_common);
+                    Ok((socket, local))
+                })();
+                match bound {
+                    Ok((socket, local)) => {
+                        let _ = ready_tx.send(Ok(local));
+                        serve_on(&socket, method, u64::MAX, &thread_stop)
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.clone()));
+                        Err(e)
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the echo server thread: {e}"))?;
+        let addr = ready_rx.recv().map_err(|_| "the echo server thread ended before binding".to_string())??;
+        Ok(Server { addr, kind: ServerKind::Thread { stop, handle: Some(handle) } })
+    }
+
+    /// An error when the server already died (so the client does not wait for it).
+    fn check_alive(&mut self) -> Result<(), String> {
+        match &mut self.kind {
+            ServerKind::Thread { handle, .. } => {
+                if handle.as_ref().is_some_and(|h| h.is_finished()) {
+                    let result = handle.take().map(|h| h.join());
+                    return Err(match result {
+                        Some(Ok(Err(e))) => e,
+                        _ => "the echo server thread ended early".to_string(),
+                    });
+                }
+                Ok(())
+            }
+            ServerKind::Process(child) => match child.0.as_mut().map(|c| c.try_wait()) {
+                Some(Ok(Some(status))) => Err(format!("the echo server process exited early ({status})")),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    fn stop(mut self) -> Result<(), String> {
+        match &mut self.kind {
+            ServerKind::Thread { stop, handle } => {
+                stop.store(true, Ordering::SeqCst);
+                match handle.take().map(|h| h.join()) {
+                    Some(Ok(result)) => result,
+                    Some(Err(_)) => Err("the echo server thread panicked".to_string()),
+                    None => Ok(()),
+                }
+            }
+            // Dropping the guard kills and reaps it.
+            ServerKind::Process(_) => Ok(()),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let ServerKind::Thread { stop, handle } = &mut self.kind {
+            stop.store(true, Ordering::SeqCst);
+            if let Some(h) = handle.take() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+/// Kills and reaps a child process when dropped.
+struct ChildGuard(Option<Child>);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Send a probe until the server echoes it, so measurement starts only once it is serving.
+fn wait_until_serving(server: &mut Server, local_ip: IpAddr) -> Result<(), String> {
+    check_target(server.addr.ip())?;
+    let socket = UdpSocket::bind(SocketAddr::new(local_ip, 0)).map_err(|e| format!("probe socket: {e}"))?;
+    socket.connect(server.addr).map_err(|e| format!("probe socket: {e}"))?;
+    socket.set_read_timeout(Some(Duration::from_millis(50))).map_err(|e| e.to_string())?;
+    let probe = *b"rtloop-lab-probe";
+    let mut buf = [0u8; 64];
+    let give_up_ns = now_ns() + SERVER_READY_TIMEOUT.as_nanos() as u64;
+    while now_ns() < give_up_ns {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return Err("interrupted".to_string());
+        }
+        server.check_alive()?;
+        // Before the server binds, the send may fail with ECONNREFUSED (an ICMP from the
+        // previous probe); that only means "not yet".
+        let _ = socket.send(&probe);
+        if let Ok(n) = socket.recv(&mut buf) {
+            if buf[..n] == probe {
+                return Ok(());
+            }
+        }
+    }
+    Err(format!("the echo server at {} did not answer within {:?}", server.addr, SERVER_READY_TIMEOUT))
+}
+
+/// The only destinations this module sends to: loopback, or the 10.200.0.0/16 block its own
+/// namespaces use. Anything else is a bug, refused before a datagram leaves.
+fn check_target(ip: IpAddr) -> Result<(), String> {
+    let ours = match ip {
+        IpAddr::V4(v4) => v4.is_loopback() || (v4.octets()[0] == 10 && v4.octets()[1] == 200),
+        IpAddr::V6(v6) => v6.is_loopback(),
+    };
+    if ours {
+        Ok(())
+    } else {
+        Err(format!("refusing to send to {ip}: udp-echo only talks to loopback or its own namespace"))
+    }
+}
+
+/// What the client thread measures.
+struct ClientPlan {
+    local_ip: IpAddr,
+    server: SocketAddr,
+    method: RecvMethod,
+    sizes: Vec<usize>,
+    samples: usize,
+    common: CommonOptions,
+}
+
+impl ClientPlan {
+    /// Samples per size (in `sizes` order), and the real-time refusals.
+    fn run(self) -> Result<(Vec<Vec<u64>>, Vec<String>), String> {
+        check_target(self.server.ip())?;
+        let warnings = apply_rt(&self.common)?;
+        let socket = UdpSocket::bind(SocketAddr::new(self.local_ip, 0)).map_err(|e| format!("client socket: {e}"))?;
+        // Connected: the kernel then only delivers datagrams from the server, and every send
+        // goes to the one checked address.
+        socket.connect(self.server).map_err(|e| format!("cannot connect the client to {}: {e}", self.server))?;
+        let receiver = Receiver::new(&socket, self.method, ECHO_TIMEOUT).map_err(|e| format!("client setup: {e}"))?;
+        let max_size = self.sizes.iter().copied().max().unwrap_or(0);
+        let mut message = vec![0u8; max_size];
+        let mut echo = vec![0u8; max_size + 1];
+        let total = (self.sizes.len() * self.samples) as u64;
+        let bar = crate::report::progress_bar(&self.common, total, &format!("udp-echo {}", self.method));
+        let mut sequence = 0u64;
+        let mut per_size = Vec::with_capacity(self.sizes.len());
+        for &size in &self.sizes {
+            for (i, byte) in message[..size].iter_mut().enumerate() {
+                *byte = i as u8;
+            }
+            for _ in 0..WARMUP_ROUND_TRIPS {
+                sequence += 1;
+                round_trip(&socket, &receiver, &mut message[..size], &mut echo, sequence)?;
+            }
+            let mut samples_ns = Vec::with_capacity(self.samples);
+            for _ in 0..self.samples {
+                if INTERRUPTED.load(Ordering::Relaxed) {
+                    return Err("interrupted".to_string());
+                }
+                sequence += 1;
+                samples_ns.push(round_trip(&socket, &receiver, &mut message[..size], &mut echo, sequence)?);
+                if let Some(bar) = &bar {
+                    bar.inc(1);
+                }
+            }
+            per_size.push(samples_ns);
+        }
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
+        }
+        Ok((per_size, warnings))
+    }
+}
+
+/// One send → echo, in ns. The message carries a sequence number so a late echo of an earlier
+/// message is never taken for this one's.
+fn round_trip(
+    socket: &UdpSocket,
+    receiver: &Receiver<'_>,
+    message: &mut [u8],
+    echo: &mut [u8],
+    sequence: u64,
+) -> Result<u64, String> {
+    let tag = sequence.to_le_bytes();
+    let tag_len = tag.len().min(message.len());
+    message[..tag_len].copy_from_slice(&tag[..tag_len]);
+    let start_ns = now_ns();
+    socket.send(message).map_err(|e| format!("send of {} B failed: {e}", message.len()))?;
+    let give_up_ns = start_ns + ECHO_TIMEOUT.as_nanos() as u64;
+    loop {
+        match receiver.recv_from(echo) {
+            Ok(Some((len, _))) if len == message.len() && echo[..tag_len] == message[..tag_len] => {
+                return Ok(now_ns() - start_ns);
+            }
+            Ok(_) if INTERRUPTED.load(Ordering::Relaxed) => return Err("interrupted".to_string()),
+            // A stale echo, or a timeout/interrupt before the overall limit: keep waiting.
+            Ok(_) => {}
+            Err(e) => return Err(format!("receive of the {} B echo failed: {e}", message.len())),
+        }
+        if now_ns() >= give_up_ns {
+            return Err(format!(
+                "no echo of a {} B message within {:?} (lost datagram or dead server)",
+                message.len(),
+                ECHO_TIMEOUT
+            ));
+        }
+    }
+}
+
+/// A network namespace with a veth pair to it, removed on drop.
+struct Namespace {
+    name: String,
+    host_if: String,
+    host_ip: Ipv4Addr,
+    server_ip: Ipv4Addr,
+    _signals: InterruptHandlers,
+}
+
+impl Namespace {
+    fn create() -> Result<Namespace, String> {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("--netns creates a network namespace and a veth pair, which needs root: run as root (sudo) or drop --netns".to_string());
+        }
+        if Command::new("ip").arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+            return Err("--netns needs the `ip` command (apt-get install iproute2), or drop --netns".to_string());
+        }
+        remove_stale_namespaces();
+        let pid = std::process::id();
+        let subnet = free_subnet(pid)?;
+        let signals = InterruptHandlers::install()?;
+        let ns = Namespace {
+            name: format!("rtloop-lab-{pid}"),
+            host_if: format!("rtlab{pid}h"),
+            host_ip: Ipv4Addr::new(10, 200, subnet, 1),
+            server_ip: Ipv4Addr::new(10, 200, subnet, 2),
+            _signals: signals,
+        };
+        let peer_if = format!("rtlab{pid}n");
+        // From here on, a failure drops `ns`, which removes whatever was created.
+        ip(&["netns", "add", &ns.name])
+            .map_err(|e| format!("cannot create network namespace {}: {e} — run as root or drop --netns", ns.name))?;
+        ip(&["link", "add", &ns.host_if, "type", "veth", "peer", "name", &peer_if])?;
+        ip(&["link", "set", &peer_if, "netns", &ns.name])?;
+        ip(&["addr", "add", &format!("{}/30", ns.host_ip), "dev", &ns.host_if])?;
+        ip(&["link", "set", &ns.host_if, "up"])?;
+        ip(&["-n", &ns.name, "addr", "add", &format!("{}/30", ns.server_ip), "dev", &peer_if])?;
+        ip(&["-n", &ns.name, "link", "set", &peer_if, "up"])?;
+        ip(&["-n", &ns.name, "link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// The echo server inside the namespace: a child process `rtloop lab udp-echo-server` when
+    /// this executable is rtloop, else (a test harness, another embedding program) a thread
+    /// that joins the namespace.
+    fn start_server(
+        &self,
+        addr: SocketAddr,
+        method: RecvMethod,
+        seconds: f64,
+        common: &CommonOptions,
+        outcome: &mut Outcome,
+    ) -> Result<Server, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+        let is_rtloop = exe.file_stem().is_some_and(|s| s == "rtloop");
+        if !is_rtloop {
+            let note =
+                "note: the namespaced echo server ran as a thread of this process (this executable is not rtloop)"
+                    .to_string();
+            if !outcome.warnings.contains(&note) {
+                outcome.warnings.push(note);
+            }
+            return Server::start_thread_in(addr, method, common, Some(format!("/run/netns/{}", self.name)));
+        }
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.name]);
+        // Same policy and priority as the client, so the comparison is between methods, not
+        // between a real-time client and a time-sharing server.
+        let chrt_flag = match common.rt.policy {
+            rt::setup::Policy::Fifo => Some("-f"),
+            rt::setup::Policy::RoundRobin => Some("-r"),
+            _ => None,
+        };
+        if let Some(flag) = chrt_flag {
+            command.args(["chrt", flag, &common.rt.priority.to_string()]);
+        }
+        command.arg(&exe).args([
+            "lab",
+            "udp-echo-server",
+            "--bind",
+            &addr.to_string(),
+            "--method",
+            method.as_str(),
+            "--seconds",
+            &format!("{seconds:.0}"),
+        ]);
+        command.stdin(Stdio::null()).stdout(Stdio::null());
+        let child = command.spawn().map_err(|e| format!("cannot start the echo server in {}: {e}", self.name))?;
+        Ok(Server { addr, kind: ServerKind::Process(ChildGuard(Some(child))) })
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        // Deleting one end of a veth pair deletes both; deleting the namespace would too, but
+        // only once no process is left in it, so the link goes explicitly first.
+        let _ = ip(&["link", "del", &self.host_if]);
+        let _ = ip(&["netns", "del", &self.name]);
+    }
+}
+
+/// Run `ip ARGS`, with its stderr in the error.
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip").args(args).stdin(Stdio::null()).output().map_err(|e| format!("cannot run ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("`ip {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+/// Remove `rtloop-lab-<pid>` namespaces whose process is gone (killed with SIGKILL, where no
+/// guard could run), with their veth pair.
+fn remove_stale_namespaces() {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else { return };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        let Some(pid) = name.strip_prefix("rtloop-lab-").and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = ip(&["link", "del", &format!("rtlab{pid}h")]);
+            let _ = ip(&["netns", "del", name]);
+        }
+    }
+}
+
+/// A third octet x such that 10.200.x.0/30 is not already configured on this host.
+fn free_subnet(pid: u32) -> Result<u8, String> {
+    let out =
+        Command::new("ip").args(["-4", "-o", "addr", "show"]).output().map_err(|e| format!("cannot run ip: {e}"))?;
+    let in_use = String::from_utf8_lossy(&out.stdout).into_owned();
+    let first = (pid % 250) as u8 + 1;
+    (0..250u32)
+        .map(|i| ((first as u32 - 1 + i) % 250 + 1) as u8)
+        .find(|x| !in_use.contains(&format!("10.200.{x}.")))
+        .ok_or_else(|| "no free 10.200.x.0/30 subnet for the veth pair".to_string())
+}
+
+/// Join the network namespace mounted at `path` (this thread only: network namespaces are per
+/// thread).
+fn enter_netns(path: &str) -> Result<(), String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open namespace {path}: {e}"))?;
+    // SAFETY: the descriptor is open for the duration of the call; CLONE_NEWNET only changes
+    // this thread's network namespace.
+    let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+    if rc < 0 {
+        return Err(format!("cannot enter namespace {path}: {}", io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// SIGINT/SIGTERM handlers that only set [`INTERRUPTED`], so the wait loops return and the
+/// namespace guard runs; the previous handlers come back on drop.
+struct InterruptHandlers {
+    previous: Vec<(nix::sys::signal::Signal, nix::sys::signal::SigAction)>,
+}
+
+extern "C" fn note_interrupt(_signal: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+impl InterruptHandlers {
+    fn install() -> Result<InterruptHandlers, String> {
+        use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+        INTERRUPTED.store(false, Ordering::SeqCst);
+        // No SA_RESTART: a blocking recv returns EINTR, so the client notices at once.
+        let action = SigAction::new(SigHandler::Handler(note_interrupt), SaFlags::empty(), SigSet::empty());
+        let mut previous = Vec::new();
+        for signal in [Signal::SIGINT, Signal::SIGTERM] {
+            // SAFETY: the handler only performs an atomic store, which is async-signal-safe.
+            let old =
+                unsafe { sigaction(signal, &action) }.map_err(|e| format!("cannot install {signal} handler: {e}"))?;
+            previous.push((signal, old));
+        }
+        Ok(InterruptHandlers { previous })
+    }
+}
+
+impl Drop for InterruptHandlers {
+    fn drop(&mut self) {
+        for (signal, old) in self.previous.drain(..) {
+            // SAFETY: restores the action that was in place before install(), which the
+            // program had installed itself (or the default).
+            let _ = unsafe { nix::sys::signal::sigaction(signal, &old) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_and_own_namespaces_are_targets() {
+        assert!(check_target("127.0.0.1".parse().unwrap()).is_ok());
+        assert!(check_target("10.200.7.2".parse().unwrap()).is_ok());
+        assert!(check_target("8.8.8.8".parse().unwrap()).is_err());
+        assert!(check_target("10.1.2.3".parse().unwrap()).is_err());
+    }
+}

@@ -1,0 +1,138 @@
+//! The cycle experiment: how long one full rtloop robot cycle takes on this machine.
+//!
+//! A measuring thread with the requested real-time settings builds an [`io::Robot`] over the
+//! chosen transport (the built-in simulated quadruped for `sim`, or one bus at an address
+//! such as `fdcanusb:PATH` or `udp:HOST:PORT`) and runs query-only cycles at the requested
+//! rate on a [`rt::periodic::PeriodicLoop`]; each sample is the duration of one cycle (send
+//! every command, collect every reply or time out). Query commands only, so no servo moves.
+//!
+//! What it must never do: command motion or torque, allocate or print between cycles, or
+//! count a cycle with missing replies as if it were complete without saying so.
+
+use crate::load::Load;
+use crate::report::{apply_rt, progress_bar, CommonOptions, Outcome, Run};
+use io::{MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Servo ids of the built-in simulated quadruped.
+const QUADRUPED_IDS: std::ops::RangeInclusive<u8> = 1..=12;
+
+/// Parse a servo id list such as "1-12" or "1,2,5-7" (ids 1..=127).
+pub fn parse_servo_ids(text: &str) -> Result<Vec<u8>, String> {
+    let mut ids = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (a.trim(), b.trim()),
+            None => (part, part),
+        };
+        let parse = |s: &str| match s.parse::<u8>() {
+            Ok(id) if (1..=127).contains(&id) => Ok(id),
+            _ => Err(format!("servo id '{s}' is not 1-127 (in '{text}')")),
+        };
+        let (lo, hi) = (parse(lo)?, parse(hi)?);
+        if lo > hi {
+            return Err(format!("servo range '{part}' runs backwards"));
+        }
+        ids.extend(lo..=hi);
+    }
+    if ids.is_empty() {
+        return Err(format!("no servo ids in '{text}'"));
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
+/// Build the robot: the simulated quadruped when `transport` is "sim" with ids 1-12, a single
+/// bus with exactly `ids` otherwise.
+fn build_robot(transport: &str, ids: &[u8]) -> Result<Robot<MonotonicClock>, String> {
+    let config = RobotConfig::default();
+    if transport == "sim" && ids.iter().copied().eq(QUADRUPED_IDS) {
+        return io::default_quadruped(MonotonicClock::default(), config)
+            .map_err(|e| format!("cannot build the simulated quadruped: {e:?}"));
+    }
+    let uri = io::uri::parse(transport).map_err(|e| format!("--transport: {}", e.0))?;
+    let bus = io::open::open_bus(&uri, ids, io::open::OpenOptions::default())
+        .map_err(|e| format!("cannot open {transport}: {e:?}"))?;
+    let servos = ids.iter().map(|&id| ServoSpec { bus: 0, id }).collect();
+    Robot::new(vec![bus], servos, None, MonotonicClock::default(), config)
+        .map_err(|e| format!("cannot build the robot on {transport}: {e:?}"))
+}
+
+/// Run `common.samples` query cycles over `transport` to `servos` at `rate_hz`.
+pub fn cycle(common: &CommonOptions, transport: &str, servos: &str, rate_hz: f64) -> Result<Outcome, String> {
+    if !(rate_hz.is_finite() && rate_hz > 0.0 && rate_hz <= 1_000_000.0) {
+        return Err(format!("--rate must be between 0 and 1 MHz, got {rate_hz}"));
+    }
+    let ids = parse_servo_ids(servos)?;
+    let period_ns = (1e9 / rate_hz).round().max(1.0) as u64;
+    let mut load = Load::start(common.load)?;
+    let done = Arc::new(AtomicUsize::new(0));
+    let (settings, transport_owned, ids_owned, done_in_thread) =
+        (common.clone(), transport.to_string(), ids.clone(), Arc::clone(&done));
+    let measuring = std::thread::Builder::new()
+        .name("lab-cycle".into())
+        .spawn(move || measure(&settings, &transport_owned, &ids_owned, period_ns, &done_in_thread))
+        .map_err(|e| format!("cannot start the measuring thread: {e}"))?;
+    if let Some(bar) = progress_bar(common, common.samples as u64, "cycle") {
+        while !measuring.is_finished() {
+            bar.set_position(done.load(Ordering::Relaxed) as u64);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        bar.finish_and_clear();
+    }
+    let result = measuring.join().map_err(|_| "the measuring thread panicked".to_string());
+    let mut load_problems = load.stop();
+    let (samples_ns, mut warnings) = result??;
+    warnings.append(&mut load_problems);
+    let label = format!("cycle {transport}, {} servos, {rate_hz} Hz", ids.len());
+    Ok(Outcome {
+        experiment: "cycle".into(),
+        runs: vec![Run { label, size: None, method: None, samples_ns }],
+        warnings,
+    })
+}
+
+type Measured = Result<(Vec<u64>, Vec<String>), String>;
+
+fn measure(common: &CommonOptions, transport: &str, ids: &[u8], period_ns: u64, done: &AtomicUsize) -> Measured {
+    let mut warnings = apply_rt(common)?;
+    let mut robot = build_robot(transport, ids)?;
+    let n = robot.servos().len();
+    let commands = vec![ServoCommand::Query; n];
+    let mut replies = vec![ServoReply::default(); n];
+    let mut imu = Default::default();
+    let mut samples_ns = Vec::with_capacity(common.samples);
+    let (mut missing, mut timed_out, mut failed_buses) = (0u64, 0u64, 0u64);
+    let options =
+        rt::periodic::PeriodicOptions { busy_wait_ns: 0, overrun: rt::periodic::OverrunPolicy::Skip, start_ns: None };
+    let mut periodic = rt::periodic::PeriodicLoop::new(period_ns, options);
+    for i in 0..common.samples {
+        periodic.wait_next();
+        let report = robot.cycle(&commands, &mut replies, &mut imu);
+        periodic.end_cycle();
+        samples_ns.push(report.stats.duration_ns());
+        missing += report.missing as u64;
+        timed_out += report.stats.timed_out as u64;
+        failed_buses += report.stats.failed_buses as u64;
+        done.store(i + 1, Ordering::Relaxed);
+    }
+    let stats = periodic.stats();
+    if missing > 0 || timed_out > 0 || failed_buses > 0 {
+        warnings.push(format!(
+            "{missing} missing replies, {timed_out} timed-out cycles, {failed_buses} bus failures over {} cycles",
+            common.samples
+        ));
+    }
+    if stats.overruns > 0 {
+        warnings.push(format!(
+            "{} cycles overran the {} us period ({} periods skipped)",
+            stats.overruns,
+            period_ns / 1000,
+            stats.skipped_periods
+        ));
+    }
+    Ok((samples_ns, warnings))
+}

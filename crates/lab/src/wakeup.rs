@@ -1,0 +1,79 @@
+//! The wakeup experiment: how late a periodic thread wakes, the measurement cyclictest makes.
+//!
+//! A measuring thread gets the requested real-time settings, then runs a
+//! [`rt::periodic::PeriodicLoop`] on absolute CLOCK_MONOTONIC deadlines and records, for each
+//! wakeup, `woke − deadline`. With a busy-wait the loop sleeps until shortly before each
+//! deadline and spins the rest, which shows how much of the latency the spin hides. Background
+//! [`crate::load`] runs during the measurement when asked.
+//!
+//! What it must never do: allocate, print or lock on the measuring thread between wakeups
+//! (the sample buffer is sized before the first one), or report the latency of a sleep that
+//! ended early as negative (the loop never returns before its deadline).
+
+use crate::load::Load;
+use crate::report::{apply_rt, progress_bar, CommonOptions, Outcome, Run};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Measure `common.samples` wakeups of a thread with a period of `period_us`, spinning the last
+/// `busy_wait_us` before each deadline.
+pub fn wakeup(common: &CommonOptions, period_us: u64, busy_wait_us: u64) -> Result<Outcome, String> {
+    if period_us == 0 {
+        return Err("the period must be at least 1 us".into());
+    }
+    if busy_wait_us > period_us {
+        return Err(format!("busy-wait ({busy_wait_us} us) longer than the period ({period_us} us)"));
+    }
+    let mut load = Load::start(common.load)?;
+    let done = Arc::new(AtomicUsize::new(0));
+    let settings = common.clone();
+    let done_in_thread = Arc::clone(&done);
+    let measuring = std::thread::Builder::new()
+        .name("lab-wakeup".into())
+        .spawn(move || measure(&settings, period_us, busy_wait_us, &done_in_thread))
+        .map_err(|e| format!("cannot start the measuring thread: {e}"))?;
+    if let Some(bar) = progress_bar(common, common.samples as u64, "wakeup") {
+        // Progress is drawn from here, never from the measuring thread.
+        while !measuring.is_finished() {
+            bar.set_position(done.load(Ordering::Relaxed) as u64);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        bar.finish_and_clear();
+    }
+    let result = measuring.join().map_err(|_| "the measuring thread panicked".to_string());
+    let mut load_problems = load.stop();
+    let (samples_ns, mut warnings) = result??;
+    warnings.append(&mut load_problems);
+    let label = if busy_wait_us > 0 {
+        format!("wakeup {period_us} us period, busy-wait {busy_wait_us} us")
+    } else {
+        format!("wakeup {period_us} us period")
+    };
+    Ok(Outcome {
+        experiment: "wakeup".into(),
+        runs: vec![Run { label, size: None, method: None, samples_ns }],
+        warnings,
+    })
+}
+
+type Measured = Result<(Vec<u64>, Vec<String>), String>;
+
+fn measure(common: &CommonOptions, period_us: u64, busy_wait_us: u64, done: &AtomicUsize) -> Measured {
+    let warnings = apply_rt(common)?;
+    let mut samples_ns = Vec::with_capacity(common.samples);
+    let options = rt::periodic::PeriodicOptions {
+        busy_wait_ns: busy_wait_us * 1000,
+        // A wakeup later than a whole period starts the next one at once, like cyclictest.
+        overrun: rt::periodic::OverrunPolicy::Skip,
+        start_ns: None,
+    };
+    let mut periodic = rt::periodic::PeriodicLoop::new(period_us * 1000, options);
+    for i in 0..common.samples {
+        let tick = periodic.wait_next();
+        samples_ns.push(tick.late_ns());
+        periodic.end_cycle();
+        done.store(i + 1, Ordering::Relaxed);
+    }
+    Ok((samples_ns, warnings))
+}

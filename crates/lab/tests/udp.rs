@@ -1,0 +1,115 @@
+//! UDP echo experiment: run counts on loopback, namespace cleanup with --netns, method parsing.
+//! No timing assertions: latencies depend on the machine; only the shape of the result is checked.
+
+use lab::report::CommonOptions;
+use lab::udp::{udp_echo, RecvMethod, UdpEchoOptions};
+use std::process::Command;
+use std::sync::Mutex;
+
+/// The namespace tests share one process id, hence one namespace name, and each checks that
+/// none is left: they must not overlap.
+static NETNS_TESTS: Mutex<()> = Mutex::new(());
+
+const ALL_METHODS: [RecvMethod; 3] = [RecvMethod::Blocking, RecvMethod::Epoll, RecvMethod::BusyPoll];
+
+fn common(samples: usize) -> CommonOptions {
+    CommonOptions { samples, ..CommonOptions::default() }
+}
+
+fn assert_runs(outcome: &lab::report::Outcome, sizes: &[usize], samples: usize) {
+    assert_eq!(outcome.runs.len(), sizes.len() * ALL_METHODS.len());
+    for method in ALL_METHODS {
+        for &size in sizes {
+            let run = outcome
+                .runs
+                .iter()
+                .find(|r| r.size == Some(size) && r.method.as_deref() == Some(method.as_str()))
+                .unwrap_or_else(|| panic!("no run for {size} B {method}"));
+            assert_eq!(run.samples_ns.len(), samples, "{}", run.label);
+            assert_eq!(run.label, format!("udp-echo {size} B {method}"));
+            assert!(run.samples_ns.iter().all(|&ns| ns > 0), "{}: a round trip cannot take 0 ns", run.label);
+        }
+    }
+}
+
+#[test]
+fn loopback_gives_one_full_run_per_size_and_method() {
+    let opts = UdpEchoOptions { sizes: vec![16, 1024], methods: ALL_METHODS.to_vec(), netns: false, port: 0 };
+    let outcome = udp_echo(&common(200), &opts).expect("udp echo on loopback");
+    assert_eq!(outcome.experiment, "udp-echo");
+    assert_runs(&outcome, &[16, 1024], 200);
+}
+
+fn leftovers() -> Vec<String> {
+    let run = |args: &[&str]| {
+        let out = Command::new("ip").args(args).output().expect("ip runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let mut left: Vec<String> =
+        run(&["netns", "list"]).lines().filter(|l| l.starts_with("rtloop-lab-")).map(str::to_string).collect();
+    left.extend(run(&["-o", "link"]).lines().filter(|l| l.contains("rtlab")).map(str::to_string));
+    left
+}
+
+#[test]
+fn netns_runs_complete_and_leave_nothing_behind() {
+    let _serial = NETNS_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("skipped: --netns needs root");
+        return;
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        println!("skipped: the ip command is not installed");
+        return;
+    }
+    let opts = UdpEchoOptions { sizes: vec![16, 1024], methods: ALL_METHODS.to_vec(), netns: true, port: 0 };
+    let outcome = udp_echo(&common(200), &opts).expect("udp echo across a namespace");
+    assert_runs(&outcome, &[16, 1024], 200);
+    assert!(leftovers().is_empty(), "left behind: {:?}", leftovers());
+}
+
+#[test]
+fn netns_bad_options_leave_nothing_behind() {
+    let _serial = NETNS_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 || Command::new("ip").arg("-V").output().is_err() {
+        println!("skipped: needs root and the ip command");
+        return;
+    }
+    // Options are checked before the namespace is created, so a refusal creates nothing.
+    let opts = UdpEchoOptions { sizes: vec![0], methods: vec![RecvMethod::Blocking], netns: true, port: 0 };
+    assert!(udp_echo(&common(10), &opts).is_err());
+    assert!(leftovers().is_empty(), "left behind: {:?}", leftovers());
+}
+
+#[test]
+fn method_names_round_trip_and_errors_are_clear() {
+    for method in ALL_METHODS {
+        assert_eq!(method.to_string().parse::<RecvMethod>(), Ok(method));
+    }
+    assert_eq!("busy-poll".parse::<RecvMethod>(), Ok(RecvMethod::BusyPoll));
+    let err = "busypoll".parse::<RecvMethod>().unwrap_err();
+    assert!(err.contains("busypoll"), "{err}");
+    assert!(err.contains("blocking, epoll or busy-poll"), "{err}");
+    assert!("".parse::<RecvMethod>().is_err());
+    assert!("Epoll".parse::<RecvMethod>().is_err());
+}
+
+#[test]
+fn bad_options_are_refused_before_anything_runs() {
+    let base = UdpEchoOptions::default();
+    assert_eq!(base.sizes, vec![16, 64, 256, 1024]);
+    assert_eq!(base.methods, vec![RecvMethod::Blocking]);
+    let too_big = UdpEchoOptions { sizes: vec![70_000], ..base.clone() };
+    assert!(udp_echo(&common(10), &too_big).unwrap_err().contains("70000"));
+    let no_methods = UdpEchoOptions { methods: vec![], ..base };
+    assert!(udp_echo(&common(10), &no_methods).is_err());
+}
+
+#[test]
+fn serve_echo_rejects_bad_arguments() {
+    assert!(lab::udp::serve_echo("not-an-address", "blocking", 1.0).unwrap_err().contains("not-an-address"));
+    assert!(lab::udp::serve_echo("127.0.0.1:0", "poll", 1.0).unwrap_err().contains("poll"));
+    assert!(lab::udp::serve_echo("127.0.0.1:0", "blocking", 0.0).is_err());
+}
