@@ -9,6 +9,7 @@
 //! mistake and exits non-zero; the run loop counts every overrun and every missing reply.
 
 pub use io;
+pub use lab;
 pub use proto;
 pub use sim;
 

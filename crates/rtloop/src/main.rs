@@ -40,6 +40,10 @@ enum Command {
     /// Read TLOG0003 telemetry logs (rtloop's or mjlib's).
     #[command(subcommand)]
     Log(LogCommand),
+    /// Measure the machine and the stack: wakeup latency, UDP round trip, event response,
+    /// serial turnaround, the full cycle; compare with cyclictest and sockperf; check tuning.
+    #[command(subcommand)]
+    Lab(lab::cli::LabCommand),
 }
 
 #[derive(Subcommand)]
@@ -566,6 +570,13 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                 sim_servos: a.sim_servos.clone(),
             };
             let text = rtloop::can_cmd::run(&req)?;
+            if !text.is_empty() {
+                println!("{text}");
+            }
+            Ok(())
+        }
+        Command::Lab(cmd) => {
+            let text = lab::cli::run(cmd)?;
             if !text.is_empty() {
                 println!("{text}");
             }
