@@ -226,7 +226,8 @@ fn render(comparisons: &[Comparison], warnings: &[String], json: bool) -> String
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "rtloop lab compare: ours vs the reference tool, same machine, SCHED_FIFO {PRIORITY}, mlock (µs; ratio = ours / theirs)"
+        "rtloop lab compare: ours vs the reference tool, same machine, SCHED_FIFO {PRIORITY}, mlock \
+         (µs; ratio = ours / theirs)"
     );
     let _ = writeln!(
         out,

@@ -614,7 +614,9 @@ impl Namespace {
     fn create() -> Result<Namespace, String> {
         // SAFETY: geteuid has no preconditions and cannot fail.
         if unsafe { libc::geteuid() } != 0 {
-            return Err("--netns creates a network namespace and a veth pair, which needs root: run as root (sudo) or drop --netns".to_string());
+            return Err("--netns creates a network namespace and a veth pair, which needs root: \
+                        run as root (sudo) or drop --netns"
+                .to_string());
         }
         if Command::new("ip").arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
             return Err("--netns needs the `ip` command (apt-get install iproute2), or drop --netns".to_string());

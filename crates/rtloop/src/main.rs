@@ -577,6 +577,8 @@ fn dispatch(cmd: Command) -> Result<(), String> {
         }
         Command::Lab(cmd) => {
             let text = lab::cli::run(cmd)?;
+            // The JSON object, when asked for, must be the very last line.
+            let text = text.trim_end();
             if !text.is_empty() {
                 println!("{text}");
             }
