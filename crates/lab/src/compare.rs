@@ -141,6 +141,12 @@ pub fn compare(opts: &CompareOptions) -> Result<String, String> {
     let mut comparisons = Vec::new();
 
     // Wakeup latency.
+    // cyclictest holds /dev/cpu_dma_latency at 0 while it measures (CPUs stay out of deep
+    // idle states); hold the same request while ours runs, or the comparison is unfair.
+    let dma_guard = DmaLatency::hold_zero();
+    if dma_guard.is_none() {
+        warnings.push("could not hold /dev/cpu_dma_latency at 0 for our side (cyclictest does): run as root".into());
+    }
     let ours = crate::wakeup::wakeup(&common, PERIOD_US, 0)?;
     merge_warnings(&mut warnings, &ours.warnings);
     let our_wakeups: Vec<u64> = ours.runs.iter().flat_map(|r| r.samples_ns.iter().copied()).collect();
@@ -521,4 +527,25 @@ fn strip_ansi(text: &str) -> String {
         out.push(c);
     }
     out
+}
+
+/// A held `/dev/cpu_dma_latency` request: while the file stays open with 0 written to it,
+/// the kernel keeps every CPU out of idle states with a non-zero exit latency (the
+/// PM QoS interface cyclictest uses). Closing the file releases the request.
+struct DmaLatency(std::fs::File);
+
+impl DmaLatency {
+    fn hold_zero() -> Option<DmaLatency> {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().write(true).open("/dev/cpu_dma_latency").ok()?;
+        f.write_all(&0i32.to_ne_bytes()).ok()?;
+        Some(DmaLatency(f))
+    }
+}
+
+impl Drop for DmaLatency {
+    fn drop(&mut self) {
+        // Closing the descriptor (when the File drops) ends the request; nothing else to do.
+        let _ = &self.0;
+    }
 }
