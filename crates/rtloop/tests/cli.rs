@@ -140,3 +140,39 @@ fn budget_prints_the_model_term_by_term() {
     assert!(o.status.success());
     assert!(stdout(&o).contains("total"));
 }
+
+#[test]
+fn lab_experiments_print_one_json_object_last() {
+    for (args, key) in [
+        (&["lab", "wakeup", "--samples", "300", "--json"][..], "p99_us"),
+        (&["lab", "udp-echo", "--samples", "100", "--sizes", "16", "--methods", "blocking", "--json"][..], "p50_us"),
+        (&["lab", "serial", "--samples", "100", "--json"][..], "results"),
+        (&["lab", "event", "--samples", "100", "--methods", "eventfd,busy-poll", "--json"][..], "results"),
+        (&["lab", "cycle", "--samples", "100", "--json"][..], "samples"),
+    ] {
+        let o = rtloop(args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        let out = stdout(&o);
+        let j: Value =
+            serde_json::from_str(out.lines().last().unwrap()).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"));
+        assert!(j.get(key).is_some(), "{args:?}: {j}");
+        assert!(j["conditions"]["kernel"].is_string(), "{args:?}: {j}");
+    }
+}
+
+#[test]
+fn lab_doctor_reports_every_check_honestly() {
+    let o = rtloop(&["lab", "doctor", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: Value = serde_json::from_str(stdout(&o).lines().last().unwrap()).unwrap();
+    let checks = j["checks"].as_array().unwrap();
+    assert!(checks.len() >= 15, "{j}");
+    let s = &j["summary"];
+    let total: u64 = ["pass", "warn", "fail", "info"].iter().map(|k| s[k].as_u64().unwrap()).sum();
+    assert_eq!(total as usize, checks.len());
+    if std::path::Path::new("/sys/kernel/realtime").exists() {
+        return;
+    }
+    let rt = checks.iter().find(|c| c["name"] == "preempt-rt").unwrap();
+    assert!(rt["status"] == "warn" || rt["status"] == "fail", "{rt}");
+}
