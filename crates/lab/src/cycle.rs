@@ -9,12 +9,9 @@
 //! What it must never do: command motion or torque, allocate or print between cycles, or
 //! count a cycle with missing replies as if it were complete without saying so.
 
-use crate::load::Load;
-use crate::report::{apply_rt, progress_bar, CommonOptions, Outcome, Run};
+use crate::report::{apply_rt, measure_on_thread, CommonOptions, Measured, Outcome, Run};
 use io::{MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
 
 /// Servo ids of the built-in simulated quadruped.
 const QUADRUPED_IDS: std::ops::RangeInclusive<u8> = 1..=12;
@@ -68,25 +65,10 @@ pub fn cycle(common: &CommonOptions, transport: &str, servos: &str, rate_hz: f64
     }
     let ids = parse_servo_ids(servos)?;
     let period_ns = (1e9 / rate_hz).round().max(1.0) as u64;
-    let mut load = Load::start(common.load)?;
-    let done = Arc::new(AtomicUsize::new(0));
-    let (settings, transport_owned, ids_owned, done_in_thread) =
-        (common.clone(), transport.to_string(), ids.clone(), Arc::clone(&done));
-    let measuring = std::thread::Builder::new()
-        .name("lab-cycle".into())
-        .spawn(move || measure(&settings, &transport_owned, &ids_owned, period_ns, &done_in_thread))
-        .map_err(|e| format!("cannot start the measuring thread: {e}"))?;
-    if let Some(bar) = progress_bar(common, common.samples as u64, "cycle") {
-        while !measuring.is_finished() {
-            bar.set_position(done.load(Ordering::Relaxed) as u64);
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        bar.finish_and_clear();
-    }
-    let result = measuring.join().map_err(|_| "the measuring thread panicked".to_string());
-    let mut load_problems = load.stop();
-    let (samples_ns, mut warnings) = result??;
-    warnings.append(&mut load_problems);
+    let (settings, transport_owned, ids_owned) = (common.clone(), transport.to_string(), ids.clone());
+    let (samples_ns, warnings) = measure_on_thread(common, "cycle", move |done| {
+        measure(&settings, &transport_owned, &ids_owned, period_ns, done)
+    })?;
     let label = format!("cycle {transport}, {} servos, {rate_hz} Hz", ids.len());
     Ok(Outcome {
         experiment: "cycle".into(),
@@ -94,8 +76,6 @@ pub fn cycle(common: &CommonOptions, transport: &str, servos: &str, rate_hz: f64
         warnings,
     })
 }
-
-type Measured = Result<(Vec<u64>, Vec<String>), String>;
 
 fn measure(common: &CommonOptions, transport: &str, ids: &[u8], period_ns: u64, done: &AtomicUsize) -> Measured {
     let mut warnings = apply_rt(common)?;

@@ -332,3 +332,37 @@ fn csv_field(s: &str) -> String {
         s.to_string()
     }
 }
+
+/// What a measuring thread returns: the samples in ns, and warnings (refused real-time
+/// settings, missing replies, …).
+pub type Measured = Result<(Vec<u64>, Vec<String>), String>;
+
+/// Run `measure` on its own thread named `name` while `common.load` background workers run;
+/// draw progress from the calling thread (never the measuring one) from the counter the
+/// measurement bumps; return the samples and every warning, the load's included.
+pub fn measure_on_thread<F>(common: &CommonOptions, name: &str, measure: F) -> Measured
+where
+    F: FnOnce(&std::sync::atomic::AtomicUsize) -> Measured + Send + 'static,
+{
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let mut load = crate::load::Load::start(common.load)?;
+    let done = Arc::new(AtomicUsize::new(0));
+    let done_in_thread = Arc::clone(&done);
+    let measuring = std::thread::Builder::new()
+        .name(format!("lab-{name}"))
+        .spawn(move || measure(&done_in_thread))
+        .map_err(|e| format!("cannot start the measuring thread: {e}"))?;
+    if let Some(bar) = progress_bar(common, common.samples as u64, name) {
+        while !measuring.is_finished() {
+            bar.set_position(done.load(Ordering::Relaxed) as u64);
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        bar.finish_and_clear();
+    }
+    let result = measuring.join().map_err(|_| "the measuring thread panicked".to_string());
+    let mut load_problems = load.stop();
+    let (samples_ns, mut warnings) = result??;
+    warnings.append(&mut load_problems);
+    Ok((samples_ns, warnings))
+}

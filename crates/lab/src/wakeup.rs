@@ -10,11 +10,8 @@
 //! (the sample buffer is sized before the first one), or report the latency of a sleep that
 //! ended early as negative (the loop never returns before its deadline).
 
-use crate::load::Load;
-use crate::report::{apply_rt, progress_bar, CommonOptions, Outcome, Run};
+use crate::report::{apply_rt, measure_on_thread, CommonOptions, Measured, Outcome, Run};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
 
 /// Measure `common.samples` wakeups of a thread with a period of `period_us`, spinning the last
 /// `busy_wait_us` before each deadline.
@@ -25,26 +22,9 @@ pub fn wakeup(common: &CommonOptions, period_us: u64, busy_wait_us: u64) -> Resu
     if busy_wait_us > period_us {
         return Err(format!("busy-wait ({busy_wait_us} us) longer than the period ({period_us} us)"));
     }
-    let mut load = Load::start(common.load)?;
-    let done = Arc::new(AtomicUsize::new(0));
     let settings = common.clone();
-    let done_in_thread = Arc::clone(&done);
-    let measuring = std::thread::Builder::new()
-        .name("lab-wakeup".into())
-        .spawn(move || measure(&settings, period_us, busy_wait_us, &done_in_thread))
-        .map_err(|e| format!("cannot start the measuring thread: {e}"))?;
-    if let Some(bar) = progress_bar(common, common.samples as u64, "wakeup") {
-        // Progress is drawn from here, never from the measuring thread.
-        while !measuring.is_finished() {
-            bar.set_position(done.load(Ordering::Relaxed) as u64);
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        bar.finish_and_clear();
-    }
-    let result = measuring.join().map_err(|_| "the measuring thread panicked".to_string());
-    let mut load_problems = load.stop();
-    let (samples_ns, mut warnings) = result??;
-    warnings.append(&mut load_problems);
+    let (samples_ns, warnings) =
+        measure_on_thread(common, "wakeup", move |done| measure(&settings, period_us, busy_wait_us, done))?;
     let label = if busy_wait_us > 0 {
         format!("wakeup {period_us} us period, busy-wait {busy_wait_us} us")
     } else {
@@ -56,8 +36,6 @@ pub fn wakeup(common: &CommonOptions, period_us: u64, busy_wait_us: u64) -> Resu
         warnings,
     })
 }
-
-type Measured = Result<(Vec<u64>, Vec<String>), String>;
 
 fn measure(common: &CommonOptions, period_us: u64, busy_wait_us: u64, done: &AtomicUsize) -> Measured {
     let warnings = apply_rt(common)?;
