@@ -207,6 +207,21 @@ impl Supervisor {
         }
     }
 
+    /// The commands of a last, shutdown cycle: every servo gets `safe`, then the policy's
+    /// override applies as in any cycle, and a servo last seen faulted is only queried so
+    /// its fault is reported, not cleared — whatever the policy.
+    pub fn shutdown(&self, safe: ServoCommand, commands: &mut [ServoCommand]) {
+        for c in commands.iter_mut() {
+            *c = safe;
+        }
+        self.apply(commands);
+        for (c, &faulted) in commands.iter_mut().zip(&self.faulted) {
+            if faulted {
+                *c = ServoCommand::Query;
+            }
+        }
+    }
+
     /// Tripped, and since when.
     pub fn tripped_at(&self) -> Option<u64> {
         self.tripped_at
@@ -275,6 +290,16 @@ mod tests {
         replies[0] = reply(0, 0);
         sup.check(4, &servos, &replies);
         assert_eq!(sup.events().last().unwrap().kind, EventKind::Answering);
+    }
+
+    #[test]
+    fn shutdown_commands_the_safe_mode_but_never_clears_a_fault() {
+        let servos = specs(3);
+        let mut sup = Supervisor::new(SafetyConfig { on_fault: OnFault::Ignore, missing_limit: 0 }, 3, 16);
+        sup.check(1, &servos, &[reply(10, 0), reply(1, 38), reply(10, 0)]);
+        let mut cmds = [ServoCommand::Query; 3];
+        sup.shutdown(ServoCommand::Stop, &mut cmds);
+        assert_eq!(cmds, [ServoCommand::Stop, ServoCommand::Query, ServoCommand::Stop]);
     }
 
     #[test]

@@ -257,10 +257,10 @@ impl RunConfig {
         self.safety.on_fault.parse::<io::safety::OnFault>().map_err(|e| format!("safety.on_fault: {e}"))?;
         parse_shutdown(&self.safety.shutdown)?;
         self.robot().validate()?;
-        self.overheats()?;
+        let overheats = self.overheats()?;
         let sim_ids: Vec<u8> =
             self.buses.iter().filter(|b| b.uri == io::BusUri::Sim).flat_map(|b| b.servos.iter().copied()).collect();
-        for o in self.overheats()? {
+        for o in overheats {
             if !sim_ids.contains(&o.id) {
                 return Err(format!("fault injection names servo {}, which is not on a simulated bus", o.id));
             }

@@ -307,12 +307,9 @@ fn run_loop(
     if let Ok(overheats) = config.overheats() {
         for o in overheats {
             let at = start + (o.at_s * 1e9) as u64;
-            for (i, s) in servos.iter().enumerate() {
-                if s.id == o.id {
-                    if let Some(bus) = robot.cycler_mut().sim_bus_mut(s.bus) {
-                        bus.schedule_overheat(o.id, at);
-                    }
-                    let _ = i;
+            for s in servos.iter().filter(|s| s.id == o.id) {
+                if let Some(bus) = robot.cycler_mut().sim_bus_mut(s.bus) {
+                    bus.schedule_overheat(o.id, at);
                 }
             }
         }
@@ -389,15 +386,7 @@ fn run_loop(
     }
     if interrupted {
         // One last cycle that leaves every healthy servo in the safe mode.
-        for c in commands.iter_mut() {
-            *c = shutdown;
-        }
-        supervisor.apply(&mut commands);
-        for (c, r) in commands.iter_mut().zip(&replies) {
-            if r.state.mode == Some(1) {
-                *c = ServoCommand::Query;
-            }
-        }
+        supervisor.shutdown(shutdown, &mut commands);
         robot.cycle(&commands, &mut replies, &mut imu);
         supervisor.record(clock.now_ns(), None, EventKind::Shutdown);
         if let Some(log) = logger.as_mut() {
