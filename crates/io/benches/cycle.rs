@@ -17,15 +17,7 @@ fn main() {
     let wall = MonotonicClock::default();
     let mut samples = Vec::with_capacity(20_000);
     for k in 0..20_000u64 {
-        let commands = [ServoCommand::Position(PositionCommand {
-            position: Some(0.01 * (k % 100) as f64),
-            velocity: Some(0.0),
-            kp_scale: Some(1.0),
-            kd_scale: Some(1.0),
-            feedforward_torque: Some(0.0),
-            maximum_torque: Some(4.0),
-            ..Default::default()
-        }); 12];
+        let commands = [position_command(0.01 * (k % 100) as f64); 12];
         let t0 = wall.now_ns();
         let report = robot.cycle(&commands, &mut replies, &mut imu);
         samples.push(wall.now_ns() - t0);
@@ -93,15 +85,7 @@ impl io::Transport for InstantBus {
 /// Host overhead of one robot cycle: 12 servos on 4 instant buses.
 fn host_overhead(wall: &MonotonicClock) {
     let config = RobotConfig::default();
-    let cmd = ServoCommand::Position(PositionCommand {
-        position: Some(0.1),
-        velocity: Some(0.0),
-        kp_scale: Some(1.0),
-        kd_scale: Some(1.0),
-        feedforward_torque: Some(0.0),
-        maximum_torque: Some(4.0),
-        ..Default::default()
-    });
+    let cmd = position_command(0.1);
     let mut buses: Vec<Box<dyn io::Transport>> = Vec::new();
     let mut servos = Vec::new();
     for b in 0..4usize {
@@ -132,6 +116,19 @@ fn host_overhead(wall: &MonotonicClock) {
         assert_eq!(r.missing, 0);
     }
     report("host overhead of one cycle, 12 servos / 4 instant buses (target < 10 µs)", &mut samples);
+}
+
+/// The command `rtloop run` sends every cycle, at `position`.
+fn position_command(position: f64) -> ServoCommand {
+    ServoCommand::Position(PositionCommand {
+        position: Some(position),
+        velocity: Some(0.0),
+        kp_scale: Some(1.0),
+        kd_scale: Some(1.0),
+        feedforward_torque: Some(0.0),
+        maximum_torque: Some(4.0),
+        ..Default::default()
+    })
 }
 
 fn report(what: &str, samples: &mut [u64]) {

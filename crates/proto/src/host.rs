@@ -177,22 +177,7 @@ impl PositionResolution {
 
     /// Every field at `res`.
     pub const fn all(res: Resolution) -> Self {
-        PositionResolution {
-            position: res,
-            velocity: res,
-            feedforward_torque: res,
-            kp_scale: res,
-            kd_scale: res,
-            maximum_torque: res,
-            stop_position: res,
-            watchdog_timeout: res,
-            velocity_limit: res,
-            accel_limit: res,
-            fixed_voltage_override: res,
-            ilimit_scale: res,
-            fixed_current_override: res,
-            ignore_position_bounds: res,
-        }
+        Self::from_registers([res; 14])
     }
 }
 

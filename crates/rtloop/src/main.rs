@@ -547,14 +547,8 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                 buses.insert(1u8, io::uri::parse(t).map_err(|e| format!("--transport {t}: {e}"))?);
             }
             for b in &a.buses {
-                let (n, uri) =
-                    b.split_once('=').ok_or_else(|| format!("--bus {b}: expected N=URI, e.g. --bus 2=sim"))?;
-                let n: u8 = n
-                    .parse()
-                    .ok()
-                    .filter(|&n| n >= 1)
-                    .ok_or_else(|| format!("--bus {b}: '{n}' is not a bus number"))?;
-                if buses.insert(n, io::uri::parse(uri).map_err(|e| format!("--bus {b}: {e}"))?).is_some() {
+                let (n, uri) = rtloop::robot_spec::parse_bus_flag(b)?;
+                if buses.insert(n, uri).is_some() {
                     return Err(format!("bus {n} is given twice"));
                 }
             }

@@ -109,8 +109,7 @@ impl RobotSpec {
     pub fn from_flags(buses: &[String], ids: &[String]) -> Result<Self, String> {
         let mut uris: BTreeMap<u8, BusUri> = BTreeMap::new();
         for b in buses {
-            let (n, uri) = split_numbered(b, "--bus", "1=fdcanusb:/dev/ttyACM0")?;
-            let uri = io::uri::parse(uri).map_err(|e| format!("--bus {b}: {e}"))?;
+            let (n, uri) = parse_bus_flag(b)?;
             if uris.insert(n, uri).is_some() {
                 return Err(format!("--bus {n} is given twice"));
             }
@@ -153,6 +152,13 @@ impl RobotSpec {
             if self.all_simulated() { Some(Box::new(io::SimImu(sim::Imu::new(sim::DEFAULT_IMU_SEED)))) } else { None };
         Robot::new(transports, servos, imu, clock, config).map_err(|e| e.to_string())
     }
+}
+
+/// One `--bus N=URI` flag.
+pub fn parse_bus_flag(text: &str) -> Result<(u8, BusUri), String> {
+    let (n, uri) = split_numbered(text, "--bus", "1=fdcanusb:/dev/ttyACM0")?;
+    let uri = io::uri::parse(uri).map_err(|e| format!("--bus {text}: {e}"))?;
+    Ok((n, uri))
 }
 
 fn split_numbered<'a>(text: &'a str, flag: &str, example: &str) -> Result<(u8, &'a str), String> {
