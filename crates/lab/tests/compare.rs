@@ -99,7 +99,7 @@ fn installed(program: &str) -> bool {
 #[test]
 fn end_to_end_prints_both_sides_and_a_json_line() {
     if !installed("cyclictest") || !installed("sockperf") {
-        println!("skipped: needs cyclictest (apt-get install rt-tests) and sockperf (apt-get install sockperf)");
+        testkit::skip("needs cyclictest (apt-get install rt-tests) and sockperf (apt-get install sockperf)");
         return;
     }
     let out = compare(&CompareOptions { samples: 300, sizes: vec![64], json: true }).expect("compare runs");

@@ -56,11 +56,11 @@ fn netns_runs_complete_and_leave_nothing_behind() {
     let _serial = NETNS_TESTS.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
-        println!("skipped: --netns needs root");
+        testkit::skip("--netns needs root to create network namespaces");
         return;
     }
     if Command::new("ip").arg("-V").output().is_err() {
-        println!("skipped: the ip command is not installed");
+        testkit::skip("needs the ip command (apt-get install iproute2)");
         return;
     }
     let opts = UdpEchoOptions { sizes: vec![16, 1024], methods: ALL_METHODS.to_vec(), netns: true, port: 0 };
@@ -74,7 +74,7 @@ fn netns_bad_options_leave_nothing_behind() {
     let _serial = NETNS_TESTS.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 || Command::new("ip").arg("-V").output().is_err() {
-        println!("skipped: needs root and the ip command");
+        testkit::skip("needs root and the ip command (iproute2) to create network namespaces");
         return;
     }
     // Options are checked before the namespace is created, so a refusal creates nothing.

@@ -1,4 +1,4 @@
-//! # rtloop-testkit — proof that hot paths never touch the allocator
+//! # rtloop-testkit — proof that hot paths never touch the allocator, and visible skips
 //!
 //! A global allocator that counts the allocator calls (alloc, alloc_zeroed, realloc and
 //! dealloc) made by the *calling thread* while counting is switched on. Both the switch and
@@ -14,6 +14,8 @@
 //! let (calls, ()) = testkit::count_allocations(|| hot_path());
 //! assert_eq!(calls, 0);
 //! ```
+//!
+//! It also records skipped tests ([`skip`]) so the test command can list them at the end.
 //!
 //! Must never: allocate itself, or change what the system allocator returns.
 
@@ -81,4 +83,32 @@ pub fn count_allocations<R>(f: impl FnOnce() -> R) -> (u64, R) {
     start_counting();
     let r = f();
     (stop_counting(), r)
+}
+
+/// Environment variable naming the file where [`skip`] records skipped tests. `tools/test`
+/// (the README's test command, and CI) sets it and prints the file when the run ends, so a
+/// skipped test is visible in the normal output instead of hiding in captured stderr.
+pub const SKIP_LOG_ENV: &str = "RTLOOP_SKIP_LOG";
+
+/// Record that the calling test skipped some or all of its checks, and why (what the machine
+/// lacks and how to provide it, e.g. "needs root to create network namespaces").
+///
+/// The line goes to stderr and, when [`SKIP_LOG_ENV`] names a file, is appended to it. The
+/// test's name comes from the harness's thread name. A test that calls this must still
+/// assert whatever it can check without the missing piece.
+pub fn skip(reason: &str) {
+    let test = std::thread::current().name().unwrap_or("(unnamed test)").to_string();
+    // The test binary is `<target>-<hash>`: name the target without the hash.
+    let exe = std::env::current_exe().ok().and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()));
+    let binary = exe.as_deref().map_or("", |s| s.rsplit_once('-').map_or(s, |(name, _)| name)).to_string();
+    let line = format!("SKIPPED {binary}::{test}: {reason}");
+    eprintln!("{line}");
+    if let Some(path) = std::env::var_os(SKIP_LOG_ENV) {
+        use std::io::Write;
+        // O_APPEND: one short write per line, so lines from parallel test processes never
+        // interleave.
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = f.write_all(format!("{line}\n").as_bytes());
+        }
+    }
 }
