@@ -4,13 +4,19 @@
 //!
 //! Order inside a cycle (see `shared/spec/pi3hat-and-cycle.md`):
 //! 1. estimate, per bus, when every reply can be back, from the frames' real bit counts;
-//! 2. drain stale frames (late replies from an earlier cycle);
+//! 2. drain frames that arrived since the last cycle (late replies to earlier requests):
+//!    they are handed to the caller marked [`RxFrame::drained`], never counted as answers;
 //! 3. write all frames one per bus per pass, round-robin, so every bus starts transmitting
 //!    as early as possible while the rest queue behind;
 //! 4. read the IMU while the replies are on the wires;
 //! 5. poll for replies, returning early once every expected reply is in (plus the optional
 //!    extra wait), else giving up at the estimate plus the baseline wait, capped by the
 //!    hard timeout.
+//!
+//! Which received frame is an *expected* reply is the caller's to say
+//! ([`Cycler::cycle_matching`]): a late reply to an earlier request that lands inside this
+//! cycle must not end the wait for this cycle's own reply from the same servo. The plain
+//! [`Cycler::cycle`] counts every frame, as pi3hat's cycle does.
 //!
 //! Must never: allocate (every buffer is the caller's or was sized at construction), block
 //! past the deadline, or let one failing bus stop the others.
@@ -43,6 +49,9 @@ pub struct RxFrame {
     pub frame: CanFdFrame,
     /// When the cycle picked it up.
     pub at_ns: u64,
+    /// Taken at the start of the cycle, before any frame of this cycle was sent: it cannot
+    /// answer this cycle's requests (a late reply to an earlier one, or a stray).
+    pub drained: bool,
 }
 
 /// Timing knobs of a cycle (names follow pi3hat's).
@@ -106,11 +115,17 @@ pub struct CycleStats {
     pub send_errors: u32,
     /// Frames that expected a reply.
     pub expected: u32,
-    /// Frames received (stored or not).
+    /// Frames received after the writes (stored or not).
     pub received: u32,
-    /// Received frames that did not fit in the caller's buffer (counted, not stored).
+    /// Received frames the caller's matcher took for this cycle's expected replies (every
+    /// received frame with [`Cycler::cycle`]).
+    pub answered: u32,
+    /// Frames written to the caller's buffer: drained ones first, then received ones.
+    pub stored: u32,
+    /// Frames that did not fit in the caller's buffer (counted, not stored).
     pub rx_overflow: u32,
-    /// Late frames of an earlier cycle thrown away at the start.
+    /// Frames that had arrived before the cycle started (late replies of an earlier cycle),
+    /// stored with [`RxFrame::drained`] set.
     pub stale_drained: u32,
     /// Whether the IMU produced a sample this cycle.
     pub imu_present: bool,
@@ -165,6 +180,14 @@ pub enum SetupError {
         /// The repeated id.
         id: u8,
     },
+    /// The reply tags (host source ids `host_id .. host_id + reply_tags`) are not 1 to
+    /// 16 ids below the broadcast id 0x7F.
+    BadReplyTags {
+        /// The configured host id.
+        host_id: u8,
+        /// The configured number of tags.
+        reply_tags: u8,
+    },
 }
 
 impl std::fmt::Display for SetupError {
@@ -176,6 +199,12 @@ impl std::fmt::Display for SetupError {
             }
             SetupError::BadServoId(id) => write!(f, "servo id {id} is outside 1..=127"),
             SetupError::DuplicateServo { bus, id } => write!(f, "servo id {id} appears twice on bus index {bus}"),
+            SetupError::BadReplyTags { host_id, reply_tags } => write!(
+                f,
+                "host id {host_id} with {reply_tags} reply tags does not fit: give 1 to {} tags and keep \
+                 host id + tags at most 127",
+                crate::robot::MAX_REPLY_TAGS
+            ),
         }
     }
 }
@@ -233,8 +262,30 @@ impl<C: Clock> Cycler<C> {
     }
 
     /// Run one cycle: send `tx`, read the IMU into `imu`, collect replies into `rx`.
-    /// Returns the statistics; `rx[..stats.received.min(rx.len())]` holds the frames.
+    /// Returns the statistics; `rx[..stats.stored]` holds the frames: those drained at the
+    /// start (marked [`RxFrame::drained`]), then those received, in arrival order. Every
+    /// received frame counts toward the expected replies of its bus.
     pub fn cycle(&mut self, tx: &[TxFrame], rx: &mut [RxFrame], imu: &mut ImuSample) -> CycleStats {
+        self.cycle_matching(tx, rx, imu, &[], |_, _| true)
+    }
+
+    /// [`Cycler::cycle`], with `answers(bus, frame)` saying whether a frame received after
+    /// the writes is one of this cycle's expected replies. Only those count toward a bus's
+    /// expected replies, so a late answer to an earlier request cannot end the wait early.
+    /// Every frame is stored either way. `awaited[b]` more replies to earlier requests are
+    /// expected on bus `b` (the matcher says which frames they are): the bus is read and the
+    /// cycle waits for them like for this cycle's, up to the same deadline.
+    pub fn cycle_matching<F>(
+        &mut self,
+        tx: &[TxFrame],
+        rx: &mut [RxFrame],
+        imu: &mut ImuSample,
+        awaited: &[u32],
+        mut answers: F,
+    ) -> CycleStats
+    where
+        F: FnMut(usize, &CanFdFrame) -> bool,
+    {
         let opts = self.options;
         let nbus = self.buses.len();
         let mut st = CycleStats { started_ns: self.clock.now_ns(), ..Default::default() };
@@ -259,6 +310,9 @@ impl<C: Clock> Cycler<C> {
                 self.estimate[t.bus] += ft;
             }
         }
+        for (b, &n) in awaited.iter().enumerate().take(nbus) {
+            self.expected[b] += n;
+        }
         let mut estimate = 0;
         for b in 0..nbus {
             if self.expected[b] > 0 {
@@ -268,16 +322,30 @@ impl<C: Clock> Cycler<C> {
         st.expected = self.expected.iter().sum();
         st.deadline_ns = st.started_ns + opts.timeout_ns.min(estimate + opts.rx_baseline_wait_ns);
         let forced = opts.force_check & ((1u32 << nbus.min(31)) - 1);
+        let read = |expected: u32, b: usize| expected > 0 || forced & (1 << b) != 0;
         if st.expected == 0 && forced == 0 {
             st.deadline_ns = st.started_ns;
         }
 
-        // 2. Drain stale frames on every bus that will be read.
+        // 2. Take what arrived since the last cycle on every bus that will be read. These
+        //    frames were on their way before this cycle's requests: they go to the caller
+        //    marked as drained, who may attribute them to earlier requests.
         for b in 0..nbus {
-            if self.expected[b] > 0 || forced & (1 << b) != 0 {
-                match self.buses[b].drain(st.started_ns) {
-                    Ok(n) => st.stale_drained += n as u32,
-                    Err(e) => fail_bus(&mut st, b, e),
+            if !read(self.expected[b], b) {
+                continue;
+            }
+            for _ in 0..MAX_DRAIN_FRAMES {
+                match self.buses[b].recv(st.started_ns) {
+                    Ok(Some(frame)) => {
+                        st.stale_drained += 1;
+                        let at_ns = st.started_ns;
+                        store(&mut st, rx, RxFrame { bus: b, frame, at_ns, drained: true });
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        fail_bus(&mut st, b, e);
+                        break;
+                    }
                 }
             }
         }
@@ -344,19 +412,18 @@ impl<C: Clock> Cycler<C> {
                 if st.failed_buses & (1 << b) != 0 {
                     continue;
                 }
-                if self.expected[b] == 0 && forced & (1 << b) == 0 {
+                if !read(self.expected[b], b) {
                     continue;
                 }
                 loop {
                     match self.buses[b].recv(now) {
                         Ok(Some(frame)) => {
-                            self.received[b] += 1;
-                            let idx = st.received as usize;
                             st.received += 1;
-                            match rx.get_mut(idx) {
-                                Some(slot) => *slot = RxFrame { bus: b, frame, at_ns: now },
-                                None => st.rx_overflow += 1,
+                            if answers(b, &frame) {
+                                self.received[b] += 1;
+                                st.answered += 1;
                             }
+                            store(&mut st, rx, RxFrame { bus: b, frame, at_ns: now, drained: false });
                         }
                         Ok(None) => break,
                         Err(e) => {
@@ -432,6 +499,20 @@ pub fn estimate_frame_time_ns(frame: &CanFdFrame, nominal_bitrate: u32, data_bit
     let rate = |r: u32| u64::from(r.max(1));
     let data_rate = if frame.flags.brs { rate(data_bitrate) } else { rate(nominal_bitrate) };
     nominal_bits * 1_000_000_000 / rate(nominal_bitrate) + data_bits * 1_000_000_000 / data_rate
+}
+
+/// Most frames taken from one bus before a cycle's writes: a device that streams without
+/// end cannot hold the cycle in its drain.
+const MAX_DRAIN_FRAMES: usize = 256;
+
+fn store(st: &mut CycleStats, rx: &mut [RxFrame], frame: RxFrame) {
+    match rx.get_mut(st.stored as usize) {
+        Some(slot) => {
+            *slot = frame;
+            st.stored += 1;
+        }
+        None => st.rx_overflow += 1,
+    }
 }
 
 fn fail_bus(st: &mut CycleStats, b: usize, e: TransportError) {

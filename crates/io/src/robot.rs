@@ -1,12 +1,36 @@
-//! Servo-level cycles: commands in, typed servo states out, per-servo missing replies.
+//! Servo-level cycles: commands in, typed servo states out, per-servo missing replies, and
+//! every reply attributed to the request it answers.
 //!
 //! A [`Robot`] knows which servo lives on which bus, encodes each servo's command with the
 //! moteus codec, runs one [`Cycler`] cycle, and decodes each reply into that servo's
 //! [`ServoState`]. The same servo id may live on several buses: a servo is addressed by
 //! (bus, id).
 //!
+//! # Never stale: which request does a reply answer?
+//!
+//! A cycle gives up on a missing reply at its deadline, but the reply may still be on its
+//! way and land inside the next cycle, where it would look like the answer to the *next*
+//! request. A moteus servo answers to the CAN source id of the request (the reply's
+//! destination is the request's source), so the robot uses a few host source ids as *reply
+//! tags* (`host_id .. host_id + reply_tags`): each request to a servo carries a tag no
+//! outstanding request of that servo holds, and the reply's tag names its request exactly.
+//! A tag is held until its reply arrives or, if none comes, until
+//! [`RobotConfig::late_reply_window_ns`] has passed since the request was sent; the request
+//! is then presumed lost (counted). When every tag of a servo is held, the servo gets its
+//! command without a query and without the reply bit, so nothing it sends can be taken for a
+//! newer request's answer; it counts as not queried. With `reply_tags = 1` this is plain
+//! per-servo outstanding-reply accounting. A late reply updates the state only if it is newer
+//! than what the state holds, and [`ServoReply::request_cycle`] always says which cycle's
+//! request the state answers.
+//!
+//! The one case no host can rule out: a reply arriving later than the late-reply window,
+//! after its tag was given to a newer request. Keep the window above the longest delay the
+//! buses can produce; replies that match no outstanding request are counted
+//! ([`CycleReport::unattributed`]), so a window that is too short shows up.
+//!
 //! Must never: allocate inside [`Robot::cycle`] (every buffer is sized in [`Robot::new`]),
-//! or let a malformed or unexpected reply disturb another servo's state.
+//! let a malformed or unexpected reply disturb another servo's state, or hand out a state as
+//! the answer to a request newer than the one it answers.
 
 use crate::clock::Clock;
 use crate::cycle::{CycleOptions, CycleStats, Cycler, RxFrame, SetupError, TxFrame};
@@ -15,6 +39,9 @@ use proto::frame::ArbitrationId;
 use proto::host::{self, PositionCommand, PositionResolution, QueryFormat, ServoState};
 use proto::{CanFdFrame, FrameWriter};
 use sim::ImuSample;
+
+/// The most reply tags (host source ids) a robot may use.
+pub const MAX_REPLY_TAGS: u8 = 16;
 
 /// Where a servo is: bus index and CAN id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,13 +73,17 @@ pub enum ServoCommand {
 /// What came back from one servo.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ServoReply {
-    /// The last decoded state (kept from an earlier cycle when this one's reply is missing).
+    /// The newest decoded state (kept from an earlier cycle when this one's reply is
+    /// missing; see `request_cycle` for how old it is).
     pub state: ServoState,
-    /// A reply arrived in this cycle.
+    /// `state` answers this cycle's request.
     pub fresh: bool,
-    /// Consecutive cycles without a reply.
+    /// The cycle ([`CycleReport::cycle`]) whose request `state` answers; `None` until the
+    /// servo first answers. `report.cycle - request_cycle` is the state's age in cycles.
+    pub request_cycle: Option<u64>,
+    /// Consecutive cycles without a fresh reply.
     pub missing_streak: u32,
-    /// When the last reply arrived.
+    /// When the reply that `state` came from arrived.
     pub received_ns: u64,
 }
 
@@ -65,8 +96,17 @@ pub struct RobotConfig {
     pub position_resolution: PositionResolution,
     /// Cycle timing.
     pub cycle: CycleOptions,
-    /// Host id used as the source of commands.
+    /// Host id: the CAN source of commands, and the first reply tag.
     pub host_id: u8,
+    /// How many source ids, from `host_id` on, tag requests so each reply names the request
+    /// it answers (1..=[`MAX_REPLY_TAGS`]). 1 uses `host_id` alone: a servo whose reply is
+    /// outstanding then goes unqueried until it arrives or the window passes. Lower it if
+    /// other hosts on the same buses use nearby ids.
+    pub reply_tags: u8,
+    /// How long after a request its reply may still arrive. Past it the request is presumed
+    /// lost and its tag reused; it must exceed the longest delay the buses and adapters can
+    /// add to a reply.
+    pub late_reply_window_ns: u64,
 }
 
 impl Default for RobotConfig {
@@ -76,17 +116,36 @@ impl Default for RobotConfig {
             position_resolution: PositionResolution::all(proto::Resolution::Int16),
             cycle: CycleOptions::default(),
             host_id: 0,
+            reply_tags: 4,
+            late_reply_window_ns: 10_000_000,
         }
     }
 }
 
-/// The outcome of one robot cycle.
+/// The outcome of one robot cycle. Per servo commanded, exactly one of: a fresh reply, or
+/// missing (`missing` = `unqueried` + `encode_errors` + queried servos with no fresh reply).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CycleReport {
+    /// This cycle's index, counted from 1 by the robot ([`ServoReply::request_cycle`] uses
+    /// the same numbering).
+    pub cycle: u64,
     /// The underlying multi-bus cycle.
     pub stats: CycleStats,
-    /// Servos whose reply did not arrive.
+    /// Servos without a fresh reply this cycle.
     pub missing: u32,
+    /// Servos sent a request that expects a reply.
+    pub queried: u32,
+    /// Servos commanded without a query, because every reply tag of theirs was held by an
+    /// outstanding request (no newer request may be asked while its answer is ambiguous).
+    pub unqueried: u32,
+    /// Replies to requests of earlier cycles that arrived this cycle (attributed to their
+    /// own request, never reported fresh).
+    pub late: u32,
+    /// Outstanding requests given up this cycle: no reply within the late-reply window.
+    pub presumed_lost: u32,
+    /// Replies from a servo of this robot that answer no outstanding request: a duplicate,
+    /// or an answer later than the late-reply window (ignored).
+    pub unattributed: u32,
     /// Replies that failed to decode (the servo counts as missing).
     pub decode_errors: u32,
     /// Frames that matched no servo of this robot.
@@ -95,12 +154,38 @@ pub struct CycleReport {
     pub encode_errors: u32,
 }
 
+/// A request whose reply has not arrived yet.
+#[derive(Debug, Clone, Copy)]
+struct Outstanding {
+    /// The cycle that sent it.
+    cycle: u64,
+    /// When it had been handed to its bus (end of that cycle's writes).
+    sent_ns: u64,
+}
+
+/// Reply bookkeeping of one servo.
+#[derive(Debug, Clone, Copy, Default)]
+struct ServoTags {
+    /// Tag `t` (source id `host_id + t`) → the request holding it.
+    held: [Option<Outstanding>; MAX_REPLY_TAGS as usize],
+    /// The tag tried first next time: tags rotate, so a tag is reused as late as possible.
+    next: u8,
+    /// The tag of this cycle's request, if the servo was queried.
+    current: Option<u8>,
+    /// This cycle's reply was seen by the cycle's matcher (a duplicate is not counted twice).
+    answered: bool,
+}
+
 /// Servos on buses, cycled together.
 pub struct Robot<C: Clock> {
     cycler: Cycler<C>,
     servos: Vec<ServoSpec>,
     /// (bus, id) → servo index + 1 (0 = none): O(1) reply matching without hashing.
     lookup: Vec<[u16; 128]>,
+    tags: Vec<ServoTags>,
+    /// Per bus: late replies the cycle waits for (scratch, sized in `new`).
+    awaited: Vec<u32>,
+    cycle_index: u64,
     tx: Vec<TxFrame>,
     tx_servo: Vec<usize>,
     rx: Vec<RxFrame>,
@@ -116,6 +201,12 @@ impl<C: Clock> Robot<C> {
         clock: C,
         config: RobotConfig,
     ) -> Result<Self, SetupError> {
+        if config.reply_tags == 0
+            || config.reply_tags > MAX_REPLY_TAGS
+            || u16::from(config.host_id) + u16::from(config.reply_tags) > 0x7F
+        {
+            return Err(SetupError::BadReplyTags { host_id: config.host_id, reply_tags: config.reply_tags });
+        }
         let nbus = buses.len();
         let mut lookup = vec![[0u16; 128]; nbus];
         for (i, s) in servos.iter().enumerate() {
@@ -135,10 +226,14 @@ impl<C: Clock> Robot<C> {
         Ok(Robot {
             cycler,
             lookup,
+            tags: vec![ServoTags::default(); n],
+            awaited: vec![0; nbus],
+            cycle_index: 0,
             tx: vec![TxFrame::default(); n],
             tx_servo: vec![0; n],
-            // Room for every reply plus as many strays again before overflow is counted.
-            rx: vec![RxFrame::default(); 2 * n + 8],
+            // Room for every reply, as many late ones and strays again, before overflow is
+            // counted.
+            rx: vec![RxFrame::default(); 3 * n + 8],
             servos,
             config,
         })
@@ -164,7 +259,19 @@ impl<C: Clock> Robot<C> {
         &self.config
     }
 
-    /// Encode one command frame for servo `spec` into `frame`.
+    /// The index of the last cycle run (0 before the first).
+    pub fn cycle_index(&self) -> u64 {
+        self.cycle_index
+    }
+
+    /// Requests sent whose reply has neither arrived nor been presumed lost. Over a run,
+    /// `queried = fresh + late + decode_errors + presumed_lost + outstanding()`.
+    pub fn outstanding(&self) -> usize {
+        self.tags.iter().map(|t| t.held.iter().filter(|h| h.is_some()).count()).sum()
+    }
+
+    /// Encode one command frame for servo `spec` into `frame`, as the first request of a
+    /// robot would carry it (source `host_id`, reply requested).
     pub fn encode_command(
         &self,
         spec: ServoSpec,
@@ -177,45 +284,122 @@ impl<C: Clock> Robot<C> {
     /// One cycle: `commands[i]` goes to `servos()[i]`, its reply lands in `replies[i]`.
     /// Servos beyond the shorter of the two slices are not commanded.
     pub fn cycle(&mut self, commands: &[ServoCommand], replies: &mut [ServoReply], imu: &mut ImuSample) -> CycleReport {
-        let mut report = CycleReport::default();
+        self.cycle_index += 1;
+        let this_cycle = self.cycle_index;
+        let mut report = CycleReport { cycle: this_cycle, ..CycleReport::default() };
         let n = self.servos.len().min(commands.len()).min(replies.len());
+        let window = self.config.late_reply_window_ns;
+        let ntags = self.config.reply_tags;
+        let now = self.cycler.clock().now_ns();
         let mut ntx = 0;
         for i in 0..n {
             let spec = self.servos[i];
+            let tags = &mut self.tags[i];
+            replies[i].fresh = false;
+            tags.current = None;
+            tags.answered = false;
+            for held in tags.held.iter_mut().take(ntags as usize) {
+                if held.is_some_and(|h| now.saturating_sub(h.sent_ns) >= window) {
+                    *held = None;
+                    report.presumed_lost += 1;
+                }
+            }
+            let free = (0..ntags).map(|k| (tags.next + k) % ntags).find(|&t| tags.held[t as usize].is_none());
             let slot = &mut self.tx[ntx];
-            match encode_command(&self.config, spec, &commands[i], &mut slot.frame) {
-                Ok(()) => {
+            let request = match free {
+                Some(t) => Request::Tagged(self.config.host_id + t),
+                None => Request::Unqueried,
+            };
+            match encode_request(&self.config, spec, &commands[i], request, &mut slot.frame) {
+                Ok(true) => {
                     slot.bus = spec.bus;
-                    slot.expect_reply = true;
+                    slot.expect_reply = free.is_some();
                     self.tx_servo[ntx] = i;
                     ntx += 1;
+                    if let Some(t) = free {
+                        tags.current = Some(t);
+                        tags.next = (t + 1) % ntags;
+                        report.queried += 1;
+                    } else {
+                        report.unqueried += 1;
+                    }
                 }
+                // A query of a servo that may not be queried: nothing to send.
+                Ok(false) => report.unqueried += 1,
                 Err(_) => report.encode_errors += 1,
             }
-            replies[i].fresh = false;
         }
-        report.stats = self.cycler.cycle(&self.tx[..ntx], &mut self.rx, imu);
-        let stored = (report.stats.received as usize).min(self.rx.len());
-        for r in &self.rx[..stored] {
-            let arb = ArbitrationId::parse(r.frame.id);
-            let idx = self.lookup.get(r.bus).and_then(|t| t.get(arb.source as usize)).copied().unwrap_or(0);
-            if idx == 0 || arb.destination != self.config.host_id || arb.reply_required {
-                report.unexpected += 1;
-                continue;
+
+        // A servo left unqueried has a reply outstanding: the cycle waits for that late answer
+        // (up to the same deadline) as it would for a fresh one, so it is taken as soon as it
+        // is in and a loop without a period does not spin.
+        self.awaited.fill(0);
+        for (spec, t) in self.servos.iter().zip(&self.tags).take(n) {
+            if t.current.is_none() && t.held.iter().any(Option::is_some) {
+                if let Some(a) = self.awaited.get_mut(spec.bus) {
+                    *a += 1;
+                }
             }
-            let i = idx as usize - 1;
-            let Some(reply) = replies.get_mut(i) else {
+        }
+        let host_id = self.config.host_id;
+        let (lookup, tags) = (&self.lookup, &mut self.tags);
+        report.stats = self.cycler.cycle_matching(&self.tx[..ntx], &mut self.rx, imu, &self.awaited, |bus, frame| {
+            let Some((i, tag)) = attribute(lookup, host_id, ntags, bus, frame) else {
+                return false;
+            };
+            match tags.get_mut(i) {
+                // This cycle's own answer, or the one late answer an unqueried servo's cycle
+                // waits for.
+                Some(t)
+                    if !t.answered
+                        && (t.current == Some(tag) || (t.current.is_none() && t.held[tag as usize].is_some())) =>
+                {
+                    t.answered = true;
+                    true
+                }
+                _ => false,
+            }
+        });
+        let sent_ns = report.stats.tx_done_ns;
+        for t in self.tags.iter_mut().take(n) {
+            if let Some(tag) = t.current {
+                t.held[tag as usize] = Some(Outstanding { cycle: this_cycle, sent_ns });
+            }
+        }
+
+        let stored = (report.stats.stored as usize).min(self.rx.len());
+        for r in &self.rx[..stored] {
+            let Some((i, tag)) = attribute(&self.lookup, host_id, ntags, r.bus, &r.frame) else {
                 report.unexpected += 1;
                 continue;
             };
-            let mut state = ServoState::default();
-            match host::decode_reply(r.frame.payload(), &mut state) {
-                Ok(()) => {
-                    reply.state = state;
-                    reply.fresh = true;
-                    reply.received_ns = r.at_ns;
+            let (Some(tags), Some(reply)) = (self.tags.get_mut(i), replies.get_mut(i)) else {
+                report.unexpected += 1;
+                continue;
+            };
+            let request = match tags.held[tag as usize] {
+                // A frame taken before this cycle's writes cannot answer this cycle's request.
+                Some(req) if !(r.drained && req.cycle == this_cycle) => req,
+                _ => {
+                    report.unattributed += 1;
+                    continue;
                 }
-                Err(_) => report.decode_errors += 1,
+            };
+            tags.held[tag as usize] = None;
+            let mut state = ServoState::default();
+            if host::decode_reply(r.frame.payload(), &mut state).is_err() {
+                report.decode_errors += 1;
+                continue;
+            }
+            if request.cycle != this_cycle {
+                report.late += 1;
+            }
+            // Never let an older answer replace a newer one.
+            if reply.request_cycle.is_none_or(|c| c < request.cycle) {
+                reply.state = state;
+                reply.request_cycle = Some(request.cycle);
+                reply.received_ns = r.at_ns;
+                reply.fresh = request.cycle == this_cycle;
             }
         }
         for reply in replies.iter_mut().take(n) {
@@ -230,31 +414,68 @@ impl<C: Clock> Robot<C> {
     }
 }
 
-/// Encode `cmd` for `spec` as the moteus clients would, padded to a CAN-FD length.
+/// The servo index and reply tag of a frame, when it is a reply from a servo of this robot
+/// to one of its tags.
+fn attribute(lookup: &[[u16; 128]], host_id: u8, ntags: u8, bus: usize, frame: &CanFdFrame) -> Option<(usize, u8)> {
+    let arb = ArbitrationId::parse(frame.id);
+    let idx = lookup.get(bus).and_then(|t| t.get(arb.source as usize)).copied().unwrap_or(0);
+    let tag = arb.destination.checked_sub(host_id).filter(|&t| t < ntags)?;
+    if idx == 0 || arb.reply_required {
+        return None;
+    }
+    Some((idx as usize - 1, tag))
+}
+
+/// How a request is sent.
+#[derive(Debug, Clone, Copy)]
+enum Request {
+    /// With the query and the reply bit, from this source id.
+    Tagged(u8),
+    /// The command alone: no query, no reply bit, from `host_id`.
+    Unqueried,
+}
+
+/// Encode `cmd` for `spec` as the moteus clients would, padded to a CAN-FD length: from
+/// source `host_id`, with the query and the reply bit.
 pub fn encode_command(
     config: &RobotConfig,
     spec: ServoSpec,
     cmd: &ServoCommand,
     frame: &mut CanFdFrame,
 ) -> Result<(), proto::EncodeError> {
+    encode_request(config, spec, cmd, Request::Tagged(config.host_id), frame).map(|_| ())
+}
+
+/// Encode one request; `Ok(false)` when there is nothing to send (a query that may not ask).
+fn encode_request(
+    config: &RobotConfig,
+    spec: ServoSpec,
+    cmd: &ServoCommand,
+    request: Request,
+    frame: &mut CanFdFrame,
+) -> Result<bool, proto::EncodeError> {
+    let (source, query) = match request {
+        Request::Tagged(source) => (source, Some(&config.query)),
+        Request::Unqueried => (config.host_id, None),
+    };
     let mut buf = [0u8; 64];
     let len = {
         let mut w = FrameWriter::new(&mut buf);
-        let q = Some(&config.query);
-        match cmd {
-            ServoCommand::Query => host::encode_query(&mut w, &config.query)?,
-            ServoCommand::Stop => host::encode_stop(&mut w, q)?,
-            ServoCommand::ZeroVelocity => host::encode_zero_velocity(&mut w, q)?,
-            ServoCommand::Brake => host::encode_brake(&mut w, q)?,
-            ServoCommand::Position(p) => host::encode_position(&mut w, p, &config.position_resolution, q)?,
+        match (cmd, query) {
+            (ServoCommand::Query, Some(q)) => host::encode_query(&mut w, q)?,
+            (ServoCommand::Query, None) => return Ok(false),
+            (ServoCommand::Stop, q) => host::encode_stop(&mut w, q)?,
+            (ServoCommand::ZeroVelocity, q) => host::encode_zero_velocity(&mut w, q)?,
+            (ServoCommand::Brake, q) => host::encode_brake(&mut w, q)?,
+            (ServoCommand::Position(p), q) => host::encode_position(&mut w, p, &config.position_resolution, q)?,
         }
         w.len()
     };
-    let id = ArbitrationId { prefix: 0, source: config.host_id, destination: spec.id, reply_required: true }.build();
+    let id = ArbitrationId { prefix: 0, source, destination: spec.id, reply_required: query.is_some() }.build();
     frame.id = id;
     frame.flags = proto::frame::FrameFlags::moteus(id);
     frame.data[..len].copy_from_slice(&buf[..len]);
     frame.len = len as u8;
     frame.pad_to_dlc();
-    Ok(())
+    Ok(true)
 }

@@ -54,3 +54,41 @@ fn robot_cycles_never_allocate() {
     assert_eq!(allocations, 0, "the cycle allocated");
     assert_eq!(missing, 0);
 }
+
+/// The late-reply bookkeeping (tags held and freed, replies set aside as late, servos left
+/// unqueried while waiting for a late answer, requests presumed lost) is on the hot path too.
+#[test]
+fn cycles_with_late_lost_and_unqueried_servos_never_allocate() {
+    use io::{Robot, ServoSpec, SimTransport, Transport};
+    use sim::{BusConfig, Servo, ServoConfig, SimBus};
+    let (mut late, mut lost, mut unqueried) = (0, 0, 0);
+    for (reply_tags, reply_delay_ns) in [(1u8, 1_500_000u64), (4, 500_000), (4, 2_500_000)] {
+        let clock = VirtualClock::new(1_000_000_000);
+        let mut bus = SimBus::new(BusConfig { reply_delay_ns, drop_rate: 0.05, ..BusConfig::default() });
+        for id in 1..=3 {
+            bus.add_servo(Servo::new(ServoConfig::new(id)));
+        }
+        let buses: Vec<Box<dyn Transport>> = vec![Box::new(SimTransport::new(bus, "late"))];
+        // Servo 4 is absent: its requests are presumed lost, again and again.
+        let servos = (1..=4).map(|id| ServoSpec { bus: 0, id }).collect();
+        let mut config = RobotConfig { reply_tags, late_reply_window_ns: 4_000_000, ..RobotConfig::default() };
+        config.cycle.timeout_ns = 900_000;
+        let mut robot = Robot::new(buses, servos, None, clock.clone(), config).unwrap();
+        let commands = [ServoCommand::ZeroVelocity; 4];
+        let mut replies = [ServoReply::default(); 4];
+        let mut imu = Default::default();
+        for _ in 0..10 {
+            robot.cycle(&commands, &mut replies, &mut imu);
+            clock.advance_ns(1_000_000);
+        }
+        testkit::start_counting();
+        for _ in 0..3000 {
+            let r = robot.cycle(&commands, &mut replies, &mut imu);
+            (late, lost, unqueried) = (late + r.late, lost + r.presumed_lost, unqueried + r.unqueried);
+            clock.advance_ns(1_000_000);
+        }
+        let allocations = testkit::stop_counting();
+        assert_eq!(allocations, 0, "{reply_tags} tags, delay {reply_delay_ns} ns: the cycle allocated");
+    }
+    assert!(late > 0 && lost > 0 && unqueried > 0, "every path ran: late {late}, lost {lost}, unqueried {unqueried}");
+}

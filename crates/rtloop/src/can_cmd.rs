@@ -128,7 +128,8 @@ pub fn run(req: &CanRequest) -> Result<String, String> {
     let mut rx = vec![RxFrame::default(); 256];
     let mut imu = Default::default();
     let print_cycle = |st: &io::CycleStats, rx: &[RxFrame], out: &mut String| {
-        for r in &rx[..(st.received as usize).min(rx.len())] {
+        // Frames drained before the writes arrived before this cycle's requests: not its answers.
+        for r in rx[..(st.stored as usize).min(rx.len())].iter().filter(|r| !r.drained) {
             *out += &format_rx(numbers[r.bus], &r.frame);
             out.push('\n');
         }

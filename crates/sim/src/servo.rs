@@ -24,7 +24,9 @@
 //!   current mode. A frame that only reads is not a command and does not feed the watchdog.
 //!   Reads are answered while the frame is parsed, so the reply to a command frame shows
 //!   the state from before that command (as a moteus controller's does); the next reply
-//!   shows its effect.
+//!   shows its effect. The one exception: a read of a command register that the same frame
+//!   wrote answers the written value, so a test can tell which request a reply answers
+//!   (read 0x020 beside a position command and the reply carries that command's position).
 //! * Modes: 0 stopped (also clears a fault), 10 position, 11 timeout (entered by the
 //!   watchdog only), 12 zero velocity, 13 stay-within, 15 brake. Every other mode value
 //!   (the internal modes 2-4, the PWM/voltage/current modes 5-9 that need a real motor, 14,
@@ -360,6 +362,10 @@ pub struct Servo {
     command: [f64; COMMAND_SLOTS],
     pending: [f64; COMMAND_SLOTS],
     pending_mode: Option<u8>,
+    /// Bit `slot` set: the frame being served wrote that command register. A read of it in
+    /// the same frame answers the written value (the request's own command), so a reply
+    /// tells which request it answers.
+    pending_written: u16,
     pending_command: bool,
     pending_timeout_written: bool,
     pending_set_output: Option<(f64, bool)>,
@@ -412,6 +418,7 @@ impl Servo {
             command: UNSET,
             pending: UNSET,
             pending_mode: None,
+            pending_written: 0,
             pending_command: false,
             pending_timeout_written: false,
             pending_set_output: None,
@@ -830,6 +837,7 @@ impl RegisterServer for Servo {
         }
         if let Some(slot) = command_slot(r) {
             self.pending[slot] = value.decode(class_of(r));
+            self.pending_written |= 1 << slot;
             self.pending_command = true;
             self.pending_timeout_written |= slot == SLOT_TIMEOUT;
             return Ok(());
@@ -874,6 +882,7 @@ impl RegisterServer for Servo {
             reg::SERIAL_NUMBER2 => Ok(wrapping_int(i64::from(self.cfg.can_prefix) << 8 | i64::from(self.cfg.id), res)),
             reg::SERIAL_NUMBER3 => Ok(wrapping_int(0x1234_5678 ^ (i64::from(self.cfg.id) << 24), res)),
             _ => match command_slot(r) {
+                Some(slot) if self.pending_written & (1 << slot) != 0 => float(self.pending[slot]),
                 Some(slot) => float(self.command[slot]),
                 None => Err(ERROR_UNKNOWN_REGISTER),
             },
@@ -895,6 +904,7 @@ impl RegisterServer for Servo {
             self.commit_command(mode.unwrap_or(self.mode));
         }
         self.pending = UNSET;
+        self.pending_written = 0;
         self.pending_timeout_written = false;
     }
 }

@@ -1,0 +1,272 @@
+//! A late reply is never taken for the answer to a newer request (issue 9, §1).
+//!
+//! Every cycle commands each servo to a position that names the cycle, and the query reads
+//! the command-position register back: the simulated servo answers a command register that
+//! the same frame wrote with the written value, so each reply says which request it answers.
+//! Reply delays are swept across the cycle's deadline — in virtual time over the in-process
+//! simulator, and in real time over the simulator behind a pty speaking fdcanusb — and every
+//! state the robot hands out must answer exactly the request it claims to, never a later one,
+//! with the missing, late and lost counts adding up.
+
+use io::fdcanusb::{FdcanusbOptions, FdcanusbTransport};
+use io::serve::{PtyFdcanusbEndpoint, ServeHandle, ServedBus};
+use io::{
+    Clock, CycleReport, MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec, SimTransport,
+    Transport, VirtualClock,
+};
+use proto::host::{PositionCommand, PositionResolution, QueryFormat, ServoState};
+use proto::register::reg;
+use proto::Resolution;
+use sim::{BusConfig, Servo, ServoConfig, SimBus};
+
+/// Commanded position per cycle index: the echo of it names the request.
+const REV_PER_CYCLE: f64 = 0.001;
+
+fn command_for(cycle: u64) -> ServoCommand {
+    ServoCommand::Position(PositionCommand {
+        position: Some(cycle as f64 * REV_PER_CYCLE),
+        velocity: Some(0.0),
+        ..Default::default()
+    })
+}
+
+/// The cycle whose request `state` answers, read from the echoed command position.
+fn echoed_cycle(state: &ServoState) -> u64 {
+    let p = state.get(reg::COMMAND_POSITION).expect("the reply carries the command position");
+    (p / REV_PER_CYCLE).round() as u64
+}
+
+fn config(period_ns: u64) -> RobotConfig {
+    let mut query = QueryFormat::comprehensive();
+    query.add_extra(reg::COMMAND_POSITION, Resolution::Float).unwrap();
+    let mut c =
+        RobotConfig { query, position_resolution: PositionResolution::all(Resolution::Float), ..Default::default() };
+    // As `rtloop run` does: a cycle never runs into the next period.
+    c.cycle.timeout_ns = period_ns * 9 / 10;
+    c
+}
+
+fn sim_bus(ids: &[u8], reply_delay_ns: u64) -> SimBus {
+    let mut bus = SimBus::new(BusConfig { reply_delay_ns, ..BusConfig::default() });
+    for &id in ids {
+        bus.add_servo(Servo::new(ServoConfig::new(id)));
+    }
+    bus
+}
+
+/// What a run of cycles added up to.
+#[derive(Debug, Default)]
+struct Ledger {
+    cycles: u64,
+    fresh: u64,
+    missing: u64,
+    queried: u64,
+    unqueried: u64,
+    late: u64,
+    presumed_lost: u64,
+    decode_errors: u64,
+    unattributed: u64,
+}
+
+impl Ledger {
+    /// Check one cycle's replies and counts; add them up.
+    fn check(&mut self, report: &CycleReport, replies: &[ServoReply], context: &str) {
+        let mut fresh = 0;
+        for (i, r) in replies.iter().enumerate() {
+            if let Some(k) = r.request_cycle {
+                assert!(
+                    k <= report.cycle,
+                    "{context}: servo {i} holds an answer to future cycle {k} in {}",
+                    report.cycle
+                );
+                assert_eq!(
+                    echoed_cycle(&r.state),
+                    k,
+                    "{context}: cycle {}: servo {i}'s state is said to answer cycle {k}",
+                    report.cycle
+                );
+            }
+            if r.fresh {
+                assert_eq!(r.request_cycle, Some(report.cycle), "{context}: a fresh reply answers this cycle");
+                assert_eq!(r.missing_streak, 0);
+                fresh += 1;
+            } else {
+                assert!(r.missing_streak > 0, "{context}: a servo without a fresh reply has a missing streak");
+            }
+        }
+        let n = replies.len() as u32;
+        assert_eq!(report.missing, n - fresh, "{context}: {report:?}");
+        assert_eq!(
+            report.missing,
+            report.unqueried + report.encode_errors + (report.queried - fresh),
+            "{context}: every servo is fresh, unqueried, unencodable or queried without a fresh reply: {report:?}"
+        );
+        self.cycles += 1;
+        self.fresh += u64::from(fresh);
+        self.missing += u64::from(report.missing);
+        self.queried += u64::from(report.queried);
+        self.unqueried += u64::from(report.unqueried);
+        self.late += u64::from(report.late);
+        self.presumed_lost += u64::from(report.presumed_lost);
+        self.decode_errors += u64::from(report.decode_errors);
+        self.unattributed += u64::from(report.unattributed);
+    }
+
+    /// Every request was answered in time, answered late, undecodable, presumed lost, or is
+    /// still outstanding.
+    fn balances<C: Clock>(&self, robot: &Robot<C>, context: &str) {
+        assert_eq!(
+            self.queried,
+            self.fresh + self.late + self.decode_errors + self.presumed_lost + robot.outstanding() as u64,
+            "{context}: {self:?}, outstanding {}",
+            robot.outstanding()
+        );
+    }
+}
+
+/// How the next cycle starts after one returns.
+#[derive(Debug, Clone, Copy)]
+enum Pace {
+    /// At the next period boundary, like `rtloop run`.
+    Periodic,
+    /// At once, like a client looping as fast as it can.
+    BackToBack,
+}
+
+fn run_in_virtual_time(reply_delay_ns: u64, pace: Pace, reply_tags: u8, cycles: u64) -> Ledger {
+    const PERIOD_NS: u64 = 1_000_000;
+    let clock = VirtualClock::new(0);
+    let buses: Vec<Box<dyn Transport>> = vec![Box::new(SimTransport::new(sim_bus(&[1, 2, 3], reply_delay_ns), "a"))];
+    let servos = (1..=3).map(|id| ServoSpec { bus: 0, id }).collect();
+    let config = RobotConfig { reply_tags, ..config(PERIOD_NS) };
+    let mut robot = Robot::new(buses, servos, None, clock.clone(), config).unwrap();
+    let mut replies = [ServoReply::default(); 3];
+    let mut imu = Default::default();
+    let mut ledger = Ledger::default();
+    let context = format!("reply delay {} µs, {pace:?}, {reply_tags} tags", reply_delay_ns / 1000);
+    for k in 0..cycles {
+        let commands = [command_for(robot.cycle_index() + 1); 3];
+        let report = robot.cycle(&commands, &mut replies, &mut imu);
+        ledger.check(&report, &replies, &context);
+        if let Pace::Periodic = pace {
+            clock.wait_until_ns((k + 1) * PERIOD_NS);
+        }
+    }
+    ledger.balances(&robot, &context);
+    ledger
+}
+
+#[test]
+fn replies_are_attributed_to_their_own_request_across_the_deadline_in_virtual_time() {
+    // 3 servos on one bus: the last reply is back about 0.76 ms after the cycle starts and the
+    // cycle gives up at 0.9 ms, so delays from 0 to 3 ms put replies before the deadline, just
+    // after it, inside the next cycle and several cycles late.
+    let mut late_seen = 0;
+    for tags in [1, 4] {
+        for pace in [Pace::Periodic, Pace::BackToBack] {
+            for delay_us in (0..=3000).step_by(50) {
+                let ledger = run_in_virtual_time(delay_us * 1000, pace, tags, 200);
+                assert_eq!(ledger.unattributed, 0, "delays stay inside the late-reply window: {ledger:?}");
+                if delay_us == 0 {
+                    assert_eq!(ledger.missing, 0, "{pace:?}: without delay every reply is fresh: {ledger:?}");
+                }
+                late_seen += ledger.late;
+            }
+        }
+    }
+    assert!(late_seen > 0, "the sweep must produce late replies");
+}
+
+#[test]
+fn a_reply_just_past_the_deadline_comes_back_fresh_in_the_next_cycle_with_tags() {
+    // With 0.5 ms of extra turnaround the last replies miss their cycle's 0.9 ms deadline and
+    // land early in the next cycle. With reply tags each late answer is set aside as late and
+    // the next cycle still waits for, and gets, its own.
+    let ledger = run_in_virtual_time(500_000, Pace::BackToBack, 4, 100);
+    assert!(ledger.late > 0, "{ledger:?}");
+    assert!(ledger.fresh > 0, "{ledger:?}");
+    assert_eq!(ledger.unqueried, 0, "four tags cover one late reply per servo: {ledger:?}");
+}
+
+#[test]
+fn with_one_tag_a_servo_with_a_late_reply_is_commanded_but_not_queried() {
+    let ledger = run_in_virtual_time(1_500_000, Pace::Periodic, 1, 100);
+    assert!(ledger.unqueried > 0, "{ledger:?}");
+    assert!(ledger.late > 0, "{ledger:?}");
+}
+
+#[test]
+fn a_servo_that_never_answers_is_queried_again_after_the_window() {
+    let clock = VirtualClock::new(0);
+    let buses: Vec<Box<dyn Transport>> = vec![Box::new(SimTransport::new(sim_bus(&[1], 0), "a"))];
+    // Servo 2 is not on the bus.
+    let servos = vec![ServoSpec { bus: 0, id: 1 }, ServoSpec { bus: 0, id: 2 }];
+    let config = RobotConfig { reply_tags: 2, late_reply_window_ns: 5_000_000, ..config(1_000_000) };
+    let mut robot = Robot::new(buses, servos, None, clock.clone(), config).unwrap();
+    let mut replies = [ServoReply::default(); 2];
+    let mut ledger = Ledger::default();
+    let mut queried_absent = Vec::new();
+    for k in 0..12u64 {
+        let commands = [command_for(robot.cycle_index() + 1); 2];
+        let report = robot.cycle(&commands, &mut replies, &mut Default::default());
+        ledger.check(&report, &replies, "absent servo");
+        assert!(replies[0].fresh);
+        queried_absent.push(report.queried == 2);
+        clock.wait_until_ns((k + 1) * 1_000_000);
+    }
+    ledger.balances(&robot, "absent servo");
+    // Two tags: asked in cycles 1 and 2 (at 0 and 1 ms); cycles 3-5 start less than 5 ms after
+    // those requests went out, so the absent servo is only commanded; cycles 6 and 7 (5 and
+    // 6 ms) find the requests of cycles 1 and 2 presumed lost and ask again, and so on.
+    let expected = [true, true, false, false, false, true, true, false, false, false, true, true];
+    assert_eq!(queried_absent, expected);
+    assert!(ledger.presumed_lost >= 2, "{ledger:?}");
+}
+
+#[test]
+fn fdcanusb_pty_replies_are_attributed_to_their_own_request_across_the_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, delay_us) in [0u64, 300, 600, 900, 1500].into_iter().enumerate() {
+        for busy_poll in [false, true] {
+            let link = dir.path().join(format!("bus-{i}-{busy_poll}"));
+            let endpoint = PtyFdcanusbEndpoint::create(&link).expect("pty endpoint");
+            let server = ServeHandle::start(vec![ServedBus {
+                bus: sim_bus(&[1, 2], delay_us * 1000),
+                endpoint: Box::new(endpoint),
+            }])
+            .expect("server");
+            let transport = FdcanusbTransport::open(link.to_str().unwrap(), FdcanusbOptions::default()).unwrap();
+            let mut config = config(1_000_000);
+            // Back to back, giving up early: replies cross into the next cycle. The window is
+            // generous so that a host stalled by other work cannot push a reply past it.
+            config.cycle.timeout_ns = 700_000;
+            config.cycle.rx_baseline_wait_ns = 200_000;
+            config.cycle.busy_poll = busy_poll;
+            config.late_reply_window_ns = 500_000_000;
+            let servos = vec![ServoSpec { bus: 0, id: 1 }, ServoSpec { bus: 0, id: 2 }];
+            let mut robot =
+                Robot::new(vec![Box::new(transport)], servos, None, MonotonicClock::default(), config).unwrap();
+            let mut replies = [ServoReply::default(); 2];
+            let mut ledger = Ledger::default();
+            let context = format!("fdcanusb pty, reply delay {delay_us} µs, busy poll {busy_poll}");
+            for _ in 0..300 {
+                let commands = [command_for(robot.cycle_index() + 1); 2];
+                let report = robot.cycle(&commands, &mut replies, &mut Default::default());
+                ledger.check(&report, &replies, &context);
+            }
+            // Let the last replies come in; the next cycle takes them as late answers.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let commands = [command_for(robot.cycle_index() + 1); 2];
+            let report = robot.cycle(&commands, &mut replies, &mut Default::default());
+            ledger.check(&report, &replies, &context);
+            assert_eq!(report.stats.failed_buses, 0, "{context}: {report:?}");
+            ledger.balances(&robot, &context);
+            assert_eq!(ledger.unattributed, 0, "{context}: {ledger:?}");
+            // How many replies make their own cycle depends on how busy this machine is; that
+            // replies came back and each was attributed to its own request does not.
+            assert!(ledger.fresh + ledger.late > 0, "{context}: {ledger:?}");
+            drop(robot);
+            server.stop();
+        }
+    }
+}
