@@ -613,10 +613,15 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             for warning in &outcome.warnings {
                 eprintln!("rtloop log {what}: warning: {warning}");
             }
-            if !outcome.text.is_empty() {
-                println!("{}", outcome.text);
+            if outcome.text.is_empty() {
+                return Ok(());
             }
-            Ok(())
+            use std::io::Write;
+            match writeln!(std::io::stdout().lock(), "{}", outcome.text) {
+                // A reader that stopped early (`| head`) is not a failure.
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("cannot write the output: {e}")),
+                _ => Ok(()),
+            }
         }
         Command::Frame(FrameCommand::Decode { hexdata }) => {
             let j = frame_cmd::decode(&hexdata)?;
