@@ -80,6 +80,9 @@ pub enum TlogError {
     NotFound(String),
     /// An export or plot encoder failed (the text names which).
     Export(String),
+    /// A request that cannot be carried out as given (a plot size out of range, more panels
+    /// than fit); the text says what would work.
+    Invalid(String),
 }
 
 impl fmt::Display for TlogError {
@@ -98,7 +101,7 @@ impl fmt::Display for TlogError {
             TlogError::Malformed { offset, what } => write!(f, "malformed data at byte {offset}: {what}"),
             TlogError::Unsupported(what) => write!(f, "unsupported by the tlog format: {what}"),
             TlogError::Compression(what) => write!(f, "compression error: {what}"),
-            TlogError::NotFound(what) | TlogError::Export(what) => f.write_str(what),
+            TlogError::NotFound(what) | TlogError::Export(what) | TlogError::Invalid(what) => f.write_str(what),
         }
     }
 }

@@ -101,18 +101,18 @@ pub fn plot(
 fn check_options(fields: &[&str], options: &PlotOptions) -> Result<(), TlogError> {
     let (width, height) = options.size;
     if !SIZE_RANGE.contains(&width) || !SIZE_RANGE.contains(&height) {
-        return Err(TlogError::NotFound(format!(
+        return Err(TlogError::Invalid(format!(
             "a plot of {width}×{height} pixels cannot be drawn: give a width and height from {} to {}",
             SIZE_RANGE.start(),
             SIZE_RANGE.end()
         )));
     }
     if fields.is_empty() {
-        return Err(TlogError::NotFound("no field to plot: name at least one".into()));
+        return Err(TlogError::Invalid("no field to plot: name at least one".into()));
     }
     let most = (height / MIN_PANEL_HEIGHT).max(1) as usize;
     if !options.one_axis && fields.len() > most {
-        return Err(TlogError::NotFound(format!(
+        return Err(TlogError::Invalid(format!(
             "{} fields do not fit as panels in a {height}-pixel-high plot (at most {most}): plot fewer fields, or \
              all on one axis",
             fields.len()

@@ -7,10 +7,14 @@
 //! is bad. Bad blocks are reported (with their offset) and skipped; a file cut anywhere yields
 //! every complete block before the cut. It never writes.
 //!
-//! **I/O strategy.** [`FileReader::open`] keeps the `File` and uses positioned reads
-//! (`FileExt::read_at`, i.e. `pread`) through a small sliding buffer, so seeking in a 1 GiB log
-//! touches a few hundred KiB instead of reading the whole file; [`FileReader::from_bytes`] reads
-//! from memory. The file length is taken once at open: bytes appended later are not seen.
+//! **I/O strategy.** [`FileReader::open`] (or [`FileReader::from_file`] on a file the caller
+//! opened and checked) keeps the `File` and uses positioned reads (`FileExt::read_at`, i.e.
+//! `pread`) through a small sliding buffer, so seeking in a 1 GiB log touches a few hundred KiB
+//! instead of reading the whole file; [`FileReader::from_bytes`] reads from memory (what fuzz
+//! targets use). The file length is taken once at open: bytes appended later are not seen.
+//!
+//! **Damage accounting.** [`FileReader::survey`] walks the file once and counts every kind of
+//! damage (see [`crate::survey`]); the exporters count what they skip the same way.
 //!
 //! **Resynchronisation.** After a bad block (CRC mismatch, unknown flags, malformed body) the
 //! walk continues at the block's declared end when that is *plausible* (end of file, or a

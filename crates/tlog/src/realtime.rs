@@ -184,7 +184,31 @@ where
             shared.flushed.store(stats.written, Ordering::Release);
         }
     };
-    let mut last_flush = Instant::now();
+    // When the oldest unflushed byte was written (None: everything is in the file).
+    let mut unflushed_since: Option<Instant> = None;
+    // Bound what a crash loses: nothing waits in the buffer longer than FLUSH_INTERVAL, even
+    // while the ring never runs empty.
+    let mut flush_if_due = |writer: &mut FileWriter<W>, stats: &mut LogStats| {
+        if writer.unflushed_bytes() == 0 {
+            unflushed_since = None;
+            publish_flushed(writer, stats);
+            return;
+        }
+        let since = *unflushed_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= FLUSH_INTERVAL {
+            match writer.flush() {
+                Ok(()) => {
+                    unflushed_since = None;
+                    publish_flushed(writer, stats);
+                }
+                Err(_) => {
+                    // Counted; the next attempt waits another interval.
+                    stats.write_errors += 1;
+                    unflushed_since = Some(Instant::now());
+                }
+            }
+        }
+    };
     loop {
         // Read the flag before draining: everything pushed before `finish` is then drained
         // by this pass or an earlier one.
@@ -198,22 +222,12 @@ where
                 Ok(()) => stats.written += 1,
                 Err(_) => stats.write_errors += 1,
             }
-            publish_flushed(&writer, &stats);
-            if writer.unflushed_bytes() == 0 {
-                last_flush = Instant::now();
-            }
+            flush_if_due(&mut writer, &mut stats);
         }
         if stopping {
             break;
         }
-        // Bound what a crash loses: nothing waits in the buffer longer than FLUSH_INTERVAL.
-        if writer.unflushed_bytes() > 0 && last_flush.elapsed() >= FLUSH_INTERVAL {
-            last_flush = Instant::now();
-            match writer.flush() {
-                Ok(()) => publish_flushed(&writer, &stats),
-                Err(_) => stats.write_errors += 1,
-            }
-        }
+        flush_if_due(&mut writer, &mut stats);
         if !handled_any {
             std::thread::sleep(POLL_INTERVAL);
         }

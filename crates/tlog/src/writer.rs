@@ -5,8 +5,9 @@
 //!
 //! This is the slow, allocating, blocking side of logging: it runs on a writer thread (see
 //! [`crate::realtime`]), never on the real-time thread. It must never emit anything an mjlib
-//! reader rejects unless the caller opted in (zstd), and never record an offset that differs
-//! from where the bytes actually went: offsets count the bytes the underlying writer accepted.
+//! reader rejects unless the caller opted in (zstd), never record an offset that differs
+//! from where the bytes actually went (offsets count the bytes the underlying writer
+//! accepted), and never overwrite a file: [`FileWriter::create`] creates exclusively.
 //!
 //! Layout facts (checked against mjlib's writer and golden test bytes):
 //! * data block: `02, size, id, flags, [prev_offset varuint], [ts i64], [crc u32], payload`;
