@@ -141,7 +141,11 @@ pub fn info(path: &Path, as_json: bool) -> Result<String, String> {
     for p in survey.problems.iter().filter(|p| !matches!(p.kind, ProblemKind::CorruptBlock | ProblemKind::Truncated)) {
         s += &format!("warning: {p}\n");
     }
-    s += "records:\n";
+    if records.is_empty() {
+        s += "records: none (no schema block could be read)\n";
+    } else {
+        s += "records:\n";
+    }
     for r in &records {
         let fields = match &r.schema {
             Some(tlog::schema::Schema::Object(f)) => {

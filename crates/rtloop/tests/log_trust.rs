@@ -364,6 +364,9 @@ fn log_messages_are_one_sentence_that_says_what_to_do() {
     let e = assert_one_sentence(&rtloop(&args), &args);
     assert!(e.contains("'nope'") && e.contains("cycle"), "{e}");
 
+    let text = stdout(&rtloop(&["log", "info", s(&header_only)]));
+    assert!(text.ends_with("records: none (no schema block could be read)\n"), "{text}");
+
     let args = ["log", "dump", s(&header_only), "--record", "cycle"];
     let e = assert_one_sentence(&rtloop(&args), &args);
     assert!(e.contains("no records"), "{e}");
