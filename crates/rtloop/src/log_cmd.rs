@@ -4,16 +4,53 @@
 //! Foxglove and PlotJuggler), `plot` (PNG).
 //!
 //! Must never: give up on a damaged file while complete blocks remain — a cut or corrupt
-//! log is read as far as it goes and the damage is reported.
+//! log is read as far as it goes and the damage is reported (counts and byte offsets, on
+//! stderr and in `--json`); write an output onto the log it reads, or truncate anything (an
+//! output is written beside its path and renamed into place when complete, an existing one
+//! replaced only with `--force`); exit 0 from an export that wrote nothing.
 
 use serde_json::{json, Value as Json};
-use std::collections::BTreeMap;
-use std::io::{IsTerminal, Write};
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufWriter, IsTerminal, Write};
 use std::path::Path;
+use tlog::output::{FileIdentity, OutputError, OutputFile};
 use tlog::reader::{FileReader, ItemFilter};
+use tlog::survey::{Problem, ProblemKind, Problems};
+
+/// What a `log` subcommand has to say: its normal output (stdout) and warnings about damage
+/// it met (stderr, one line each).
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub text: String,
+    pub warnings: Vec<String>,
+}
+
+fn cannot_read(path: &Path, e: impl std::fmt::Display) -> String {
+    format!("cannot read the log {}: {e}", path.display())
+}
 
 fn open(path: &Path) -> Result<FileReader, String> {
-    FileReader::open(path).map_err(|e| format!("cannot read the log {}: {e}", path.display()))
+    FileReader::open(path).map_err(|e| cannot_read(path, e))
+}
+
+/// Open the log and remember which file it is, so no output can be written onto it.
+fn open_input(path: &Path) -> Result<(FileReader, FileIdentity), String> {
+    let file = std::fs::File::open(path).map_err(|e| cannot_read(path, e))?;
+    let identity = FileIdentity::of_file(&file).map_err(|e| cannot_read(path, e))?;
+    let reader = FileReader::from_file(file).map_err(|e| cannot_read(path, e))?;
+    Ok((reader, identity))
+}
+
+/// Check the output path and create its temporary file; `flag` names the option for the
+/// message (`--csv`, `--mcap`, `--out`).
+fn create_output(dest: &Path, input: FileIdentity, force: bool, flag: &str) -> Result<OutputFile, String> {
+    OutputFile::create(dest, Some(input), force).map_err(|e| match e {
+        OutputError::Exists { dest } => format!(
+            "{flag} {}: the file already exists; give --force to replace it, or choose another path",
+            dest.display()
+        ),
+        other => other.to_string(),
+    })
 }
 
 fn iso(us: i64) -> String {
@@ -34,52 +71,49 @@ fn iso(us: i64) -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}Z", tod / 3600, tod / 60 % 60, tod % 60)
 }
 
+/// µs as seconds for JSON: the nearest f64 to the exact quotient, which prints back as the
+/// exact decimal (1700000001502000 µs → 1700000001.502), unlike `us as f64 * 1e-6`.
+fn seconds(us: i64) -> f64 {
+    tlog::value::micros_to_seconds(us)
+}
+
+fn problems_json(problems: &[Problem]) -> Json {
+    serde_json::to_value(problems).unwrap_or(Json::Null)
+}
+
 /// `rtloop log info`.
 pub fn info(path: &Path, as_json: bool) -> Result<String, String> {
     let reader = open(path)?;
-    let report = reader.scan_report();
+    let survey = reader.survey();
     let records = reader.records();
-    let mut counts: BTreeMap<u64, (u64, Option<i64>, Option<i64>)> = BTreeMap::new();
-    let mut read_errors = Vec::new();
-    for item in reader.items(ItemFilter::default()) {
-        match item {
-            Ok(it) => {
-                let e = counts.entry(it.record_id).or_insert((0, None, None));
-                e.0 += 1;
-                if let Some(t) = it.timestamp_us {
-                    e.1 = Some(e.1.map_or(t, |a: i64| a.min(t)));
-                    e.2 = Some(e.2.map_or(t, |b: i64| b.max(t)));
-                }
-            }
-            Err(e) => read_errors.push(e.to_string()),
-        }
-    }
-    let first = counts.values().filter_map(|c| c.1).min();
-    let last = counts.values().filter_map(|c| c.2).max();
-    let recs: Vec<Json> = records
-        .iter()
-        .map(|r| {
-            let c = counts.get(&r.id).copied().unwrap_or((0, None, None));
-            json!({"id": r.id, "name": r.name, "items": c.0,
-                   "schema": r.schema.as_ref().map(|s| tlog::export::record_json_schema(&r.name, s)),
-                   "schema_error": r.schema_error})
-        })
-        .collect();
-    let j = json!({
-        "file": path.display().to_string(),
-        "bytes": reader.len(),
-        "records": recs,
-        "first_time": first.map(iso),
-        "last_time": last.map(iso),
-        "span_s": match (first, last) { (Some(a), Some(b)) => json!((b - a) as f64 * 1e-6), _ => Json::Null },
-        "blocks": report.blocks,
-        "data_blocks": report.data_blocks,
-        "seek_markers": report.seek_markers,
-        "has_index": report.has_index,
-        "truncated_at": report.truncated_at,
-        "corrupt": report.corrupt.iter().map(|(o, w)| json!({"offset": o, "what": w})).collect::<Vec<_>>(),
-    });
+    let report = &survey.scan;
+    let span = survey.data_span_us;
+    let items_of = |id: u64| survey.records.iter().find(|r| r.id == id).map_or(0, |r| r.items);
     if as_json {
+        let recs: Vec<Json> = records
+            .iter()
+            .map(|r| {
+                json!({"id": r.id, "name": r.name, "items": items_of(r.id),
+                       "schema": r.schema.as_ref().map(|s| tlog::export::record_json_schema(&r.name, s)),
+                       "schema_error": r.schema_error})
+            })
+            .collect();
+        let j = json!({
+            "file": path.display().to_string(),
+            "bytes": reader.len(),
+            "records": recs,
+            "first_time": span.map(|s| iso(s.0)),
+            "last_time": span.map(|s| iso(s.1)),
+            "span_s": span.map(|(a, b)| seconds(b.saturating_sub(a))),
+            "blocks": report.blocks,
+            "data_blocks": report.data_blocks,
+            "seek_markers": report.seek_markers,
+            "has_index": report.has_index,
+            "index": survey.index.describe(),
+            "truncated_at": report.truncated_at,
+            "corrupt": report.corrupt.iter().map(|(o, w)| json!({"offset": o, "what": w})).collect::<Vec<_>>(),
+            "problems": problems_json(&survey.problems),
+        });
         return Ok(j.to_string());
     }
     let mut s = format!(
@@ -90,86 +124,154 @@ pub fn info(path: &Path, as_json: bool) -> Result<String, String> {
         report.data_blocks,
         report.seek_markers
     );
-    match (first, last) {
-        (Some(a), Some(b)) => s += &format!("time span: {} → {} ({:.3} s)\n", iso(a), iso(b), (b - a) as f64 * 1e-6),
-        _ => s += "no timestamped items\n",
+    match span {
+        Some((a, b)) => s += &format!("time span: {} → {} ({:.3} s)\n", iso(a), iso(b), seconds(b.saturating_sub(a))),
+        None => s += "no timestamped items\n",
     }
-    s += &format!(
-        "index: {}\n",
-        if report.has_index { "present" } else { "absent (read by scanning: the writer did not close the file)" }
-    );
-    if let Some(t) = report.truncated_at {
-        s += &format!("cut at byte {t}: every complete block before it was read\n");
-    }
-    for (o, w) in &report.corrupt {
+    s += &format!("index: {}\n", survey.index.describe());
+    /// Corrupt blocks listed one by one before the rest are only counted.
+    const LISTED: usize = 20;
+    for (o, w) in report.corrupt.iter().take(LISTED) {
         s += &format!("corrupt block at byte {o}: {w} (skipped)\n");
     }
-    s += "records:\n";
+    if report.corrupt.len() > LISTED {
+        s += &format!("… and {} more corrupt blocks (all skipped)\n", report.corrupt.len() - LISTED);
+    }
+    // Corrupt blocks and the cut are listed above (and in the index line).
+    for p in survey.problems.iter().filter(|p| !matches!(p.kind, ProblemKind::CorruptBlock | ProblemKind::Truncated)) {
+        s += &format!("warning: {p}\n");
+    }
+    if records.is_empty() {
+        s += "records: none (no schema block could be read)\n";
+    } else {
+        s += "records:\n";
+    }
     for r in &records {
-        let c = counts.get(&r.id).map_or(0, |c| c.0);
         let fields = match &r.schema {
-            Some(tlog::schema::Schema::Object(f)) => f.iter().map(|f| f.name.as_str()).collect::<Vec<_>>().join(", "),
+            Some(tlog::schema::Schema::Object(f)) => {
+                tlog::value::unique_names(f.iter().map(|f| f.name.as_str())).join(", ")
+            }
             Some(_) => "(not an object)".into(),
             None => format!("(schema unreadable: {})", r.schema_error.clone().unwrap_or_default()),
         };
-        s += &format!("  {:>3} {:<20} {:>9} items   {}\n", r.id, r.name, c, fields);
+        s += &format!("  {:>3} {:<20} {:>9} items   {}\n", r.id, r.name, items_of(r.id), fields);
     }
     Ok(s.trim_end().to_string())
 }
 
-/// Seconds on the command line: below 1e9 they count from the first item of the log;
-/// above, they are seconds since the UNIX epoch.
-fn to_us(reader: &FileReader, t: Option<f64>) -> Result<Option<i64>, String> {
+/// Seconds on the command line (`flag` names the option): below 1e9 they count from the
+/// first item of the log; from 1e9 on, they are seconds since the UNIX epoch.
+fn to_us(reader: &FileReader, flag: &str, t: Option<f64>) -> Result<Option<i64>, String> {
     let Some(t) = t else { return Ok(None) };
-    if !t.is_finite() {
-        return Err(format!("{t} is not a time: give seconds from the start of the log"));
+    // 1e13 s is far past any log (year 318857); beyond it µs would leave i64.
+    if !t.is_finite() || !(0.0..=1e13).contains(&t) {
+        return Err(format!(
+            "{flag} {t} is not a time in the log: give seconds from its start (0 or more), or seconds since the \
+             UNIX epoch (1e9 or more)"
+        ));
     }
+    let us = (t * 1e6).round() as i64;
     if t >= 1e9 {
-        return Ok(Some((t * 1e6) as i64));
+        return Ok(Some(us));
     }
     let start = reader
         .items(ItemFilter::default())
         .filter_map(Result::ok)
         .find_map(|i| i.timestamp_us)
-        .ok_or("the log has no timestamped items to count from")?;
-    Ok(Some(start + (t * 1e6) as i64))
+        .ok_or_else(|| format!("{flag} counts from the first timestamped item, and the log has none"))?;
+    Ok(Some(start.saturating_add(us)))
 }
 
-/// `rtloop log dump`: one JSON object per line.
+/// Count a reader error (a corrupt block, or the cut at the end).
+fn note_read_error(problems: &mut Problems, e: &tlog::format::TlogError) {
+    let kind = if matches!(e, tlog::format::TlogError::Truncated { .. }) {
+        ProblemKind::Truncated
+    } else {
+        ProblemKind::CorruptBlock
+    };
+    problems.note(kind, None, None, tlog::reader::error_offset(e).unwrap_or(0), || e.to_string());
+}
+
+/// `rtloop log dump`: one JSON object per line into `out`; damage met on the way comes back
+/// as warnings (it is also in the lines: `error` and `decode_error` objects).
 pub fn dump(
     path: &Path,
     record: Option<&str>,
     from: Option<f64>,
     to: Option<f64>,
     out: &mut impl Write,
-) -> Result<(), String> {
+) -> Result<Outcome, String> {
     let reader = open(path)?;
     let records = reader.records();
     if let Some(name) = record {
         if !records.iter().any(|r| r.name == name) {
-            let names: Vec<&str> = records.iter().map(|r| r.name.as_str()).collect();
-            return Err(format!("no record named '{name}' in {}: it has {}", path.display(), names.join(", ")));
+            let names: Vec<String> = records.iter().map(|r| r.name.clone()).collect();
+            return Err(format!(
+                "no record named '{name}' in {}: {}",
+                path.display(),
+                tlog::export::describe_records(&names)
+            ));
         }
     }
     let filter =
-        ItemFilter { record: record.map(str::to_string), from_us: to_us(&reader, from)?, to_us: to_us(&reader, to)? };
+        ItemFilter { record: None, from_us: to_us(&reader, "--from", from)?, to_us: to_us(&reader, "--to", to)? };
+    if let (Some(a), Some(b)) = (filter.from_us, filter.to_us) {
+        if a > b {
+            return Err(format!(
+                "--from is after --to: give a --from earlier than --to ({} > {})",
+                seconds(a),
+                seconds(b)
+            ));
+        }
+    }
     let names: BTreeMap<u64, String> = records.iter().map(|r| (r.id, r.name.clone())).collect();
+    let wanted: Option<HashSet<u64>> =
+        record.map(|name| records.iter().filter(|r| r.name == name).map(|r| r.id).collect());
+    let mut problems = Problems::default();
+    let mut printed = 0u64;
     for item in reader.items(filter) {
         let line = match item {
             Ok(it) => {
-                let value = reader
-                    .decode_item(&it)
-                    .map(|v| v.to_json())
-                    .unwrap_or_else(|e| json!({"decode_error": e.to_string()}));
-                json!({"record": names.get(&it.record_id), "time": it.timestamp_us.map(|t| t as f64 * 1e-6), "offset": it.offset, "value": value})
+                let name = names.get(&it.record_id);
+                if name.is_none() {
+                    problems.note(ProblemKind::NoSchema, Some(it.record_id), None, it.offset, || {
+                        "no schema block for this record id".into()
+                    });
+                }
+                if wanted.as_ref().is_some_and(|w| !w.contains(&it.record_id)) {
+                    continue;
+                }
+                let value = match reader.decode_item(&it) {
+                    Ok(v) => v.to_json(),
+                    Err(e) => {
+                        if let Some(name) = name {
+                            problems.note(ProblemKind::Undecodable, Some(it.record_id), Some(name), it.offset, || {
+                                e.to_string()
+                            });
+                        }
+                        json!({"decode_error": e.to_string()})
+                    }
+                };
+                json!({"record": name, "time": it.timestamp_us.map(seconds), "offset": it.offset, "value": value})
             }
-            Err(e) => json!({"error": e.to_string(), "offset": tlog::reader::error_offset(&e)}),
+            Err(e) => {
+                note_read_error(&mut problems, &e);
+                json!({"error": e.to_string(), "offset": tlog::reader::error_offset(&e)})
+            }
         };
         if writeln!(out, "{line}").is_err() {
             break; // e.g. `| head`
         }
+        printed += 1;
     }
-    Ok(())
+    let mut warnings: Vec<String> = problems.list().iter().map(ToString::to_string).collect();
+    if printed == 0 {
+        warnings.push(match record {
+            Some(name) => format!("no item of record '{name}' matched"),
+            None => "no item matched".to_string(),
+        });
+    }
+    Ok(Outcome { text: String::new(), warnings })
 }
 
 fn progress_bar(what: &str) -> Option<indicatif::ProgressBar> {
@@ -186,66 +288,133 @@ fn progress_bar(what: &str) -> Option<indicatif::ProgressBar> {
     Some(bar)
 }
 
-/// The record to export when none is named: `cycle` (rtloop's), else the only record.
+/// The record to export when none is named: `cycle` (rtloop's), else the only record with
+/// data.
 fn default_record(reader: &FileReader) -> Result<String, String> {
     let records = reader.records();
     if records.iter().any(|r| r.name == "cycle") {
         return Ok("cycle".into());
     }
-    let data: Vec<&str> = records
+    let all: Vec<String> = records.iter().map(|r| r.name.clone()).collect();
+    if all.is_empty() {
+        return Err(format!("nothing to export: {}", tlog::export::describe_records(&all)));
+    }
+    let with_data: Vec<String> = records
         .iter()
         .filter(|r| r.last_data_offset.is_some() || !reader.has_index())
-        .map(|r| r.name.as_str())
+        .map(|r| r.name.clone())
         .collect();
-    match data.as_slice() {
-        [one] => Ok(one.to_string()),
-        _ => Err(format!("say which record to export with --record NAME: the log has {}", data.join(", "))),
+    match with_data.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(format!("say which record to export with --record NAME: the log has {}", all.join(", "))),
+        many => Err(format!("say which record to export with --record NAME: the log has {}", many.join(", "))),
     }
 }
 
-/// `rtloop log export`.
-pub fn export(path: &Path, csv: Option<&Path>, mcap: Option<&Path>, record: Option<&str>) -> Result<String, String> {
-    let reader = open(path)?;
-    match (csv, mcap) {
-        (Some(out), None) => {
-            let record = match record {
-                Some(r) => r.to_string(),
-                None => default_record(&reader)?,
-            };
-            let file = std::fs::File::create(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-            let bar = progress_bar("csv");
-            let rows = tlog::export::to_csv(&reader, &record, file, bar.as_ref()).map_err(|e| e.to_string())?;
-            if let Some(b) = bar {
-                b.finish_and_clear();
-            }
-            Ok(format!("{}: {rows} rows of record '{record}'", out.display()))
-        }
-        (None, Some(out)) => {
-            let file = std::fs::File::create(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-            let bar = progress_bar("mcap");
-            let st = tlog::export::to_mcap(&reader, std::io::BufWriter::new(file), bar.as_ref())
-                .map_err(|e| e.to_string())?;
-            if let Some(b) = bar {
-                b.finish_and_clear();
-            }
-            Ok(format!("{}: {} messages on {} channels", out.display(), st.messages, st.channels))
-        }
-        _ => Err("give exactly one of --csv OUT or --mcap OUT".into()),
-    }
+/// The problems as one clause for an error message: "; p1; p2".
+fn problems_clause(problems: &[Problem]) -> String {
+    problems.iter().map(|p| format!("; {p}")).collect()
 }
 
-/// `rtloop log plot`.
-pub fn plot(path: &Path, fields: &str, out: &Path) -> Result<String, String> {
+/// `rtloop log export`: CSV of one record or MCAP of every record, written to a temporary
+/// file beside the output and renamed into place only when something was written. Never
+/// onto the log itself; an existing output only with `force`.
+pub fn export(
+    path: &Path,
+    csv: Option<&Path>,
+    mcap: Option<&Path>,
+    record: Option<&str>,
+    force: bool,
+    as_json: bool,
+) -> Result<Outcome, String> {
+    let (reader, identity) = open_input(path)?;
+    let (out, flag) = match (csv, mcap) {
+        (Some(out), None) => (out, "--csv"),
+        (None, Some(out)) => (out, "--mcap"),
+        _ => return Err("give exactly one of --csv OUT or --mcap OUT".into()),
+    };
+    let cannot_export = |e: tlog::format::TlogError| format!("cannot export {}: {e}", path.display());
+    let (summary, written, problems, record) = if csv.is_some() {
+        let record = match record {
+            Some(r) => r.to_string(),
+            None => default_record(&reader)?,
+        };
+        let mut output = create_output(out, identity, force, flag)?;
+        let bar = progress_bar("csv");
+        let stats = tlog::export::to_csv(&reader, &record, output.file(), bar.as_ref()).map_err(cannot_export)?;
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        if stats.rows == 0 {
+            return Err(format!(
+                "nothing written to {}: record '{record}' has no data that decodes{}",
+                out.display(),
+                problems_clause(&stats.problems)
+            ));
+        }
+        output.commit().map_err(|e| e.to_string())?;
+        let summary = format!("{}: {} rows of record '{record}'", out.display(), stats.rows);
+        (summary, json!({"rows": stats.rows, "columns": stats.columns}), stats.problems, Some(record))
+    } else {
+        let mut output = create_output(out, identity, force, flag)?;
+        let bar = progress_bar("mcap");
+        let stats = tlog::export::to_mcap(&reader, output.file(), bar.as_ref()).map_err(cannot_export)?;
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        if stats.messages == 0 {
+            return Err(format!(
+                "nothing written to {}: the log has no data that decodes{}",
+                out.display(),
+                problems_clause(&stats.problems)
+            ));
+        }
+        output.commit().map_err(|e| e.to_string())?;
+        let summary = format!("{}: {} messages on {} channels", out.display(), stats.messages, stats.channels);
+        (summary, json!({"messages": stats.messages, "channels": stats.channels}), stats.problems, None)
+    };
+    let skipped: u64 = problems.iter().filter(|p| p.skips_items()).map(|p| p.count).sum();
+    let mut text = summary;
+    if as_json {
+        let mut j = json!({
+            "file": path.display().to_string(),
+            "output": out.display().to_string(),
+            "format": if csv.is_some() { "csv" } else { "mcap" },
+            "record": record,
+            "skipped": skipped,
+            "problems": problems_json(&problems),
+        });
+        if let (Some(object), Some(extra)) = (j.as_object_mut(), written.as_object()) {
+            object.extend(extra.clone());
+        }
+        text = format!("{text}\n{j}");
+    }
+    Ok(Outcome { text, warnings: problems.iter().map(ToString::to_string).collect() })
+}
+
+/// `rtloop log plot`: one panel per field (or all on one axis), a PNG written beside `out`
+/// and renamed into place when complete.
+pub fn plot(path: &Path, fields: &str, out: &Path, force: bool, one_axis: bool) -> Result<Outcome, String> {
     if !out.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
         return Err(format!("--out {}: plots are written as PNG; give a path ending in .png", out.display()));
     }
-    let reader = open(path)?;
     let list: Vec<&str> = fields.split(',').map(str::trim).filter(|f| !f.is_empty()).collect();
     if list.is_empty() {
         return Err("--fields needs at least one field, e.g. --fields cycle.cycle_us,cycle.servo.0.position".into());
     }
-    tlog::plot::plot(&reader, &list, out, (1200, 700)).map_err(|e| e.to_string())?;
-    Ok(format!("{}: {} series", out.display(), list.len()))
+    let (reader, identity) = open_input(path)?;
+    let mut output = create_output(out, identity, force, "--out")?;
+    let options = tlog::plot::PlotOptions { one_axis, ..tlog::plot::PlotOptions::default() };
+    let stats = tlog::plot::plot(&reader, &list, &options, BufWriter::new(output.file()))
+        .map_err(|e| format!("cannot plot {}: {e}", path.display()))?;
+    output.commit().map_err(|e| e.to_string())?;
+    let mut warnings: Vec<String> = stats.problems.iter().map(ToString::to_string).collect();
+    for (field, points) in list.iter().zip(&stats.points) {
+        if *points == 0 {
+            warnings.push(format!("field '{field}' has no timestamped finite values: its panel is empty"));
+        }
+    }
+    Ok(Outcome { text: format!("{}: {} series", out.display(), list.len()), warnings })
 }
 
 #[cfg(test)]

@@ -64,10 +64,10 @@ enum LogCommand {
         #[arg(long)]
         record: Option<String>,
         /// From this time: seconds from the start of the log (or since the epoch, if ≥ 1e9).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         from: Option<f64>,
         /// Up to this time.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         to: Option<f64>,
     },
     /// Flatten a record to CSV, or every record to MCAP (Foxglove, PlotJuggler).
@@ -83,6 +83,13 @@ enum LogCommand {
         /// The record for CSV (default: `cycle`, or the only record).
         #[arg(long)]
         record: Option<String>,
+        /// Replace the output if it exists (never the log itself).
+        #[arg(long)]
+        force: bool,
+        /// Also print one JSON object as the last line: rows or messages, skipped blocks and
+        /// every problem with counts and offsets.
+        #[arg(long)]
+        json: bool,
     },
     /// Plot fields against time to a PNG.
     Plot {
@@ -94,6 +101,12 @@ enum LogCommand {
         /// The PNG to write.
         #[arg(long)]
         out: std::path::PathBuf,
+        /// Replace the PNG if it exists (never the log itself).
+        #[arg(long)]
+        force: bool,
+        /// Every field on one shared y axis instead of one panel per field.
+        #[arg(long)]
+        one_axis: bool,
     },
 }
 
@@ -580,20 +593,35 @@ fn dispatch(cmd: Command) -> Result<(), String> {
         }
         Command::Log(cmd) => {
             use rtloop::log_cmd;
-            let text = match cmd {
-                LogCommand::Info { file, json } => log_cmd::info(&file, json)?,
+            let (what, outcome) = match cmd {
+                LogCommand::Info { file, json } => {
+                    ("info", log_cmd::Outcome { text: log_cmd::info(&file, json)?, warnings: Vec::new() })
+                }
                 LogCommand::Dump { file, record, from, to } => {
-                    let mut out = std::io::stdout().lock();
-                    log_cmd::dump(&file, record.as_deref(), from, to, &mut out)?;
-                    return Ok(());
+                    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+                    let outcome = log_cmd::dump(&file, record.as_deref(), from, to, &mut out)?;
+                    drop(out);
+                    ("dump", outcome)
                 }
-                LogCommand::Export { file, csv, mcap, record } => {
-                    log_cmd::export(&file, csv.as_deref(), mcap.as_deref(), record.as_deref())?
+                LogCommand::Export { file, csv, mcap, record, force, json } => {
+                    ("export", log_cmd::export(&file, csv.as_deref(), mcap.as_deref(), record.as_deref(), force, json)?)
                 }
-                LogCommand::Plot { file, fields, out } => log_cmd::plot(&file, &fields, &out)?,
+                LogCommand::Plot { file, fields, out, force, one_axis } => {
+                    ("plot", log_cmd::plot(&file, &fields, &out, force, one_axis)?)
+                }
             };
-            println!("{text}");
-            Ok(())
+            for warning in &outcome.warnings {
+                eprintln!("rtloop log {what}: warning: {warning}");
+            }
+            if outcome.text.is_empty() {
+                return Ok(());
+            }
+            use std::io::Write;
+            match writeln!(std::io::stdout().lock(), "{}", outcome.text) {
+                // A reader that stopped early (`| head`) is not a failure.
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("cannot write the output: {e}")),
+                _ => Ok(()),
+            }
         }
         Command::Frame(FrameCommand::Decode { hexdata }) => {
             let j = frame_cmd::decode(&hexdata)?;

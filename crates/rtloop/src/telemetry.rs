@@ -5,7 +5,9 @@
 //! hands it to a wait-free ring ([`tlog::realtime`]); a writer thread turns it into TLOG0003
 //! records — `cycle` (timing, IMU and every servo's command and state, one per cycle) and
 //! `event` — encodes, compresses and writes them. A full ring drops the message and counts
-//! it; the counts are in the run summary and in the log itself (`rtloop_log_stats`).
+//! it; the counts are in the run summary and in the log itself (`rtloop_log_stats`). The
+//! writer flushes at least every 100 ms and after every event, so a killed run loses at most
+//! the last ~100 ms of cycles and no event that was written.
 //!
 //! Must never: allocate, lock or make a system call on the real-time side.
 
@@ -271,6 +273,9 @@ impl LogSink {
             LogMsg::Event { at_ns, servo, kind } => {
                 let ts = self.epoch_offset_us + (at_ns / 1000) as i64;
                 w.write(&self.event, ts, &EventLogRecord { servo, kind: kind.to_string() })?;
+                // An event is what a crash log is read for: put it in the file now rather
+                // than within the writer's flush interval.
+                w.flush()?;
             }
         }
         Ok(())

@@ -1,17 +1,20 @@
 //! Exports of a log for other tools: one record as CSV, or the whole log as MCAP with JSON
 //! messages (opens in Foxglove and PlotJuggler).
 //!
-//! Exports are best effort over damaged files: blocks the reader reports as bad, and items
-//! that do not decode, are skipped and counted rather than aborting the export. This module
-//! must never write anywhere but the output it is handed, and never change the log.
+//! Exports are best effort over damaged files: blocks the reader reports as bad, data
+//! blocks without a schema, and items that do not decode, are skipped and counted (as
+//! [`Problem`]s with offsets) rather than aborting the export; the caller reports them. Both
+//! exporters read from any [`FileReader`] (a file or bytes in memory) and write into any
+//! `Write`. This module must never write anywhere but the output it is handed, never change
+//! the log, and never panic on a hostile log.
 //!
 //! CSV cells: `timestamp` is seconds since the UNIX epoch with exactly six decimals (µs are
-//! kept exactly); floats use Rust's shortest round-trip formatting (`NaN`, `inf`); bools are
+//! kept exactly); floats use Rust's shortest round-trip formatting (`NaN`, `inf`; −0 as `0`); bools are
 //! `0`/`1`; enums their name when known; bytes lowercase hex; timestamps and durations inside
 //! the payload seconds like the first column; strings are quoted when they need it.
 
-use std::collections::{BTreeMap, HashMap};
-use std::io::{self, BufWriter, Seek, Write};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{self, BufWriter, Write};
 
 use indicatif::ProgressBar;
 use serde_json::json;
@@ -19,62 +22,133 @@ use serde_json::json;
 use crate::format::TlogError;
 use crate::reader::{FileReader, ItemFilter, RecordInfo};
 use crate::schema::Schema;
-use crate::value::Value;
+use crate::survey::{Problem, ProblemKind, Problems};
+use crate::value::{unique_names, Value};
 
-/// What [`to_mcap`] wrote.
+/// What [`to_csv`] wrote, and what it could not.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CsvStats {
+    /// Rows written, the header excluded.
+    pub rows: u64,
+    /// Value columns (after `timestamp`).
+    pub columns: usize,
+    /// Damage met on the way: corrupt blocks, a cut, data without a schema anywhere in the
+    /// log, items of this record that did not decode or did not fit the header.
+    pub problems: Vec<Problem>,
+}
+
+impl CsvStats {
+    /// Blocks and items left out entirely.
+    pub fn skipped(&self) -> u64 {
+        self.problems.iter().filter(|p| p.skips_items()).map(|p| p.count).sum()
+    }
+}
+
+/// What [`to_mcap`] wrote, and what it could not.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct McapStats {
     /// One per record with a usable schema.
     pub channels: usize,
     pub messages: u64,
-    /// Blocks the reader reported as bad plus items that did not decode or had no channel.
+    /// Blocks and items left out: the sum of the `problems` counts.
     pub skipped: u64,
+    pub problems: Vec<Problem>,
+}
+
+/// Note a reader error (a corrupt block, or the cut at the end) as a problem.
+fn note_read_error(problems: &mut Problems, error: &TlogError) {
+    let offset = crate::reader::error_offset(error).unwrap_or(0);
+    let kind = match error {
+        TlogError::Truncated { .. } => ProblemKind::Truncated,
+        _ => ProblemKind::CorruptBlock,
+    };
+    problems.note(kind, None, None, offset, || error.to_string());
 }
 
 /// Write every item of `record` as one CSV row: `timestamp` then the flattened columns of
-/// the record's first item, in order. Later items with another shape (a longer array, say)
-/// fill the columns they share with the first and leave the rest empty. Returns the number
-/// of rows written (the header excluded).
+/// the record's first item, in order (repeated names suffixed `#2`, … as by
+/// [`Value::flatten`]). Later items with another shape (a longer array, say) fill the
+/// columns they share with the first and leave the rest empty; the values left out are
+/// counted in the problems. Writes only into `out`; works on any [`FileReader`] (a file or
+/// bytes in memory) and any `Write`.
 pub fn to_csv(
     reader: &FileReader,
     record: &str,
     out: impl Write,
     progress: Option<&ProgressBar>,
-) -> Result<u64, TlogError> {
+) -> Result<CsvStats, TlogError> {
     let info = find_record(reader, record)?;
     if info.schema.is_none() {
         return Err(unusable_schema(&info));
     }
+    let records = reader.records();
+    let wanted: HashSet<u64> = records.iter().filter(|r| r.name == record).map(|r| r.id).collect();
+    let known: HashSet<u64> = records.iter().map(|r| r.id).collect();
     let mut out = BufWriter::new(out);
     if let Some(bar) = progress {
         bar.set_length(reader.len());
     }
+    let mut problems = Problems::default();
     let mut columns: Option<HashMap<String, usize>> = None;
-    let mut rows = 0u64;
+    let mut stats = CsvStats::default();
     let mut leaves = Vec::new();
     let mut cells: Vec<String> = Vec::new();
-    let filter = ItemFilter { record: Some(record.to_string()), ..ItemFilter::default() };
-    for item in reader.items(filter) {
-        // Bad blocks are skipped: the point of an export of a damaged log is what survived.
-        let Ok(item) = item else { continue };
+    for item in reader.items(ItemFilter::default()) {
+        // Bad blocks are skipped and counted: the point of an export of a damaged log is
+        // what survived.
+        let item = match item {
+            Ok(item) => item,
+            Err(error) => {
+                note_read_error(&mut problems, &error);
+                continue;
+            }
+        };
         if let Some(bar) = progress {
             bar.set_position(item.offset);
         }
-        let Ok(value) = reader.decode_item(&item) else { continue };
+        if !wanted.contains(&item.record_id) {
+            if !known.contains(&item.record_id) {
+                problems.note(ProblemKind::NoSchema, Some(item.record_id), None, item.offset, || {
+                    "no schema block for this record id".into()
+                });
+            }
+            continue;
+        }
+        let value = match reader.decode_item(&item) {
+            Ok(value) => value,
+            Err(error) => {
+                problems.note(ProblemKind::Undecodable, Some(item.record_id), Some(record), item.offset, || {
+                    error.to_string()
+                });
+                continue;
+            }
+        };
         leaves.clear();
         value.flatten("", &mut leaves);
-        if columns.is_none() {
+        let columns = columns.get_or_insert_with(|| {
             let names: Vec<&str> = leaves.iter().map(|(name, _)| name.as_str()).collect();
-            write_header(&mut out, &names)?;
-            columns = Some(names.iter().enumerate().map(|(i, name)| (name.to_string(), i)).collect());
+            // flatten() makes names unique, so every column gets its own index.
+            names.iter().enumerate().map(|(i, name)| (name.to_string(), i)).collect()
+        });
+        if stats.rows == 0 {
+            let mut names: Vec<(&str, usize)> = columns.iter().map(|(name, &i)| (name.as_str(), i)).collect();
+            names.sort_by_key(|&(_, i)| i);
+            write_header(&mut out, names.iter().map(|&(name, _)| name))?;
+            stats.columns = columns.len();
         }
-        let Some(columns) = &columns else { continue };
         cells.clear();
         cells.resize(columns.len(), String::new());
+        let mut without_column: Option<&str> = None;
         for (name, leaf) in &leaves {
-            if let Some(&i) = columns.get(name) {
-                cells[i] = csv_cell(leaf);
+            match columns.get(name).and_then(|&i| cells.get_mut(i)) {
+                Some(cell) => *cell = csv_cell(leaf),
+                None => without_column = without_column.or(Some(name.as_str())),
             }
+        }
+        if let Some(name) = without_column {
+            problems.note(ProblemKind::ValuesWithoutColumn, Some(item.record_id), Some(record), item.offset, || {
+                format!("no column '{name}'")
+            });
         }
         let timestamp = item.timestamp_us.map(format_seconds).unwrap_or_default();
         write!(out, "{timestamp}")?;
@@ -82,19 +156,20 @@ pub fn to_csv(
             write!(out, ",{cell}")?;
         }
         writeln!(out)?;
-        rows += 1;
+        stats.rows += 1;
     }
-    if columns.is_none() {
-        write_header(&mut out, &[])?;
+    if stats.rows == 0 {
+        write_header(&mut out, std::iter::empty())?;
     }
     out.flush()?;
     if let Some(bar) = progress {
         bar.set_position(reader.len());
     }
-    Ok(rows)
+    stats.problems = problems.into_vec();
+    Ok(stats)
 }
 
-fn write_header(out: &mut impl Write, names: &[&str]) -> io::Result<()> {
+fn write_header<'a>(out: &mut impl Write, names: impl Iterator<Item = &'a str>) -> io::Result<()> {
     write!(out, "timestamp")?;
     for name in names {
         write!(out, ",{}", csv_quote(name))?;
@@ -104,41 +179,67 @@ fn write_header(out: &mut impl Write, names: &[&str]) -> io::Result<()> {
 
 /// Write the whole log as MCAP: one channel per record (topic = record name, message
 /// encoding `json`, a JSON Schema derived from the record's schema), one message per item
-/// with log and publish time = the item's timestamp in ns (0 when it has none).
-pub fn to_mcap<W: Write + Seek>(
-    reader: &FileReader,
-    out: W,
-    progress: Option<&ProgressBar>,
-) -> Result<McapStats, TlogError> {
-    let mut writer = mcap::Writer::new(out).map_err(mcap_error)?;
+/// with log and publish time = the item's timestamp in ns (0 when it has none). Writes
+/// into any `Write` (the MCAP writer is told not to seek back); blocks and items that could
+/// not be exported are counted in the problems.
+pub fn to_mcap<W: Write>(reader: &FileReader, out: W, progress: Option<&ProgressBar>) -> Result<McapStats, TlogError> {
+    let mut writer = mcap::WriteOptions::new()
+        .disable_seeking(true)
+        .create(mcap::write::NoSeek::new(BufWriter::new(out)))
+        .map_err(mcap_error)?;
     let mut stats = McapStats::default();
+    let mut problems = Problems::default();
     let mut channels: HashMap<u64, (u16, u32)> = HashMap::new();
-    for record in reader.records() {
-        let Some(schema) = &record.schema else { continue };
+    let records = reader.records();
+    for record in &records {
+        let Some(schema) = &record.schema else {
+            let what = record.schema_error.as_deref().unwrap_or("unknown error");
+            problems.schema_unreadable(record.id, &record.name, record.schema_offset, what);
+            continue;
+        };
+        if channels.contains_key(&record.id) {
+            continue;
+        }
         let json_schema = record_json_schema(&record.name, schema);
-        let schema_bytes = serde_json::to_vec(&json_schema).map_err(|e| io::Error::other(e.to_string()))?;
+        let schema_bytes = serde_json::to_vec(&json_schema).map_err(|e| TlogError::Export(format!("mcap: {e}")))?;
         let schema_id = writer.add_schema(&record.name, "jsonschema", &schema_bytes).map_err(mcap_error)?;
         let channel_id = writer.add_channel(schema_id, &record.name, "json", &BTreeMap::new()).map_err(mcap_error)?;
         channels.insert(record.id, (channel_id, 0));
     }
+    let names: HashMap<u64, &str> = records.iter().map(|r| (r.id, r.name.as_str())).collect();
     stats.channels = channels.len();
     if let Some(bar) = progress {
         bar.set_length(reader.len());
     }
     for item in reader.items(ItemFilter::default()) {
-        let Ok(item) = item else {
-            stats.skipped += 1;
-            continue;
+        let item = match item {
+            Ok(item) => item,
+            Err(error) => {
+                note_read_error(&mut problems, &error);
+                continue;
+            }
         };
         if let Some(bar) = progress {
             bar.set_position(item.offset);
         }
-        let (Some((channel_id, sequence)), Ok(value)) = (channels.get_mut(&item.record_id), reader.decode_item(&item))
-        else {
-            stats.skipped += 1;
+        let Some((channel_id, sequence)) = channels.get_mut(&item.record_id) else {
+            match names.get(&item.record_id) {
+                Some(_) => problems.data_without_readable_schema(item.record_id),
+                None => problems.note(ProblemKind::NoSchema, Some(item.record_id), None, item.offset, || {
+                    "no schema block for this record id".into()
+                }),
+            }
             continue;
         };
-        let payload = serde_json::to_vec(&value.to_json()).map_err(|e| io::Error::other(e.to_string()))?;
+        let value = match reader.decode_item(&item) {
+            Ok(value) => value,
+            Err(error) => {
+                let name = names.get(&item.record_id).copied();
+                problems.note(ProblemKind::Undecodable, Some(item.record_id), name, item.offset, || error.to_string());
+                continue;
+            }
+        };
+        let payload = serde_json::to_vec(&value.to_json()).map_err(|e| TlogError::Export(format!("mcap: {e}")))?;
         let time_ns = item.timestamp_us.map_or(0, |us| u64::try_from(us).unwrap_or(0).saturating_mul(1000));
         let header = mcap::records::MessageHeader {
             channel_id: *channel_id,
@@ -151,9 +252,13 @@ pub fn to_mcap<W: Write + Seek>(
         stats.messages += 1;
     }
     writer.finish().map_err(mcap_error)?;
+    let mut inner = writer.into_inner().into_inner();
+    inner.flush()?;
     if let Some(bar) = progress {
         bar.set_position(reader.len());
     }
+    stats.skipped = problems.skipped();
+    stats.problems = problems.into_vec();
     Ok(stats)
 }
 
@@ -179,8 +284,10 @@ fn json_schema(schema: &Schema) -> serde_json::Value {
         Schema::Timestamp => json!({ "type": "number", "description": "seconds since the UNIX epoch" }),
         Schema::Duration => json!({ "type": "number", "description": "seconds" }),
         Schema::Object(fields) => {
+            // The same names Value::to_json gives repeated fields.
+            let names = unique_names(fields.iter().map(|f| f.name.as_str()));
             let properties: serde_json::Map<String, serde_json::Value> =
-                fields.iter().map(|f| (f.name.clone(), json_schema(&f.schema))).collect();
+                names.into_iter().zip(fields).map(|(name, f)| (name, json_schema(&f.schema))).collect();
             json!({ "type": "object", "properties": properties })
         }
         Schema::Enum { items, .. } => {
@@ -207,27 +314,33 @@ fn json_schema(schema: &Schema) -> serde_json::Value {
 pub(crate) fn find_record(reader: &FileReader, name: &str) -> Result<RecordInfo, TlogError> {
     reader.record(name).ok_or_else(|| {
         let names: Vec<String> = reader.records().into_iter().map(|r| r.name).collect();
-        not_found(format!("no record '{name}' in the log; it has: {}", names.join(", ")))
+        TlogError::NotFound(format!("the log has no record '{name}'; {}", describe_records(&names)))
     })
 }
 
-pub(crate) fn unusable_schema(info: &RecordInfo) -> TlogError {
-    TlogError::Malformed {
-        offset: info.schema_offset,
-        what: format!(
-            "schema of record '{}' does not parse: {}",
-            info.name,
-            info.schema_error.as_deref().unwrap_or("unknown error")
-        ),
+/// "it has records a, b, c" or "it has no records at all (no schema blocks)".
+pub fn describe_records(names: &[String]) -> String {
+    if names.is_empty() {
+        "it has no records at all (no schema block could be read)".to_string()
+    } else {
+        format!("it has {}", names.join(", "))
     }
 }
 
-pub(crate) fn not_found(message: String) -> TlogError {
-    TlogError::Io(io::Error::new(io::ErrorKind::NotFound, message))
+pub(crate) fn unusable_schema(info: &RecordInfo) -> TlogError {
+    TlogError::NotFound(format!(
+        "the schema of record '{}' (block at byte {}) does not parse, so none of its items can be decoded: {}",
+        info.name,
+        info.schema_offset,
+        info.schema_error.as_deref().unwrap_or("unknown error")
+    ))
 }
 
 fn mcap_error(e: mcap::McapError) -> TlogError {
-    TlogError::Io(io::Error::other(format!("mcap: {e}")))
+    match e {
+        mcap::McapError::Io(e) => TlogError::Io(e),
+        other => TlogError::Export(format!("the MCAP writer failed: {other}")),
+    }
 }
 
 /// µs as seconds with exactly six decimals (no float rounding).
@@ -243,6 +356,9 @@ fn csv_cell(value: &Value) -> String {
         Value::Bool(b) => u8::from(*b).to_string(),
         Value::Int(v) => v.to_string(),
         Value::UInt(v) => v.to_string(),
+        // Negative zero is printed as 0: "-0" in a spreadsheet reads as a defect.
+        Value::F32(v) if *v == 0.0 => "0".to_string(),
+        Value::F64(v) if *v == 0.0 => "0".to_string(),
         Value::F32(v) => v.to_string(),
         Value::F64(v) => v.to_string(),
         Value::Bytes(bytes) => bytes.iter().map(|b| format!("{b:02x}")).collect(),

@@ -52,10 +52,15 @@ pub const INDEX_TRAILER: &[u8; 8] = b"TLOGIDEX";
 pub const MAX_VARUINT_LEN: usize = 10;
 
 /// Everything that can go wrong reading or writing a log.
+///
+/// `Display` gives one sentence without a trailing period, fit to follow "cannot read the log
+/// FILE: "; variants other than [`TlogError::Io`] never pretend to be I/O errors.
 #[derive(Debug)]
 pub enum TlogError {
     /// The underlying file or stream failed.
     Io(std::io::Error),
+    /// The input holds no bytes at all.
+    Empty,
     /// The file does not start with `TLOG0003`.
     BadMagic,
     /// Input ended inside a value or block that starts (or sits) at `offset`.
@@ -70,21 +75,33 @@ pub enum TlogError {
     Unsupported(String),
     /// A compression codec failed.
     Compression(String),
+    /// Something the caller asked for (a record, a field) is not in the log, or the log
+    /// holds nothing that could be exported; the text says what, and what there is instead.
+    NotFound(String),
+    /// An export or plot encoder failed (the text names which).
+    Export(String),
+    /// A request that cannot be carried out as given (a plot size out of range, more panels
+    /// than fit); the text says what would work.
+    Invalid(String),
 }
 
 impl fmt::Display for TlogError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TlogError::Io(e) => write!(f, "tlog I/O error: {e}"),
-            TlogError::BadMagic => write!(f, "not a TLOG0003 file (bad magic)"),
-            TlogError::Truncated { offset } => write!(f, "truncated data at offset {offset}"),
-            TlogError::BadCrc { offset } => write!(f, "CRC mismatch in block at offset {offset}"),
-            TlogError::UnknownFlags { offset, flags } => {
-                write!(f, "unknown flags {flags:#x} at offset {offset}")
+            TlogError::Io(e) => write!(f, "{e}"),
+            TlogError::Empty => {
+                write!(f, "the file is empty (0 bytes): nothing was ever logged to it, so there is nothing to read")
             }
-            TlogError::Malformed { offset, what } => write!(f, "malformed data at offset {offset}: {what}"),
+            TlogError::BadMagic => write!(f, "not a TLOG0003 log: it does not start with the bytes \"TLOG0003\""),
+            TlogError::Truncated { offset } => write!(f, "the data ends inside the block or value at byte {offset}"),
+            TlogError::BadCrc { offset } => write!(f, "CRC mismatch in the block at byte {offset}"),
+            TlogError::UnknownFlags { offset, flags } => {
+                write!(f, "unknown flags {flags:#x} in the block at byte {offset}")
+            }
+            TlogError::Malformed { offset, what } => write!(f, "malformed data at byte {offset}: {what}"),
             TlogError::Unsupported(what) => write!(f, "unsupported by the tlog format: {what}"),
             TlogError::Compression(what) => write!(f, "compression error: {what}"),
+            TlogError::NotFound(what) | TlogError::Export(what) | TlogError::Invalid(what) => f.write_str(what),
         }
     }
 }

@@ -7,10 +7,14 @@
 //! is bad. Bad blocks are reported (with their offset) and skipped; a file cut anywhere yields
 //! every complete block before the cut. It never writes.
 //!
-//! **I/O strategy.** [`FileReader::open`] keeps the `File` and uses positioned reads
-//! (`FileExt::read_at`, i.e. `pread`) through a small sliding buffer, so seeking in a 1 GiB log
-//! touches a few hundred KiB instead of reading the whole file; [`FileReader::from_bytes`] reads
-//! from memory. The file length is taken once at open: bytes appended later are not seen.
+//! **I/O strategy.** [`FileReader::open`] (or [`FileReader::from_file`] on a file the caller
+//! opened and checked) keeps the `File` and uses positioned reads (`FileExt::read_at`, i.e.
+//! `pread`) through a small sliding buffer, so seeking in a 1 GiB log touches a few hundred KiB
+//! instead of reading the whole file; [`FileReader::from_bytes`] reads from memory (what fuzz
+//! targets use). The file length is taken once at open: bytes appended later are not seen.
+//!
+//! **Damage accounting.** [`FileReader::survey`] walks the file once and counts every kind of
+//! damage (see [`crate::survey`]); the exporters count what they skip the same way.
 //!
 //! **Resynchronisation.** After a bad block (CRC mismatch, unknown flags, malformed body) the
 //! walk continues at the block's declared end when that is *plausible* (end of file, or a
@@ -40,6 +44,7 @@ use crate::format::{
     INDEX_TRAILER, MAX_VARUINT_LEN, SEEK_MARKER_MAGIC,
 };
 use crate::schema::Schema;
+use crate::survey::{IndexState, ProblemKind, Problems, RecordSurvey, Span, Survey};
 use crate::value::{decode, Value};
 
 /// The binary search over byte offsets stops once the window is this small; the rest is a
@@ -139,28 +144,47 @@ struct Directory {
 impl FileReader {
     /// Open a file for positioned reads; only the header is read now.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, TlogError> {
-        let file = File::open(path)?;
+        Self::from_file(File::open(path)?)
+    }
+
+    /// Read an already opened file (positioned reads; only the header is read now). Lets a
+    /// caller check what it opened (e.g. its device and inode) before reading.
+    pub fn from_file(file: File) -> Result<Self, TlogError> {
         let len = file.metadata()?.len();
         Self::new(Source::File { file, len })
     }
 
-    /// Read a log held in memory.
-    pub fn from_bytes(bytes: Vec<u8>) -> Result<Self, TlogError> {
-        Self::new(Source::Memory(bytes))
+    /// Read a log held in memory (a `Vec<u8>`, or a copy of a `&[u8]`): every reader entry
+    /// point then works without touching a file, which is what fuzz targets need.
+    pub fn from_bytes(bytes: impl Into<Vec<u8>>) -> Result<Self, TlogError> {
+        Self::new(Source::Memory(bytes.into()))
     }
 
     fn new(source: Source) -> Result<Self, TlogError> {
         let mut window = Window::default();
         let head = window.peek(&source, 0, FILE_MAGIC.len() + MAX_VARUINT_LEN)?;
+        if head.is_empty() {
+            return Err(TlogError::Empty);
+        }
         let magic_len = head.len().min(FILE_MAGIC.len());
         if head[..magic_len] != FILE_MAGIC[..magic_len] {
             return Err(TlogError::BadMagic);
         }
-        if head.len() < FILE_MAGIC.len() {
-            return Err(TlogError::Truncated { offset: 0 });
-        }
         let mut pos = FILE_MAGIC.len();
-        let header_flags = read_varuint(head, &mut pos)?;
+        let header_flags = match read_varuint(head, &mut pos) {
+            Ok(flags) => flags,
+            Err(TlogError::Truncated { .. }) => {
+                return Err(malformed(
+                    0,
+                    format!(
+                        "the file is only {} bytes long, shorter than the TLOG0003 header: it was cut before \
+                         anything was logged",
+                        head.len()
+                    ),
+                ))
+            }
+            Err(e) => return Err(e),
+        };
         if header_flags != 0 {
             return Err(TlogError::UnknownFlags { offset: FILE_MAGIC.len() as u64, flags: header_flags });
         }
@@ -393,6 +417,104 @@ impl FileReader {
             }
         }
         report
+    }
+
+    /// Walk the whole file once: block counts, every record's item count and time range, and
+    /// every problem (corrupt blocks, a cut, data without a schema, schemas that do not
+    /// parse, items that do not decode). Decodes every item, so it costs a full read.
+    pub fn survey(&self) -> Survey {
+        let directory = self.directory();
+        let mut report = ScanReport { has_index: self.read_index().is_some(), ..ScanReport::default() };
+        let mut problems = Problems::default();
+        let mut records: Vec<RecordSurvey> = Vec::with_capacity(directory.records.len());
+        let mut by_id: HashMap<u64, usize> = HashMap::new();
+        for (i, record) in directory.records.iter().enumerate() {
+            by_id.entry(record.id).or_insert(i);
+            records.push(RecordSurvey {
+                id: record.id,
+                name: record.name.clone(),
+                items: 0,
+                first_us: None,
+                last_us: None,
+            });
+            if let Some(error) = &record.schema_error {
+                problems.schema_unreadable(record.id, &record.name, record.schema_offset, error);
+            }
+        }
+        let (mut data_span, mut all_span) = (Span::default(), Span::default());
+        for event in Walker::new(self, self.data_start) {
+            match event {
+                Event::Error(TlogError::Truncated { offset }) => {
+                    report.truncated_at = Some(offset);
+                    problems.note(ProblemKind::Truncated, None, None, offset, || "cut".into());
+                }
+                Event::Error(error) => {
+                    report.blocks += 1;
+                    let offset = error_offset(&error).unwrap_or(0);
+                    let what = error.to_string();
+                    problems.note(ProblemKind::CorruptBlock, None, None, offset, || what.clone());
+                    report.corrupt.push((offset, what));
+                }
+                Event::Data(block) => {
+                    report.blocks += 1;
+                    report.data_blocks += 1;
+                    let item = block.item;
+                    if let Some(t) = item.timestamp_us {
+                        all_span.add(t);
+                        let bookkeeping = by_id
+                            .get(&item.record_id)
+                            .is_some_and(|&i| directory.records[i].name == crate::realtime::STATS_RECORD);
+                        if !bookkeeping {
+                            data_span.add(t);
+                        }
+                    }
+                    let Some(&i) = by_id.get(&item.record_id) else {
+                        problems.note(ProblemKind::NoSchema, Some(item.record_id), None, item.offset, || {
+                            "no schema block for this record id".into()
+                        });
+                        continue;
+                    };
+                    let (record, survey) = (&directory.records[i], &mut records[i]);
+                    survey.items += 1;
+                    if let Some(t) = item.timestamp_us {
+                        survey.first_us = Some(survey.first_us.map_or(t, |f| f.min(t)));
+                        survey.last_us = Some(survey.last_us.map_or(t, |l| l.max(t)));
+                    }
+                    match &record.schema {
+                        None => problems.data_without_readable_schema(record.id),
+                        Some(schema) => {
+                            if let Err(e) = decode(schema, &item.data) {
+                                problems.note(
+                                    ProblemKind::Undecodable,
+                                    Some(record.id),
+                                    Some(&record.name),
+                                    item.offset,
+                                    || e.to_string(),
+                                );
+                            }
+                        }
+                    }
+                }
+                Event::Schema(_) => {
+                    report.blocks += 1;
+                    report.schemas += 1;
+                }
+                Event::SeekMarker(_) => {
+                    report.blocks += 1;
+                    report.seek_markers += 1;
+                }
+                Event::Index | Event::Other => report.blocks += 1,
+            }
+        }
+        let index = match (report.has_index, report.truncated_at) {
+            (true, _) => IndexState::Present,
+            (false, Some(at)) => IndexState::Cut { at },
+            (false, None) => IndexState::Absent {
+                closed: records.iter().any(|r| r.name == crate::realtime::STATS_RECORD && r.items > 0),
+            },
+        };
+        let data_span_us = data_span.get().or(all_span.get());
+        Survey { scan: report, records, problems: problems.into_vec(), index, data_span_us }
     }
 
     /// Every valid seek marker, in file order (a full walk).

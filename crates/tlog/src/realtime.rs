@@ -8,6 +8,16 @@
 //! handler, and keeps draining even when writes fail (disk full): failures are counted, not
 //! fatal. On [`LogThread::finish`] it drains what is left, writes a final
 //! `rtloop_log_stats` record (so drops are in the log itself), writes the index and closes.
+//! The stats record is stamped with the latest timestamp of the data, not the time of
+//! closing, so it never stretches the log's time span.
+//!
+//! **What a crash loses.** The writer thread flushes the file at least every
+//! [`FLUSH_INTERVAL`] while data is waiting, and a handler can flush at once after a message
+//! that must not be lost (rtloop's events do). So a process killed with SIGKILL leaves
+//! every message handed over up to about 100 ms (plus what was still in the ring) before the
+//! kill, every event that was flushed, and a file that ends on a complete block or inside
+//! the one being written; [`RtLogger::flushed`] says how many messages have reached the OS.
+//! A power loss can also lose what the OS had not yet written to disk (no fsync is made).
 //!
 //! Must never: block, allocate or make a system call in anything the real-time side calls
 //! ([`RtLogger::log`], [`RtLogger::dropped`]); stop draining because a write failed.
@@ -19,11 +29,15 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long the writer thread sleeps when the ring is empty. Short enough that a ring of a
 /// few hundred messages at kHz rates never fills while it sleeps.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(1);
+
+/// The longest a handed-over message waits in the writer's buffer before it is flushed to
+/// the file (the bound on what a crash of the process loses, besides the ring).
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Name of the record written last with the final counts.
 pub const STATS_RECORD: &str = "rtloop_log_stats";
@@ -32,6 +46,8 @@ pub const STATS_RECORD: &str = "rtloop_log_stats";
 #[derive(Debug, Default)]
 struct Shared {
     dropped: AtomicU64,
+    /// Messages written and flushed to the file.
+    flushed: AtomicU64,
     stop: AtomicBool,
 }
 
@@ -59,6 +75,12 @@ impl<M> RtLogger<M> {
     /// Messages dropped so far because the ring was full.
     pub fn dropped(&self) -> u64 {
         self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Messages written and flushed to the file so far: a crash of this process from now on
+    /// leaves at least this many in the log. Wait-free.
+    pub fn flushed(&self) -> u64 {
+        self.shared.flushed.load(Ordering::Acquire)
     }
 
     /// Free slots in the ring right now.
@@ -96,7 +118,8 @@ pub struct LogThread {
 }
 
 /// Start the writer thread. `capacity` is the ring size in messages; `handler` turns one
-/// message into records on the writer (it runs on the writer thread, so it may allocate).
+/// message into records on the writer (it runs on the writer thread, so it may allocate,
+/// and it may call [`FileWriter::flush`] after a message that must reach the file at once).
 ///
 /// Registers the `rtloop_log_stats` record on `writer` before starting.
 pub fn spawn<M, W, H>(
@@ -155,6 +178,37 @@ where
     H: FnMut(&mut FileWriter<W>, M) -> Result<(), TlogError>,
 {
     let mut stats = LogStats::default();
+    // Everything handled so far is in the file once nothing is left unflushed.
+    let publish_flushed = |writer: &FileWriter<W>, stats: &LogStats| {
+        if writer.unflushed_bytes() == 0 {
+            shared.flushed.store(stats.written, Ordering::Release);
+        }
+    };
+    // When the oldest unflushed byte was written (None: everything is in the file).
+    let mut unflushed_since: Option<Instant> = None;
+    // Bound what a crash loses: nothing waits in the buffer longer than FLUSH_INTERVAL, even
+    // while the ring never runs empty.
+    let mut flush_if_due = |writer: &mut FileWriter<W>, stats: &mut LogStats| {
+        if writer.unflushed_bytes() == 0 {
+            unflushed_since = None;
+            publish_flushed(writer, stats);
+            return;
+        }
+        let since = *unflushed_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= FLUSH_INTERVAL {
+            match writer.flush() {
+                Ok(()) => {
+                    unflushed_since = None;
+                    publish_flushed(writer, stats);
+                }
+                Err(_) => {
+                    // Counted; the next attempt waits another interval.
+                    stats.write_errors += 1;
+                    unflushed_since = Some(Instant::now());
+                }
+            }
+        }
+    };
     loop {
         // Read the flag before draining: everything pushed before `finish` is then drained
         // by this pass or an earlier one.
@@ -168,10 +222,12 @@ where
                 Ok(()) => stats.written += 1,
                 Err(_) => stats.write_errors += 1,
             }
+            flush_if_due(&mut writer, &mut stats);
         }
         if stopping {
             break;
         }
+        flush_if_due(&mut writer, &mut stats);
         if !handled_any {
             std::thread::sleep(POLL_INTERVAL);
         }
@@ -179,11 +235,16 @@ where
 
     stats.dropped = shared.dropped.load(Ordering::Relaxed);
     let record = StatsRecord { written: stats.written, dropped: stats.dropped, write_errors: stats.write_errors };
-    if writer.write(&stats_handle, now_us(), &record).is_err() {
+    // Stamped with the data's latest time: the time of closing would stretch the log's span.
+    let stamp = writer.latest_timestamp_us().unwrap_or_else(now_us);
+    if writer.write(&stats_handle, stamp, &record).is_err() {
         stats.write_errors += 1;
     }
     match writer.finish() {
-        Ok(bytes) => stats.bytes = bytes,
+        Ok(bytes) => {
+            stats.bytes = bytes;
+            shared.flushed.store(stats.written, Ordering::Release);
+        }
         Err(_) => {
             stats.write_errors += 1;
             stats.bytes = writer.bytes_written();

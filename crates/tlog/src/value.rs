@@ -8,9 +8,10 @@
 //!
 //! JSON mapping ([`Value::to_json`]): timestamps and durations become **seconds as f64**
 //! (µs / 1e6; seconds since the UNIX epoch for timestamps), because plotting tools want
-//! numbers; NaN and ±inf become `null` (JSON has no spelling for them); bytes become an
+//! numbers; NaN and ±inf become `null` (JSON has no spelling for them), −0 becomes 0; bytes become an
 //! array of numbers; unions are transparent (an optional that is absent is `null`); enums
-//! become their item name when the schema names the value, else the integer.
+//! become their item name when the schema names the value, else the integer; a repeated
+//! field name (legal in a foreign log) keeps every value, the repeats named `name#2`, ….
 
 use crate::format::{read_array, read_bytes, read_i64, read_string, read_varint, read_varuint, TlogError};
 use crate::schema::Schema;
@@ -201,8 +202,12 @@ impl Value {
             Value::F64(v) => float_json(*v),
             Value::Bytes(b) => J::Array(b.iter().map(|&x| J::from(x)).collect()),
             Value::String(s) => J::String(s.clone()),
-            Value::Object(fields) | Value::Map(fields) => {
+            Value::Object(fields) | Value::Map(fields) if all_unique(fields.iter().map(|(k, _)| k.as_str())) => {
                 J::Object(fields.iter().map(|(k, v)| (k.clone(), v.to_json())).collect())
+            }
+            Value::Object(fields) | Value::Map(fields) => {
+                let names = unique_names(fields.iter().map(|(k, _)| k.as_str()));
+                J::Object(names.into_iter().zip(fields).map(|(k, (_, v))| (k, v.to_json())).collect())
             }
             Value::Array(items) => J::Array(items.iter().map(Value::to_json).collect()),
             Value::Union(_, inner) => inner.to_json(),
@@ -217,7 +222,24 @@ impl Value {
     /// Append the leaves of this value as `(dotted.name, leaf)` pairs, depth first in schema
     /// order: object fields by name, array items by index, map entries by key
     /// (`servo.0.position`). Unions are transparent. A leaf at the top level is named `prefix`.
+    ///
+    /// The names appended are unique among themselves: a foreign schema may repeat a field
+    /// name, and dotted names can collide (a field `a.b` beside an object `a` with a field
+    /// `b`), so a repeated name gets the suffix `#2`, `#3`, … (see [`unique_names`]).
     pub fn flatten(&self, prefix: &str, out: &mut Vec<(String, Value)>) {
+        let start = out.len();
+        self.flatten_into(prefix, out);
+        let appended = &mut out[start..];
+        if all_unique(appended.iter().map(|(name, _)| name.as_str())) {
+            return;
+        }
+        let names = unique_names(appended.iter().map(|(name, _)| name.as_str()));
+        for ((name, _), unique) in appended.iter_mut().zip(names) {
+            *name = unique;
+        }
+    }
+
+    fn flatten_into(&self, prefix: &str, out: &mut Vec<(String, Value)>) {
         fn join(prefix: &str, name: &str) -> String {
             if prefix.is_empty() {
                 name.to_string()
@@ -228,15 +250,15 @@ impl Value {
         match self {
             Value::Object(fields) | Value::Map(fields) => {
                 for (name, value) in fields {
-                    value.flatten(&join(prefix, name), out);
+                    value.flatten_into(&join(prefix, name), out);
                 }
             }
             Value::Array(items) => {
                 for (i, value) in items.iter().enumerate() {
-                    value.flatten(&join(prefix, &i.to_string()), out);
+                    value.flatten_into(&join(prefix, &i.to_string()), out);
                 }
             }
-            Value::Union(_, inner) => inner.flatten(prefix, out),
+            Value::Union(_, inner) => inner.flatten_into(prefix, out),
             leaf => out.push((prefix.to_string(), leaf.clone())),
         }
     }
@@ -263,7 +285,41 @@ pub fn micros_to_seconds(us: i64) -> f64 {
     us as f64 / 1e6
 }
 
+/// True when no name repeats (the common case, checked without copying a name).
+fn all_unique<'a>(names: impl Iterator<Item = &'a str>) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    names.into_iter().all(|name| seen.insert(name))
+}
+
+/// Names made unique in order: the first of each name is kept, a repeat becomes `name#2`,
+/// `name#3`, … (skipping any name already taken). Duplicate field names are legal in a
+/// foreign log; both values must survive into JSON objects and CSV columns.
+pub fn unique_names<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut taken = std::collections::HashSet::new();
+    // The next suffix to try per name, so n repeats of one name cost O(n), not O(n²).
+    let mut next_suffix: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for name in names {
+        let mut unique = name.to_string();
+        if taken.contains(&unique) {
+            let n = next_suffix.entry(name).or_insert(2);
+            loop {
+                unique = format!("{name}#{n}");
+                *n += 1;
+                if !taken.contains(&unique) {
+                    break;
+                }
+            }
+        }
+        taken.insert(unique.clone());
+        out.push(unique);
+    }
+    out
+}
+
+/// A JSON number; NaN and infinities become null, and negative zero is written as 0.
 fn float_json(v: f64) -> serde_json::Value {
+    let v = if v == 0.0 { 0.0 } else { v };
     serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, serde_json::Value::Number)
 }
 

@@ -5,8 +5,9 @@
 //!
 //! This is the slow, allocating, blocking side of logging: it runs on a writer thread (see
 //! [`crate::realtime`]), never on the real-time thread. It must never emit anything an mjlib
-//! reader rejects unless the caller opted in (zstd), and never record an offset that differs
-//! from where the bytes actually went: offsets count the bytes the underlying writer accepted.
+//! reader rejects unless the caller opted in (zstd), never record an offset that differs
+//! from where the bytes actually went (offsets count the bytes the underlying writer
+//! accepted), and never overwrite a file: [`FileWriter::create`] creates exclusively.
 //!
 //! Layout facts (checked against mjlib's writer and golden test bytes):
 //! * data block: `02, size, id, flags, [prev_offset varuint], [ts i64], [crc u32], payload`;
@@ -101,6 +102,10 @@ pub struct FileWriter<W: Write> {
     options: WriterOptions,
     /// Bytes the underlying writer accepted: the offset the next block starts at.
     position: u64,
+    /// `position` as of the last successful [`flush`](Self::flush).
+    flushed_position: u64,
+    /// The latest data-block timestamp written so far.
+    latest_timestamp_us: Option<i64>,
     ids_by_name: HashMap<String, u64>,
     records: BTreeMap<u64, RecordState>,
     next_id: u64,
@@ -117,15 +122,35 @@ pub struct FileWriter<W: Write> {
     closed: bool,
 }
 
+/// The write buffer of a file-backed writer. What a crash can lose is bounded by flushing
+/// (see [`crate::realtime::FLUSH_INTERVAL`]), not by this size.
+pub const FILE_BUFFER_BYTES: usize = 1 << 16;
+
 impl FileWriter<BufWriter<File>> {
-    /// Create (truncate) a file with the default options.
+    /// Create a new file with the default options (see [`create_with`](Self::create_with)).
     pub fn create(path: impl AsRef<Path>) -> Result<Self, TlogError> {
         Self::create_with(path, WriterOptions::default())
     }
 
-    /// Create (truncate) a file with these options.
+    /// Create a new file with these options. The file is created exclusively (`O_EXCL`,
+    /// which also refuses a symbolic link at `path`): a log never overwrites anything, be it
+    /// an earlier log or whatever a link points at.
     pub fn create_with(path: impl AsRef<Path>, options: WriterOptions) -> Result<Self, TlogError> {
-        FileWriter::new(BufWriter::with_capacity(1 << 16, File::create(path)?), options)
+        let path = path.as_ref();
+        let file = std::fs::OpenOptions::new().write(true).create_new(true).open(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{} already exists, and a log never overwrites a file: remove it or choose another path",
+                        path.display()
+                    ),
+                )
+            } else {
+                e
+            }
+        })?;
+        FileWriter::new(BufWriter::with_capacity(FILE_BUFFER_BYTES, file), options)
     }
 }
 
@@ -140,6 +165,8 @@ impl<W: Write> FileWriter<W> {
             out,
             options,
             position: 0,
+            flushed_position: 0,
+            latest_timestamp_us: None,
             ids_by_name: HashMap::new(),
             records: BTreeMap::new(),
             next_id: 1,
@@ -166,6 +193,17 @@ impl<W: Write> FileWriter<W> {
     /// Bytes written so far (accepted by the underlying writer), = the next block's offset.
     pub fn bytes_written(&self) -> u64 {
         self.position
+    }
+
+    /// Bytes written since the last successful [`flush`](Self::flush) (they may still sit in
+    /// a buffer of the underlying writer, out of the file, and a crash would lose them).
+    pub fn unflushed_bytes(&self) -> u64 {
+        self.position - self.flushed_position
+    }
+
+    /// The latest timestamp of any data block written so far.
+    pub fn latest_timestamp_us(&self) -> Option<i64> {
+        self.latest_timestamp_us
     }
 
     /// The underlying writer.
@@ -285,6 +323,7 @@ impl<W: Write> FileWriter<W> {
             record.last_data_offset = Some(start);
         }
         if let Some(ts) = timestamp_us {
+            self.latest_timestamp_us = Some(self.latest_timestamp_us.map_or(ts, |latest| latest.max(ts)));
             self.maybe_write_seek_marker(ts)?;
         }
         Ok(start)
@@ -313,9 +352,11 @@ impl<W: Write> FileWriter<W> {
         result
     }
 
-    /// Flush the underlying writer.
+    /// Flush the underlying writer: every block written so far reaches the file (the OS),
+    /// so a crash of this process no longer loses it.
     pub fn flush(&mut self) -> Result<(), TlogError> {
         self.out.flush()?;
+        self.flushed_position = self.position;
         Ok(())
     }
 

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 use tlog::export::{to_csv, to_mcap};
-use tlog::plot::plot;
+use tlog::plot::{plot, PlotOptions};
 use tlog::reader::FileReader;
 use tlog::writer::{FileWriter, WriterOptions};
 
@@ -56,19 +56,25 @@ fn csv_has_a_header_and_one_row_per_item() {
     let reader = build_log();
     let mut out = Vec::new();
     let bar = indicatif::ProgressBar::hidden();
-    let rows = to_csv(&reader, "status", &mut out, Some(&bar)).unwrap();
-    assert_eq!(rows, 250);
+    let stats = to_csv(&reader, "status", &mut out, Some(&bar)).unwrap();
+    assert_eq!(stats.rows, 250);
+    // Items 1.. have a longer `extra` than the first: their extra values have no column,
+    // and that is counted, not silent.
+    assert_eq!(stats.problems.len(), 1, "{:?}", stats.problems);
+    assert_eq!(stats.problems[0].kind, tlog::survey::ProblemKind::ValuesWithoutColumn);
+    assert_eq!(stats.problems[0].count, 166);
+    assert_eq!(stats.skipped(), 0);
     let text = String::from_utf8(out).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 251);
     // The first item has an empty `extra`, so later items' extra.N have no column.
     assert_eq!(lines[0], "timestamp,mode,label,servo.0.position,servo.0.torque,servo.1.position,servo.1.torque");
-    assert_eq!(lines[1], "1650000000.000000,0,l0,0,0.5,-0,NaN");
+    assert_eq!(lines[1], "1650000000.000000,0,l0,0,0.5,0,NaN");
     assert!(lines[2].starts_with("1650000000.010000,1,\"a,\"\"b\"\"\",0.01,"));
     assert!(lines.iter().skip(1).all(|l| l.starts_with("16500000")));
 
     let mut out = Vec::new();
-    assert_eq!(to_csv(&reader, "command", &mut out, None).unwrap(), 50);
+    assert_eq!(to_csv(&reader, "command", &mut out, None).unwrap().rows, 50);
     assert!(String::from_utf8(out).unwrap().starts_with("timestamp,target\n1650000000.000000,0\n"));
 
     let error = to_csv(&reader, "nope", Vec::new(), None).unwrap_err().to_string();
@@ -111,16 +117,19 @@ fn mcap_reads_back_with_the_right_messages() {
 #[test]
 fn plot_writes_a_png_and_names_unknown_fields() {
     let reader = build_log();
-    let dir = std::env::temp_dir().join(format!("tlog-export-plot-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("plot.png");
-    plot(&reader, &["status.servo.0.position", "command.target", "status.mode"], &out, (640, 400)).unwrap();
-    let bytes = std::fs::read(&out).unwrap();
-    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    let options = PlotOptions { size: (640, 400), one_axis: false };
+    let mut png = Vec::new();
+    let stats =
+        plot(&reader, &["status.servo.0.position", "command.target", "status.mode"], &options, &mut png).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert_eq!(stats.points, [250, 50, 250]);
+    assert!(stats.problems.is_empty());
 
-    let error = plot(&reader, &["status.servo.9.position"], &out, (640, 400)).unwrap_err().to_string();
+    let error = plot(&reader, &["status.servo.9.position"], &options, Vec::new()).unwrap_err().to_string();
     assert!(error.contains("status.servo.9.position") && error.contains("status.servo.0.position"), "{error}");
-    let error = plot(&reader, &["bogus.x"], &out, (640, 400)).unwrap_err().to_string();
+    let error = plot(&reader, &["bogus.x"], &options, Vec::new()).unwrap_err().to_string();
     assert!(error.contains("bogus.x") && error.contains("status"), "{error}");
-    std::fs::remove_dir_all(&dir).ok();
+    let big = PlotOptions { size: (100_000, 400), one_axis: false };
+    let error = plot(&reader, &["command.target"], &big, Vec::new()).unwrap_err().to_string();
+    assert!(error.contains("100000") && error.contains("8192"), "{error}");
 }

@@ -632,3 +632,22 @@ fn create_writes_a_file() {
     assert_eq!(file.len() as u64, size);
     assert!(file.starts_with(b"TLOG0003\0") && file.ends_with(b"TLOGIDEX"));
 }
+
+#[test]
+fn create_never_overwrites_a_file_or_follows_a_link() {
+    let dir = std::env::temp_dir().join(format!("tlog-writer-excl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let existing = dir.join("earlier.tlog");
+    std::fs::write(&existing, b"an earlier log").unwrap();
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, b"outside file").unwrap();
+    let link = dir.join("link.tlog");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    for path in [&existing, &link] {
+        let error = FileWriter::create(path).err().expect("refused").to_string();
+        assert!(error.contains("already exists") && error.contains("never overwrites"), "{error}");
+    }
+    assert_eq!(std::fs::read(&existing).unwrap(), b"an earlier log");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"outside file");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

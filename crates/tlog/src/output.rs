@@ -1,0 +1,163 @@
+//! Output files of the reading tools (CSV, MCAP, PNG) that cannot destroy anything.
+//!
+//! An export used to open its output with `File::create`: pointed at its own input (by the
+//! same name, a symbolic link or a hard link) it truncated the log it was about to read, and a
+//! failed export left a truncated file behind. [`OutputFile`] instead
+//! * refuses a destination that is the input file (same device and inode, links followed),
+//!   whatever the caller allows;
+//! * refuses a destination that already exists (file, link or anything else) unless the
+//!   caller asks to replace it, and refuses a directory;
+//! * writes into a new temporary file created exclusively (`O_EXCL`, by the `tempfile`
+//!   crate) in the destination's directory, and renames it into place only on
+//!   [`OutputFile::commit`] — so a failed or interrupted export leaves the destination as it
+//!   was, and a link at the destination is replaced, never followed.
+//!
+//! Must never: open the destination itself for writing, follow a link at it, or replace the
+//! input.
+
+use std::fmt;
+use std::fs::{File, Permissions};
+use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Which file a path or handle is: its device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileIdentity {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileIdentity {
+    /// The identity of an open file.
+    pub fn of_file(file: &File) -> io::Result<Self> {
+        Ok(Self::of_metadata(&file.metadata()?))
+    }
+
+    fn of_metadata(metadata: &std::fs::Metadata) -> Self {
+        FileIdentity { dev: metadata.dev(), ino: metadata.ino() }
+    }
+}
+
+/// Why an output could not be created or put in place. `Display` is one sentence.
+#[derive(Debug)]
+pub enum OutputError {
+    /// The destination is the input (by name, or through a symbolic or hard link).
+    IsInput { dest: PathBuf },
+    /// The destination exists and replacing it was not asked for.
+    Exists { dest: PathBuf },
+    /// The destination is a directory.
+    IsDirectory { dest: PathBuf },
+    /// The directory the destination would go in does not exist (or is not a directory).
+    NoDirectory { dest: PathBuf, dir: PathBuf },
+    /// The file system refused.
+    Io { dest: PathBuf, error: io::Error },
+}
+
+impl fmt::Display for OutputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OutputError::IsInput { dest } => write!(
+                f,
+                "{} is the log being read (the same file, by this name or through a link): writing there would \
+                 destroy it; choose another output path",
+                dest.display()
+            ),
+            OutputError::Exists { dest } => {
+                write!(f, "{} already exists: choose another path, or ask for it to be replaced", dest.display())
+            }
+            OutputError::IsDirectory { dest } => {
+                write!(f, "{} is a directory: give a file path for the output", dest.display())
+            }
+            OutputError::NoDirectory { dest, dir } => write!(
+                f,
+                "cannot create {}: the directory {} does not exist; create it or choose another path",
+                dest.display(),
+                dir.display()
+            ),
+            OutputError::Io { dest, error } => write!(f, "cannot write {}: {error}", dest.display()),
+        }
+    }
+}
+
+impl std::error::Error for OutputError {}
+
+/// An output being written: a temporary file beside the destination until [`commit`].
+///
+/// Dropping it without committing deletes the temporary file and leaves the destination as
+/// it was.
+///
+/// [`commit`]: OutputFile::commit
+pub struct OutputFile {
+    temp: tempfile::NamedTempFile,
+    dest: PathBuf,
+    replace: bool,
+}
+
+impl OutputFile {
+    /// Check `dest` against `input` and create the temporary file. `replace`: an existing
+    /// destination may be replaced (never the input, and never a directory).
+    pub fn create(dest: &Path, input: Option<FileIdentity>, replace: bool) -> Result<Self, OutputError> {
+        let io_error = |error: io::Error| OutputError::Io { dest: dest.to_path_buf(), error };
+        // Links followed: a symbolic link to the input, or a hard link of it, is the input.
+        match std::fs::metadata(dest) {
+            Ok(metadata) => {
+                if input.is_some_and(|input| input == FileIdentity::of_metadata(&metadata)) {
+                    return Err(OutputError::IsInput { dest: dest.to_path_buf() });
+                }
+                if metadata.is_dir() {
+                    return Err(OutputError::IsDirectory { dest: dest.to_path_buf() });
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            // A loop of links, a permission problem on the way: report it, do not guess.
+            Err(e) if std::fs::symlink_metadata(dest).is_err() => return Err(io_error(e)),
+            Err(_) => {}
+        }
+        // Links not followed: a dangling link is still something that exists.
+        match std::fs::symlink_metadata(dest) {
+            Ok(_) if !replace => return Err(OutputError::Exists { dest: dest.to_path_buf() }),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error(e)),
+        }
+        let dir = match dest.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if !std::fs::metadata(&dir).is_ok_and(|m| m.is_dir()) {
+            return Err(OutputError::NoDirectory { dest: dest.to_path_buf(), dir });
+        }
+        let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let temp = tempfile::Builder::new()
+            .prefix(&format!(".{name}."))
+            .suffix(".partial")
+            // Like File::create: 0666 less the umask (tempfile's default is 0600).
+            .permissions(Permissions::from_mode(0o666))
+            .tempfile_in(&dir)
+            .map_err(io_error)?;
+        Ok(OutputFile { temp, dest: dest.to_path_buf(), replace })
+    }
+
+    /// The temporary file to write the output into.
+    pub fn file(&mut self) -> &mut File {
+        self.temp.as_file_mut()
+    }
+
+    /// The destination path.
+    pub fn dest(&self) -> &Path {
+        &self.dest
+    }
+
+    /// Put the finished output in place: rename the temporary file onto the destination
+    /// (atomically refusing one that appeared meanwhile, unless replacing was asked for).
+    pub fn commit(self) -> Result<(), OutputError> {
+        let OutputFile { temp, dest, replace } = self;
+        let persisted = if replace { temp.persist(&dest) } else { temp.persist_noclobber(&dest) };
+        match persisted {
+            Ok(_) => Ok(()),
+            Err(e) if e.error.kind() == io::ErrorKind::AlreadyExists => Err(OutputError::Exists { dest }),
+            Err(e) => Err(OutputError::Io { dest, error: e.error }),
+        }
+    }
+}
