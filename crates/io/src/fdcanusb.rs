@@ -74,8 +74,9 @@ const MAX_DRAIN_FRAMES: usize = 1024;
 pub const DEFAULT_RECONNECT_INTERVAL_NS: u64 = 500_000_000;
 
 /// At open, after the junk-clearing newline: the device's answers are dropped until it has
-/// been silent this long. A USB fdcanusb or our simulator answers within a millisecond or two.
-pub const JUNK_SETTLE_QUIET_NS: u64 = 10_000_000;
+/// been silent this long. A USB fdcanusb or our simulator answers within a millisecond or two;
+/// a device that has nothing to say costs each open this much.
+pub const JUNK_SETTLE_QUIET_NS: u64 = 5_000_000;
 
 /// At open: the junk-clearing settle never takes longer than this, however much a device says.
 pub const JUNK_SETTLE_MAX_NS: u64 = 100_000_000;
