@@ -210,6 +210,7 @@ pub fn run(req: &CanRequest) -> Result<Outcome, String> {
         if last.failed_buses != 0 {
             bus_error_cycles += 1;
             bus_error = bus_error.or_else(|| first_bus_error(&last));
+            std::thread::sleep(crate::servo_cmd::FAILED_BUS_RETRY);
         }
         let now = clock.now_ns();
         if now - window_start >= 1_000_000_000 {

@@ -21,6 +21,9 @@ use serde_json::{json, Value};
 /// The exit status of a device command that ran but did not get everything it expected.
 pub const EXIT_DEVICE_FAILED: u8 = 1;
 
+/// With `--run`, how long to wait after a cycle whose bus failed before trying again.
+pub const FAILED_BUS_RETRY: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// What a device command came to: the text for stdout, and — when something it expected did
 /// not happen — the one sentence for stderr; the command then exits with
 /// [`EXIT_DEVICE_FAILED`].
@@ -262,6 +265,9 @@ pub fn run(req: &ServoRequest) -> Result<Outcome, String> {
         if failed {
             errors += 1;
             first_bus_error = first_bus_error.or(report.stats.bus_errors[0]);
+            // A failed bus fails the next cycle at once too: retry at a human pace instead
+            // of spinning a core.
+            std::thread::sleep(FAILED_BUS_RETRY);
         }
         // Say so once when the bus drops and once when it comes back, not every cycle.
         if failed != bus_down {
