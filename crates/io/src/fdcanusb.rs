@@ -16,8 +16,9 @@
 //! when there is none. [`FdcanusbTransport::open`] then reads and drops the device's answers
 //! for a short, bounded settle time ([`JUNK_SETTLE_QUIET_NS`] of silence, at most
 //! [`JUNK_SETTLE_MAX_NS`]) so that an `ERR` about the junk is not taken for an answer to our
-//! lines; dropped lines are counted in [`TransportCounters::protocol_errors`]. A reconnect on
-//! the hot path sends the newline too, but does not wait.
+//! lines; dropped lines other than `rcv` frames are counted in
+//! [`TransportCounters::protocol_errors`]. A reconnect on the hot path sends the newline too,
+//! but does not wait.
 //!
 //! What it must never do: allocate, block or panic in `send`, `recv`, `flush` or `drain`.
 //! Every buffer (a 16 KiB receive buffer split into lines in place, a 4 KiB transmit backlog
@@ -535,7 +536,9 @@ fn describe_open_failure(failure: OpenFailure, path: &str) -> String {
 
 /// Send the junk-clearing newline on a freshly opened device and drop whatever it answers
 /// until it has been quiet for [`JUNK_SETTLE_QUIET_NS`] (at most [`JUNK_SETTLE_MAX_NS`]).
-/// Returns the number of lines dropped. Runs at open only: it blocks, briefly.
+/// Returns the number of dropped lines that were not bus traffic (`ERR` about the junk,
+/// garbage): protocol errors. `rcv` lines are frames from before we asked anything, dropped
+/// like the input `configure` flushes. Runs at open only: it blocks, briefly.
 fn clear_junk_and_settle(fd: BorrowedFd<'_>) -> Result<u64, OpenFailure> {
     match nix::unistd::write(fd, JUNK_CLEAR) {
         Ok(_) | Err(Errno::EAGAIN) | Err(Errno::EINTR) => {}
@@ -543,7 +546,10 @@ fn clear_junk_and_settle(fd: BorrowedFd<'_>) -> Result<u64, OpenFailure> {
     }
     let start = crate::clock::monotonic_now_ns();
     let mut quiet_since = start;
-    let mut dropped_lines = 0u64;
+    let mut not_frames = 0u64;
+    // The first bytes of the line being read, enough to recognise `rcv `.
+    let mut head = [0u8; 4];
+    let mut head_len = 0usize;
     let mut buf = [0u8; 512];
     loop {
         let now = crate::clock::monotonic_now_ns();
@@ -551,7 +557,7 @@ fn clear_junk_and_settle(fd: BorrowedFd<'_>) -> Result<u64, OpenFailure> {
         let total_left = (start + JUNK_SETTLE_MAX_NS).saturating_sub(now);
         let wait_ns = quiet_left.min(total_left);
         if wait_ns == 0 {
-            return Ok(dropped_lines);
+            return Ok(not_frames);
         }
         let wait_ms = u16::try_from(wait_ns.div_ceil(1_000_000)).unwrap_or(u16::MAX);
         let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
@@ -561,9 +567,20 @@ fn clear_junk_and_settle(fd: BorrowedFd<'_>) -> Result<u64, OpenFailure> {
             Err(e) => return Err(OpenFailure::Configure(e)),
         }
         match nix::unistd::read(fd, &mut buf) {
-            Ok(0) => return Ok(dropped_lines),
+            Ok(0) => return Ok(not_frames),
             Ok(n) => {
-                dropped_lines += buf.get(..n).unwrap_or(&[]).iter().filter(|&&b| b == b'\n').count() as u64;
+                for &b in buf.get(..n).unwrap_or(&[]) {
+                    if b == b'\n' || b == b'\r' {
+                        let line = head.get(..head_len).unwrap_or(&[]);
+                        if !line.is_empty() && line != b"rcv " {
+                            not_frames += 1;
+                        }
+                        head_len = 0;
+                    } else if let Some(slot) = head.get_mut(head_len) {
+                        *slot = b;
+                        head_len += 1;
+                    }
+                }
                 quiet_since = crate::clock::monotonic_now_ns();
             }
             Err(Errno::EAGAIN) | Err(Errno::EINTR) => {}
