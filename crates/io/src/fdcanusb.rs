@@ -9,6 +9,17 @@
 //! by itself once the path can be opened again — always by path, because a udev or simulator
 //! symlink may by then point at a new device.
 //!
+//! A fresh descriptor starts with a lone newline. Whatever an earlier client left half-written
+//! in the device's line buffer would otherwise be glued to the front of our first `can send`
+//! and the device would refuse the whole line; the fdcanusb protocol ignores empty lines, so
+//! the newline ends the junk (which the device may answer with an `ERR`) and costs nothing
+//! when there is none. [`FdcanusbTransport::open`] then reads and drops the device's answers
+//! for a short, bounded settle time ([`JUNK_SETTLE_QUIET_NS`] of silence, at most
+//! [`JUNK_SETTLE_MAX_NS`]) so that an `ERR` about the junk is not taken for an answer to our
+//! lines; dropped lines other than `rcv` frames are counted in
+//! [`TransportCounters::protocol_errors`]. A reconnect on the hot path sends the newline too,
+//! but does not wait.
+//!
 //! What it must never do: allocate, block or panic in `send`, `recv`, `flush` or `drain`.
 //! Every buffer (a 16 KiB receive buffer split into lines in place, a 4 KiB transmit backlog
 //! for partial writes, the path as a C string) is allocated in [`FdcanusbTransport::open`].
@@ -17,13 +28,18 @@
 //! descriptor keeps termios VMIN=1, so an idle one answers EAGAIN), and, while disconnected,
 //! one non-blocking `open()` of the path at most once per
 //! [`FdcanusbOptions::reconnect_interval_ns`] (twice a second by default) — followed, only
-//! when it succeeds, by the handful of termios calls that make the new descriptor raw. It
-//! never reads a clock: the reconnect rate limit runs on the `now_ns` it is given.
+//! when it succeeds, by the handful of termios calls that make the new descriptor raw and one
+//! `write` of the junk-clearing newline. It never reads a clock: the reconnect rate limit runs
+//! on the `now_ns` it is given.
 //!
 //! Whatever the device sends — garbage, bad CRCs, `ERR`, endless lines — is counted in
-//! [`TransportCounters::protocol_errors`] and skipped.
+//! [`TransportCounters::protocol_errors`] and skipped. An `ERR` is the device refusing one of
+//! our lines (the frame never reached the bus): it is also counted in
+//! [`TransportCounters::device_errors`] and its text kept in
+//! [`TransportCounters::last_device_error`], so that a missing reply can be explained with
+//! what the device said.
 
-use crate::transport::{OpenError, Transport, TransportCounters, TransportError};
+use crate::transport::{DeviceMessage, OpenError, Transport, TransportCounters, TransportError};
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
@@ -57,6 +73,17 @@ const MAX_DRAIN_FRAMES: usize = 1024;
 
 /// Default pause between two attempts to reopen a vanished device.
 pub const DEFAULT_RECONNECT_INTERVAL_NS: u64 = 500_000_000;
+
+/// At open, after the junk-clearing newline: the device's answers are dropped until it has
+/// been silent this long. A USB fdcanusb or our simulator answers within a millisecond or two;
+/// a device that has nothing to say costs each open this much.
+pub const JUNK_SETTLE_QUIET_NS: u64 = 5_000_000;
+
+/// At open: the junk-clearing settle never takes longer than this, however much a device says.
+pub const JUNK_SETTLE_MAX_NS: u64 = 100_000_000;
+
+/// Ends whatever partial line an earlier client left in the device's buffer.
+const JUNK_CLEAR: &[u8] = b"\n";
 
 /// The prefix of [`Transport::name`] and of [`OpenError::uri`].
 const SCHEME: &str = "fdcanusb:";
@@ -120,6 +147,8 @@ impl FdcanusbTransport {
         let fail = |message: String| OpenError { uri: name.clone(), message };
         let c_path = CString::new(path).map_err(|_| fail("the path contains a NUL byte".to_string()))?;
         let fd = open_device(&c_path).map_err(|e| fail(describe_open_failure(e, path)))?;
+        let dropped_at_open = clear_junk_and_settle(fd.as_fd()).map_err(|e| fail(describe_open_failure(e, path)))?;
+        let counters = TransportCounters { protocol_errors: dropped_at_open, ..TransportCounters::default() };
         Ok(FdcanusbTransport {
             path: c_path,
             options,
@@ -133,7 +162,7 @@ impl FdcanusbTransport {
             tx_start: 0,
             tx_end: 0,
             outstanding: 0,
-            counters: TransportCounters::default(),
+            counters,
             last_reopen_attempt_ns: 0,
             name,
         })
@@ -178,6 +207,9 @@ impl FdcanusbTransport {
         self.last_reopen_attempt_ns = now_ns;
         match open_device(&self.path) {
             Ok(fd) => {
+                // End any junk left in the device's line buffer (see the module doc); no
+                // settling here, this is the hot path. A full tty takes it later or never.
+                let _ = nix::unistd::write(&fd, JUNK_CLEAR);
                 self.reset_buffers();
                 self.fd = Some(fd);
                 self.counters.reconnects += 1;
@@ -386,10 +418,12 @@ impl Transport for FdcanusbTransport {
                         return Ok(Some(frame));
                     }
                     Answer::Ok => self.outstanding = self.outstanding.saturating_sub(1),
-                    Answer::DeviceError => {
+                    Answer::DeviceError(message) => {
                         // The device answered (and refused) one of our lines.
                         self.outstanding = self.outstanding.saturating_sub(1);
                         self.counters.protocol_errors += 1;
+                        self.counters.device_errors += 1;
+                        self.counters.last_device_error = message;
                     }
                     Answer::Invalid => self.counters.protocol_errors += 1,
                     Answer::Blank => {}
@@ -436,7 +470,8 @@ impl Transport for FdcanusbTransport {
 enum Answer {
     Frame(CanFdFrame),
     Ok,
-    DeviceError,
+    /// `ERR <text>`: the device refused a line; its text.
+    DeviceError(DeviceMessage),
     /// Garbage, a bad CRC, an over-long or unknown line, or a host-side line echoed back.
     Invalid,
     /// Nothing but a line ending (e.g. the `\n` of a `\r\n` split elsewhere).
@@ -448,7 +483,7 @@ fn classify(line: &[u8]) -> Answer {
         Ok(parsed) => match parsed.line {
             Line::Rcv(frame) => Answer::Frame(frame),
             Line::Ok => Answer::Ok,
-            Line::Err(_) => Answer::DeviceError,
+            Line::Err(text) => Answer::DeviceError(DeviceMessage::new(text)),
             Line::CanSend(_) | Line::Other(_) => Answer::Invalid,
         },
         Err(lines::LineError::Empty) => Answer::Blank,
@@ -496,6 +531,61 @@ fn describe_open_failure(failure: OpenFailure, path: &str) -> String {
         }
         OpenFailure::NotATty => format!("{path} is not a serial device"),
         OpenFailure::Open(e) | OpenFailure::Configure(e) => std::io::Error::from_raw_os_error(e as i32).to_string(),
+    }
+}
+
+/// Send the junk-clearing newline on a freshly opened device and drop whatever it answers
+/// until it has been quiet for [`JUNK_SETTLE_QUIET_NS`] (at most [`JUNK_SETTLE_MAX_NS`]).
+/// Returns the number of dropped lines that were not bus traffic (`ERR` about the junk,
+/// garbage): protocol errors. `rcv` lines are frames from before we asked anything, dropped
+/// like the input `configure` flushes. Runs at open only: it blocks, briefly.
+fn clear_junk_and_settle(fd: BorrowedFd<'_>) -> Result<u64, OpenFailure> {
+    match nix::unistd::write(fd, JUNK_CLEAR) {
+        Ok(_) | Err(Errno::EAGAIN) | Err(Errno::EINTR) => {}
+        Err(e) => return Err(OpenFailure::Configure(e)),
+    }
+    let start = crate::clock::monotonic_now_ns();
+    let mut quiet_since = start;
+    let mut not_frames = 0u64;
+    // The first bytes of the line being read, enough to recognise `rcv `.
+    let mut head = [0u8; 4];
+    let mut head_len = 0usize;
+    let mut buf = [0u8; 512];
+    loop {
+        let now = crate::clock::monotonic_now_ns();
+        let quiet_left = (quiet_since + JUNK_SETTLE_QUIET_NS).saturating_sub(now);
+        let total_left = (start + JUNK_SETTLE_MAX_NS).saturating_sub(now);
+        let wait_ns = quiet_left.min(total_left);
+        if wait_ns == 0 {
+            return Ok(not_frames);
+        }
+        let wait_ms = u16::try_from(wait_ns.div_ceil(1_000_000)).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+        match nix::poll::poll(&mut fds, PollTimeout::from(wait_ms)) {
+            Ok(0) | Err(Errno::EINTR) => continue,
+            Ok(_) => {}
+            Err(e) => return Err(OpenFailure::Configure(e)),
+        }
+        match nix::unistd::read(fd, &mut buf) {
+            Ok(0) => return Ok(not_frames),
+            Ok(n) => {
+                for &b in buf.get(..n).unwrap_or(&[]) {
+                    if b == b'\n' || b == b'\r' {
+                        let line = head.get(..head_len).unwrap_or(&[]);
+                        if !line.is_empty() && line != b"rcv " {
+                            not_frames += 1;
+                        }
+                        head_len = 0;
+                    } else if let Some(slot) = head.get_mut(head_len) {
+                        *slot = b;
+                        head_len += 1;
+                    }
+                }
+                quiet_since = crate::clock::monotonic_now_ns();
+            }
+            Err(Errno::EAGAIN) | Err(Errno::EINTR) => {}
+            Err(e) => return Err(OpenFailure::Configure(e)),
+        }
     }
 }
 

@@ -39,5 +39,5 @@ pub use clock::{Clock, MonotonicClock, VirtualClock};
 pub use cycle::{CycleOptions, CycleStats, Cycler, RxFrame, SetupError, TxFrame, MAX_BUSES};
 pub use robot::{CycleReport, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec};
 pub use simulated::{default_quadruped, SimImu, SimTransport};
-pub use transport::{ImuSource, OpenError, Transport, TransportCounters, TransportError};
+pub use transport::{DeviceMessage, ImuSource, OpenError, Transport, TransportCounters, TransportError};
 pub use uri::{BusUri, UriError};

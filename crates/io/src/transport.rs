@@ -19,10 +19,68 @@ pub struct TransportCounters {
     pub received: u64,
     /// Lines, datagrams or frames that were not the protocol (garbage, bad CRC, `ERR`).
     pub protocol_errors: u64,
+    /// Of those, the device's refusals of our own lines (fdcanusb `ERR …` answers): the
+    /// frame did not reach the bus.
+    pub device_errors: u64,
+    /// What the device said in its latest refusal (empty if none), for the user to read.
+    pub last_device_error: DeviceMessage,
     /// Times the device went away.
     pub disconnects: u64,
     /// Times it was opened again after going away.
     pub reconnects: u64,
+}
+
+/// A short text a device sent (e.g. the `unknown command` of an fdcanusb `ERR unknown command`),
+/// kept inline so that recording it on the hot path never allocates. Longer texts are cut at
+/// [`DeviceMessage::CAPACITY`] bytes; bytes that are not printable ASCII become `?`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct DeviceMessage {
+    len: u8,
+    bytes: [u8; DeviceMessage::CAPACITY],
+}
+
+impl DeviceMessage {
+    /// The most bytes kept.
+    pub const CAPACITY: usize = 64;
+
+    /// Keep (the start of) `text`.
+    pub fn new(text: &[u8]) -> Self {
+        let mut m = DeviceMessage::default();
+        for (slot, &b) in m.bytes.iter_mut().zip(text) {
+            *slot = if b.is_ascii_graphic() || b == b' ' { b } else { b'?' };
+            m.len += 1;
+        }
+        m
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        // Only printable ASCII is ever stored.
+        self.bytes.get(..usize::from(self.len)).and_then(|b| std::str::from_utf8(b).ok()).unwrap_or("")
+    }
+
+    /// Nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Default for DeviceMessage {
+    fn default() -> Self {
+        DeviceMessage { len: 0, bytes: [0; DeviceMessage::CAPACITY] }
+    }
+}
+
+impl fmt::Debug for DeviceMessage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for DeviceMessage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Why a transport could not move a frame. Small and `Copy`: it is created on the hot path.

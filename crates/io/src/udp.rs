@@ -1,6 +1,6 @@
 //! CAN-FD frames over UDP (`udp:HOST:PORT[?bus=N]`), in the framing of
 //! [`proto::udp`] (`docs/udp-framing.md`): the host side ([`UdpTransport`], one bus of the
-//! cycle) and the device side ([`UdpEndpoint`], one simulated bus served by `rtloop serve`).
+//! cycle) and the device side ([`UdpEndpoint`], one simulated bus served by `rtloop sim --udp`).
 //!
 //! The host batches every frame a cycle sends to one bus into as few datagrams as fit in
 //! 1472 bytes (one, for any moteus cycle), sent at `flush`; the device answers with one

@@ -3,6 +3,10 @@
 //! ` *XX` suffix), read `OK` / `ERR` / `rcv` lines back.
 //!
 //! Every wait is bounded by a liveness guard; nothing here asserts on speed.
+//!
+//! Links live in `tempfile` directories owned by their tests (removed when the test ends, pass
+//! or panic); the last test runs all the others again with a private `TMPDIR` and checks that
+//! they leave nothing in it.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -25,8 +29,9 @@ const SILENCE: Duration = Duration::from_millis(200);
 /// temperature, fault), as the Python client writes it.
 const QUERY_SERVO_1: &str = "can send 8001 11001F01130D BF";
 
-fn unique_path(tag: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("rtloop-serve-pty-{}-{tag}", std::process::id()))
+/// A fresh directory for one test's paths, removed with everything in it when dropped.
+fn scratch_dir(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("rtloop-serve-pty-{tag}-")).tempdir().expect("temp dir")
 }
 
 fn sim_bus() -> sim::SimBus {
@@ -36,14 +41,21 @@ fn sim_bus() -> sim::SimBus {
     bus
 }
 
-/// A server with servos 1 and 2 behind a pty linked at a fresh temp path.
-fn start(tag: &str) -> (ServeHandle, PathBuf) {
-    let path = unique_path(tag);
-    let _ = std::fs::remove_file(&path);
+/// A server with servos 1 and 2 behind a pty linked at a fresh temp path. Fields drop in
+/// order: the server (which removes its link) before the directory.
+struct Started {
+    server: ServeHandle,
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+fn start(tag: &str) -> Started {
+    let dir = scratch_dir(tag);
+    let path = dir.path().join("fdcanusb");
     let endpoint = PtyFdcanusbEndpoint::create(&path).expect("create pty endpoint");
-    let handle =
+    let server =
         ServeHandle::start(vec![ServedBus { bus: sim_bus(), endpoint: Box::new(endpoint) }]).expect("start server");
-    (handle, path)
+    Started { server, path, _dir: dir }
 }
 
 fn with_crc(text: &str) -> String {
@@ -142,7 +154,7 @@ fn assert_suffixed(line: &str) {
 
 #[test]
 fn query_is_answered_ok_then_rcv_with_the_servo_state() {
-    let (server, path) = start("query");
+    let Started { server, path, _dir } = start("query");
     let mut client = Client::open(&path);
     client.send(QUERY_SERVO_1);
     assert_eq!(client.line(), "OK");
@@ -166,7 +178,7 @@ fn query_is_answered_ok_then_rcv_with_the_servo_state() {
 
 #[test]
 fn answers_carry_a_suffix_while_the_host_uses_one() {
-    let (_server, path) = start("crc");
+    let Started { server: _server, path, _dir } = start("crc");
     let mut client = Client::open(&path);
     client.send(&with_crc(QUERY_SERVO_1));
     let ok = client.line();
@@ -188,7 +200,7 @@ fn answers_carry_a_suffix_while_the_host_uses_one() {
 
 #[test]
 fn a_wrong_suffix_is_a_checksum_error_with_a_suffix() {
-    let (server, path) = start("badcrc");
+    let Started { server, path, _dir } = start("badcrc");
     let mut client = Client::open(&path);
     let good = with_crc(QUERY_SERVO_1);
     let (text, crc) = good.rsplit_once('*').expect("suffix");
@@ -206,7 +218,7 @@ fn a_wrong_suffix_is_a_checksum_error_with_a_suffix() {
 
 #[test]
 fn unknown_malformed_and_overlong_lines_get_err_and_the_link_recovers() {
-    let (server, path) = start("errors");
+    let Started { server, path, _dir } = start("errors");
     let mut client = Client::open(&path);
     client.send("hello");
     assert_eq!(client.line(), "ERR unknown command");
@@ -226,7 +238,7 @@ fn unknown_malformed_and_overlong_lines_get_err_and_the_link_recovers() {
 
 #[test]
 fn an_absent_servo_gets_ok_and_no_reply() {
-    let (_server, path) = start("absent");
+    let Started { server: _server, path, _dir } = start("absent");
     let mut client = Client::open(&path);
     client.send("can send 8063 11001F01130D BF");
     assert_eq!(client.line(), "OK");
@@ -235,7 +247,7 @@ fn an_absent_servo_gets_ok_and_no_reply() {
 
 #[test]
 fn a_client_can_close_and_reopen_the_device() {
-    let (server, path) = start("reopen");
+    let Started { server, path, _dir } = start("reopen");
     for _ in 0..3 {
         let mut client = Client::open(&path);
         client.send(QUERY_SERVO_1);
@@ -248,13 +260,18 @@ fn a_client_can_close_and_reopen_the_device() {
     assert_eq!(report.endpoints[0].service_errors, 0);
 }
 
+/// A `/dev/pts/N` that does not exist: the pty a killed simulator's link points at.
+fn vanished_pty() -> PathBuf {
+    (1000..).map(|n| PathBuf::from(format!("/dev/pts/{n}"))).find(|p| !p.exists()).expect("a free pty number")
+}
+
 #[test]
 fn link_path_rules() {
-    // A stale symlink (from an earlier run) is replaced.
-    let stale = unique_path("stale");
-    let _ = std::fs::remove_file(&stale);
-    std::os::unix::fs::symlink("/nonexistent/rtloop-old-pty", &stale).expect("make stale link");
-    let endpoint = PtyFdcanusbEndpoint::create(&stale).expect("stale symlink is replaced");
+    let dir = scratch_dir("rules");
+    // The stale link of a killed simulator (its pty is gone) is replaced.
+    let stale = dir.path().join("stale");
+    std::os::unix::fs::symlink(vanished_pty(), &stale).expect("make stale link");
+    let endpoint = PtyFdcanusbEndpoint::create(&stale).expect("stale simulator link is replaced");
     assert_eq!(std::fs::read_link(&stale).expect("link"), endpoint.device_path());
     assert_eq!(endpoint.path(), stale.as_path());
     assert_eq!(endpoint.name(), format!("fdcanusb:{}", stale.display()));
@@ -262,35 +279,124 @@ fn link_path_rules() {
     assert!(std::fs::symlink_metadata(&stale).is_err(), "Drop removes the link");
 
     // A regular file is never overwritten.
-    let file = unique_path("regular");
+    let file = dir.path().join("regular");
     std::fs::write(&file, b"keep me").expect("write file");
     let err = PtyFdcanusbEndpoint::create(&file).expect_err("regular file is refused").to_string();
     assert!(err.contains("exists and is not a symlink; choose another path"), "{err}");
     assert_eq!(std::fs::read(&file).expect("file kept"), b"keep me");
-    std::fs::remove_file(&file).expect("clean up");
 
     // A missing directory is named.
-    let missing = unique_path("no-such-dir").join("bus1");
+    let missing = dir.path().join("no-such-dir").join("bus1");
     let err = PtyFdcanusbEndpoint::create(&missing).expect_err("missing directory").to_string();
     assert!(err.contains("does not exist"), "{err}");
 
     // A link someone else has since re-pointed is left alone on Drop.
-    let taken = unique_path("taken");
-    let _ = std::fs::remove_file(&taken);
+    let taken = dir.path().join("taken");
     let endpoint = PtyFdcanusbEndpoint::create(&taken).expect("create");
     std::fs::remove_file(&taken).expect("unlink");
     std::os::unix::fs::symlink("/dev/null", &taken).expect("someone else's link");
     drop(endpoint);
     assert_eq!(std::fs::read_link(&taken).expect("still there"), Path::new("/dev/null"));
-    std::fs::remove_file(&taken).expect("clean up");
+}
+
+#[test]
+fn a_second_endpoint_on_a_live_link_is_refused_and_the_first_keeps_serving() {
+    let Started { server, path, _dir } = start("second");
+    let before = std::fs::read_link(&path).expect("link");
+    let err = PtyFdcanusbEndpoint::create(&path).expect_err("a running simulator's link is refused").to_string();
+    assert!(err.contains("already links to") && err.contains("choose another path"), "{err}");
+    assert!(err.contains("this very process"), "the holder is named: {err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(std::fs::read_link(&path).expect("link kept"), before);
+    // The first simulator is still reachable through its link.
+    let mut client = Client::open(&path);
+    client.send(QUERY_SERVO_1);
+    assert_eq!(client.line(), "OK");
+    check_stopped_servo_reply(&client.line());
+    drop(server);
+}
+
+#[test]
+fn a_users_symlink_is_refused_and_left_untouched() {
+    let dir = scratch_dir("userlink");
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"precious").expect("victim");
+    for (name, target) in [
+        ("userlink", victim.clone()),
+        ("dangling", dir.path().join("gone")),
+        ("devnull", PathBuf::from("/dev/null")),
+        ("relative-pts", PathBuf::from("../dev/pts/1")),
+    ] {
+        let link = dir.path().join(name);
+        std::os::unix::fs::symlink(&target, &link).expect("user's link");
+        let err = PtyFdcanusbEndpoint::create(&link).expect_err("a user's link is refused").to_string();
+        assert!(err.contains("that rtloop sim did not make") && err.contains("left alone"), "{name}: {err}");
+        assert_eq!(std::fs::read_link(&link).expect("link untouched"), target, "{name}");
+    }
+    assert_eq!(std::fs::read(&victim).expect("victim untouched"), b"precious");
+}
+
+#[test]
+fn a_link_to_a_pty_younger_than_the_link_is_stale() {
+    let dir = scratch_dir("reused");
+    // A pty that exists now, and a link to it dated a minute earlier: the number was handed
+    // to this pty after the link's own simulator died.
+    let pty = nix::pty::openpty(None, None).expect("openpty");
+    let pts =
+        std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&pty.slave))).expect("pty name");
+    let link = dir.path().join("reused");
+    std::os::unix::fs::symlink(&pts, &link).expect("link");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970");
+    let minute_ago = nix::sys::time::TimeSpec::new(now.as_secs() as i64 - 60, 0);
+    nix::sys::stat::utimensat(
+        nix::fcntl::AT_FDCWD,
+        &link,
+        &minute_ago,
+        &minute_ago,
+        nix::sys::stat::UtimensatFlags::NoFollowSymlink,
+    )
+    .expect("date the link");
+    let endpoint = PtyFdcanusbEndpoint::create(&link).expect("a link older than its pty is replaced");
+    assert_eq!(std::fs::read_link(&link).expect("link"), endpoint.device_path());
+    assert_ne!(endpoint.device_path(), pts.as_path());
+
+    // The same pty with a link made after it: in use, refused.
+    let fresh = dir.path().join("fresh");
+    std::os::unix::fs::symlink(&pts, &fresh).expect("link");
+    let err = PtyFdcanusbEndpoint::create(&fresh).expect_err("a live pty's link is refused").to_string();
+    assert!(err.contains("already links to"), "{err}");
+    assert_eq!(std::fs::read_link(&fresh).expect("untouched"), pts);
 }
 
 #[test]
 fn stopping_the_server_removes_the_link() {
-    let (server, path) = start("stop");
+    let Started { server, path, _dir } = start("stop");
     assert!(std::fs::symlink_metadata(&path).is_ok());
     let (_report, buses) = server.stop_and_take();
     assert!(std::fs::symlink_metadata(&path).is_ok(), "endpoint still alive in the returned buses");
     drop(buses);
     assert!(std::fs::symlink_metadata(&path).is_err());
+}
+
+/// Set in the child process of the hygiene test.
+const HYGIENE_CHILD: &str = "RTLOOP_HYGIENE_CHILD";
+
+#[test]
+fn every_other_test_here_leaves_nothing_in_the_temp_dir() {
+    if std::env::var_os(HYGIENE_CHILD).is_some() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--skip", "every_other_test_here_leaves_nothing_in_the_temp_dir"])
+        .env("TMPDIR", tmp.path())
+        .env(HYGIENE_CHILD, "1")
+        .output()
+        .expect("run the tests again");
+    assert!(out.status.success(), "the tests failed: {}", String::from_utf8_lossy(&out.stdout));
+    let left: Vec<String> = std::fs::read_dir(tmp.path())
+        .expect("read TMPDIR")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.is_empty(), "left behind in TMPDIR: {left:?}");
 }

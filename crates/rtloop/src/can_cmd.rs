@@ -2,12 +2,18 @@
 //! reply is expected), `--read-can BUS` (listen even if nothing is expected), one cycle,
 //! printing `CAN bus,id,data` for every frame received; `--run` loops and prints the rate.
 //!
-//! Must never: send a frame it could not parse exactly; a malformed `--write-can` is one
-//! message naming the field.
+//! Exit status, as for `rtloop servo`: 0 when every expected reply arrived and every bus
+//! worked; 1 ([`crate::servo_cmd::EXIT_DEVICE_FAILED`]) when a reply was missing (a timeout)
+//! or a bus failed; 2 for a wrong command line or a device that cannot be opened.
+//!
+//! Must never: send a frame it could not parse exactly (a malformed `--write-can` is one
+//! message naming the field), or exit 0 when an expected reply did not come.
 
 use crate::frame_cmd::parse_hex;
+use crate::numbers::{millis_from_user, seconds_from_user, MAX_DURATION_S, MAX_TIMEOUT_MS};
 use crate::robot_spec::parse_id_list;
-use io::{BusUri, Clock, CycleOptions, Cycler, MonotonicClock, RxFrame, Transport, TxFrame};
+use crate::servo_cmd::{device_refusal, explain_bus_error, Outcome};
+use io::{BusUri, Clock, CycleOptions, Cycler, MonotonicClock, RxFrame, Transport, TransportCounters, TxFrame};
 use proto::frame::ArbitrationId;
 use proto::CanFdFrame;
 use std::collections::BTreeMap;
@@ -79,10 +85,23 @@ pub fn format_rx(bus: u8, f: &CanFdFrame) -> String {
     format!("CAN {bus},{:x},{data}", f.id)
 }
 
-/// Run it; returns the text to print.
-pub fn run(req: &CanRequest) -> Result<String, String> {
+/// Run it. `Err` is a mistake in the request or a bus that cannot be opened (exit 2); an
+/// [`Outcome`] with a failure is a run in which an expected reply was missing or a bus failed
+/// (exit 1).
+pub fn run(req: &CanRequest) -> Result<Outcome, String> {
     if req.writes.is_empty() && req.reads.is_empty() {
         return Err("nothing to do: give --write-can BUS,HEXID,HEXDATA[,r] and/or --read-can BUS".into());
+    }
+    let timeout = millis_from_user("--timeout-ms", req.timeout_ms, MAX_TIMEOUT_MS)?;
+    let duration = match (req.run, req.duration_s) {
+        (false, Some(_)) => {
+            return Err("--duration applies only with --run; without it rtloop can runs one cycle".into())
+        }
+        (true, Some(d)) => Some(seconds_from_user("--duration", d, MAX_DURATION_S)?),
+        _ => None,
+    };
+    if req.reads.contains(&0) {
+        return Err("--read-can 0 is not a bus number: buses are numbered from 1 to 255".into());
     }
     let numbers: Vec<u8> = req.buses.keys().copied().collect();
     for b in req.writes.iter().map(|w| w.bus).chain(req.reads.iter().copied()) {
@@ -116,7 +135,8 @@ pub fn run(req: &CanRequest) -> Result<String, String> {
         .iter()
         .map(|w| TxFrame { bus: index(w.bus), frame: w.frame, expect_reply: w.expect_reply })
         .collect();
-    let timeout_ns = (req.timeout_ms.max(0.001) * 1e6) as u64;
+    // At most a minute: fits u64 nanoseconds many times over.
+    let timeout_ns = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
     let options = CycleOptions {
         timeout_ns,
         rx_baseline_wait_ns: timeout_ns,
@@ -125,43 +145,78 @@ pub fn run(req: &CanRequest) -> Result<String, String> {
     };
     let clock = MonotonicClock::default();
     let mut cycler = Cycler::new(transports, None, clock, options).map_err(|e| e.to_string())?;
+    let counters = |cycler: &Cycler<MonotonicClock>| -> Vec<TransportCounters> {
+        (0..numbers.len()).map(|i| cycler.bus_counters(i).unwrap_or_default()).collect()
+    };
+    // What the devices said when they refused our frames since `before`, if they did.
+    let refusals = |before: &[TransportCounters], now: &[TransportCounters]| -> Option<String> {
+        let said: Vec<String> = numbers
+            .iter()
+            .zip(before.iter().zip(now))
+            .filter_map(|(n, (b, c))| device_refusal(&req.buses[n], b, c))
+            .collect();
+        (!said.is_empty()).then(|| said.join("; "))
+    };
+    let first_bus_error = |st: &io::CycleStats| {
+        st.bus_errors
+            .iter()
+            .zip(&numbers)
+            .find_map(|(e, n)| e.map(|e| format!("bus {n}: {}", explain_bus_error(&req.buses[n], e))))
+    };
     let mut rx = vec![RxFrame::default(); 256];
     let mut imu = Default::default();
-    let print_cycle = |st: &io::CycleStats, rx: &[RxFrame], out: &mut String| {
+    let print_frames = |st: &io::CycleStats, rx: &[RxFrame], out: &mut String| {
         // Frames drained before the writes arrived before this cycle's requests: not its answers.
         for r in rx[..(st.stored as usize).min(rx.len())].iter().filter(|r| !r.drained) {
             *out += &format_rx(numbers[r.bus], &r.frame);
             out.push('\n');
         }
-        for (i, e) in st.bus_errors.iter().enumerate() {
-            if let (Some(e), Some(n)) = (e, numbers.get(i)) {
-                *out += &format!("bus {n} ({}): {e}\n", req.buses[n]);
-            }
-        }
     };
     let mut out = String::new();
     if !req.run {
+        let before = counters(&cycler);
         let st = cycler.cycle(&tx, &mut rx, &mut imu);
-        print_cycle(&st, &rx, &mut out);
-        if st.timed_out {
-            out += &format!("timeout: {} of {} expected replies arrived\n", st.received.min(st.expected), st.expected);
+        print_frames(&st, &rx, &mut out);
+        let out = out.trim_end().to_string();
+        if let Some(e) = first_bus_error(&st) {
+            return Ok(Outcome { stdout: out, failure: Some(e) });
         }
-        return Ok(out.trim_end().to_string());
+        if st.timed_out {
+            let mut failure = format!(
+                "timeout: {} of {} expected replies arrived within {} ms",
+                st.answered.min(st.expected),
+                st.expected,
+                req.timeout_ms
+            );
+            match refusals(&before, &counters(&cycler)) {
+                Some(said) => failure += &format!(": {said}"),
+                None => failure += ": are the servos powered and on these buses, and are the ids right?",
+            }
+            return Ok(Outcome { stdout: out, failure: Some(failure) });
+        }
+        return Ok(Outcome { stdout: out, failure: None });
     }
     crate::signals::install();
+    let before = counters(&cycler);
     let start = clock.now_ns();
-    let end = req.duration_s.map(|d| start + (d.max(0.0) * 1e9) as u64);
+    let end = duration.map(|d| start.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)));
     let (mut cycles, mut window_start, mut window_cycles, mut timeouts) = (0u64, start, 0u64, 0u64);
+    let (mut bus_error_cycles, mut bus_error) = (0u64, None);
     let mut last = io::CycleStats::default();
     while !crate::signals::stop_requested() && end.is_none_or(|e| clock.now_ns() < e) {
         last = cycler.cycle(&tx, &mut rx, &mut imu);
         cycles += 1;
         window_cycles += 1;
         timeouts += last.timed_out as u64;
+        if last.failed_buses != 0 {
+            bus_error_cycles += 1;
+            bus_error = bus_error.or_else(|| first_bus_error(&last));
+            std::thread::sleep(crate::servo_cmd::FAILED_BUS_RETRY);
+        }
         let now = clock.now_ns();
         if now - window_start >= 1_000_000_000 {
             println!(
-                "{:.1} Hz  ({cycles} cycles, {timeouts} timeouts)",
+                "{:.1} Hz  ({cycles} cycles, {timeouts} timeouts, {bus_error_cycles} bus errors)",
                 window_cycles as f64 * 1e9 / (now - window_start) as f64
             );
             window_start = now;
@@ -169,12 +224,21 @@ pub fn run(req: &CanRequest) -> Result<String, String> {
         }
     }
     let elapsed = (clock.now_ns() - start) as f64 * 1e-9;
-    print_cycle(&last, &rx, &mut out);
+    print_frames(&last, &rx, &mut out);
     out += &format!(
-        "{cycles} cycles in {elapsed:.2} s: {:.1} Hz, {timeouts} timeouts",
+        "{cycles} cycles in {elapsed:.2} s: {:.1} Hz, {timeouts} timeouts, {bus_error_cycles} bus errors",
         if elapsed > 0.0 { cycles as f64 / elapsed } else { 0.0 }
     );
-    Ok(out)
+    if timeouts == 0 && bus_error_cycles == 0 {
+        return Ok(Outcome { stdout: out, failure: None });
+    }
+    let mut failure = format!("{timeouts} of {cycles} cycles timed out and {bus_error_cycles} had a bus error");
+    if let Some(e) = bus_error {
+        failure += &format!(" (first: {e})");
+    } else if let Some(said) = refusals(&before, &counters(&cycler)) {
+        failure += &format!(" ({said})");
+    }
+    Ok(Outcome { stdout: out, failure: Some(failure) })
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ pub mod config;
 pub mod frame_cmd;
 pub mod log_cmd;
 pub mod motion;
+pub mod numbers;
 pub mod robot_spec;
 pub mod run;
 pub mod servo_cmd;

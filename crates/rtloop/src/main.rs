@@ -34,8 +34,10 @@ enum Command {
     /// over UDP, until Ctrl-C.
     Sim(SimArgs),
     /// Send one command (with a query) to one servo and print its state (moteus_tool-like).
+    #[command(after_help = DEVICE_EXIT_STATUS)]
     Servo(ServoArgs),
     /// Send and receive raw CAN-FD frames for one cycle (pi3hat_tool-like).
+    #[command(after_help = DEVICE_EXIT_STATUS)]
     Can(CanArgs),
     /// Read TLOG0003 telemetry logs (rtloop's or mjlib's).
     #[command(subcommand)]
@@ -45,6 +47,11 @@ enum Command {
     #[command(subcommand)]
     Lab(lab::cli::LabCommand),
 }
+
+/// The exit status of `rtloop servo` and `rtloop can`.
+const DEVICE_EXIT_STATUS: &str = "Exit status: 0 when every expected reply arrived; 1 when the command ran \
+but a reply was missing or a bus failed (stderr says which, and what the device said if it refused a frame); \
+2 when the command line is wrong or a device cannot be opened.";
 
 #[derive(Subcommand)]
 enum LogCommand {
@@ -131,7 +138,7 @@ struct SimArgs {
     #[arg(long)]
     allow_remote: bool,
     /// Stop after this many seconds (default: run until Ctrl-C).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     duration: Option<f64>,
     /// Simulated wires take no time and servos answer at once: measures the clients and the
     /// device path, not CAN-FD physics.
@@ -162,10 +169,10 @@ struct ServoArgs {
     #[arg(long)]
     run: bool,
     /// With --run: stop after this many seconds (default: until Ctrl-C).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     duration: Option<f64>,
-    /// Reply timeout, ms.
-    #[arg(long, default_value_t = 100.0)]
+    /// Reply timeout, ms (above 0, at most 60000).
+    #[arg(long, default_value_t = 100.0, allow_negative_numbers = true)]
     timeout_ms: f64,
     /// Spin while waiting for replies (lowest latency, one busy core).
     #[arg(long)]
@@ -192,11 +199,11 @@ struct CanArgs {
     /// Loop and print the cycle rate once a second.
     #[arg(long)]
     run: bool,
-    /// With --run: stop after this many seconds.
-    #[arg(long)]
+    /// With --run: stop after this many seconds (default: until Ctrl-C).
+    #[arg(long, allow_negative_numbers = true)]
     duration: Option<f64>,
-    /// Cycle timeout, ms.
-    #[arg(long, default_value_t = 20.0)]
+    /// Cycle timeout, ms (above 0, at most 60000).
+    #[arg(long, default_value_t = 20.0, allow_negative_numbers = true)]
     timeout_ms: f64,
     /// Servo ids to simulate on `sim` buses (default: every id written to).
     #[arg(long, value_name = "LIST")]
@@ -468,6 +475,19 @@ fn main() -> ExitCode {
     }
 }
 
+/// Print what `servo` or `can` has to say; when something it expected failed, say so on
+/// stderr and exit with status 1 (2 stays for command-line mistakes, through `main`).
+fn finish_device_command(outcome: rtloop::servo_cmd::Outcome) -> Result<(), String> {
+    use std::io::Write;
+    if !outcome.stdout.is_empty() {
+        println!("{}", outcome.stdout);
+    }
+    let Some(failure) = outcome.failure else { return Ok(()) };
+    let _ = std::io::stdout().flush();
+    eprintln!("rtloop: {failure}");
+    std::process::exit(i32::from(rtloop::servo_cmd::EXIT_DEVICE_FAILED))
+}
+
 fn dispatch(cmd: Command) -> Result<(), String> {
     match cmd {
         Command::Run(a) => {
@@ -551,8 +571,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                 busy_poll: a.busy_poll,
                 crc: a.crc,
             };
-            println!("{}", rtloop::servo_cmd::run(&req)?);
-            Ok(())
+            finish_device_command(rtloop::servo_cmd::run(&req)?)
         }
         Command::Can(a) => {
             let mut buses = std::collections::BTreeMap::new();
@@ -576,11 +595,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                 timeout_ms: a.timeout_ms,
                 sim_servos: a.sim_servos.clone(),
             };
-            let text = rtloop::can_cmd::run(&req)?;
-            if !text.is_empty() {
-                println!("{text}");
-            }
-            Ok(())
+            finish_device_command(rtloop::can_cmd::run(&req)?)
         }
         Command::Lab(cmd) => {
             let text = lab::cli::run(cmd)?;

@@ -3,8 +3,11 @@
 //! clients, and rtloop's own transports, can drive them. Runs until Ctrl-C.
 //!
 //! Must never: serve on an address other hosts can reach unless told to
-//! (`--allow-remote`), or overwrite a file that is not a stale symlink of ours.
+//! (`--allow-remote`); replace anything at a `--fdcanusb` path but a stale link of a killed
+//! simulator (the rules are in [`io::serve::pty`]); or start with a number it cannot honour
+//! (every flag is range-checked first, see [`crate::numbers`]).
 
+use crate::numbers::{seconds_from_user, MAX_DURATION_S};
 use crate::robot_spec::parse_id_list;
 use io::serve::Endpoint;
 use io::BusUri;
@@ -55,6 +58,11 @@ pub fn plan(
             return Err("give one of --fdcanusb PATH or --udp ADDR:PORT; serve several buses with --bus N=URI".into());
         }
         let servos = parse_id_list(servos.unwrap_or("1")).map_err(|e| format!("--servos: {e}"))?;
+        let mut sorted = servos.clone();
+        sorted.sort_unstable();
+        if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!("--servos: servo id {} is given twice; each id may answer only once on a bus", w[0]));
+        }
         let uri = match (fdcanusb, udp) {
             (Some(p), _) => BusUri::Fdcanusb { path: p.to_string() },
             (_, Some(a)) => io::uri::parse(&format!("udp:{a}")).map_err(|e| format!("--udp {a}: {e}"))?,
@@ -100,6 +108,7 @@ fn endpoint(spec: &ServedSpec, allow_remote: bool) -> Result<Box<dyn Endpoint>, 
 
 /// Serve until Ctrl-C (or the duration); returns the closing report.
 pub fn run(req: &SimRequest) -> Result<String, String> {
+    let duration = req.duration_s.map(|d| seconds_from_user("--duration", d, MAX_DURATION_S)).transpose()?;
     let mut served = Vec::new();
     for spec in &req.buses {
         let config = if req.no_wire_time { sim::BusConfig::without_wire_time() } else { sim::BusConfig::default() };
@@ -119,8 +128,7 @@ pub fn run(req: &SimRequest) -> Result<String, String> {
     use std::io::Write;
     let _ = std::io::stdout().flush();
     let stop = crate::signals::stop_flag();
-    if let Some(d) = req.duration_s {
-        let d = std::time::Duration::from_secs_f64(d.max(0.0));
+    if let Some(d) = duration {
         std::thread::spawn(move || {
             std::thread::sleep(d);
             stop.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -57,9 +57,9 @@ fn the_real_time_loop_with_a_control_thread_never_allocates() {
 
 #[test]
 fn the_real_time_loop_with_telemetry_logging_never_allocates() {
-    let path = std::env::temp_dir().join(format!("rtloop-noalloc-{}.tlog", std::process::id()));
-    let (allocations, cycles) = run_counted_with(false, Some(path.clone()));
-    let _ = std::fs::remove_file(&path);
+    // Removed with its directory when the guard drops, also if the run panics.
+    let dir = tempfile::tempdir().unwrap();
+    let (allocations, cycles) = run_counted_with(false, Some(dir.path().join("noalloc.tlog")));
     assert!(cycles > 1000, "{cycles} cycles");
     assert_eq!(allocations, 0, "the real-time section allocated while logging");
 }

@@ -1,6 +1,8 @@
-//! The simulator behind a real device: simulated buses served over a pseudo-terminal that
-//! speaks the fdcanusb protocol, or over UDP, so that unmodified clients (the moteus Python
-//! package, moteus_tool, our own transports) can drive them.
+//! The simulator behind a real device (`rtloop sim`): simulated buses served over a
+//! pseudo-terminal that speaks the fdcanusb protocol, or over UDP, so that unmodified clients
+//! (the moteus Python package over the pty, rtloop's own transports over either) can drive
+//! them. moteus_tool does not work against it yet: it needs the moteus diagnostic channel,
+//! which the simulated servos do not serve.
 //!
 //! An [`Endpoint`] is the device side of one bus; [`serve`] runs every endpoint and its
 //! [`sim::SimBus`] in real time on one thread until asked to stop.

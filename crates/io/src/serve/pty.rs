@@ -1,6 +1,8 @@
 //! A simulated fdcanusb adapter on a pseudo-terminal: the device side of the fdcanusb text
-//! protocol, served to any client that opens the pty (the moteus Python package, moteus_tool,
-//! rtloop's own fdcanusb transport).
+//! protocol, served to any client that opens the pty (the moteus Python package, rtloop's own
+//! fdcanusb transport, anything else that speaks `can send` / `OK` / `rcv`). moteus_tool does
+//! not work against it yet: it needs the moteus diagnostic channel, which the simulated servos
+//! do not serve.
 //!
 //! What it is for: [`PtyFdcanusbEndpoint::create`] opens a pty pair, puts it in raw mode and
 //! links its `/dev/pts/N` at a path of the user's choosing. The server then reads the host's
@@ -10,12 +12,33 @@
 //! latest line carried a ` *XX` CRC suffix, every answer carries one too, because the moteus
 //! client drops unsuffixed lines once it has switched checksums on.
 //!
+//! Whose link is it? The link path belongs to the user; the only thing `create` ever replaces
+//! there is a *stale link of a simulator*, recognised like this:
+//!
+//! * it is a symlink whose target is exactly `/dev/pts/<number>` — the only form `create`
+//!   writes (the pty slave's own name) — and
+//! * the pty it was made for is gone: either `/dev/pts/<number>` no longer exists (devpts
+//!   removes it when the last descriptor of the pty is closed; a running simulator holds both
+//!   ends for its whole life, so no live process holds that pty), or the pty now at that
+//!   number was created after the link was (its inode change time is later than the link's
+//!   own modification time: the kernel has handed the number to a newer pty since).
+//!
+//! That is what a simulator killed without warning (SIGKILL, power loss) leaves behind.
+//! Everything else is refused with a sentence that says why and is never touched: a regular
+//! file or directory; a symlink to anywhere else, even a dangling one (the user's); and a link
+//! to a pty that still exists and is not newer than the link — another running simulator, or
+//! a program on that pty, named with its pid when `/proc` shows it. A stale link is removed
+//! only if it still reads the same target just before, and the new link is made with
+//! `symlink(2)`, which fails rather than overwrites if anything appeared meanwhile. When the
+//! endpoint is dropped it removes the link only if the link still points at its own pty.
+//!
 //! What it must never do: allocate or block in [`Endpoint::service`] / [`Endpoint::deliver`]
 //! (all buffers are reserved in `create`, the master is non-blocking, and answers the client
 //! is not reading are dropped and counted); write part of a line (an answer is queued whole or
 //! not at all); let the client's disconnect hang up the master (the server keeps the slave
 //! open for its whole life, so the path stays valid between clients); or replace anything at
-//! the link path but a symlink, nor remove a link that no longer points at its own pty.
+//! the link path but a stale link of a simulator, nor remove a link that no longer points at
+//! its own pty.
 
 use std::io::ErrorKind;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -82,8 +105,9 @@ impl std::fmt::Debug for PtyFdcanusbEndpoint {
 impl PtyFdcanusbEndpoint {
     /// Open a pty pair in raw mode and link its slave device at `link_path`.
     ///
-    /// A symlink already at `link_path` (say, left over from an earlier run) is replaced;
-    /// anything else there is refused, as is a path whose directory does not exist.
+    /// A stale link of a simulator already at `link_path` (see the module doc) is replaced;
+    /// anything else there is refused and left alone, as is a path whose directory does not
+    /// exist.
     pub fn create(link_path: &Path) -> Result<Self, OpenError> {
         let fail = |message: String| OpenError { uri: format!("fdcanusb:{}", link_path.display()), message };
         check_link_path(link_path).map_err(fail)?;
@@ -183,7 +207,8 @@ impl PtyFdcanusbEndpoint {
     }
 }
 
-/// Refuse a path we must not touch; remove a stale symlink so the new one can take its place.
+/// Refuse a path we must not touch; remove a stale link of a simulator so the new one can take
+/// its place (the rules are in the module doc).
 fn check_link_path(link_path: &Path) -> Result<(), String> {
     if link_path.as_os_str().is_empty() {
         return Err("empty path; give the path the pty should be linked at".into());
@@ -201,13 +226,97 @@ fn check_link_path(link_path: &Path) -> Result<(), String> {
             Err(e) => return Err(format!("cannot use directory {}: {e}", dir.display())),
         }
     }
-    match std::fs::symlink_metadata(link_path) {
-        Ok(m) if m.file_type().is_symlink() => std::fs::remove_file(link_path)
-            .map_err(|e| format!("cannot replace the old symlink {}: {e}", link_path.display())),
-        Ok(_) => Err(format!("{} exists and is not a symlink; choose another path", link_path.display())),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("cannot check {}: {e}", link_path.display())),
+    let link_meta = match std::fs::symlink_metadata(link_path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("cannot check {}: {e}", link_path.display())),
+    };
+    if !link_meta.file_type().is_symlink() {
+        return Err(format!("{} exists and is not a symlink; choose another path", link_path.display()));
     }
+    let target =
+        std::fs::read_link(link_path).map_err(|e| format!("cannot read the link {}: {e}", link_path.display()))?;
+    match link_owner(&target, &link_meta) {
+        LinkOwner::StaleSimulator => {}
+        LinkOwner::NotASimulatorLink => {
+            return Err(format!(
+                "{} is a symlink to {} that rtloop sim did not make, so it is left alone: remove it yourself or choose another path",
+                link_path.display(),
+                target.display()
+            ))
+        }
+        LinkOwner::LivePty => {
+            let holder = match pty_holder(&target) {
+                Some((pid, _)) if pid == std::process::id() => "this very process".to_string(),
+                Some((pid, name)) => format!("{name} (pid {pid})"),
+                None => "another program, perhaps another rtloop sim,".to_string(),
+            };
+            return Err(format!(
+                "{} already links to {}, a pseudo-terminal that {holder} is using: stop that program or choose another path",
+                link_path.display(),
+                target.display()
+            ));
+        }
+    }
+    // Only the link we judged: if someone replaced it since, theirs stays.
+    if std::fs::read_link(link_path).ok().as_deref() != Some(target.as_path()) {
+        return Err(format!(
+            "{} changed while it was being checked; try again or choose another path",
+            link_path.display()
+        ));
+    }
+    std::fs::remove_file(link_path).map_err(|e| format!("cannot replace the stale link {}: {e}", link_path.display()))
+}
+
+/// Who a symlink at the link path belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LinkOwner {
+    /// A simulator's link whose pty is gone: safe to replace.
+    StaleSimulator,
+    /// A link to a pty that exists and is not newer than the link: someone is using it.
+    LivePty,
+    /// Anything else: the user's.
+    NotASimulatorLink,
+}
+
+/// Apply the rules of the module doc to a symlink reading `target`, whose own metadata is
+/// `link_meta`.
+fn link_owner(target: &Path, link_meta: &std::fs::Metadata) -> LinkOwner {
+    use std::os::unix::fs::MetadataExt;
+    if !is_pty_slave_name(target) {
+        return LinkOwner::NotASimulatorLink;
+    }
+    match std::fs::metadata(target) {
+        Err(e) if e.kind() == ErrorKind::NotFound => LinkOwner::StaleSimulator,
+        // A pty allocated after the link was made is not the one the link was made for.
+        Ok(pty) if (pty.ctime(), pty.ctime_nsec()) > (link_meta.mtime(), link_meta.mtime_nsec()) => {
+            LinkOwner::StaleSimulator
+        }
+        // Exists (or cannot be checked): assume someone holds it.
+        _ => LinkOwner::LivePty,
+    }
+}
+
+/// Whether `path` is exactly `/dev/pts/<decimal number>`.
+fn is_pty_slave_name(path: &Path) -> bool {
+    path.to_str()
+        .and_then(|s| s.strip_prefix("/dev/pts/"))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// A process holding `device` open, as (pid, command name), if `/proc` shows one. Best
+/// effort, for the message only: processes of other users cannot be inspected.
+fn pty_holder(device: &Path) -> Option<(u32, String)> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else { continue };
+        if fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == device)) {
+            let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            let name = name.trim();
+            return Some((pid, if name.is_empty() { "a process".to_string() } else { name.to_string() }));
+        }
+    }
+    None
 }
 
 /// A new pty pair, both sides raw, the master non-blocking; and the slave's device path.
@@ -460,14 +569,24 @@ mod tests {
 
     #[test]
     fn refuses_a_regular_file_and_a_missing_directory() {
-        let dir = std::env::temp_dir();
-        let file = dir.join(format!("rtloop-pty-unit-{}", std::process::id()));
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("regular");
         std::fs::write(&file, b"x").unwrap();
         let err = check_link_path(&file).unwrap_err();
         assert!(err.contains("exists and is not a symlink"), "{err}");
-        std::fs::remove_file(&file).unwrap();
-        let missing = dir.join(OsStr::new("rtloop-no-such-dir-9f3a")).join("bus");
+        assert_eq!(std::fs::read(&file).unwrap(), b"x");
+        let missing = dir.path().join(OsStr::new("no-such-dir")).join("bus");
         let err = check_link_path(&missing).unwrap_err();
         assert!(err.contains("does not exist"), "{err}");
+    }
+
+    #[test]
+    fn only_the_exact_pty_slave_form_counts_as_a_simulator_link() {
+        for yes in ["/dev/pts/0", "/dev/pts/17"] {
+            assert!(is_pty_slave_name(Path::new(yes)), "{yes}");
+        }
+        for no in ["/dev/pts/", "/dev/pts/ptmx", "/dev/pts/1/x", "dev/pts/1", "/dev/pts/../pts/1", "/tmp/victim"] {
+            assert!(!is_pty_slave_name(Path::new(no)), "{no}");
+        }
     }
 }

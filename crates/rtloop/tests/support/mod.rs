@@ -1,11 +1,66 @@
 //! Shared by the end-to-end tests and benchmarks: a virtual environment with the official
 //! moteus Python package, `rtloop sim` as a child process, unique temporary paths.
+//!
+//! Temporary paths ([`unique_path`]) all live in one private directory per test process,
+//! `$TMPDIR/rtloop-test-<pid>-XXXXXX`, which is removed when the process exits — after
+//! failed tests too, since the harness catches their panics and exits normally — and, for a
+//! process that was killed, by the next test process that starts (the directory of a pid that
+//! no longer runs). A test run leaves nothing in the temporary directory.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+/// Prefix of the per-process scratch directories in `$TMPDIR`.
+const SCRATCH_PREFIX: &str = "rtloop-test-";
+
+/// This process's scratch directory, created on first use.
+static SCRATCH: OnceLock<PathBuf> = OnceLock::new();
+
+/// Runs at process exit (registered with `atexit`): remove the scratch directory. Must not
+/// panic (it runs inside the C library's `exit`).
+extern "C" fn remove_scratch_dir() {
+    if let Some(dir) = SCRATCH.get() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+fn scratch_dir() -> &'static Path {
+    SCRATCH.get_or_init(|| {
+        remove_scratch_dirs_of_dead_processes();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("{SCRATCH_PREFIX}{}-", std::process::id()))
+            .tempdir()
+            .expect("create the test scratch directory")
+            .keep();
+        // SAFETY: `remove_scratch_dir` is a plain `extern "C" fn()` that never unwinds; it
+        // only reads a static that is initialised before it can run.
+        let registered = unsafe { libc::atexit(remove_scratch_dir) };
+        assert_eq!(registered, 0, "atexit refused the scratch-directory cleanup");
+        dir
+    })
+}
+
+/// Scratch directories left by test processes that were killed before they could clean up.
+fn remove_scratch_dirs_of_dead_processes() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(SCRATCH_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
 
 /// The moteus package version the protocol notes were checked against.
 pub const MOTEUS_VERSION: &str = "1.1.1";
@@ -18,11 +73,11 @@ pub fn rtloop(args: &[&str]) -> Output {
     Command::new(rtloop_bin()).args(args).output().expect("rtloop runs")
 }
 
-/// A path no other test uses.
+/// A path no other test uses, inside this process's scratch directory (removed at exit).
 pub fn unique_path(stem: &str) -> PathBuf {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    std::env::temp_dir().join(format!("rtloop-{stem}-{}-{n}", std::process::id()))
+    scratch_dir().join(format!("{stem}-{n}"))
 }
 
 /// A free UDP port on loopback (bound and released; good enough for tests).
@@ -104,12 +159,23 @@ impl SimProcess {
     }
 
     /// Stop it the way a user does (SIGTERM, as Ctrl-C): it closes its devices and removes
-    /// its links. (A SIGKILLed simulator leaves its link pointing at a /dev/pts number the
-    /// kernel may hand to someone else; tests must not create that situation for others.)
+    /// its links.
     pub fn stop(&mut self) {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
         let _ = self.child.wait();
+    }
+
+    /// Kill it without warning (SIGKILL): its link stays behind, stale. Only for links inside
+    /// the scratch directory, which is removed at exit.
+    pub fn sigkill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn kill(&mut self) {

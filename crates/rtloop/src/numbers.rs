@@ -1,0 +1,108 @@
+//! Numbers from users (flags of `rtloop sim`, `servo` and `can`): range checks that refuse
+//! NaN, infinities, negatives and absurd values with one sentence naming the flag and the
+//! valid range, before anything is opened or started.
+//!
+//! Must never: let a number through that a later conversion would overflow, saturate or turn
+//! into a panic (`Duration::from_secs_f64`, `as u64` nanoseconds), or accept NaN where it would
+//! silently mean "stop at once" or "never".
+
+use std::time::Duration;
+
+/// The longest `--duration` any command accepts: one year. Leaving `--duration` out runs
+/// until Ctrl-C, so a longer run never needs a number.
+pub const MAX_DURATION_S: f64 = 365.0 * 24.0 * 3600.0;
+
+/// The longest reply or cycle timeout: one minute. A device that takes longer is not
+/// answering.
+pub const MAX_TIMEOUT_MS: f64 = 60_000.0;
+
+/// Seconds a user gave with `flag`: finite, above 0 and at most `max_s`.
+pub fn seconds_from_user(flag: &str, value: f64, max_s: f64) -> Result<Duration, String> {
+    if value.is_finite() && value > 0.0 && value <= max_s {
+        // In range, so finite and far below Duration's limit: cannot panic.
+        return Ok(Duration::from_secs_f64(value));
+    }
+    Err(format!(
+        "{flag} {value} is not a duration rtloop can use: give seconds above 0 and at most {max_s} ({}), or leave {flag} out to run until Ctrl-C",
+        in_words(max_s)
+    ))
+}
+
+/// Milliseconds a user gave with `flag`: finite, above 0 and at most `max_ms`.
+pub fn millis_from_user(flag: &str, value: f64, max_ms: f64) -> Result<Duration, String> {
+    if value.is_finite() && value > 0.0 && value <= max_ms {
+        return Ok(Duration::from_secs_f64(value / 1000.0));
+    }
+    Err(format!("{flag} {value} is out of range: give milliseconds above 0 and at most {max_ms}"))
+}
+
+/// A register value for a command: finite and within what a 32-bit float register holds
+/// (a larger one would arrive as infinity), never negative when `non_negative`. NaN passes
+/// where `nan_means` says what the servo makes of it (e.g. "hold the position").
+pub fn register_from_user(flag: &str, value: f64, non_negative: bool, nan_means: Option<&str>) -> Result<f64, String> {
+    if value.is_nan() {
+        return match nan_means {
+            Some(_) => Ok(value),
+            None => Err(format!("{flag} nan is not a number: give a finite value")),
+        };
+    }
+    let limit = f64::from(f32::MAX);
+    let lower = if non_negative { 0.0 } else { -limit };
+    if value.is_finite() && value >= lower && value <= limit {
+        return Ok(value);
+    }
+    let range = if non_negative { "0 or more" } else { "a finite number" };
+    let nan = nan_means.map(|m| format!(" (or nan: {m})")).unwrap_or_default();
+    Err(format!("{flag} {value} is out of range: give {range}{nan}, at most {limit:.1e} in size"))
+}
+
+/// "1 year", "2 hours" …: a round limit as people say it.
+fn in_words(seconds: f64) -> String {
+    const UNITS: [(f64, &str); 4] = [(365.0 * 86400.0, "year"), (86400.0, "day"), (3600.0, "hour"), (60.0, "minute")];
+    for (size, name) in UNITS {
+        if seconds >= size && (seconds / size).fract() == 0.0 {
+            let n = seconds / size;
+            return format!("{n} {name}{}", if n == 1.0 { "" } else { "s" });
+        }
+    }
+    format!("{seconds} s")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_outside_the_range_are_refused_with_the_flag_and_the_range() {
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -1.0, 1e11, 1e20, MAX_DURATION_S * 1.001] {
+            let e = seconds_from_user("--duration", bad, MAX_DURATION_S).unwrap_err();
+            assert!(e.starts_with("--duration "), "{e}");
+            assert!(e.contains("at most 31536000 (1 year)"), "{e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+        assert_eq!(seconds_from_user("--duration", 2.5, MAX_DURATION_S), Ok(Duration::from_millis(2500)));
+        assert!(seconds_from_user("--duration", MAX_DURATION_S, MAX_DURATION_S).is_ok());
+    }
+
+    #[test]
+    fn timeouts_outside_the_range_are_refused() {
+        for bad in [f64::NAN, f64::INFINITY, 0.0, -5.0, 60_001.0] {
+            let e = millis_from_user("--timeout-ms", bad, MAX_TIMEOUT_MS).unwrap_err();
+            assert!(e.contains("--timeout-ms") && e.contains("at most 60000"), "{e}");
+        }
+        assert_eq!(millis_from_user("--timeout-ms", 20.0, MAX_TIMEOUT_MS), Ok(Duration::from_millis(20)));
+    }
+
+    #[test]
+    fn register_values_are_finite_and_fit_a_float_register() {
+        assert_eq!(register_from_user("--position", -0.5, false, Some("hold")), Ok(-0.5));
+        assert!(register_from_user("--position", f64::NAN, false, Some("hold")).unwrap().is_nan());
+        for bad in [f64::INFINITY, f64::NEG_INFINITY, 1e39] {
+            let e = register_from_user("--position", bad, false, Some("hold")).unwrap_err();
+            assert!(e.contains("--position") && e.contains("nan: hold"), "{e}");
+        }
+        let e = register_from_user("--kp-scale", -0.1, true, None).unwrap_err();
+        assert!(e.contains("0 or more"), "{e}");
+        assert!(register_from_user("--kp-scale", f64::NAN, true, None).is_err());
+    }
+}
