@@ -101,6 +101,7 @@ impl CommonArgs {
         if self.samples == 0 {
             return Err("--samples must be at least 1".into());
         }
+        crate::load::Capacity::of_this_machine().check(self.load)?;
         Ok(CommonOptions { rt, load: self.load, samples: self.samples, progress: !self.no_progress })
     }
 }
