@@ -118,7 +118,7 @@ impl Default for UdpEchoOptions {
 /// "udp-echo 64 B epoll".
 pub fn udp_echo(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<Outcome, String> {
     validate(common, opts)?;
-    let mut outcome = Outcome { experiment: "udp-echo".to_string(), runs: Vec::new(), warnings: Vec::new() };
+    let mut outcome = Outcome { experiment: "udp-echo".to_string(), ..Outcome::default() };
     // The namespace (if any) is set up before the load starts, so `ip` commands are not slowed
     // down by it; it is dropped last, after the load stopped.
     let namespace = if opts.netns { Some(Namespace::create()?) } else { None };
@@ -178,37 +178,34 @@ pub fn udp_echo(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<Outcome
 /// Echo every datagram received on `bind` back to its sender, waiting with `method`, until
 /// `seconds` have passed. The server of `rtloop lab udp-echo-server`.
 pub fn serve_echo(bind: &str, method: &str, seconds: f64) -> Result<(), String> {
-    let addr: SocketAddr = bind.parse().map_err(|e| format!("bad bind address {bind:?}: {e}"))?;
-    let method: RecvMethod = method.parse()?;
-    if !(seconds.is_finite() && seconds > 0.0) {
-        return Err(format!("the server lifetime must be a positive number of seconds, got {seconds}"));
-    }
+    let addr: SocketAddr =
+        bind.parse().map_err(|e| format!("--bind '{bind}' is not an address like 127.0.0.1:9000: {e}"))?;
+    let method: RecvMethod = method.parse().map_err(|e| format!("--method: {e}"))?;
+    crate::check::server_seconds("--seconds", seconds)?;
     let socket = UdpSocket::bind(addr).map_err(|e| format!("cannot bind the echo server to {addr}: {e}"))?;
     let deadline_ns = now_ns().saturating_add((seconds * 1e9) as u64);
     serve_on(&socket, method, deadline_ns, &AtomicBool::new(false))
 }
 
+/// Names of the namespaces this module creates: `rtloop-lab-<pid>`.
+const NAMESPACE_PREFIX: &str = "rtloop-lab-";
+
 fn validate(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<(), String> {
-    if common.samples == 0 {
-        return Err("udp-echo needs at least one sample".to_string());
-    }
-    if opts.sizes.is_empty() {
-        return Err("udp-echo needs at least one message size".to_string());
-    }
-    if let Some(bad) = opts.sizes.iter().find(|&&s| s == 0 || s > MAX_UDP_PAYLOAD) {
-        return Err(format!("message size {bad} B is out of range: UDP payloads are 1..={MAX_UDP_PAYLOAD} B"));
-    }
+    crate::check::samples("--samples", common.samples)?;
+    crate::check::no_busy_wait(common.busy_wait_us, "udp-echo")?;
+    crate::check::udp_sizes("--sizes", &opts.sizes)?;
     if opts.methods.is_empty() {
-        return Err("udp-echo needs at least one receive method".to_string());
+        return Err("--methods is empty: give at least one of blocking, epoll, busy-poll".to_string());
     }
-    Ok(())
+    crate::check::each_once("--methods", &opts.methods)?;
+    crate::check::samples_in_all(common.samples, opts.sizes.len() * opts.methods.len(), "--sizes × --methods")
 }
 
 /// How long a namespaced server child lives at most: generous (5 ms per round trip plus
 /// setup), because the guard kills it as soon as the client is done anyway; the limit only
 /// matters if this process dies without running its guard.
 fn server_lifetime_seconds(samples: usize, sizes: usize) -> f64 {
-    30.0 + (samples * sizes) as f64 * 0.005
+    (30.0 + samples.saturating_mul(sizes) as f64 * 0.005).min(crate::check::SERVER_MAX_SECONDS)
 }
 
 /// Waits for one datagram with a [`RecvMethod`], with a fixed timeout.
@@ -626,7 +623,7 @@ impl Namespace {
         let subnet = free_subnet(pid)?;
         let signals = InterruptHandlers::install()?;
         let ns = Namespace {
-            name: format!("rtloop-lab-{pid}"),
+            name: format!("{NAMESPACE_PREFIX}{pid}"),
             host_if: format!("rtlab{pid}h"),
             host_ip: Ipv4Addr::new(10, 200, subnet, 1),
             server_ip: Ipv4Addr::new(10, 200, subnet, 2),
@@ -721,7 +718,7 @@ fn remove_stale_namespaces() {
     let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else { return };
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let name = line.split_whitespace().next().unwrap_or("");
-        let Some(pid) = name.strip_prefix("rtloop-lab-").and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Some(pid) = name.strip_prefix(NAMESPACE_PREFIX).and_then(|p| p.parse::<u32>().ok()) else { continue };
         if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             let _ = ip(&["link", "del", &format!("rtlab{pid}h")]);
             let _ = ip(&["netns", "del", name]);

@@ -157,7 +157,7 @@ fn wakeup_records_every_sample() {
         samples: 500,
         ..CommonOptions::default()
     };
-    let outcome = lab::wakeup::wakeup(&common, 1000, 0).unwrap();
+    let outcome = lab::wakeup::wakeup(&common, 1000).unwrap();
     assert_eq!(outcome.experiment, "wakeup");
     assert_eq!(outcome.runs.len(), 1);
     assert_eq!(outcome.runs[0].samples_ns.len(), 500);
