@@ -189,8 +189,8 @@ pub enum LabCommand {
         /// Put the server in its own network namespace behind a veth pair (needs root).
         #[arg(long)]
         netns: bool,
-        /// UDP port of the echo server.
-        #[arg(long, default_value_t = 7777)]
+        /// UDP port of the echo server (default 0: a free port the system picks).
+        #[arg(long, default_value_t = 0)]
         port: u16,
     },
     /// Event response between threads or processes (the interrupt-response analogue).

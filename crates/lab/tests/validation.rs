@@ -112,3 +112,17 @@ fn a_huge_load_is_refused_before_any_worker_starts() {
     let LabCommand::Wakeup { common, .. } = parse(&["wakeup", "--load", &max.to_string()]) else { panic!() };
     assert!(common.options().is_ok(), "--load {max} refused");
 }
+
+#[test]
+fn udp_echo_defaults_to_an_ephemeral_port() {
+    let LabCommand::UdpEcho { port, .. } = parse(&["udp-echo"]) else { panic!() };
+    assert_eq!(port, 0, "a fixed default port collides with whatever else uses it");
+    // Behaviour: with the old fixed port taken, the default still measures.
+    let _taken = std::net::UdpSocket::bind("127.0.0.1:7777");
+    let out = run(parse(&["udp-echo", "--samples", "20", "--sizes", "16", "--methods", "blocking", "--no-progress"]))
+        .expect("udp-echo with the default port");
+    assert!(out.contains("udp-echo 16 B blocking"), "{out}");
+    // An explicit port is still honoured.
+    let LabCommand::UdpEcho { port, .. } = parse(&["udp-echo", "--port", "9123"]) else { panic!() };
+    assert_eq!(port, 9123);
+}
