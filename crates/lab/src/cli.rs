@@ -250,7 +250,8 @@ pub enum LabCommand {
     /// The echo server udp-echo starts in a network namespace (internal).
     #[command(hide = true)]
     UdpEchoServer {
-        /// Address to bind, HOST:PORT.
+        /// Address to bind, HOST:PORT: loopback, or any address inside one of the lab's own
+        /// network namespaces, unless --allow-remote.
         #[arg(long)]
         bind: String,
         /// Receive method: blocking, epoll, busy-poll.
@@ -259,6 +260,9 @@ pub enum LabCommand {
         /// Serve this long, seconds.
         #[arg(long, default_value_t = 60.0)]
         seconds: f64,
+        /// Echo to anyone who can reach BIND, even outside loopback and the lab's namespaces.
+        #[arg(long)]
+        allow_remote: bool,
     },
 }
 
@@ -328,8 +332,8 @@ pub fn run(cmd: LabCommand) -> Result<String, String> {
             crate::compare::compare(&crate::compare::CompareOptions { samples, sizes, json })
         }
         LabCommand::Doctor { json } => Ok(crate::doctor::run(json)),
-        LabCommand::UdpEchoServer { bind, method, seconds } => {
-            crate::udp::serve_echo(&bind, &method, seconds).map(|_| String::new())
+        LabCommand::UdpEchoServer { bind, method, seconds, allow_remote } => {
+            crate::udp::serve_echo(&bind, &method, seconds, allow_remote).map(|_| String::new())
         }
     }
 }

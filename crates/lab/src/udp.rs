@@ -7,11 +7,19 @@
 //! `ip netns exec`. A client thread, with the real-time settings applied and the background
 //! load running, measures `samples` round trips (send, receive the echo, in ns) for every
 //! message size × receive method: blocking `recv`, `epoll_wait` then `recv`, or a
-//! non-blocking `recv` spun on (busy polling).
+//! non-blocking `recv` spun on (busy polling). The server's port is one the system picks
+//! unless one is given (inside a fresh namespace every port is free, so a fixed one is used
+//! there).
+//!
+//! The echo server answers whoever writes to it, so [`serve_echo`] binds only loopback, or
+//! any address when it runs inside one of the lab's own namespaces (`rtloop-lab-<pid>`,
+//! recognised by comparing this process's network namespace with those under /run/netns), or
+//! when explicitly allowed (`--allow-remote`).
 //!
 //! What it must never do: leave a namespace or veth behind (a guard removes them on return,
 //! on error, on panic and after Ctrl-C), send to any address but loopback or the namespace it
-//! created itself, or hang when an echo is lost (every wait has a timeout).
+//! created itself, serve beyond loopback and its own namespaces unless told to, or hang when
+//! an echo is lost (every wait has a timeout).
 
 use crate::report::{apply_rt, CommonOptions, Outcome, Run};
 use rt::periodic::now_ns;
@@ -176,15 +184,35 @@ pub fn udp_echo(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<Outcome
 }
 
 /// Echo every datagram received on `bind` back to its sender, waiting with `method`, until
-/// `seconds` have passed. The server of `rtloop lab udp-echo-server`.
-pub fn serve_echo(bind: &str, method: &str, seconds: f64) -> Result<(), String> {
+/// `seconds` have passed. The server of `rtloop lab udp-echo-server`. It binds loopback, or
+/// any address inside one of the lab's own network namespaces; anything else only with
+/// `allow_remote`, because it answers whoever writes to it.
+pub fn serve_echo(bind: &str, method: &str, seconds: f64, allow_remote: bool) -> Result<(), String> {
     let addr: SocketAddr =
         bind.parse().map_err(|e| format!("--bind '{bind}' is not an address like 127.0.0.1:9000: {e}"))?;
     let method: RecvMethod = method.parse().map_err(|e| format!("--method: {e}"))?;
     crate::check::server_seconds("--seconds", seconds)?;
+    if !allow_remote && !addr.ip().is_loopback() && !in_own_namespace() {
+        return Err(format!(
+            "refusing to serve on {addr}, which other hosts can reach: bind 127.0.0.1 or pass --allow-remote"
+        ));
+    }
     let socket = UdpSocket::bind(addr).map_err(|e| format!("cannot bind the echo server to {addr}: {e}"))?;
     let deadline_ns = now_ns().saturating_add((seconds * 1e9) as u64);
     serve_on(&socket, method, deadline_ns, &AtomicBool::new(false))
+}
+
+/// True when this process runs in one of the lab's own network namespaces (`rtloop-lab-*`
+/// under /run/netns, where `ip netns add` mounts them): its only interfaces are loopback and
+/// the veth end the lab created.
+fn in_own_namespace() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(ours) = std::fs::metadata("/proc/self/ns/net") else { return false };
+    let Ok(entries) = std::fs::read_dir("/run/netns") else { return false };
+    entries.flatten().any(|e| {
+        e.file_name().to_str().is_some_and(|n| n.starts_with(NAMESPACE_PREFIX))
+            && std::fs::metadata(e.path()).is_ok_and(|m| m.dev() == ours.dev() && m.ino() == ours.ino())
+    })
 }
 
 /// Names of the namespaces this module creates: `rtloop-lab-<pid>`.

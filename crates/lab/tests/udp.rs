@@ -109,7 +109,7 @@ fn bad_options_are_refused_before_anything_runs() {
 
 #[test]
 fn serve_echo_rejects_bad_arguments() {
-    assert!(lab::udp::serve_echo("not-an-address", "blocking", 1.0).unwrap_err().contains("not-an-address"));
-    assert!(lab::udp::serve_echo("127.0.0.1:0", "poll", 1.0).unwrap_err().contains("poll"));
-    assert!(lab::udp::serve_echo("127.0.0.1:0", "blocking", 0.0).is_err());
+    assert!(lab::udp::serve_echo("not-an-address", "blocking", 1.0, false).unwrap_err().contains("not-an-address"));
+    assert!(lab::udp::serve_echo("127.0.0.1:0", "poll", 1.0, false).unwrap_err().contains("poll"));
+    assert!(lab::udp::serve_echo("127.0.0.1:0", "blocking", 0.0, false).is_err());
 }

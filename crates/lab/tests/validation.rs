@@ -126,3 +126,18 @@ fn udp_echo_defaults_to_an_ephemeral_port() {
     let LabCommand::UdpEcho { port, .. } = parse(&["udp-echo", "--port", "9123"]) else { panic!() };
     assert_eq!(port, 9123);
 }
+
+#[test]
+fn the_echo_server_serves_loopback_unless_told_otherwise() {
+    // Loopback, for a moment: fine.
+    lab::udp::serve_echo("127.0.0.1:0", "blocking", 0.2, false).expect("loopback echo server");
+    // Every interface: refused unless asked for explicitly.
+    let err = lab::udp::serve_echo("0.0.0.0:0", "blocking", 0.2, false).unwrap_err();
+    assert!(err.contains("--allow-remote"), "{err}");
+    assert!(!err.contains('\n'), "{err}");
+    lab::udp::serve_echo("0.0.0.0:0", "blocking", 0.2, true).expect("explicitly allowed");
+    // The same through the command line.
+    let err = refusal(&["udp-echo-server", "--bind", "0.0.0.0:0", "--seconds", "0.2"], "--allow-remote");
+    assert!(err.contains("0.0.0.0"), "{err}");
+    run(parse(&["udp-echo-server", "--bind", "127.0.0.1:0", "--seconds", "0.2"])).expect("loopback via the CLI");
+}
