@@ -4,11 +4,14 @@
 //! chosen transport (the built-in simulated quadruped for `sim`, or one bus at an address
 //! such as `fdcanusb:PATH` or `udp:HOST:PORT`) and runs query-only cycles at the requested
 //! rate on a [`rt::periodic::PeriodicLoop`] (spinning the last `--busy-wait-us` before each
-//! deadline); each sample is the duration of one cycle (send every command, collect every
-//! reply or time out). Query commands only, so no servo moves.
+//! deadline); each sample is the duration of one cycle (send every query, collect every reply
+//! or time out). Query commands only, so no servo moves — and the report says so: the label
+//! ends in "query-only" and the conditions carry `commands: query-only`, because a cycle that
+//! also sends position commands has longer frames and takes longer.
 //!
-//! What it must never do: command motion or torque, allocate or print between cycles, or
-//! count a cycle with missing replies as if it were complete without saying so.
+//! What it must never do: command motion or torque, allocate or print between cycles, count a
+//! cycle with missing replies as if it were complete without saying so, or let a figure pass
+//! for a full command cycle.
 
 use crate::report::{apply_rt, measure_on_thread, CommonOptions, Measured, Outcome, Run};
 use io::{MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec};
@@ -16,6 +19,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Servo ids of the built-in simulated quadruped.
 const QUADRUPED_IDS: std::ops::RangeInclusive<u8> = 1..=12;
+
+/// What every cycle sends: a query to each servo, no command.
+pub const COMMANDS: &str = "query-only";
 
 /// Parse a servo id list such as "1-12" or "1,2,5-7" (ids 1..=127), as given to `--servos`.
 pub fn parse_servo_ids(text: &str) -> Result<Vec<u8>, String> {
@@ -50,15 +56,16 @@ pub fn parse_servo_ids(text: &str) -> Result<Vec<u8>, String> {
 fn build_robot(transport: &str, ids: &[u8]) -> Result<Robot<MonotonicClock>, String> {
     let config = RobotConfig::default();
     if transport == "sim" && ids.iter().copied().eq(QUADRUPED_IDS) {
+        // The errors' Display is the one sentence for the user (never their Debug form).
         return io::default_quadruped(MonotonicClock::default(), config)
-            .map_err(|e| format!("cannot build the simulated quadruped: {e:?}"));
+            .map_err(|e| format!("cannot build the simulated quadruped: {e}"));
     }
     let uri = io::uri::parse(transport).map_err(|e| format!("--transport: {}", e.0))?;
-    let bus = io::open::open_bus(&uri, ids, io::open::OpenOptions::default())
-        .map_err(|e| format!("cannot open {transport}: {e:?}"))?;
+    // OpenError's Display already says "cannot open URI: what is wrong and what to do".
+    let bus = io::open::open_bus(&uri, ids, io::open::OpenOptions::default()).map_err(|e| e.to_string())?;
     let servos = ids.iter().map(|&id| ServoSpec { bus: 0, id }).collect();
     Robot::new(vec![bus], servos, None, MonotonicClock::default(), config)
-        .map_err(|e| format!("cannot build the robot on {transport}: {e:?}"))
+        .map_err(|e| format!("cannot build the robot on {transport}: {e}"))
 }
 
 /// The cycle period for `rate_hz` (already checked to be in [`crate::check::RATE_HZ`]), ns.
@@ -79,11 +86,12 @@ pub fn cycle(common: &CommonOptions, transport: &str, servos: &str, rate_hz: f64
         measure(&settings, &transport_owned, &ids_owned, period_ns, done)
     })?;
     let busy = if busy_wait_us > 0 { format!(", busy-wait {busy_wait_us} us") } else { String::new() };
-    let label = format!("cycle {transport}, {} servos, {rate_hz} Hz{busy}", ids.len());
+    let label = format!("cycle {transport}, {} servos, {rate_hz} Hz{busy}, {COMMANDS}", ids.len());
     Ok(Outcome {
         experiment: "cycle".into(),
         runs: vec![Run { label, size: None, method: None, samples_ns }],
         warnings,
+        setup: vec![("commands".into(), COMMANDS.into())],
     })
 }
 

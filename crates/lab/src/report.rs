@@ -39,6 +39,10 @@ pub struct Outcome {
     pub runs: Vec<Run>,
     /// Refused settings and other things the reader must know to trust the figures.
     pub warnings: Vec<String>,
+    /// What this experiment measured that the system conditions do not say, as key and value
+    /// (e.g. `network`: `netns`, `commands`: `query-only`): printed on the head line and
+    /// added to the JSON `conditions`.
+    pub setup: Vec<(String, String)>,
 }
 
 /// The options every experiment takes.
@@ -241,7 +245,8 @@ struct RunJson<'a> {
 /// `results` list of them for several runs, with `experiment`, `conditions` and `warnings`.
 pub fn render(outcome: &Outcome, conditions: &Conditions, json: bool) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{} — {}", outcome.experiment, conditions.one_line());
+    let setup: String = outcome.setup.iter().map(|(k, v)| format!(", {k} {v}")).collect();
+    let _ = writeln!(out, "{} — {}{setup}", outcome.experiment, conditions.one_line());
     let summaries: Vec<Summary> = outcome.runs.iter().map(|r| Summary::of(&r.samples_ns)).collect();
     for (run, s) in outcome.runs.iter().zip(&summaries) {
         let _ = writeln!(out, "\n{} ({} samples)", run.label, s.samples);
@@ -267,7 +272,12 @@ pub fn render(outcome: &Outcome, conditions: &Conditions, json: bool) -> String 
         let _ = writeln!(out, "warning: {w}");
     }
     if json {
-        let conditions_json = serde_json::to_value(conditions).unwrap_or(serde_json::Value::Null);
+        let mut conditions_json = serde_json::to_value(conditions).unwrap_or(serde_json::Value::Null);
+        if let Some(map) = conditions_json.as_object_mut() {
+            for (k, v) in &outcome.setup {
+                map.insert(k.clone(), v.clone().into());
+            }
+        }
         let mut object = if outcome.runs.len() == 1 {
             let run = &outcome.runs[0];
             let one =

@@ -9,7 +9,8 @@
 //! message size × receive method: blocking `recv`, `epoll_wait` then `recv`, or a
 //! non-blocking `recv` spun on (busy polling). The server's port is one the system picks
 //! unless one is given (inside a fresh namespace every port is free, so a fixed one is used
-//! there).
+//! there). Every run and the report's conditions say which path was measured: `network`
+//! `loopback`, or `netns` (veth between two namespaces), labels ending in "netns".
 //!
 //! The echo server answers whoever writes to it, so [`serve_echo`] binds only loopback, or
 //! any address when it runs inside one of the lab's own namespaces (`rtloop-lab-<pid>`,
@@ -98,7 +99,7 @@ impl FromStr for RecvMethod {
             "blocking" => Ok(RecvMethod::Blocking),
             "epoll" => Ok(RecvMethod::Epoll),
             "busy-poll" => Ok(RecvMethod::BusyPoll),
-            _ => Err(format!("unknown receive method {s:?}: expected blocking, epoll or busy-poll")),
+            _ => Err(format!("unknown receive method '{s}': expected blocking, epoll or busy-poll")),
         }
     }
 }
@@ -126,7 +127,14 @@ impl Default for UdpEchoOptions {
 /// "udp-echo 64 B epoll".
 pub fn udp_echo(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<Outcome, String> {
     validate(common, opts)?;
-    let mut outcome = Outcome { experiment: "udp-echo".to_string(), ..Outcome::default() };
+    let network = if opts.netns { "netns" } else { "loopback" };
+    let mut outcome = Outcome {
+        experiment: "udp-echo".to_string(),
+        setup: vec![("network".to_string(), network.to_string())],
+        ..Outcome::default()
+    };
+    // Loopback is what "udp-echo 64 B epoll" has always meant; a namespace run says so.
+    let label_suffix = if opts.netns { ", netns" } else { "" };
     // The namespace (if any) is set up before the load starts, so `ip` commands are not slowed
     // down by it; it is dropped last, after the load stopped.
     let namespace = if opts.netns { Some(Namespace::create()?) } else { None };
@@ -167,7 +175,7 @@ pub fn udp_echo(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<Outcome
         }
         for (size, samples_ns) in opts.sizes.iter().zip(per_size) {
             outcome.runs.push(Run {
-                label: format!("udp-echo {size} B {method}"),
+                label: format!("udp-echo {size} B {method}{label_suffix}"),
                 size: Some(*size),
                 method: Some(method.to_string()),
                 samples_ns,
@@ -519,7 +527,7 @@ fn wait_until_serving(server: &mut Server, local_ip: IpAddr) -> Result<(), Strin
             }
         }
     }
-    Err(format!("the echo server at {} did not answer within {:?}", server.addr, SERVER_READY_TIMEOUT))
+    Err(format!("the echo server at {} did not answer within {} s", server.addr, SERVER_READY_TIMEOUT.as_secs()))
 }
 
 /// The only destinations this module sends to: loopback, or the 10.200.0.0/16 block its own
@@ -618,9 +626,9 @@ fn round_trip(
         }
         if now_ns() >= give_up_ns {
             return Err(format!(
-                "no echo of a {} B message within {:?} (lost datagram or dead server)",
+                "no echo of a {} B message within {} s (lost datagram or dead server)",
                 message.len(),
-                ECHO_TIMEOUT
+                ECHO_TIMEOUT.as_secs()
             ));
         }
     }

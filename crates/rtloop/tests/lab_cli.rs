@@ -1,6 +1,7 @@
 //! `rtloop lab` as a user runs it (issue 9): the load's temporary files are gone after
-//! Ctrl-C/SIGTERM and after a SIGKILLed run's successor starts, and a load the machine cannot
-//! carry is refused before anything starts.
+//! Ctrl-C/SIGTERM and after a SIGKILLed run's successor starts; a load the machine cannot
+//! carry and every other bad flag are refused in one line with an honest exit code; udp-echo
+//! across namespaces says so.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -129,4 +130,69 @@ fn a_huge_load_is_refused_at_once() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--load 100000"), "{}", stderr(&o));
     assert_eq!(dir.entries(), Vec::<String>::new());
+}
+
+#[test]
+fn refusals_are_one_line_with_exit_code_2() {
+    for (args, must_contain) in [
+        (
+            &["lab", "cycle", "--transport", "fdcanusb:/nonexistent", "--samples", "10"][..],
+            "cannot open fdcanusb:/nonexistent",
+        ),
+        (&["lab", "compare", "--sizes", "0"], "--sizes"),
+        (&["lab", "cycle", "--rate", "nan"], "--rate"),
+        (&["lab", "wakeup", "--samples", "50", "--csv", "/nonexistent/dir/x.csv"], "--csv"),
+        (&["lab", "udp-echo-server", "--bind", "0.0.0.0:0", "--seconds", "1"], "--allow-remote"),
+    ] {
+        let o = Command::new(rtloop_bin()).args(args).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: not one line: {err}");
+        assert!(err.contains(must_contain), "{args:?}: {err}");
+        for debug in ["OpenError", " { ", "Some(", "Os {"] {
+            assert!(!err.contains(debug), "{args:?}: Debug output reached the user: {err}");
+        }
+    }
+}
+
+fn netns_ready() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        testkit::skip("needs root to create network namespaces (sudo)");
+        return false;
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        testkit::skip("needs the ip command (apt-get install iproute2)");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn udp_echo_across_a_namespace_says_so() {
+    if !netns_ready() {
+        return;
+    }
+    let o = Command::new(rtloop_bin())
+        .args(["lab", "udp-echo", "--netns", "--samples", "50", "--sizes", "16", "--methods", "blocking,epoll"])
+        .args(["--json", "--no-progress"])
+        .output()
+        .unwrap();
+    // The echo server runs as `rtloop lab udp-echo-server` inside the namespace, bound to the
+    // namespace's own address: allowed there without --allow-remote.
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let json: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(json["conditions"]["network"], "netns", "{json}");
+    for r in json["results"].as_array().unwrap() {
+        assert!(r["label"].as_str().unwrap().contains("netns"), "{r}");
+    }
+    assert!(out.lines().next().unwrap().contains("network netns"), "{out}");
+    let o = Command::new(rtloop_bin())
+        .args(["lab", "udp-echo", "--samples", "20", "--sizes", "16", "--methods", "blocking", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let json: serde_json::Value = serde_json::from_str(stdout(&o).lines().last().unwrap()).unwrap();
+    assert_eq!(json["conditions"]["network"], "loopback", "{json}");
 }
