@@ -1,7 +1,8 @@
 //! `rtloop lab` as a user runs it (issue 9): the load's temporary files are gone after
 //! Ctrl-C/SIGTERM and after a SIGKILLed run's successor starts; a load the machine cannot
 //! carry and every other bad flag are refused in one line with an honest exit code; udp-echo
-//! across namespaces says so.
+//! across namespaces says so; the bench scripts find the binary cargo built wherever the
+//! target directory is.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -195,4 +196,92 @@ fn udp_echo_across_a_namespace_says_so() {
     assert!(o.status.success(), "{}", stderr(&o));
     let json: serde_json::Value = serde_json::from_str(stdout(&o).lines().last().unwrap()).unwrap();
     assert_eq!(json["conditions"]["network"], "loopback", "{json}");
+}
+
+/// A stand-in for `cargo` on PATH: `cargo build` "builds" by linking the rtloop under test into
+/// `$CARGO_TARGET_DIR/release` and prints what cargo prints with `--message-format=json`.
+/// A real release build into a fresh target directory takes minutes; what the scripts must get
+/// right is where they look for the result.
+const FAKE_CARGO: &str = r#"#!/usr/bin/env bash
+set -eu
+echo "cargo $*" >> "$FAKE_CARGO_LOG"
+[ "$1" = build ] || { echo "fake cargo: only build is supported" >&2; exit 1; }
+out="${CARGO_TARGET_DIR:?the test sets CARGO_TARGET_DIR}/release"
+mkdir -p "$out"
+ln -sf "$RTLOOP_UNDER_TEST" "$out/rtloop"
+for a in "$@"; do
+  if [[ "$a" == --message-format=json* ]]; then
+    printf '{"reason":"compiler-artifact","package_id":"path+file:///rtloop#0.1.0","manifest_path":"/rtloop/crates/rtloop/Cargo.toml","target":{"kind":["bin"],"crate_types":["bin"],"name":"rtloop","src_path":"/rtloop/crates/rtloop/src/main.rs","edition":"2021","doc":true,"doctest":false,"test":true},"profile":{"opt_level":"3","debuginfo":1,"debug_assertions":false,"overflow_checks":false,"test":false},"features":[],"filenames":["%s"],"executable":"%s","fresh":true}\n' "$out/rtloop" "$out/rtloop"
+    printf '{"reason":"build-finished","success":true}\n'
+  fi
+done
+"#;
+
+/// A stand-in for cyclictest when rt-tests is not installed: a histogram of 1000 wakeups.
+const FAKE_CYCLICTEST: &str = r##"#!/usr/bin/env bash
+echo "# /dev/cpu_dma_latency set to 0us"
+echo "# Histogram"
+echo "000003 000500"
+echo "000004 000490"
+echo "000012 000010"
+echo "# Total: 000001000"
+"##;
+
+fn write_executable(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
+
+#[test]
+fn bench_scripts_find_the_binary_in_any_target_dir() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let scratch = ScratchDir::new("bench-scripts");
+    let bin = scratch.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    write_executable(&bin.join("cargo"), FAKE_CARGO);
+    if !on_path("cyclictest") {
+        testkit::skip("the cyclictest side of wakeup_vs_cyclictest.sh ran against a stand-in: needs rt-tests (apt-get install rt-tests)");
+        write_executable(&bin.join("cyclictest"), FAKE_CYCLICTEST);
+    }
+    let path = std::env::join_paths(
+        std::iter::once(bin.clone()).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .unwrap();
+    let target = scratch.path().join("elsewhere-target");
+    let log = scratch.path().join("cargo.log");
+    let run = |script: &str, env: &[(&str, &str)]| {
+        let mut c = Command::new("bash");
+        c.arg(repo.join("benches").join(script))
+            .env("PATH", &path)
+            .env("CARGO_TARGET_DIR", &target)
+            .env("FAKE_CARGO_LOG", &log)
+            .env("RTLOOP_UNDER_TEST", rtloop_bin());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+
+    let o = run("lab_matrix.sh", &[("SAMPLES", "20")]);
+    assert!(o.status.success(), "lab_matrix.sh: {}\n{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    for experiment in ["wakeup", "udp-echo 64 B busy-poll", "event", "serial", "cycle"] {
+        assert!(out.lines().any(|l| l.starts_with(experiment)), "lab_matrix.sh: no {experiment} row:\n{out}");
+    }
+    // 12 runs per (policy, load): 1 wakeup + 3 udp-echo + 4 event + 3 serial + 1 cycle.
+    assert_eq!(out.lines().count(), 1 + 4 * 12, "{out}");
+
+    let o = run("wakeup_vs_cyclictest.sh", &[("LOOPS", "300")]);
+    assert!(o.status.success(), "wakeup_vs_cyclictest.sh: {}\n{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert_eq!(out.lines().filter(|l| l.starts_with("rtloop run")).count(), 2, "{out}");
+    assert_eq!(out.lines().filter(|l| l.starts_with("cyclictest")).count(), 2, "{out}");
+
+    let calls = std::fs::read_to_string(&log).unwrap();
+    assert!(calls.lines().all(|l| l.contains("--release")), "{calls}");
 }
