@@ -510,9 +510,6 @@ mod signal_cleanup {
         previous: [Option<libc::sigaction>; 3],
     }
 
-    // SAFETY: libc::sigaction is plain data (a handler address, a signal mask, flags).
-    unsafe impl Send for Installed {}
-
     static INSTALLED: Mutex<Installed> = Mutex::new(Installed { registrations: 0, previous: [None; 3] });
 
     type SigactionFn = extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void);
