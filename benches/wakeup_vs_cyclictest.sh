@@ -2,12 +2,20 @@
 # Wakeup latency of rtloop's loop beside cyclictest's, same machine, same script, same
 # settings (SCHED_FIFO 90, mlockall, 1 ms period), then both under SCHED_OTHER.
 # Needs root and cyclictest (apt-get install rt-tests). Prints p50 / p99 / max in µs.
+# LOOPS=N sets the wakeups per side (default 10000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LOOPS=${LOOPS:-10000}
-cargo build --release -q -p rtloop
-RTLOOP=target/release/rtloop
 command -v cyclictest >/dev/null || { echo "cyclictest is missing: apt-get install rt-tests" >&2; exit 2; }
+# Build rtloop and run the binary cargo says it built: that is where CARGO_TARGET_DIR, a
+# cargo config's build.target-dir or --target put it (target/release is only the default).
+RTLOOP=$(cargo build --release -q -p rtloop --message-format=json-render-diagnostics | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "rtloop" and m.get("executable"):
+        print(m["executable"])')
+[ -x "$RTLOOP" ] || { echo "cargo did not report an rtloop binary" >&2; exit 1; }
 
 # cyclictest -h N prints one "%06d %06d" row per µs bucket: latency, count.
 pct_from_hist() {
@@ -28,7 +36,12 @@ print(f"{q(0.5):8.1f} {q(0.99):8.1f} {mx:8.1f}")' "$1"
 }
 
 rtloop_pct() {
-  "$RTLOOP" run --duration "$(python3 -c "print($LOOPS/1000)")" --json --quiet "$@" 2>/dev/null | tail -1 |
+  local out
+  out=$("$RTLOOP" run --duration "$(python3 -c "print($LOOPS/1000)")" --json --quiet "$@") || {
+    echo "rtloop run $* failed" >&2
+    exit 1
+  }
+  tail -1 <<<"$out" |
     python3 -c 'import json,sys; w=json.load(sys.stdin)["wakeup_us"]; print("%8.1f %8.1f %8.1f" % (w["p50"], w["p99"], w["max"]))'
 }
 
@@ -37,7 +50,9 @@ for sched in fifo other; do
   if [ $sched = fifo ]; then cargs=(-p 90); rargs=(--policy fifo --priority 90 --mlock); else cargs=(); rargs=(); fi
   hist=$(mktemp)
   cyclictest -m "${cargs[@]}" -i 1000 -l "$LOOPS" -q -h 20000 > "$hist"
-  printf "%-34s %s\n" "cyclictest ($sched)" "$(pct_from_hist "$hist")"
+  theirs=$(pct_from_hist "$hist")
   rm -f "$hist"
-  printf "%-34s %s\n" "rtloop run ($sched, 12 sim servos)" "$(rtloop_pct "${rargs[@]}")"
+  printf "%-34s %s\n" "cyclictest ($sched)" "$theirs"
+  ours=$(rtloop_pct "${rargs[@]}")
+  printf "%-34s %s\n" "rtloop run ($sched, 12 sim servos)" "$ours"
 done

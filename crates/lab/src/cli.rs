@@ -1,14 +1,17 @@
 //! The `rtloop lab` command line: the experiments' flags, and dispatch to them.
 //!
 //! Every experiment takes the same [`CommonArgs`] (the real-time settings of `rtloop run`,
-//! background load, sample count and the output options) plus its own flags. [`run`] turns
-//! the flags into [`CommonOptions`], runs the experiment, gathers the conditions, renders the
-//! report and writes the CSV and plot when asked. With `--json` the last line of the returned
-//! text is the JSON object, so notes about written files come before it.
+//! background load, sample count and the output options) plus its own flags. [`run`] first
+//! checks every flag of the command ([`crate::check`]: ranges, NaN and infinities, lists,
+//! output paths, the load the machine can carry), then turns them into [`CommonOptions`], runs
+//! the experiment, gathers the conditions, renders the report and writes the CSV and plot when
+//! asked. With `--json` the last line of the returned text is the JSON object, so notes about
+//! written files come before it.
 //!
-//! What it must never do: print by itself (the caller prints what [`run`] returns), or
-//! silently accept a flag value it does not understand.
+//! What it must never do: print by itself (the caller prints what [`run`] returns), measure
+//! anything before every flag was checked, or silently accept (or ignore) a flag value.
 
+use crate::check;
 use crate::conditions::Conditions;
 use crate::report::{render, write_csv, CommonOptions, Outcome};
 use rt::setup::{DeadlineParams, Policy, RtSettings};
@@ -20,6 +23,10 @@ use std::str::FromStr;
 /// kernel's own threads at 99 and the usual IRQ threads at 50 is not what we want either —
 /// 80 is above IRQ threads, like a control loop should be.
 const DEFAULT_RT_PRIORITY: i32 = 80;
+/// SCHED_DEADLINE runtime per period when `--deadline-runtime-us` is not given, µs.
+const DEFAULT_DEADLINE_RUNTIME_US: u64 = 200;
+/// SCHED_DEADLINE period when `--deadline-period-us` is not given, µs.
+const DEFAULT_DEADLINE_PERIOD_US: u64 = 1000;
 
 /// The flags every experiment takes.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
@@ -30,26 +37,27 @@ pub struct CommonArgs {
     /// Real-time priority 1-99 for fifo and rr (default 80).
     #[arg(long)]
     pub priority: Option<i32>,
-    /// SCHED_DEADLINE runtime per period, µs (with --policy deadline).
-    #[arg(long, value_name = "US", default_value_t = 200)]
-    pub deadline_runtime_us: u64,
-    /// SCHED_DEADLINE period (and relative deadline), µs (with --policy deadline).
-    #[arg(long, value_name = "US", default_value_t = 1000)]
-    pub deadline_period_us: u64,
+    /// SCHED_DEADLINE runtime per period, µs (with --policy deadline; default 200).
+    #[arg(long, value_name = "US")]
+    pub deadline_runtime_us: Option<u64>,
+    /// SCHED_DEADLINE period (and relative deadline), µs (with --policy deadline; default 1000).
+    #[arg(long, value_name = "US")]
+    pub deadline_period_us: Option<u64>,
     /// Pin the measuring thread(s) to these CPUs, e.g. 1 or 0,1 or 0-1.
     #[arg(long, value_name = "LIST")]
     pub cpu: Option<String>,
     /// Lock all memory (mlockall) so the measurement never waits for a page.
     #[arg(long)]
     pub mlock: bool,
-    /// Spin for the last N µs before each deadline / instead of sleeping, where the
-    /// experiment sleeps.
+    /// Spin for the last N µs before each deadline instead of sleeping (wakeup and cycle,
+    /// the experiments that sleep until a deadline; at most the period).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub busy_wait_us: u64,
-    /// Run N background load workers (CPU, memory, file I/O) during the measurement.
+    /// Run N background load workers (CPU, memory, file I/O) during the measurement (at most
+    /// 4 per CPU, and 65 MiB each within half of the available memory).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub load: usize,
-    /// Samples per run.
+    /// Samples per run (1..=10000000).
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub samples: usize,
     /// Turn every refused real-time request into an error.
@@ -70,24 +78,65 @@ pub struct CommonArgs {
 }
 
 impl CommonArgs {
-    /// The experiment options these flags ask for; an error names the bad flag.
+    /// The experiment options these flags ask for, every flag checked; an error is one
+    /// sentence naming the bad flag and what to give instead. `--busy-wait-us` is checked
+    /// by each experiment against its own period ([`check::busy_wait_us`]).
     pub fn options(&self) -> Result<CommonOptions, String> {
         let policy: Policy = self.policy.parse().map_err(|e| format!("--policy: {e}"))?;
         let priority = match (policy, self.priority) {
-            (_, Some(p)) => p,
+            (Policy::Fifo | Policy::RoundRobin, Some(p)) => {
+                check::in_range("--priority", p, &(1..=99), &format!("for --policy {}", self.policy))?
+            }
             (Policy::Fifo | Policy::RoundRobin, None) => DEFAULT_RT_PRIORITY,
+            (_, Some(p)) if p != 0 => {
+                return Err(format!(
+                    "--priority {p} needs --policy fifo or rr: {} has no real-time priority",
+                    policy.kernel_name()
+                ))
+            }
             _ => 0,
         };
-        let deadline = (policy == Policy::Deadline).then_some(DeadlineParams {
-            runtime_ns: self.deadline_runtime_us * 1000,
-            deadline_ns: self.deadline_period_us * 1000,
-            period_ns: self.deadline_period_us * 1000,
-        });
+        let deadline = if policy == Policy::Deadline {
+            let period_us = check::in_range(
+                "--deadline-period-us",
+                self.deadline_period_us.unwrap_or(DEFAULT_DEADLINE_PERIOD_US),
+                &check::DEADLINE_PERIOD_US,
+                "(us)",
+            )?;
+            let runtime_us = check::in_range(
+                "--deadline-runtime-us",
+                self.deadline_runtime_us.unwrap_or(DEFAULT_DEADLINE_RUNTIME_US.min(period_us)),
+                &(check::DEADLINE_MIN_RUNTIME_US..=period_us),
+                "(us, at most --deadline-period-us)",
+            )?;
+            Some(DeadlineParams {
+                runtime_ns: runtime_us * 1000,
+                deadline_ns: period_us * 1000,
+                period_ns: period_us * 1000,
+            })
+        } else {
+            for (flag, given) in
+                [("--deadline-runtime-us", self.deadline_runtime_us), ("--deadline-period-us", self.deadline_period_us)]
+            {
+                if given.is_some() {
+                    return Err(format!("{flag} applies only with --policy deadline"));
+                }
+            }
+            None
+        };
         let cpus = match &self.cpu {
             None => Vec::new(),
             Some(list) => rt::setup::parse_cpu_list(list)
-                .ok_or_else(|| format!("--cpu: '{list}' is not a CPU list like 1 or 0,1 or 0-3"))?,
+                .ok_or_else(|| format!("--cpu '{list}' is not a CPU list: give e.g. 1 or 0,1 or 0-3"))?,
         };
+        if let Some(allowed) = rt::setup::current_conditions().affinity {
+            if let Some(cpu) = cpus.iter().find(|c| !allowed.contains(c)) {
+                return Err(format!(
+                    "--cpu {cpu} is not a CPU this process may run on: give CPUs from {}",
+                    rt::setup::format_cpu_list(&allowed)
+                ));
+            }
+        }
         let rt = RtSettings {
             policy,
             priority,
@@ -98,10 +147,21 @@ impl CommonArgs {
             ..RtSettings::default()
         };
         rt::setup::validate(&rt).map_err(|e| e.to_string())?;
-        if self.samples == 0 {
-            return Err("--samples must be at least 1".into());
+        check::samples("--samples", self.samples)?;
+        crate::load::Capacity::of_this_machine().check(self.load)?;
+        if let Some(path) = &self.csv {
+            check::output_file("--csv", path, None)?;
         }
-        Ok(CommonOptions { rt, load: self.load, samples: self.samples, progress: !self.no_progress })
+        if let Some(path) = &self.plot {
+            check::output_file("--plot", path, Some("png"))?;
+        }
+        Ok(CommonOptions {
+            rt,
+            load: self.load,
+            samples: self.samples,
+            busy_wait_us: self.busy_wait_us,
+            progress: !self.no_progress,
+        })
     }
 }
 
@@ -129,8 +189,8 @@ pub enum LabCommand {
         /// Put the server in its own network namespace behind a veth pair (needs root).
         #[arg(long)]
         netns: bool,
-        /// UDP port of the echo server.
-        #[arg(long, default_value_t = 7777)]
+        /// UDP port of the echo server (default 0: a free port the system picks).
+        #[arg(long, default_value_t = 0)]
         port: u16,
     },
     /// Event response between threads or processes (the interrupt-response analogue).
@@ -151,7 +211,7 @@ pub enum LabCommand {
         /// Read methods: blocking, epoll, busy-poll.
         #[arg(long, value_delimiter = ',', default_value = "blocking,epoll,busy-poll")]
         methods: Vec<String>,
-        /// Message size, bytes.
+        /// Message size, bytes (1..=4096).
         #[arg(long, default_value_t = 64)]
         size: usize,
     },
@@ -165,16 +225,16 @@ pub enum LabCommand {
         /// Servo ids, e.g. 1-12 or 1,2,3.
         #[arg(long, default_value = "1-12")]
         servos: String,
-        /// Cycle rate, Hz.
+        /// Cycle rate, Hz (0.1..=100000).
         #[arg(long, default_value_t = 1000.0)]
         rate: f64,
     },
     /// Our wakeup and UDP figures beside cyclictest's and sockperf's, same settings.
     Compare {
-        /// Samples per measurement.
+        /// Samples per measurement (1..=10000000).
         #[arg(long, default_value_t = 10_000)]
         samples: usize,
-        /// UDP message sizes, bytes.
+        /// UDP message sizes, bytes (1..=65507).
         #[arg(long, value_delimiter = ',', default_value = "64")]
         sizes: Vec<usize>,
         /// Make the last line of output one JSON object.
@@ -190,7 +250,8 @@ pub enum LabCommand {
     /// The echo server udp-echo starts in a network namespace (internal).
     #[command(hide = true)]
     UdpEchoServer {
-        /// Address to bind, HOST:PORT.
+        /// Address to bind, HOST:PORT: loopback, or any address inside one of the lab's own
+        /// network namespaces, unless --allow-remote.
         #[arg(long)]
         bind: String,
         /// Receive method: blocking, epoll, busy-poll.
@@ -199,50 +260,71 @@ pub enum LabCommand {
         /// Serve this long, seconds.
         #[arg(long, default_value_t = 60.0)]
         seconds: f64,
+        /// Echo to anyone who can reach BIND, even outside loopback and the lab's namespaces.
+        #[arg(long)]
+        allow_remote: bool,
     },
 }
 
-/// Parse a comma-separated method list with the experiment's own names.
+/// Parse a comma-separated method list with the experiment's own names; each at most once.
 fn parse_list<T>(flag: &str, items: &[String]) -> Result<Vec<T>, String>
 where
-    T: FromStr,
+    T: FromStr + PartialEq + Display,
     T::Err: Display,
 {
     if items.is_empty() {
-        return Err(format!("{flag}: give at least one"));
+        return Err(format!("{flag} is empty: give at least one"));
     }
-    items.iter().map(|s| s.trim().parse::<T>().map_err(|e| format!("{flag}: {e}"))).collect()
+    let parsed = items
+        .iter()
+        .map(|s| s.trim().parse::<T>().map_err(|e| format!("{flag}: {e}")))
+        .collect::<Result<Vec<T>, _>>()?;
+    check::each_once(flag, &parsed)?;
+    Ok(parsed)
 }
 
 /// Run a lab command and return what to print (with `--json`, its last line is the JSON).
+/// Every flag is checked before anything is measured.
 pub fn run(cmd: LabCommand) -> Result<String, String> {
     match cmd {
         LabCommand::Wakeup { common, period_us } => {
             let options = common.options()?;
-            let outcome = crate::wakeup::wakeup(&options, period_us, common.busy_wait_us)?;
+            check::period_us("--period-us", period_us)?;
+            check::busy_wait_us(common.busy_wait_us, period_us)?;
+            let outcome = crate::wakeup::wakeup(&options, period_us)?;
             finish(&common, &options, &outcome)
         }
         LabCommand::UdpEcho { common, sizes, methods, netns, port } => {
             let options = common.options()?;
+            check::no_busy_wait(common.busy_wait_us, "udp-echo")?;
             let methods = parse_list::<crate::udp::RecvMethod>("--methods", &methods)?;
+            check::udp_sizes("--sizes", &sizes)?;
+            check::samples_in_all(common.samples, sizes.len() * methods.len(), "--sizes × --methods")?;
             let udp = crate::udp::UdpEchoOptions { sizes, methods, netns, port };
             let outcome = crate::udp::udp_echo(&options, &udp)?;
             finish(&common, &options, &outcome)
         }
         LabCommand::Event { common, methods, processes } => {
             let options = common.options()?;
+            check::no_busy_wait(common.busy_wait_us, "event")?;
             let methods = parse_list::<crate::event::EventMethod>("--methods", &methods)?;
             let outcome = crate::event::event(&options, &crate::event::EventOptions { methods, processes })?;
             finish(&common, &options, &outcome)
         }
         LabCommand::Serial { common, methods, size } => {
             let options = common.options()?;
+            check::no_busy_wait(common.busy_wait_us, "serial")?;
             let methods = parse_list::<crate::serial::SerialMethod>("--methods", &methods)?;
+            check::serial_size("--size", size)?;
             let outcome = crate::serial::serial(&options, &crate::serial::SerialOptions { methods, size })?;
             finish(&common, &options, &outcome)
         }
         LabCommand::Cycle { common, transport, servos, rate } => {
             let options = common.options()?;
+            check::rate_hz("--rate", rate)?;
+            check::busy_wait_us(common.busy_wait_us, crate::cycle::period_ns(rate) / 1000)?;
+            crate::cycle::parse_servo_ids(&servos)?;
+            io::uri::parse(&transport).map_err(|e| format!("--transport: {}", e.0))?;
             let outcome = crate::cycle::cycle(&options, &transport, &servos, rate)?;
             finish(&common, &options, &outcome)
         }
@@ -250,8 +332,8 @@ pub fn run(cmd: LabCommand) -> Result<String, String> {
             crate::compare::compare(&crate::compare::CompareOptions { samples, sizes, json })
         }
         LabCommand::Doctor { json } => Ok(crate::doctor::run(json)),
-        LabCommand::UdpEchoServer { bind, method, seconds } => {
-            crate::udp::serve_echo(&bind, &method, seconds).map(|_| String::new())
+        LabCommand::UdpEchoServer { bind, method, seconds, allow_remote } => {
+            crate::udp::serve_echo(&bind, &method, seconds, allow_remote).map(|_| String::new())
         }
     }
 }

@@ -11,8 +11,8 @@
 //! so they can be tested on captured outputs.
 //!
 //! What it must never do: fail because a tool is missing (it says how to install it and still
-//! reports our side), leave a `sockperf sr` server running (a guard kills it), or talk to
-//! anything but loopback.
+//! reports our side), leave a `sockperf sr` server running (a guard kills it), talk to
+//! anything but loopback, or measure before every option was checked.
 
 use crate::report::{CommonOptions, Summary};
 use crate::udp::{RecvMethod, UdpEchoOptions};
@@ -128,14 +128,14 @@ struct JsonReport<'a> {
 
 /// Run both comparisons and return the printed report.
 pub fn compare(opts: &CompareOptions) -> Result<String, String> {
-    if opts.samples == 0 {
-        return Err("compare needs at least one sample".to_string());
-    }
+    // Every option first: the wakeup half alone measures for `samples` ms.
+    crate::check::samples("--samples", opts.samples)?;
+    crate::check::udp_sizes("--sizes", &opts.sizes)?;
+    crate::check::samples_in_all(opts.samples, 1 + opts.sizes.len(), "one wakeup run and one per --sizes")?;
     let common = CommonOptions {
         rt: RtSettings { policy: Policy::Fifo, priority: PRIORITY, mlock: true, ..RtSettings::default() },
-        load: 0,
         samples: opts.samples,
-        progress: false,
+        ..CommonOptions::default()
     };
     let mut warnings: Vec<String> = Vec::new();
     let mut comparisons = Vec::new();
@@ -147,7 +147,7 @@ pub fn compare(opts: &CompareOptions) -> Result<String, String> {
     if dma_guard.is_none() {
         warnings.push("could not hold /dev/cpu_dma_latency at 0 for our side (cyclictest does): run as root".into());
     }
-    let ours = crate::wakeup::wakeup(&common, PERIOD_US, 0)?;
+    let ours = crate::wakeup::wakeup(&common, PERIOD_US)?;
     merge_warnings(&mut warnings, &ours.warnings);
     let our_wakeups: Vec<u64> = ours.runs.iter().flat_map(|r| r.samples_ns.iter().copied()).collect();
     let theirs = run_cyclictest(opts.samples);

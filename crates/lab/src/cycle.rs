@@ -3,11 +3,15 @@
 //! A measuring thread with the requested real-time settings builds an [`io::Robot`] over the
 //! chosen transport (the built-in simulated quadruped for `sim`, or one bus at an address
 //! such as `fdcanusb:PATH` or `udp:HOST:PORT`) and runs query-only cycles at the requested
-//! rate on a [`rt::periodic::PeriodicLoop`]; each sample is the duration of one cycle (send
-//! every command, collect every reply or time out). Query commands only, so no servo moves.
+//! rate on a [`rt::periodic::PeriodicLoop`] (spinning the last `--busy-wait-us` before each
+//! deadline); each sample is the duration of one cycle (send every query, collect every reply
+//! or time out). Query commands only, so no servo moves — and the report says so: the label
+//! ends in "query-only" and the conditions carry `commands: query-only`, because a cycle that
+//! also sends position commands has longer frames and takes longer.
 //!
-//! What it must never do: command motion or torque, allocate or print between cycles, or
-//! count a cycle with missing replies as if it were complete without saying so.
+//! What it must never do: command motion or torque, allocate or print between cycles, count a
+//! cycle with missing replies as if it were complete without saying so, or let a figure pass
+//! for a full command cycle.
 
 use crate::report::{apply_rt, measure_on_thread, CommonOptions, Measured, Outcome, Run};
 use io::{MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec};
@@ -16,7 +20,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// Servo ids of the built-in simulated quadruped.
 const QUADRUPED_IDS: std::ops::RangeInclusive<u8> = 1..=12;
 
-/// Parse a servo id list such as "1-12" or "1,2,5-7" (ids 1..=127).
+/// What every cycle sends: a query to each servo, no command.
+pub const COMMANDS: &str = "query-only";
+
+/// Parse a servo id list such as "1-12" or "1,2,5-7" (ids 1..=127), as given to `--servos`.
 pub fn parse_servo_ids(text: &str) -> Result<Vec<u8>, String> {
     let mut ids = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -26,16 +33,18 @@ pub fn parse_servo_ids(text: &str) -> Result<Vec<u8>, String> {
         };
         let parse = |s: &str| match s.parse::<u8>() {
             Ok(id) if (1..=127).contains(&id) => Ok(id),
-            _ => Err(format!("servo id '{s}' is not 1-127 (in '{text}')")),
+            _ => Err(format!(
+                "--servos '{text}': servo id '{s}' is out of range: give ids in 1..=127, e.g. 1-12 or 1,2,5-7"
+            )),
         };
         let (lo, hi) = (parse(lo)?, parse(hi)?);
         if lo > hi {
-            return Err(format!("servo range '{part}' runs backwards"));
+            return Err(format!("--servos '{text}': the range '{part}' runs backwards: give the lower id first"));
         }
         ids.extend(lo..=hi);
     }
     if ids.is_empty() {
-        return Err(format!("no servo ids in '{text}'"));
+        return Err(format!("--servos '{text}' names no servo: give ids in 1..=127, e.g. 1-12 or 1,2,5-7"));
     }
     ids.sort_unstable();
     ids.dedup();
@@ -47,33 +56,42 @@ pub fn parse_servo_ids(text: &str) -> Result<Vec<u8>, String> {
 fn build_robot(transport: &str, ids: &[u8]) -> Result<Robot<MonotonicClock>, String> {
     let config = RobotConfig::default();
     if transport == "sim" && ids.iter().copied().eq(QUADRUPED_IDS) {
+        // The errors' Display is the one sentence for the user (never their Debug form).
         return io::default_quadruped(MonotonicClock::default(), config)
-            .map_err(|e| format!("cannot build the simulated quadruped: {e:?}"));
+            .map_err(|e| format!("cannot build the simulated quadruped: {e}"));
     }
     let uri = io::uri::parse(transport).map_err(|e| format!("--transport: {}", e.0))?;
-    let bus = io::open::open_bus(&uri, ids, io::open::OpenOptions::default())
-        .map_err(|e| format!("cannot open {transport}: {e:?}"))?;
+    // OpenError's Display already says "cannot open URI: what is wrong and what to do".
+    let bus = io::open::open_bus(&uri, ids, io::open::OpenOptions::default()).map_err(|e| e.to_string())?;
     let servos = ids.iter().map(|&id| ServoSpec { bus: 0, id }).collect();
     Robot::new(vec![bus], servos, None, MonotonicClock::default(), config)
-        .map_err(|e| format!("cannot build the robot on {transport}: {e:?}"))
+        .map_err(|e| format!("cannot build the robot on {transport}: {e}"))
+}
+
+/// The cycle period for `rate_hz` (already checked to be in [`crate::check::RATE_HZ`]), ns.
+pub fn period_ns(rate_hz: f64) -> u64 {
+    (1e9 / rate_hz).round().max(1.0) as u64
 }
 
 /// Run `common.samples` query cycles over `transport` to `servos` at `rate_hz`.
 pub fn cycle(common: &CommonOptions, transport: &str, servos: &str, rate_hz: f64) -> Result<Outcome, String> {
-    if !(rate_hz.is_finite() && rate_hz > 0.0 && rate_hz <= 1_000_000.0) {
-        return Err(format!("--rate must be between 0 and 1 MHz, got {rate_hz}"));
-    }
+    crate::check::samples("--samples", common.samples)?;
+    crate::check::rate_hz("--rate", rate_hz)?;
+    let period_ns = period_ns(rate_hz);
+    let busy_wait_us = crate::check::busy_wait_us(common.busy_wait_us, period_ns / 1000)?;
     let ids = parse_servo_ids(servos)?;
-    let period_ns = (1e9 / rate_hz).round().max(1.0) as u64;
+    io::uri::parse(transport).map_err(|e| format!("--transport: {}", e.0))?;
     let (settings, transport_owned, ids_owned) = (common.clone(), transport.to_string(), ids.clone());
     let (samples_ns, warnings) = measure_on_thread(common, "cycle", move |done| {
         measure(&settings, &transport_owned, &ids_owned, period_ns, done)
     })?;
-    let label = format!("cycle {transport}, {} servos, {rate_hz} Hz", ids.len());
+    let busy = if busy_wait_us > 0 { format!(", busy-wait {busy_wait_us} us") } else { String::new() };
+    let label = format!("cycle {transport}, {} servos, {rate_hz} Hz{busy}, {COMMANDS}", ids.len());
     Ok(Outcome {
         experiment: "cycle".into(),
         runs: vec![Run { label, size: None, method: None, samples_ns }],
         warnings,
+        setup: vec![("commands".into(), COMMANDS.into())],
     })
 }
 
@@ -86,8 +104,11 @@ fn measure(common: &CommonOptions, transport: &str, ids: &[u8], period_ns: u64, 
     let mut imu = Default::default();
     let mut samples_ns = Vec::with_capacity(common.samples);
     let (mut missing, mut timed_out, mut failed_buses) = (0u64, 0u64, 0u64);
-    let options =
-        rt::periodic::PeriodicOptions { busy_wait_ns: 0, overrun: rt::periodic::OverrunPolicy::Skip, start_ns: None };
+    let options = rt::periodic::PeriodicOptions {
+        busy_wait_ns: common.busy_wait_us * 1000,
+        overrun: rt::periodic::OverrunPolicy::Skip,
+        start_ns: None,
+    };
     let mut periodic = rt::periodic::PeriodicLoop::new(period_ns, options);
     for i in 0..common.samples {
         periodic.wait_next();

@@ -361,14 +361,15 @@ fn pinned_to_one_cpu() -> bool {
 
 /// Measure every method of `opts` and return one run per method.
 pub fn event(common: &CommonOptions, opts: &EventOptions) -> Result<Outcome, String> {
-    if common.samples == 0 {
-        return Err("event needs at least one sample".into());
-    }
+    crate::check::samples("--samples", common.samples)?;
+    crate::check::no_busy_wait(common.busy_wait_us, "event")?;
     if opts.methods.is_empty() {
-        return Err("event needs at least one method (eventfd, pipe, futex, busy-poll)".into());
+        return Err("--methods is empty: give at least one of eventfd, pipe, futex, busy-poll".into());
     }
+    crate::check::each_once("--methods", &opts.methods)?;
+    crate::check::samples_in_all(common.samples, opts.methods.len(), "--methods")?;
     let mode = if opts.processes { "processes" } else { "threads" };
-    let mut outcome = Outcome { experiment: "event".into(), runs: Vec::new(), warnings: Vec::new() };
+    let mut outcome = Outcome { experiment: "event".into(), ..Outcome::default() };
     let mut load = crate::load::Load::start(common.load)?;
     for &method in &opts.methods {
         let (samples_ns, warnings) = measure(common, method, opts.processes)?;

@@ -8,14 +8,16 @@
 //! Results are summarised, printed, exported and plotted by [`report`] and [`plot`] with the
 //! [`conditions`] that shaped them; [`compare`] runs cyclictest and sockperf beside our
 //! figures, and [`doctor`] checks the system's real-time readiness. [`cli`] is the command
-//! line that ties them together.
+//! line that ties them together; [`check`] holds the ranges every flag is checked against
+//! before anything is measured.
 //!
 //! What it must never do: measure on a thread whose real-time settings it did not apply (or
-//! report as applied), hide a refused setting, or leave load threads, network namespaces or
-//! temporary files behind.
+//! report as applied), hide a refused setting, measure before every option was checked, or
+//! leave load threads, network namespaces or temporary files behind.
 
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod check;
 pub mod cli;
 pub mod compare;
 pub mod conditions;

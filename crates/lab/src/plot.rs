@@ -8,7 +8,12 @@
 //! Text needs a font: DejaVu Sans is loaded at run time when installed; without it the plot is
 //! drawn without any text rather than failing.
 //!
-//! What it must never do: fail for want of a font, or write anything but a PNG to `path`.
+//! The image is drawn in memory and encoded here, then written like the CSV
+//! ([`crate::report::create_output`]): under a fresh name beside `path`, renamed over it when
+//! complete, so a symlink at `path` is replaced, never written through.
+//!
+//! What it must never do: fail for want of a font, write anything but a PNG to `path`, or
+//! leave a half-written file.
 
 use crate::report::{log_buckets, Outcome, Summary};
 use plotters::prelude::*;
@@ -55,18 +60,35 @@ pub fn plot(outcome: &Outcome, path: &Path) -> Result<(), String> {
     }
     let text = font_available();
     let fail = |e: String| format!("cannot draw {}: {e}", path.display());
-    let height = if runs.len() == 1 { 600 } else { 1000 };
-    let root = BitMapBackend::new(path, (1200, height)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
-    if runs.len() == 1 {
-        histograms(&root, &outcome.experiment, &runs, text).map_err(fail)?;
-    } else {
-        let (top, bottom) = root.split_vertically(height / 2);
-        histograms(&top, &outcome.experiment, &runs, text).map_err(fail)?;
-        percentile_bars(&bottom, &runs, text).map_err(fail)?;
+    let (width, height) = (1200u32, if runs.len() == 1 { 600u32 } else { 1000 });
+    let mut rgb = vec![0u8; width as usize * height as usize * 3];
+    {
+        // Drawing into memory cannot fail for I/O reasons; the file is written below.
+        let root = BitMapBackend::with_buffer(&mut rgb, (width, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
+        if runs.len() == 1 {
+            histograms(&root, &outcome.experiment, &runs, text).map_err(fail)?;
+        } else {
+            let (top, bottom) = root.split_vertically(height / 2);
+            histograms(&top, &outcome.experiment, &runs, text).map_err(fail)?;
+            percentile_bars(&bottom, &runs, text).map_err(fail)?;
+        }
+        root.present().map_err(|e| fail(e.to_string()))?;
     }
-    root.present().map_err(|e| fail(e.to_string()))?;
-    Ok(())
+    write_png(path, &rgb, width, height)
+}
+
+/// Encode 8-bit RGB pixels as a PNG file at `path`.
+fn write_png(path: &Path, rgb: &[u8], width: u32, height: u32) -> Result<(), String> {
+    let (file, persist) = crate::report::create_output(path)?;
+    let fail = |e: png::EncodingError| format!("cannot write {}: {e}", path.display());
+    let mut encoder = png::Encoder::new(std::io::BufWriter::new(file), width, height);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder.write_header().map_err(fail)?;
+    writer.write_image_data(rgb).map_err(fail)?;
+    writer.finish().map_err(fail)?;
+    persist()
 }
 
 type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;

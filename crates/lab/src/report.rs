@@ -39,6 +39,10 @@ pub struct Outcome {
     pub runs: Vec<Run>,
     /// Refused settings and other things the reader must know to trust the figures.
     pub warnings: Vec<String>,
+    /// What this experiment measured that the system conditions do not say, as key and value
+    /// (e.g. `network`: `netns`, `commands`: `query-only`): printed on the head line and
+    /// added to the JSON `conditions`.
+    pub setup: Vec<(String, String)>,
 }
 
 /// The options every experiment takes.
@@ -50,13 +54,22 @@ pub struct CommonOptions {
     pub load: usize,
     /// Samples per run.
     pub samples: usize,
+    /// Spin for the last N µs before each deadline instead of sleeping, in the experiments
+    /// that sleep until a deadline (wakeup, cycle); the others refuse anything but 0.
+    pub busy_wait_us: u64,
     /// Show a progress bar (only drawn when stderr is a terminal).
     pub progress: bool,
 }
 
 impl Default for CommonOptions {
     fn default() -> Self {
-        CommonOptions { rt: rt::setup::RtSettings::default(), load: 0, samples: 10_000, progress: false }
+        CommonOptions {
+            rt: rt::setup::RtSettings::default(),
+            load: 0,
+            samples: 10_000,
+            busy_wait_us: 0,
+            progress: false,
+        }
     }
 }
 
@@ -232,7 +245,8 @@ struct RunJson<'a> {
 /// `results` list of them for several runs, with `experiment`, `conditions` and `warnings`.
 pub fn render(outcome: &Outcome, conditions: &Conditions, json: bool) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{} — {}", outcome.experiment, conditions.one_line());
+    let setup: String = outcome.setup.iter().map(|(k, v)| format!(", {k} {v}")).collect();
+    let _ = writeln!(out, "{} — {}{setup}", outcome.experiment, conditions.one_line());
     let summaries: Vec<Summary> = outcome.runs.iter().map(|r| Summary::of(&r.samples_ns)).collect();
     for (run, s) in outcome.runs.iter().zip(&summaries) {
         let _ = writeln!(out, "\n{} ({} samples)", run.label, s.samples);
@@ -258,7 +272,12 @@ pub fn render(outcome: &Outcome, conditions: &Conditions, json: bool) -> String 
         let _ = writeln!(out, "warning: {w}");
     }
     if json {
-        let conditions_json = serde_json::to_value(conditions).unwrap_or(serde_json::Value::Null);
+        let mut conditions_json = serde_json::to_value(conditions).unwrap_or(serde_json::Value::Null);
+        if let Some(map) = conditions_json.as_object_mut() {
+            for (k, v) in &outcome.setup {
+                map.insert(k.clone(), v.clone().into());
+            }
+        }
         let mut object = if outcome.runs.len() == 1 {
             let run = &outcome.runs[0];
             let one =
@@ -307,9 +326,11 @@ fn comparison_table(outcome: &Outcome, summaries: &[Summary]) -> String {
 }
 
 /// Write every raw sample as CSV: `label,size,method,sample_us`, one line per sample after
-/// the header. Labels and methods containing commas or quotes are quoted.
+/// the header. Labels and methods containing commas or quotes are quoted. The file is written
+/// under a fresh name in the same directory and then renamed over `path`, so a symlink at
+/// `path` is replaced, never written through, and a failed write leaves no half file.
 pub fn write_csv(outcome: &Outcome, path: &Path) -> Result<(), String> {
-    let file = std::fs::File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let (file, persist) = create_output(path)?;
     let mut w = std::io::BufWriter::new(file);
     let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
     writeln!(w, "label,size,method,sample_us").map_err(fail)?;
@@ -321,7 +342,29 @@ pub fn write_csv(outcome: &Outcome, path: &Path) -> Result<(), String> {
             writeln!(w, "{label},{size},{method},{}.{:03}", ns / 1000, ns % 1000).map_err(fail)?;
         }
     }
-    w.flush().map_err(fail)
+    w.flush().map_err(fail)?;
+    drop(w);
+    persist()
+}
+
+/// A new, exclusively created file beside `path` (mode 0666 less the umask, like any new
+/// file), and the step that renames it to `path` once it is complete. Until then, and if the
+/// writer gives up, `path` is untouched and the new file is removed.
+pub fn create_output(path: &Path) -> Result<(std::fs::File, impl FnOnce() -> Result<(), String> + '_), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let temp = tempfile::Builder::new()
+        .prefix(".rtloop-lab-")
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)
+        .map_err(|e| format!("cannot create a file in {}: {e}", dir.display()))?;
+    let file = temp.as_file().try_clone().map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let persist =
+        move || temp.persist(path).map(|_| ()).map_err(|e| format!("cannot write {}: {}", path.display(), e.error));
+    Ok((file, persist))
 }
 
 /// Quote a CSV field if it needs it (RFC 4180).

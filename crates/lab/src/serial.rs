@@ -90,16 +90,15 @@ impl Default for SerialOptions {
 
 /// Measure every method of `opts` and return one run per method.
 pub fn serial(common: &CommonOptions, opts: &SerialOptions) -> Result<Outcome, String> {
-    if common.samples == 0 {
-        return Err("serial needs at least one sample".into());
-    }
+    crate::check::samples("--samples", common.samples)?;
+    crate::check::no_busy_wait(common.busy_wait_us, "serial")?;
     if opts.methods.is_empty() {
-        return Err("serial needs at least one method (blocking, epoll, busy-poll)".into());
+        return Err("--methods is empty: give at least one of blocking, epoll, busy-poll".into());
     }
-    if opts.size == 0 || opts.size > MAX_SIZE {
-        return Err(format!("serial message size must be 1..={MAX_SIZE} bytes, got {}", opts.size));
-    }
-    let mut outcome = Outcome { experiment: "serial".into(), runs: Vec::new(), warnings: Vec::new() };
+    crate::check::each_once("--methods", &opts.methods)?;
+    crate::check::serial_size("--size", opts.size)?;
+    crate::check::samples_in_all(common.samples, opts.methods.len(), "--methods")?;
+    let mut outcome = Outcome { experiment: "serial".into(), ..Outcome::default() };
     let mut load = crate::load::Load::start(common.load)?;
     for &method in &opts.methods {
         let (samples_ns, warnings) = measure(common, method, opts.size)?;

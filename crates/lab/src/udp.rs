@@ -7,11 +7,20 @@
 //! `ip netns exec`. A client thread, with the real-time settings applied and the background
 //! load running, measures `samples` round trips (send, receive the echo, in ns) for every
 //! message size × receive method: blocking `recv`, `epoll_wait` then `recv`, or a
-//! non-blocking `recv` spun on (busy polling).
+//! non-blocking `recv` spun on (busy polling). The server's port is one the system picks
+//! unless one is given (inside a fresh namespace every port is free, so a fixed one is used
+//! there). Every run and the report's conditions say which path was measured: `network`
+//! `loopback`, or `netns` (veth between two namespaces), labels ending in "netns".
+//!
+//! The echo server answers whoever writes to it, so [`serve_echo`] binds only loopback, or
+//! any address when it runs inside one of the lab's own namespaces (`rtloop-lab-<pid>`,
+//! recognised by comparing this process's network namespace with those under /run/netns), or
+//! when explicitly allowed (`--allow-remote`).
 //!
 //! What it must never do: leave a namespace or veth behind (a guard removes them on return,
 //! on error, on panic and after Ctrl-C), send to any address but loopback or the namespace it
-//! created itself, or hang when an echo is lost (every wait has a timeout).
+//! created itself, serve beyond loopback and its own namespaces unless told to, or hang when
+//! an echo is lost (every wait has a timeout).
 
 use crate::report::{apply_rt, CommonOptions, Outcome, Run};
 use rt::periodic::now_ns;
@@ -90,7 +99,7 @@ impl FromStr for RecvMethod {
             "blocking" => Ok(RecvMethod::Blocking),
             "epoll" => Ok(RecvMethod::Epoll),
             "busy-poll" => Ok(RecvMethod::BusyPoll),
-            _ => Err(format!("unknown receive method {s:?}: expected blocking, epoll or busy-poll")),
+            _ => Err(format!("unknown receive method '{s}': expected blocking, epoll or busy-poll")),
         }
     }
 }
@@ -118,7 +127,14 @@ impl Default for UdpEchoOptions {
 /// "udp-echo 64 B epoll".
 pub fn udp_echo(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<Outcome, String> {
     validate(common, opts)?;
-    let mut outcome = Outcome { experiment: "udp-echo".to_string(), runs: Vec::new(), warnings: Vec::new() };
+    let network = if opts.netns { "netns" } else { "loopback" };
+    let mut outcome = Outcome {
+        experiment: "udp-echo".to_string(),
+        setup: vec![("network".to_string(), network.to_string())],
+        ..Outcome::default()
+    };
+    // Loopback is what "udp-echo 64 B epoll" has always meant; a namespace run says so.
+    let label_suffix = if opts.netns { ", netns" } else { "" };
     // The namespace (if any) is set up before the load starts, so `ip` commands are not slowed
     // down by it; it is dropped last, after the load stopped.
     let namespace = if opts.netns { Some(Namespace::create()?) } else { None };
@@ -159,7 +175,7 @@ pub fn udp_echo(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<Outcome
         }
         for (size, samples_ns) in opts.sizes.iter().zip(per_size) {
             outcome.runs.push(Run {
-                label: format!("udp-echo {size} B {method}"),
+                label: format!("udp-echo {size} B {method}{label_suffix}"),
                 size: Some(*size),
                 method: Some(method.to_string()),
                 samples_ns,
@@ -176,39 +192,56 @@ pub fn udp_echo(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<Outcome
 }
 
 /// Echo every datagram received on `bind` back to its sender, waiting with `method`, until
-/// `seconds` have passed. The server of `rtloop lab udp-echo-server`.
-pub fn serve_echo(bind: &str, method: &str, seconds: f64) -> Result<(), String> {
-    let addr: SocketAddr = bind.parse().map_err(|e| format!("bad bind address {bind:?}: {e}"))?;
-    let method: RecvMethod = method.parse()?;
-    if !(seconds.is_finite() && seconds > 0.0) {
-        return Err(format!("the server lifetime must be a positive number of seconds, got {seconds}"));
+/// `seconds` have passed. The server of `rtloop lab udp-echo-server`. It binds loopback, or
+/// any address inside one of the lab's own network namespaces; anything else only with
+/// `allow_remote`, because it answers whoever writes to it.
+pub fn serve_echo(bind: &str, method: &str, seconds: f64, allow_remote: bool) -> Result<(), String> {
+    let addr: SocketAddr =
+        bind.parse().map_err(|e| format!("--bind '{bind}' is not an address like 127.0.0.1:9000: {e}"))?;
+    let method: RecvMethod = method.parse().map_err(|e| format!("--method: {e}"))?;
+    crate::check::server_seconds("--seconds", seconds)?;
+    if !allow_remote && !addr.ip().is_loopback() && !in_own_namespace() {
+        return Err(format!(
+            "refusing to serve on {addr}, which other hosts can reach: bind 127.0.0.1 or pass --allow-remote"
+        ));
     }
     let socket = UdpSocket::bind(addr).map_err(|e| format!("cannot bind the echo server to {addr}: {e}"))?;
     let deadline_ns = now_ns().saturating_add((seconds * 1e9) as u64);
     serve_on(&socket, method, deadline_ns, &AtomicBool::new(false))
 }
 
+/// True when this process runs in one of the lab's own network namespaces (`rtloop-lab-*`
+/// under /run/netns, where `ip netns add` mounts them): its only interfaces are loopback and
+/// the veth end the lab created.
+fn in_own_namespace() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(ours) = std::fs::metadata("/proc/self/ns/net") else { return false };
+    let Ok(entries) = std::fs::read_dir("/run/netns") else { return false };
+    entries.flatten().any(|e| {
+        e.file_name().to_str().is_some_and(|n| n.starts_with(NAMESPACE_PREFIX))
+            && std::fs::metadata(e.path()).is_ok_and(|m| m.dev() == ours.dev() && m.ino() == ours.ino())
+    })
+}
+
+/// Names of the namespaces this module creates: `rtloop-lab-<pid>`.
+const NAMESPACE_PREFIX: &str = "rtloop-lab-";
+
 fn validate(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<(), String> {
-    if common.samples == 0 {
-        return Err("udp-echo needs at least one sample".to_string());
-    }
-    if opts.sizes.is_empty() {
-        return Err("udp-echo needs at least one message size".to_string());
-    }
-    if let Some(bad) = opts.sizes.iter().find(|&&s| s == 0 || s > MAX_UDP_PAYLOAD) {
-        return Err(format!("message size {bad} B is out of range: UDP payloads are 1..={MAX_UDP_PAYLOAD} B"));
-    }
+    crate::check::samples("--samples", common.samples)?;
+    crate::check::no_busy_wait(common.busy_wait_us, "udp-echo")?;
+    crate::check::udp_sizes("--sizes", &opts.sizes)?;
     if opts.methods.is_empty() {
-        return Err("udp-echo needs at least one receive method".to_string());
+        return Err("--methods is empty: give at least one of blocking, epoll, busy-poll".to_string());
     }
-    Ok(())
+    crate::check::each_once("--methods", &opts.methods)?;
+    crate::check::samples_in_all(common.samples, opts.sizes.len() * opts.methods.len(), "--sizes × --methods")
 }
 
 /// How long a namespaced server child lives at most: generous (5 ms per round trip plus
 /// setup), because the guard kills it as soon as the client is done anyway; the limit only
 /// matters if this process dies without running its guard.
 fn server_lifetime_seconds(samples: usize, sizes: usize) -> f64 {
-    30.0 + (samples * sizes) as f64 * 0.005
+    (30.0 + samples.saturating_mul(sizes) as f64 * 0.005).min(crate::check::SERVER_MAX_SECONDS)
 }
 
 /// Waits for one datagram with a [`RecvMethod`], with a fixed timeout.
@@ -494,7 +527,7 @@ fn wait_until_serving(server: &mut Server, local_ip: IpAddr) -> Result<(), Strin
             }
         }
     }
-    Err(format!("the echo server at {} did not answer within {:?}", server.addr, SERVER_READY_TIMEOUT))
+    Err(format!("the echo server at {} did not answer within {} s", server.addr, SERVER_READY_TIMEOUT.as_secs()))
 }
 
 /// The only destinations this module sends to: loopback, or the 10.200.0.0/16 block its own
@@ -593,9 +626,9 @@ fn round_trip(
         }
         if now_ns() >= give_up_ns {
             return Err(format!(
-                "no echo of a {} B message within {:?} (lost datagram or dead server)",
+                "no echo of a {} B message within {} s (lost datagram or dead server)",
                 message.len(),
-                ECHO_TIMEOUT
+                ECHO_TIMEOUT.as_secs()
             ));
         }
     }
@@ -626,7 +659,7 @@ impl Namespace {
         let subnet = free_subnet(pid)?;
         let signals = InterruptHandlers::install()?;
         let ns = Namespace {
-            name: format!("rtloop-lab-{pid}"),
+            name: format!("{NAMESPACE_PREFIX}{pid}"),
             host_if: format!("rtlab{pid}h"),
             host_ip: Ipv4Addr::new(10, 200, subnet, 1),
             server_ip: Ipv4Addr::new(10, 200, subnet, 2),
@@ -721,7 +754,7 @@ fn remove_stale_namespaces() {
     let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else { return };
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let name = line.split_whitespace().next().unwrap_or("");
-        let Some(pid) = name.strip_prefix("rtloop-lab-").and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Some(pid) = name.strip_prefix(NAMESPACE_PREFIX).and_then(|p| p.parse::<u32>().ok()) else { continue };
         if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             let _ = ip(&["link", "del", &format!("rtlab{pid}h")]);
             let _ = ip(&["netns", "del", name]);

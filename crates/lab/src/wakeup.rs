@@ -14,14 +14,11 @@ use crate::report::{apply_rt, measure_on_thread, CommonOptions, Measured, Outcom
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Measure `common.samples` wakeups of a thread with a period of `period_us`, spinning the last
-/// `busy_wait_us` before each deadline.
-pub fn wakeup(common: &CommonOptions, period_us: u64, busy_wait_us: u64) -> Result<Outcome, String> {
-    if period_us == 0 {
-        return Err("the period must be at least 1 us".into());
-    }
-    if busy_wait_us > period_us {
-        return Err(format!("busy-wait ({busy_wait_us} us) longer than the period ({period_us} us)"));
-    }
+/// `common.busy_wait_us` before each deadline.
+pub fn wakeup(common: &CommonOptions, period_us: u64) -> Result<Outcome, String> {
+    crate::check::samples("--samples", common.samples)?;
+    crate::check::period_us("--period-us", period_us)?;
+    let busy_wait_us = crate::check::busy_wait_us(common.busy_wait_us, period_us)?;
     let settings = common.clone();
     let (samples_ns, warnings) =
         measure_on_thread(common, "wakeup", move |done| measure(&settings, period_us, busy_wait_us, done))?;
@@ -34,6 +31,7 @@ pub fn wakeup(common: &CommonOptions, period_us: u64, busy_wait_us: u64) -> Resu
         experiment: "wakeup".into(),
         runs: vec![Run { label, size: None, method: None, samples_ns }],
         warnings,
+        setup: Vec::new(),
     })
 }
 

@@ -83,6 +83,7 @@ fn render_json_single_run() {
         experiment: "wakeup".into(),
         runs: vec![run("wakeup 1000 us period", None, None, vec![1000, 2000, 3000])],
         warnings: vec!["scheduler: refused".into()],
+        setup: vec![],
     };
     let text = render(&outcome, &sample_conditions(), true);
     assert!(text.contains("wakeup 1000 us period") && text.contains("p99.9"), "{text}");
@@ -112,6 +113,7 @@ fn render_json_several_runs() {
             run("busy-poll 64 B", Some(64), Some("busy-poll"), vec![4_000, 5_000, 6_000]),
         ],
         warnings: vec![],
+        setup: vec![],
     };
     let text = render(&outcome, &sample_conditions(), true);
     let v = last_json(&text);
@@ -138,6 +140,7 @@ fn csv_has_a_header_and_one_line_per_sample() {
             run("pipe, threads", Some(8), Some("pipe"), vec![7, 8, 9]),
         ],
         warnings: vec![],
+        setup: vec![],
     };
     let path = temp_path("samples.csv");
     write_csv(&outcome, &path).unwrap();
@@ -157,7 +160,7 @@ fn wakeup_records_every_sample() {
         samples: 500,
         ..CommonOptions::default()
     };
-    let outcome = lab::wakeup::wakeup(&common, 1000, 0).unwrap();
+    let outcome = lab::wakeup::wakeup(&common, 1000).unwrap();
     assert_eq!(outcome.experiment, "wakeup");
     assert_eq!(outcome.runs.len(), 1);
     assert_eq!(outcome.runs[0].samples_ns.len(), 500);
@@ -200,6 +203,7 @@ fn plot_writes_png_for_one_and_several_runs() {
         experiment: "wakeup".into(),
         runs: vec![run("wakeup", None, None, spread(3_000).collect())],
         warnings: vec![],
+        setup: vec![],
     };
     let path = temp_path("one.png");
     lab::plot::plot(&one, &path).unwrap();
@@ -214,6 +218,7 @@ fn plot_writes_png_for_one_and_several_runs() {
             run("busy-poll 64 B", Some(64), Some("busy-poll"), spread(4_000).collect()),
         ],
         warnings: vec![],
+        setup: vec![],
     };
     let path = temp_path("several.png");
     lab::plot::plot(&several, &path).unwrap();

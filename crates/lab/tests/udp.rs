@@ -16,8 +16,12 @@ fn common(samples: usize) -> CommonOptions {
     CommonOptions { samples, ..CommonOptions::default() }
 }
 
-fn assert_runs(outcome: &lab::report::Outcome, sizes: &[usize], samples: usize) {
+/// One run per size × method, each labelled with what was measured; `network` is "loopback"
+/// or "netns", and a namespace run says so in its label too.
+fn assert_runs(outcome: &lab::report::Outcome, sizes: &[usize], samples: usize, network: &str) {
     assert_eq!(outcome.runs.len(), sizes.len() * ALL_METHODS.len());
+    assert!(outcome.setup.contains(&("network".to_string(), network.to_string())), "{:?}", outcome.setup);
+    let suffix = if network == "netns" { ", netns" } else { "" };
     for method in ALL_METHODS {
         for &size in sizes {
             let run = outcome
@@ -26,7 +30,7 @@ fn assert_runs(outcome: &lab::report::Outcome, sizes: &[usize], samples: usize) 
                 .find(|r| r.size == Some(size) && r.method.as_deref() == Some(method.as_str()))
                 .unwrap_or_else(|| panic!("no run for {size} B {method}"));
             assert_eq!(run.samples_ns.len(), samples, "{}", run.label);
-            assert_eq!(run.label, format!("udp-echo {size} B {method}"));
+            assert_eq!(run.label, format!("udp-echo {size} B {method}{suffix}"));
             assert!(run.samples_ns.iter().all(|&ns| ns > 0), "{}: a round trip cannot take 0 ns", run.label);
         }
     }
@@ -37,7 +41,7 @@ fn loopback_gives_one_full_run_per_size_and_method() {
     let opts = UdpEchoOptions { sizes: vec![16, 1024], methods: ALL_METHODS.to_vec(), netns: false, port: 0 };
     let outcome = udp_echo(&common(200), &opts).expect("udp echo on loopback");
     assert_eq!(outcome.experiment, "udp-echo");
-    assert_runs(&outcome, &[16, 1024], 200);
+    assert_runs(&outcome, &[16, 1024], 200, "loopback");
 }
 
 fn leftovers() -> Vec<String> {
@@ -65,7 +69,7 @@ fn netns_runs_complete_and_leave_nothing_behind() {
     }
     let opts = UdpEchoOptions { sizes: vec![16, 1024], methods: ALL_METHODS.to_vec(), netns: true, port: 0 };
     let outcome = udp_echo(&common(200), &opts).expect("udp echo across a namespace");
-    assert_runs(&outcome, &[16, 1024], 200);
+    assert_runs(&outcome, &[16, 1024], 200, "netns");
     assert!(leftovers().is_empty(), "left behind: {:?}", leftovers());
 }
 
@@ -109,7 +113,7 @@ fn bad_options_are_refused_before_anything_runs() {
 
 #[test]
 fn serve_echo_rejects_bad_arguments() {
-    assert!(lab::udp::serve_echo("not-an-address", "blocking", 1.0).unwrap_err().contains("not-an-address"));
-    assert!(lab::udp::serve_echo("127.0.0.1:0", "poll", 1.0).unwrap_err().contains("poll"));
-    assert!(lab::udp::serve_echo("127.0.0.1:0", "blocking", 0.0).is_err());
+    assert!(lab::udp::serve_echo("not-an-address", "blocking", 1.0, false).unwrap_err().contains("not-an-address"));
+    assert!(lab::udp::serve_echo("127.0.0.1:0", "poll", 1.0, false).unwrap_err().contains("poll"));
+    assert!(lab::udp::serve_echo("127.0.0.1:0", "blocking", 0.0, false).is_err());
 }
