@@ -55,7 +55,7 @@ fn encode_writes_inner(w: &mut FrameWriter, entries: &[(u16, Option<f64>, Resolu
             run_res = res;
         }
         if let Some(slot) = values.get_mut(run_len) {
-            *slot = Value::encode(x, class_of(r), res);
+            *slot = encode_register(r, x, res);
             run_len = run_len.saturating_add(1);
         }
         next_reg = r.checked_add(1);
@@ -64,6 +64,28 @@ fn encode_writes_inner(w: &mut FrameWriter, entries: &[(u16, Option<f64>, Resolu
         w.write_registers(run_start, values.get(..run_len).unwrap_or(&[]))?;
     }
     Ok(())
+}
+
+/// `x` for register `r` at `res`, scaled with its [`class_of`]. An integer register
+/// ([`integer_range`]) at float resolution is truncated toward zero first, as the Python
+/// client's `int(value)` does (0.7 → 0.0, -0.0 → +0.0); the integer resolutions truncate
+/// anyway. NaN and ±inf pass unchanged.
+pub fn encode_register(r: u16, x: f64, res: Resolution) -> Value {
+    let x = if res == Resolution::Float && integer_range(r).is_some() { truncated(x) } else { x };
+    Value::encode(x, class_of(r), res)
+}
+
+/// `x` truncated toward zero (a zero result is +0.0); non-finite `x` is returned as is.
+/// (`f64::trunc` needs `std`.)
+fn truncated(x: f64) -> f64 {
+    // At or beyond 2^53 every f64 is already an integer.
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    if x > -EXACT && x < EXACT {
+        // Exact: |x| < 2^53 fits an i64, and the integer converts back without rounding.
+        (x as i64) as f64
+    } else {
+        x
+    }
 }
 
 /// Read registers, one read subframe per run of consecutive registers with one

@@ -1,5 +1,7 @@
 //! Differential tests against the official `moteus-protocol` crate 0.5.5: what we encode
-//! equals what it encodes, what it encodes parses the same in our parser, and it reads the
+//! means what it encodes (the same bytes for commands; for queries the same register reads,
+//! since the two group far-apart extras differently — byte for byte, rtloop follows the
+//! Python client 1.1.1, checked by `crates/rtloop/tests/python_encoder.rs`), what it encodes parses the same in our parser, and it reads the
 //! replies our `serve` builds to the same values.
 //!
 //! The official Rust crate scales in f32 (`value as f32 / scale as f32`), while the Python
@@ -83,6 +85,39 @@ fn fixed_commands_match() {
     let cmd = PositionCommand { position: Some(0.5), velocity: Some(0.0), ..Default::default() };
     let mine = ours(|w| encode_position(w, &cmd, &PositionResolution::default(), Some(&QueryFormat::default())));
     assert_eq!(f.payload(), mine.as_slice());
+}
+
+/// What a request payload asks for: every register read, in order, with its resolution.
+/// Two encoders may group the same reads into different subframes (see
+/// `extras_far_apart_are_grouped_differently_but_read_the_same`); this is what must agree.
+fn reads(payload: &[u8]) -> Vec<(u16, Resolution)> {
+    let mut out = Vec::new();
+    for s in subframes(payload) {
+        match s.unwrap() {
+            Subframe::Read { start, res, count } => out.extend((start..start + count).map(|r| (r, res))),
+            Subframe::Nop => {}
+            other => panic!("a query holds only reads, not {other:?}"),
+        }
+    }
+    out
+}
+
+#[test]
+fn extras_far_apart_are_grouped_differently_but_read_the_same() {
+    // The official crate groups extras in spans of 64 registers from the first, so 0x5b
+    // starts a new span: `11 1b 15 5a 15 5b`. The Python client (and rtloop) group every
+    // extra from the lowest to the highest in one run: `11 1b 16 5a`. Same reads.
+    let mut q = QueryFormat::empty();
+    for (r, res) in [(0x1b, Resolution::Int8), (0x5a, Resolution::Int16), (0x5b, Resolution::Int16)] {
+        q.add_extra(r, res).unwrap();
+    }
+    let mut f = official::CanFdFrame::new();
+    their_query(&q).serialize(&mut f);
+    assert_eq!(f.payload(), [0x11, 0x1b, 0x15, 0x5a, 0x15, 0x5b]);
+    let mine = ours(|w| encode_query(w, &q));
+    assert_eq!(mine, [0x11, 0x1b, 0x16, 0x5a]);
+    assert_eq!(reads(f.payload()), reads(&mine));
+    assert_eq!(reads(&mine), [(0x1b, Resolution::Int8), (0x5a, Resolution::Int16), (0x5b, Resolution::Int16)]);
 }
 
 const RESOLUTIONS: [Resolution; 4] = [Resolution::Int8, Resolution::Int16, Resolution::Int32, Resolution::Float];
@@ -250,7 +285,9 @@ proptest! {
         let mut w = FrameWriter::new(&mut buf);
         // Theirs silently truncates at 64 bytes; compare only what fits.
         prop_assume!(encode_query(&mut w, &q).is_ok());
-        prop_assert_eq!(f.payload(), w.as_slice());
+        prop_assert_eq!(reads(f.payload()), reads(w.as_slice()), "theirs {:02x?} ours {:02x?}", f.payload(), w.as_slice());
+        // Grouping extras like the Python client never costs bytes over theirs.
+        prop_assert!(w.len() <= f.payload().len());
     }
 
     #[test]

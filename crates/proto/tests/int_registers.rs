@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 use proto::host::{decode_reply, read_int_register, IntReading, ServoState};
 use proto::register::{integer_range, reg, ALL};
-use proto::{FrameWriter, Value};
+use proto::{FrameWriter, Resolution, Value};
 
 /// A reply of one subframe per `(start, values)`, decoded.
 fn decoded_many(subframes: &[(u16, &[Value])]) -> ServoState {
@@ -83,4 +83,17 @@ proptest! {
         };
         prop_assert_eq!(read_int_register(r, Value::F32(f)), expected);
     }
+}
+
+#[test]
+fn integer_registers_written_at_float_resolution_are_truncated_like_python_int() {
+    use proto::host::encode_register;
+    assert_eq!(encode_register(reg::COMMAND_IGNORE_POSITION_BOUNDS, 0.7, Resolution::Float), Value::F32(0.0));
+    assert_eq!(encode_register(reg::COMMAND_IGNORE_POSITION_BOUNDS, -1.81, Resolution::Float), Value::F32(-1.0));
+    let zero = encode_register(reg::COMMAND_IGNORE_POSITION_BOUNDS, -0.0, Resolution::Float);
+    assert_eq!(zero.to_le_bytes(), [0, 0, 0, 0], "int(-0.0) is 0, a positive zero");
+    assert_eq!(encode_register(reg::COMMAND_IGNORE_POSITION_BOUNDS, 2.9, Resolution::Int8), Value::I8(2));
+    // Scaled registers keep their fraction; registers of unknown meaning are sent as given.
+    assert_eq!(encode_register(reg::COMMAND_POSITION, 0.7, Resolution::Float), Value::F32(0.7));
+    assert_eq!(encode_register(0x010, 0.7, Resolution::Float), Value::F32(0.7));
 }
