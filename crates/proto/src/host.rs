@@ -13,7 +13,7 @@
 //! consecutive registers with one resolution becomes one subframe, and a gap or a change
 //! of resolution starts the next.
 
-use crate::register::{class_of, reg, Mode};
+use crate::register::{class_of, integer_range, reg, Mode};
 use crate::subframe::{subframes, DecodeError, Subframe};
 use crate::value::{Resolution, Value};
 use crate::writer::{EncodeError, FrameWriter};
@@ -55,7 +55,7 @@ fn encode_writes_inner(w: &mut FrameWriter, entries: &[(u16, Option<f64>, Resolu
             run_res = res;
         }
         if let Some(slot) = values.get_mut(run_len) {
-            *slot = Value::encode(x, class_of(r), res);
+            *slot = encode_register(r, x, res);
             run_len = run_len.saturating_add(1);
         }
         next_reg = r.checked_add(1);
@@ -64,6 +64,28 @@ fn encode_writes_inner(w: &mut FrameWriter, entries: &[(u16, Option<f64>, Resolu
         w.write_registers(run_start, values.get(..run_len).unwrap_or(&[]))?;
     }
     Ok(())
+}
+
+/// `x` for register `r` at `res`, scaled with its [`class_of`]. An integer register
+/// ([`integer_range`]) at float resolution is truncated toward zero first, as the Python
+/// client's `int(value)` does (0.7 → 0.0, -0.0 → +0.0); the integer resolutions truncate
+/// anyway. NaN and ±inf pass unchanged.
+pub fn encode_register(r: u16, x: f64, res: Resolution) -> Value {
+    let x = if res == Resolution::Float && integer_range(r).is_some() { truncated(x) } else { x };
+    Value::encode(x, class_of(r), res)
+}
+
+/// `x` truncated toward zero (a zero result is +0.0); non-finite `x` is returned as is.
+/// (`f64::trunc` needs `std`.)
+fn truncated(x: f64) -> f64 {
+    // At or beyond 2^53 every f64 is already an integer.
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    if x > -EXACT && x < EXACT {
+        // Exact: |x| < 2^53 fits an i64, and the integer converts back without rounding.
+        (x as i64) as f64
+    } else {
+        x
+    }
 }
 
 /// Read registers, one read subframe per run of consecutive registers with one
@@ -558,6 +580,12 @@ pub const MAX_STATE_EXTRA: usize = 16;
 
 /// What a reply said. Physical values are NaN and integer fields `None` when the reply
 /// did not carry them (or carried the "unset" minimum).
+///
+/// Integer registers ([`integer_range`]: mode, fault, home state, trajectory complete, the
+/// identity registers …) are read as the moteus firmware and clients read them: a float is
+/// truncated toward zero (mode 10.7 → 10). A value the register cannot hold — NaN or ±inf,
+/// or outside its range (mode 300, mode -7.246 → -7) — never wraps: the field stays absent
+/// and [`ServoState::invalid_integers`] counts it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[allow(missing_docs)] // fields are named after their registers
 pub struct ServoState {
@@ -583,6 +611,9 @@ pub struct ServoState {
     pub extra_dropped: u8,
     /// Read/write error subframes in the reply (saturating).
     pub errors: u8,
+    /// Integer registers whose value was not an integer they can hold (NaN, ±inf, out of
+    /// range): left absent and counted here (saturating). See [`read_int_register`].
+    pub invalid_integers: u8,
 }
 
 impl Default for ServoState {
@@ -606,6 +637,7 @@ impl Default for ServoState {
             extra_len: 0,
             extra_dropped: 0,
             errors: 0,
+            invalid_integers: 0,
         }
     }
 }
@@ -614,8 +646,40 @@ fn some_if_present(x: f64) -> Option<f64> {
     (!x.is_nan()).then_some(x)
 }
 
-fn int_field(v: Value) -> Option<u8> {
-    v.as_i32().and_then(|i| u8::try_from(i).ok())
+/// An integer register's value as read from a reply (see [`read_int_register`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntReading {
+    /// The "unset" minimum integer of an int8/int16/int32 value: no value.
+    Unset,
+    /// An integer the register can hold.
+    Int(i32),
+    /// Not a value of the register: a NaN or infinite float, or a number outside the
+    /// register's range after truncation.
+    Invalid,
+}
+
+/// Read register `r` as an integer, the way the moteus firmware and clients do: integers as
+/// they are, a float truncated toward zero; then checked against [`integer_range`] (a
+/// register that is not a known integer accepts any `i32`). Never wraps: a value that does
+/// not fit is [`IntReading::Invalid`].
+pub fn read_int_register(r: u16, v: Value) -> IntReading {
+    let (lo, hi) = integer_range(r).unwrap_or((i32::MIN, i32::MAX));
+    let x = match v {
+        Value::I8(i8::MIN) | Value::I16(i16::MIN) | Value::I32(i32::MIN) => return IntReading::Unset,
+        Value::I8(i) => f64::from(i),
+        Value::I16(i) => f64::from(i),
+        Value::I32(i) => f64::from(i),
+        Value::F32(f) => f64::from(f),
+    };
+    // Truncation toward zero lands in lo..=hi exactly when x is in (lo − 1, hi + 1); NaN
+    // fails both comparisons and ±inf one of them.
+    if x > f64::from(lo) - 1.0 && x < f64::from(hi) + 1.0 {
+        // `as` truncates toward zero, and saturates to lo/hi at the open ends of the
+        // interval, which is where truncation lands too.
+        IntReading::Int(x as i32)
+    } else {
+        IntReading::Invalid
+    }
 }
 
 impl ServoState {
@@ -653,9 +717,28 @@ impl ServoState {
 
     /// Record one register value from a reply.
     fn set(&mut self, r: u16, v: Value) {
+        if integer_range(r).is_some() {
+            let i = match read_int_register(r, v) {
+                IntReading::Int(i) => Some(i),
+                IntReading::Unset => None,
+                IntReading::Invalid => {
+                    self.invalid_integers = self.invalid_integers.saturating_add(1);
+                    None
+                }
+            };
+            // `integer_range` keeps mode, fault and home state within 0..=255.
+            let byte = i.and_then(|i| u8::try_from(i).ok());
+            match r {
+                reg::MODE => self.mode = byte,
+                reg::TRAJECTORY_COMPLETE => self.trajectory_complete = i.map(|i| i != 0),
+                reg::HOME_STATE => self.home_state = byte,
+                reg::FAULT => self.fault = byte,
+                _ => self.set_extra(r, i.map_or(f64::NAN, f64::from)),
+            }
+            return;
+        }
         let x = v.decode(class_of(r));
         match r {
-            reg::MODE => self.mode = int_field(v),
             reg::POSITION => self.position = x,
             reg::VELOCITY => self.velocity = x,
             reg::TORQUE => self.torque = x,
@@ -664,18 +747,19 @@ impl ServoState {
             reg::ABS_POSITION => self.abs_position = x,
             reg::POWER => self.power = x,
             reg::MOTOR_TEMPERATURE => self.motor_temperature = x,
-            reg::TRAJECTORY_COMPLETE => self.trajectory_complete = v.as_i32().map(|i| i != 0),
-            reg::HOME_STATE => self.home_state = int_field(v),
             reg::VOLTAGE => self.voltage = x,
             reg::TEMPERATURE => self.temperature = x,
-            reg::FAULT => self.fault = int_field(v),
-            _ => match self.extra.get_mut(usize::from(self.extra_len)) {
-                Some(slot) => {
-                    *slot = (r, x);
-                    self.extra_len = self.extra_len.saturating_add(1);
-                }
-                None => self.extra_dropped = self.extra_dropped.saturating_add(1),
-            },
+            _ => self.set_extra(r, x),
+        }
+    }
+
+    fn set_extra(&mut self, r: u16, x: f64) {
+        match self.extra.get_mut(usize::from(self.extra_len)) {
+            Some(slot) => {
+                *slot = (r, x);
+                self.extra_len = self.extra_len.saturating_add(1);
+            }
+            None => self.extra_dropped = self.extra_dropped.saturating_add(1),
         }
     }
 }

@@ -144,6 +144,32 @@ pub const fn class_of(r: u16) -> ScaleClass {
     }
 }
 
+/// The values an integer-valued register can hold, or `None` for a register that is not a
+/// known integer: a scaled register, or one this map does not name (its meaning is unknown,
+/// so a float reply is kept as it came rather than cut to an integer).
+///
+/// Readers truncate a float sent for an integer register toward zero, as the moteus
+/// firmware and clients do (`int(x)` in Python); a value outside this range — mode 300,
+/// fault -7, a NaN — is not a value of the register at all, and readers report it as
+/// invalid instead of wrapping it (see [`crate::host::read_int_register`]).
+pub const fn integer_range(r: u16) -> Option<(i32, i32)> {
+    match r {
+        reg::MODE | reg::FAULT | reg::HOME_STATE => Some((0, 255)),
+        reg::TRAJECTORY_COMPLETE
+        | reg::COMMAND_IGNORE_POSITION_BOUNDS
+        | reg::STAY_WITHIN_IGNORE_POSITION_BOUNDS
+        | reg::MILLISECOND_COUNTER
+        | reg::MODEL_NUMBER
+        | reg::FIRMWARE_VERSION
+        | reg::REGISTER_MAP_VERSION
+        | reg::MULTIPLEX_ID
+        | reg::SERIAL_NUMBER1
+        | reg::SERIAL_NUMBER2
+        | reg::SERIAL_NUMBER3 => Some((i32::MIN, i32::MAX)),
+        _ => None,
+    }
+}
+
 /// The snake_case name of a known register.
 pub const fn name_of(r: u16) -> Option<&'static str> {
     Some(match r {
@@ -344,6 +370,11 @@ mod tests {
         }
         let named = (0..=u16::MAX).filter(|&r| name_of(r).is_some()).count();
         assert_eq!(named, ALL.len());
+        // The integer registers are exactly the named ones of class Int.
+        for r in 0..=u16::MAX {
+            let named_int = name_of(r).is_some() && class_of(r) == ScaleClass::Int;
+            assert_eq!(integer_range(r).is_some(), named_int, "{r:#x}");
+        }
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! Differential tests against the official `moteus-protocol` crate 0.5.5: what we encode
-//! equals what it encodes, what it encodes parses the same in our parser, and it reads the
+//! means what it encodes (the same bytes for commands; for queries the same register reads,
+//! since the two group far-apart extras differently — byte for byte, rtloop follows the
+//! Python client 1.1.1, checked by `crates/rtloop/tests/python_encoder.rs`), what it encodes parses the same in our parser, and it reads the
 //! replies our `serve` builds to the same values.
 //!
 //! The official Rust crate scales in f32 (`value as f32 / scale as f32`), while the Python
@@ -12,10 +14,10 @@ use moteus_protocol as official;
 use official::command::{BrakeCommand, PositionFormat, StopCommand};
 use proptest::prelude::*;
 use proto::host::{
-    decode_reply, encode_brake, encode_position, encode_query, encode_stop, PositionCommand, PositionResolution,
-    QueryFormat, ServoState,
+    decode_reply, encode_brake, encode_position, encode_query, encode_stop, read_int_register, IntReading,
+    PositionCommand, PositionResolution, QueryFormat, ServoState,
 };
-use proto::register::{class_of, reg};
+use proto::register::{class_of, integer_range, reg};
 use proto::servo::{serve, RegisterServer, ERROR_UNKNOWN_REGISTER};
 use proto::subframe::{subframes, Subframe};
 use proto::{FrameWriter, Resolution, Value};
@@ -83,6 +85,39 @@ fn fixed_commands_match() {
     let cmd = PositionCommand { position: Some(0.5), velocity: Some(0.0), ..Default::default() };
     let mine = ours(|w| encode_position(w, &cmd, &PositionResolution::default(), Some(&QueryFormat::default())));
     assert_eq!(f.payload(), mine.as_slice());
+}
+
+/// What a request payload asks for: every register read, in order, with its resolution.
+/// Two encoders may group the same reads into different subframes (see
+/// `extras_far_apart_are_grouped_differently_but_read_the_same`); this is what must agree.
+fn reads(payload: &[u8]) -> Vec<(u16, Resolution)> {
+    let mut out = Vec::new();
+    for s in subframes(payload) {
+        match s.unwrap() {
+            Subframe::Read { start, res, count } => out.extend((start..start + count).map(|r| (r, res))),
+            Subframe::Nop => {}
+            other => panic!("a query holds only reads, not {other:?}"),
+        }
+    }
+    out
+}
+
+#[test]
+fn extras_far_apart_are_grouped_differently_but_read_the_same() {
+    // The official crate groups extras in spans of 64 registers from the first, so 0x5b
+    // starts a new span: `11 1b 15 5a 15 5b`. The Python client (and rtloop) group every
+    // extra from the lowest to the highest in one run: `11 1b 16 5a`. Same reads.
+    let mut q = QueryFormat::empty();
+    for (r, res) in [(0x1b, Resolution::Int8), (0x5a, Resolution::Int16), (0x5b, Resolution::Int16)] {
+        q.add_extra(r, res).unwrap();
+    }
+    let mut f = official::CanFdFrame::new();
+    their_query(&q).serialize(&mut f);
+    assert_eq!(f.payload(), [0x11, 0x1b, 0x15, 0x5a, 0x15, 0x5b]);
+    let mine = ours(|w| encode_query(w, &q));
+    assert_eq!(mine, [0x11, 0x1b, 0x16, 0x5a]);
+    assert_eq!(reads(f.payload()), reads(&mine));
+    assert_eq!(reads(&mine), [(0x1b, Resolution::Int8), (0x5a, Resolution::Int16), (0x5b, Resolution::Int16)]);
 }
 
 const RESOLUTIONS: [Resolution; 4] = [Resolution::Int8, Resolution::Int16, Resolution::Int32, Resolution::Float];
@@ -250,7 +285,9 @@ proptest! {
         let mut w = FrameWriter::new(&mut buf);
         // Theirs silently truncates at 64 bytes; compare only what fits.
         prop_assume!(encode_query(&mut w, &q).is_ok());
-        prop_assert_eq!(f.payload(), w.as_slice());
+        prop_assert_eq!(reads(f.payload()), reads(w.as_slice()), "theirs {:02x?} ours {:02x?}", f.payload(), w.as_slice());
+        // Grouping extras like the Python client never costs bytes over theirs.
+        prop_assert!(w.len() <= f.payload().len());
     }
 
     #[test]
@@ -342,7 +379,17 @@ proptest! {
                 prop_assert_eq!(mine, None);
                 continue;
             }
-            let expected = Value::encode(servo.physical(r, res), class_of(r), res).decode(class_of(r));
+            let sent = Value::encode(servo.physical(r, res), class_of(r), res);
+            // Integer registers are read as moteus (firmware, Python) reads them: a float is
+            // truncated toward zero. The official Rust crate keeps the float as sent, so
+            // compare with its value truncated.
+            let integer = integer_range(r).is_some();
+            let expected = match (integer, read_int_register(r, sent)) {
+                (true, IntReading::Int(i)) => f64::from(i),
+                (true, _) => f64::NAN,
+                (false, _) => sent.decode(class_of(r)),
+            };
+            let their = if integer { their.map(f32::trunc) } else { their };
             prop_assert_eq!(mine, Some(expected).filter(|x| !x.is_nan()));
             // Their generic extras scale by their own, larger register map (0x010 is a PWM
             // phase there, an unknown integer here) and treat the stay-within shadows of

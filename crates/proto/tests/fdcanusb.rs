@@ -1,6 +1,8 @@
 //! The fdcanusb line codec against the spec vectors (moteus-protocol.md §6, §7), the official
 //! `moteus-protocol` codec as an oracle, and arbitrary input.
 
+mod common;
+
 use proptest::prelude::*;
 use proto::fdcanusb::{
     crc8, parse_line, split_crc, write_can_send, write_err, write_ok, write_rcv, Line, LineError, ParsedLine, MAX_LINE,
@@ -365,4 +367,11 @@ proptest! {
         let _ = write_ok(crc, &mut buf);
         let _ = write_err(b"bad", crc, &mut buf);
     }
+}
+
+#[test]
+fn proptest_cases_is_respected() {
+    // Run the property test in a child process and count its cases.
+    assert_eq!(common::cases_run("can_send_round_trips", Some(7)), 7);
+    assert_eq!(common::cases_run("can_send_round_trips", None), 2000, "the default when PROPTEST_CASES is unset");
 }

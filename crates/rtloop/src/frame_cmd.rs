@@ -3,10 +3,16 @@
 //!
 //! Must never panic on user input: bad hex, odd lengths, over-long payloads and malformed
 //! subframes all come back as one clear error message.
+//!
+//! Integer registers (mode, fault, home state, trajectory complete, the identity registers:
+//! `proto::register::integer_range`) are shown as the moteus firmware and clients read
+//! them: a float is truncated toward zero. A value such a register cannot hold (NaN, ±inf,
+//! mode 300, mode -7.246) is shown as `null` and listed under `"invalid"` with what was
+//! received, exactly as `proto::host::decode_reply` leaves it absent and counts it.
 
 use proto::frame::ArbitrationId;
-use proto::host::{self, PositionCommand, PositionResolution, QueryFormat};
-use proto::register::{class_of, name_of};
+use proto::host::{self, read_int_register, IntReading, PositionCommand, PositionResolution, QueryFormat};
+use proto::register::{class_of, integer_range, name_of};
 use proto::subframe::{subframes, Subframe};
 use proto::{FrameWriter, Resolution, ScaleClass, Value};
 use serde_json::{json, Map, Value as Json};
@@ -112,10 +118,41 @@ fn reg_key(r: u32) -> String {
     format!("0x{r:03x}")
 }
 
-/// A register value for JSON: integers stay integers, NaN becomes null.
-fn value_json(reg: u16, v: Value) -> Json {
+/// What was received, for the `"invalid"` list: the number, or its name when JSON has none.
+fn received_json(v: Value) -> Json {
+    match v {
+        Value::F32(f) if f.is_nan() => json!("NaN"),
+        Value::F32(f) if f.is_infinite() => json!(if f > 0.0 { "inf" } else { "-inf" }),
+        Value::F32(f) => json!(f64::from(f)),
+        Value::I8(i) => json!(i),
+        Value::I16(i) => json!(i),
+        Value::I32(i) => json!(i),
+    }
+}
+
+/// A register value for JSON: integer registers as integers (floats truncated toward zero,
+/// as moteus reads them), the "unset" minimum and NaN as null. A value an integer register
+/// cannot hold is null too, and is described in `invalid`.
+fn value_json(reg: u16, v: Value, invalid: &mut Vec<Json>) -> Json {
+    if let Some((lo, hi)) = integer_range(reg) {
+        return match read_int_register(reg, v) {
+            IntReading::Int(i) => json!(i),
+            IntReading::Unset => Json::Null,
+            IntReading::Invalid => {
+                let name = name_of(reg).unwrap_or("unknown");
+                invalid.push(json!({
+                    "register": reg_key(reg as u32),
+                    "name": name,
+                    "received": received_json(v),
+                    "reason": format!("{name} holds integers from {lo} to {hi}"),
+                }));
+                Json::Null
+            }
+        };
+    }
     let class = class_of(reg);
     if class == ScaleClass::Int {
+        // A register this map does not name: show integers as integers, anything else as sent.
         if let Some(i) = v.as_i32() {
             return json!(i);
         }
@@ -128,11 +165,13 @@ fn value_json(reg: u16, v: Value) -> Json {
     }
 }
 
-/// Take a payload apart: `{"subframes": [...], "registers": {"0x001": 0.5, ...}}`.
+/// Take a payload apart: `{"subframes": [...], "registers": {"0x001": 0.5, ...}}`, plus
+/// `"invalid": [...]` when an integer register carried a value it cannot hold.
 pub fn decode(text: &str) -> Result<Json, String> {
     let bytes = parse_hex(text)?;
     let mut subs = Vec::new();
     let mut regs = Map::new();
+    let mut invalid = Vec::new();
     for item in subframes(&bytes) {
         let sf = item.map_err(|e| format!("malformed frame: {e}"))?;
         let entry = match sf {
@@ -141,7 +180,7 @@ pub fn decode(text: &str) -> Result<Json, String> {
                 let mut vals = Vec::new();
                 for (k, v) in values.iter().enumerate() {
                     let reg = start.saturating_add(k as u16);
-                    let j = value_json(reg, v);
+                    let j = value_json(reg, v, &mut invalid);
                     regs.insert(reg_key(reg as u32), j.clone());
                     vals.push(j);
                 }
@@ -169,7 +208,11 @@ pub fn decode(text: &str) -> Result<Json, String> {
         };
         subs.push(entry);
     }
-    Ok(json!({"subframes": subs, "registers": Json::Object(regs)}))
+    let mut out = json!({"subframes": subs, "registers": Json::Object(regs)});
+    if !invalid.is_empty() {
+        out["invalid"] = Json::Array(invalid);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -203,6 +246,56 @@ mod tests {
         assert_eq!(r["0x00f"], json!(0));
         assert_eq!(j["subframes"].as_array().unwrap().len(), 2);
         assert_eq!(j["subframes"][0]["type"], json!("int16"));
+    }
+
+    /// A reply subframe of `regs` floats starting at `start`, as hex.
+    fn float_reply(start: u8, regs: &[f32]) -> String {
+        let mut bytes = vec![0x2c + regs.len() as u8, start];
+        for r in regs {
+            bytes.extend_from_slice(&r.to_le_bytes());
+        }
+        hex(&bytes)
+    }
+
+    #[test]
+    fn integer_registers_sent_as_floats_are_truncated_like_moteus() {
+        // mode, position, velocity as floats; then fault as a float.
+        let text = float_reply(0x00, &[10.7, 0.25, -1.5]) + &float_reply(0x0f, &[38.9]);
+        let j = decode(&text).unwrap();
+        assert_eq!(j["registers"]["0x000"], json!(10));
+        assert_eq!(j["registers"]["0x001"], json!(0.25));
+        assert_eq!(j["registers"]["0x00f"], json!(38));
+        assert_eq!(j["subframes"][0]["values"][0], json!(10));
+        assert!(j.get("invalid").is_none(), "{j}");
+        // Home state, trajectory complete and the identity registers too.
+        let j = decode(&(float_reply(0x0b, &[1.9, 2.5]) + &float_reply(0x00, &[-0.5]))).unwrap();
+        assert_eq!(j["registers"]["0x00b"], json!(1));
+        assert_eq!(j["registers"]["0x00c"], json!(2));
+        assert_eq!(j["registers"]["0x000"], json!(0));
+        let mut b = vec![0x2d, 0x80, 0x02];
+        b.extend_from_slice(&4.75f32.to_le_bytes());
+        assert_eq!(decode(&hex(&b)).unwrap()["registers"]["0x100"], json!(4));
+    }
+
+    #[test]
+    fn integer_registers_out_of_range_are_null_and_listed_never_wrapped() {
+        let j = decode(&float_reply(0x00, &[-7.246])).unwrap();
+        assert_eq!(j["registers"]["0x000"], Json::Null, "{j}");
+        assert_eq!(j["invalid"][0]["register"], json!("0x000"), "{j}");
+        assert_eq!(j["invalid"][0]["received"].as_f64().unwrap() as f32, -7.246f32);
+        assert!(j["invalid"][0]["reason"].as_str().unwrap().contains("0 to 255"), "{j}");
+        for (value, shown) in [(300.0, json!(300.0)), (f32::NAN, json!("NaN")), (f32::INFINITY, json!("inf"))] {
+            let j = decode(&float_reply(0x0f, &[value])).unwrap();
+            assert_eq!(j["registers"]["0x00f"], Json::Null, "{j}");
+            assert_eq!(j["invalid"][0]["received"], shown, "{j}");
+        }
+        // An int8 -7 in the mode register does not fit either; the unset -128 is just null.
+        let j = decode("2100f9").unwrap();
+        assert_eq!(j["registers"]["0x000"], Json::Null);
+        assert_eq!(j["invalid"][0]["received"], json!(-7));
+        let j = decode("210080").unwrap();
+        assert_eq!(j["registers"]["0x000"], Json::Null);
+        assert!(j.get("invalid").is_none(), "{j}");
     }
 
     #[test]

@@ -10,20 +10,26 @@
 //!
 //! Every bus runs in parallel; on each, the host writes one command per servo and each
 //! servo answers. Per bus with `n` servos (ids numbered from 1 across the buses in order,
-//! as [`crate::default_quadruped`] does):
+//! as [`crate::default_quadruped`] does), the model plays the bus's arbitration through
+//! with representative frames, exactly as [`crate::SimBus`] does with real ones: whenever
+//! the wire is free, the ready frame with the lowest id goes; a command is ready when the
+//! host has handed it over, its reply a turnaround after the command's last bit. Replies
+//! (`servo << 8`) have lower ids than commands (`0x8000 | servo`), so a ready reply
+//! overtakes every queued command. The bus time is when the last reply ends, and it splits
+//! exactly into four terms:
 //!
-//! * **command frames** — the sum of the exact wire times of the `n` commands
-//!   ([`frame_bits`] on a representative frame with the servo's real id).
+//! * **command frames** — the sum of the wire times of the `n` commands ([`frame_bits`] on
+//!   a representative frame with the servo's real id).
 //! * **reply frames** — the same for the `n` replies (extended id `servo << 8`).
-//! * **turnaround** — replies have lower ids than commands, so they overtake the queued
-//!   commands and the wire stays busy; only the last command's turnaround is exposed, plus
-//!   `(n − 1) · max(0, turnaround − command time)` when a turnaround outlasts a command
-//!   frame (the wire then idles between commands' replies). This is an upper bound: a
-//!   reply still queued after the last command can hide part of the last turnaround.
-//! * **host write** — the bus cannot start before its first frame is handed over; frames
-//!   are written round-robin, one per bus per pass, so bus `k` (1-based) starts after
-//!   `k · host_per_frame`; if one pass over all buses takes longer than a command frame,
-//!   the wire also starves `(n − 1) · max(0, buses · host_per_frame − command time)`.
+//! * **turnaround** — time the wire stands idle because the next frame to go is a reply that
+//!   is not ready yet. Replies to earlier commands fill most turnarounds: with a
+//!   turnaround shorter than a command, commands and replies go in pairs (c1 c2 r1 r2 c3
+//!   c4 r3 r4 …), and only an odd last command leaves its turnaround exposed. (An earlier
+//!   model charged every bus one turnaround after its last command; for an even number of
+//!   servos that over-predicted by a whole turnaround, 50 µs at the defaults.)
+//! * **host write** — time the wire stands idle waiting for the host: frames are written
+//!   round-robin, one per bus per pass, so bus `k` (1-based) gets its `j`-th frame
+//!   (0-based) `(j · buses + k) · host_per_frame` after the cycle starts.
 //!
 //! The cycle is the slowest bus, plus the IMU read and the host's fixed per-cycle cost.
 //!
@@ -124,6 +130,8 @@ pub struct BusPrediction {
 /// A representative frame: its bits and its time on the wire.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FrameEstimate {
+    /// Arbitration id of the frame (it decides the frame's place in arbitration).
+    pub id: u32,
     /// Payload before padding, bytes.
     pub payload_bytes: usize,
     /// Exact bit counts of the representative frame (content stuffing not included).
@@ -173,7 +181,53 @@ fn estimate(model: &CycleModel, id: u32, extended: bool, payload_bytes: usize) -
     let data_rate = if frame.flags.brs { data } else { nominal };
     let ns = f64::from(bits.nominal_bits) * 1e9 / nominal
         + (f64::from(bits.data_bits) + content_stuff_bits) * 1e9 / data_rate;
-    FrameEstimate { payload_bytes: bytes, bits, content_stuff_bits, ns: ns.round() as u64 }
+    FrameEstimate { id: frame.id, payload_bytes: bytes, bits, content_stuff_bits, ns: ns.round() as u64 }
+}
+
+/// How one bus's wire time splits, from [`play_bus`].
+struct BusWire {
+    /// Idle while the next frame to go was a reply not yet ready, ns.
+    idle_for_replies_ns: u64,
+    /// Idle while the next frame to go was a command not yet handed over, ns.
+    idle_for_host_ns: u64,
+}
+
+/// Play one bus through: `commands[i]` is ready at `handed_over[i]`, its reply
+/// `turnaround` after the command ends; whenever the wire is free the ready frame with the
+/// lowest id goes (ties: ready first, then queued first), as on [`crate::SimBus`]. Returns
+/// the idle time, split by what the wire was waiting for; the bus time is the frames' sum
+/// plus both idle parts.
+fn play_bus(commands: &[FrameEstimate], replies: &[FrameEstimate], handed_over: &[u64], turnaround: u64) -> BusWire {
+    // (ready, id, queued order, wire time, Some(i) = command i / None = a reply)
+    let mut pending: Vec<(u64, u32, usize, u64, Option<usize>)> =
+        commands.iter().zip(handed_over).enumerate().map(|(i, (c, &ready))| (ready, c.id, i, c.ns, Some(i))).collect();
+    let mut queued = pending.len();
+    let mut wire_free = 0u64;
+    let mut out = BusWire { idle_for_replies_ns: 0, idle_for_host_ns: 0 };
+    while let Some(earliest) = pending.iter().map(|p| p.0).min() {
+        let start = earliest.max(wire_free);
+        let Some(best) = pending
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.0 <= start)
+            .min_by_key(|(_, p)| (p.1, p.0, p.2))
+            .map(|(i, _)| i)
+        else {
+            break;
+        };
+        let (_, _, _, ns, command) = pending.swap_remove(best);
+        let idle = start - wire_free;
+        match command {
+            Some(_) => out.idle_for_host_ns += idle,
+            None => out.idle_for_replies_ns += idle,
+        }
+        wire_free = start + ns;
+        if let Some(reply) = command.and_then(|i| replies.get(i)) {
+            pending.push((wire_free.saturating_add(turnaround), reply.id, queued, reply.ns, None));
+            queued += 1;
+        }
+    }
+    out
 }
 
 fn us(ns: u64) -> f64 {
@@ -199,9 +253,11 @@ pub fn predict(model: &CycleModel) -> Prediction {
         next_id += n as u32;
         let commands: Vec<FrameEstimate> = ids.clone().map(command_of).collect();
         let replies: Vec<FrameEstimate> = ids.map(reply_of).collect();
+        let handed_over: Vec<u64> =
+            (0..n as u64).map(|j| (j * n_buses as u64 + index as u64 + 1).saturating_mul(h)).collect();
+        let wire = play_bus(&commands, &replies, &handed_over, turnaround);
         let command_ns: u64 = commands.iter().map(|f| f.ns).sum();
         let reply_ns: u64 = replies.iter().map(|f| f.ns).sum();
-        let shortest_command = commands.iter().map(|f| f.ns).min().unwrap_or(0);
         let mut terms = Vec::with_capacity(4);
         if let Some(c) = commands.first() {
             terms.push(Term {
@@ -232,36 +288,23 @@ pub fn predict(model: &CycleModel) -> Prediction {
             });
         }
         if n > 0 {
-            let hidden_excess = turnaround.saturating_sub(shortest_command);
-            let ns = turnaround + (n as u64 - 1) * hidden_excess;
             terms.push(Term {
                 name: "turnaround",
-                ns,
-                explanation: if hidden_excess == 0 {
-                    format!("{:.1} µs after the last command; earlier ones hide behind queued commands", us(turnaround))
-                } else {
-                    format!(
-                        "{:.1} µs after the last command + {} × {:.1} µs a turnaround outlasts a command",
-                        us(turnaround),
-                        n - 1,
-                        us(hidden_excess)
-                    )
-                },
+                ns: wire.idle_for_replies_ns,
+                explanation: format!(
+                    "wire idle until a reply is ready ({:.1} µs after its command; replies to earlier commands \
+                     cover the rest)",
+                    us(turnaround)
+                ),
             });
-            let pass = n_buses as u64 * h;
-            let starve = pass.saturating_sub(shortest_command);
-            let k = index as u64 + 1;
+            let k = index + 1;
             terms.push(Term {
                 name: "host write",
-                ns: k * h + (n as u64 - 1) * starve,
+                ns: wire.idle_for_host_ns,
                 explanation: format!(
-                    "round-robin hand-over: bus {k} starts after {k} × {:.1} µs{}",
-                    us(h),
-                    if starve > 0 {
-                        format!(", + {} × {:.1} µs the wire waits for the host", n - 1, us(starve))
-                    } else {
-                        String::new()
-                    }
+                    "wire idle until the host hands a command over (round-robin, {:.1} µs a frame; bus {k} starts \
+                     after {k} of them)",
+                    us(h)
                 ),
             });
         }
@@ -330,13 +373,38 @@ mod tests {
     }
 
     #[test]
-    fn long_turnaround_is_exposed_per_servo() {
+    fn replies_fill_the_turnarounds_they_can() {
+        let mut m = CycleModel::default_quadruped().wire_only();
+        m.servos_per_bus = vec![1, 2, 3, 4];
+        let p = predict(&m);
+        let exposed = |b: usize| p.buses[b].terms.iter().find(|t| t.name == "turnaround").unwrap().ns;
+        // c1 · r1 | c1 c2 r1 r2 | c1 c2 r1 r2 c3 · r3 | c1 c2 r1 r2 c3 c4 r3 r4
+        assert_eq!(exposed(0), m.turnaround_ns);
+        assert_eq!(exposed(1), 0);
+        assert_eq!(exposed(2), m.turnaround_ns);
+        assert_eq!(exposed(3), 0);
+    }
+
+    #[test]
+    fn a_long_turnaround_is_exposed_once_after_the_commands() {
+        // 300 µs outlasts two commands: c1 c2 c3 go back to back, the wire waits for r1,
+        // and r2, r3 follow as soon as they can.
         let mut m = CycleModel::default_quadruped().wire_only();
         m.turnaround_ns = 300_000;
         let p = predict(&m);
-        let t = p.buses[0].terms.iter().find(|t| t.name == "turnaround").unwrap();
-        let c = p.buses[0].terms[0].ns / 3;
-        assert!(t.ns > 300_000 + 2 * (300_000 - c) - 10);
+        let b = &p.buses[0];
+        let c = p.command.ns;
+        let r = p.reply.ns;
+        let t = b.terms.iter().find(|t| t.name == "turnaround").unwrap().ns;
+        assert!(c < 150_000 && r < c, "{c} {r}");
+        // r1 ready at c + 300 µs, the commands end at 3c; r2 ready at 2c + 300 µs, after r1 ends.
+        let r1_start = c + 300_000;
+        let r2_start = (r1_start + r).max(2 * c + 300_000);
+        let r3_start = (r2_start + r).max(3 * c + 300_000);
+        // Servos 2 and 3 have other ids, so their frames stuff a few bits differently.
+        assert!(b.total_ns.abs_diff(r3_start + r) < 3_000, "{} vs {}", b.total_ns, r3_start + r);
+        assert!(t.abs_diff(b.total_ns - 3 * c - 3 * r) < 3_000, "{t}");
+        assert!(t > 300_000 - 2 * c - 3_000, "{t}");
     }
 
     #[test]

@@ -1,0 +1,189 @@
+//! Write the generated part of the seed corpora under `fuzz/corpus/<target>/`: real frames
+//! from rtloop's encoders and the simulated servo's replies, fdcanusb lines and UDP
+//! datagrams carrying them, run configurations, and a TLOG written with every writer
+//! option. (The real `rtloop run --log` logs are copied in by hand: see `fuzz/README.md`.)
+//!
+//!     cargo run -p rtloop-fuzzing --example make_corpus
+//!
+//! Files are named after what they hold; an existing file is replaced only by the same
+//! content (the generator is deterministic).
+
+use proto::fdcanusb;
+use proto::frame::{ArbitrationId, CanFdFrame};
+use proto::host::{self, PositionCommand, PositionResolution, QueryFormat};
+use proto::udp::DatagramWriter;
+use proto::{FrameWriter, Resolution};
+use std::path::{Path, PathBuf};
+
+fn corpus(target: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn put(target: &str, name: &str, bytes: &[u8]) {
+    std::fs::write(corpus(target).join(name), bytes).unwrap();
+}
+
+fn payload(f: impl FnOnce(&mut FrameWriter) -> Result<(), proto::EncodeError>) -> Vec<u8> {
+    let mut buf = [0u8; 64];
+    let mut w = FrameWriter::new(&mut buf);
+    f(&mut w).unwrap();
+    w.as_slice().to_vec()
+}
+
+fn frame(id: u8, data: &[u8]) -> CanFdFrame {
+    let mut f = CanFdFrame::new(ArbitrationId::command(id, true).build(), data).unwrap();
+    f.flags = proto::frame::FrameFlags::moteus(f.id);
+    f.pad_to_dlc();
+    f
+}
+
+/// The requests: what `rtloop run` sends, and what the moteus clients send.
+fn requests() -> Vec<(&'static str, Vec<u8>)> {
+    let run = rtloop::budget::run_command_frame(1).unwrap();
+    let cmd = PositionCommand { position: Some(0.5), velocity: Some(0.0), ..Default::default() };
+    let all = PositionCommand::from_registers([Some(0.25); 14]);
+    vec![
+        ("run_position_command", run.payload().to_vec()),
+        ("query_default", payload(|w| host::encode_query(w, &QueryFormat::default()))),
+        ("query_comprehensive", payload(|w| host::encode_query(w, &QueryFormat::comprehensive()))),
+        (
+            "position_spec_vector",
+            payload(|w| host::encode_position(w, &cmd, &PositionResolution::default(), Some(&QueryFormat::default()))),
+        ),
+        (
+            "position_all_int16",
+            payload(|w| host::encode_position(w, &all, &PositionResolution::all(Resolution::Int16), None)),
+        ),
+        ("stop_query", payload(|w| host::encode_stop(w, Some(&QueryFormat::default())))),
+        ("brake", payload(|w| host::encode_brake(w, None))),
+        ("zero_velocity", payload(|w| host::encode_zero_velocity(w, None))),
+        // Read of registers the servo does not have, and a long-form read of 0x100..0x102.
+        ("read_unknown_and_identity", vec![0x11, 0x80, 0x03, 0x10, 0x03, 0x80, 0x02]),
+        ("nop_padding", vec![0x11, 0x00, 0x50, 0x50, 0x50]),
+    ]
+}
+
+fn main() {
+    let mut replies = Vec::new();
+    let mut servo = sim::Servo::new(sim::ServoConfig::new(1));
+    for (i, (name, data)) in requests().into_iter().enumerate() {
+        put("subframes", name, &data);
+        put("servo", &format!("serve_{name}"), &data);
+        let mut reply = CanFdFrame::default();
+        if servo.handle_frame(&frame(1, &data), (i as u64 + 1) * 1_000_000, &mut reply) {
+            put("reply", &format!("reply_to_{name}"), reply.payload());
+            put("subframes", &format!("reply_to_{name}"), reply.payload());
+            replies.push(reply);
+        }
+    }
+    // The spec's reply vector, an error reply, a float mode (must read as 10) and a NaN one.
+    put(
+        "reply",
+        "spec_vector",
+        &[0x24, 0x04, 0x00, 0x0a, 0x00, 0x88, 0x13, 0x00, 0x00, 0x00, 0x00, 0x23, 0x0d, 0x30, 0x19, 0x00],
+    );
+    put("reply", "read_error", &[0x31, 0x80, 0x03, 0x01, 0x21, 0x00, 0x0a]);
+    put("reply", "float_mode", &[0x2d, 0x00, 0x33, 0x33, 0x2b, 0x41]);
+    put("reply", "nan_fault", &[0x2d, 0x0f, 0x00, 0x00, 0xc0, 0x7f]);
+
+    // The servo target's frame sequences: [flags, len, payload, time step].
+    let mut seq = Vec::new();
+    for (_, data) in requests().iter().take(6) {
+        seq.push(0x81);
+        seq.push(data.len() as u8);
+        seq.extend_from_slice(data);
+        seq.push(10);
+    }
+    put("servo", "sequence_of_commands", &seq);
+
+    // fdcanusb: host lines (to the device) and device lines (to the host), both CRC modes.
+    let mut host_lines = b"can send 8001 01000A0E200000003F0000000011001F01130D50 BF\n".to_vec();
+    let mut device_lines = b"rcv 100 2404000A00881300000000230D301900 E B F\nOK\nERR unknown command\n".to_vec();
+    let mut line = [0u8; fdcanusb::MAX_LINE];
+    for crc in [false, true] {
+        for (_, data) in requests() {
+            let n = fdcanusb::write_can_send(&frame(1, &data), crc, &mut line).unwrap();
+            host_lines.extend_from_slice(&line[..n]);
+        }
+        for reply in &replies {
+            let n = fdcanusb::write_rcv(reply, crc, &mut line).unwrap();
+            device_lines.extend_from_slice(&line[..n]);
+        }
+        let n = fdcanusb::write_ok(crc, &mut line).unwrap();
+        device_lines.extend_from_slice(&line[..n]);
+        let n = fdcanusb::write_err(b"unknown command", crc, &mut line).unwrap();
+        device_lines.extend_from_slice(&line[..n]);
+    }
+    host_lines.extend_from_slice(b"conf get can.bitrate\r\ncan std 7ff 00\ncan ext 1fffffff 0102 b f\n\n");
+    put("fdcanusb_device", "host_lines", &host_lines);
+    put("fdcanusb_host", "device_lines", &device_lines);
+
+    // UDP datagrams: commands to three buses, the replies, an empty one.
+    let mut buf = [0u8; proto::udp::MAX_DATAGRAM];
+    let mut w = DatagramWriter::new(&mut buf[..], 7).unwrap();
+    for (bus, (_, data)) in requests().into_iter().enumerate() {
+        w.push(bus as u8 % 3 + 1, &frame(1, &data)).unwrap();
+    }
+    put("udp", "commands", w.as_bytes());
+    let mut w = DatagramWriter::new(&mut buf[..], 65535).unwrap();
+    for reply in &replies {
+        w.push(1, reply).unwrap();
+    }
+    put("udp", "replies", w.as_bytes());
+    let w = DatagramWriter::new(&mut buf[..], 0).unwrap();
+    put("udp", "empty", w.as_bytes());
+
+    // Run configurations: everything `--print-config` writes, and the README's bus table.
+    put("run_config", "print_config", rtloop::config::RunConfig::default().to_toml().as_bytes());
+    put("run_config", "readme_bus", b"[[bus]]\nbus = 1\nuri = \"fdcanusb:/dev/ttyACM0\"\nservos = [1, 2, 3]\n");
+    put(
+        "run_config",
+        "udp_and_faults",
+        b"rate_hz = 500.0\nduration_s = 2.5\n\n[[bus]]\nbus = 1\nuri = \"udp:127.0.0.1:9000?bus=2\"\nservos = [1, 2]\n\n\
+          [[bus]]\nbus = 2\nuri = \"sim\"\nservos = [3]\n\n[faults]\noverheat = [\"2@0.5\"]\n",
+    );
+
+    // A TLOG with every writer option: zstd blocks, seek markers every 10 ms, an index,
+    // and a record with strings, options, arrays, timestamps.
+    #[derive(serde::Serialize, Default)]
+    struct Sample {
+        name: String,
+        count: u32,
+        ratio: f32,
+        #[serde(serialize_with = "tlog::schema::typed_option")]
+        maybe: Option<f64>,
+        #[serde(serialize_with = "tlog::schema::typed_vec")]
+        values: Vec<i16>,
+        flag: bool,
+        at: tlog::schema::Timestamp,
+    }
+    let options = tlog::writer::WriterOptions {
+        zstd_level: Some(3),
+        seek_marker_interval_us: Some(10_000),
+        ..Default::default()
+    };
+    let mut log = tlog::writer::FileWriter::new(Vec::new(), options).unwrap();
+    let handle = log.register::<Sample>("sample").unwrap();
+    for i in 0..40i64 {
+        let t = 1_700_000_000_000_000 + i * 2_500;
+        let s = Sample {
+            name: format!("s{i}"),
+            count: i as u32,
+            ratio: i as f32 / 7.0,
+            maybe: (i % 3 == 0).then_some(i as f64),
+            values: (0..(i % 5) as i16).collect(),
+            flag: i % 2 == 0,
+            at: tlog::schema::Timestamp(t),
+        };
+        log.write(&handle, t, &s).unwrap();
+    }
+    let bytes = log.close().unwrap();
+    for target in ["tlog_reader", "tlog_export", "tlog_plot"] {
+        put(target, "all_writer_options", &bytes);
+        // The same log cut in the middle of a block, as after SIGKILL.
+        put(target, "all_writer_options_cut", &bytes[..bytes.len() * 2 / 3]);
+    }
+    println!("seeds written under {}", corpus("").display());
+}

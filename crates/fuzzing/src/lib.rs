@@ -1,0 +1,355 @@
+//! # rtloop-fuzzing — the bodies of rtloop's fuzz targets
+//!
+//! What it is for: one function per input surface, taking arbitrary bytes, that feeds them
+//! to every public entry point reading that kind of input and checks what must hold for
+//! any input (the decoders return errors instead of panicking, what parses re-encodes to
+//! the same thing, a served reply always decodes). The cargo-fuzz targets in `fuzz/` are
+//! one line each around these functions, and `tests/corpus.rs` replays every seed and every
+//! crash file kept under `fuzz/` through the same functions on stable Rust, so a fixed
+//! crash stays fixed. A panic, from the code under test or from a check here, is a finding.
+//!
+//! What it must never do: be a dependency of the product (it is `publish = false` and only
+//! the fuzz targets and the tests use it), hide a panic (nothing here catches unwinds), or
+//! do work that grows faster than its input (every loop is bounded by the input length or
+//! a fixed cap), so a fuzzer's time goes into the code under test.
+//!
+//! The TLOG targets read from memory ([`tlog::reader::FileReader::from_bytes`]); only
+//! [`tlog_plot`] writes a file, because the plotter renders to a path.
+
+use proto::fdcanusb::{self, Line, LineError, MAX_LINE};
+use proto::frame::CanFdFrame;
+use proto::host::{decode_reply, ServoState};
+use proto::servo::{serve, RegisterServer, ERROR_UNKNOWN_REGISTER};
+use proto::subframe::{subframes as parse_subframes, Subframe};
+use proto::udp::{decode_datagram, encode_datagram, MAX_DATAGRAM};
+use proto::{FrameWriter, Resolution, Value};
+use tlog::reader::{FileReader, ItemFilter};
+
+/// A fuzz target body: any bytes in, a panic out only for a finding.
+pub type Target = fn(&[u8]);
+
+/// Every target, by the name of its `fuzz/fuzz_targets/<name>.rs`, its seed corpus
+/// `fuzz/corpus/<name>/` and its crash files `fuzz/artifacts/<name>/`.
+pub const TARGETS: &[(&str, Target)] = &[
+    ("subframes", subframes),
+    ("reply", reply),
+    ("servo", servo),
+    ("fdcanusb_host", fdcanusb_host),
+    ("fdcanusb_device", fdcanusb_device),
+    ("udp", udp),
+    ("run_config", run_config),
+    ("tlog_reader", tlog_reader),
+    ("tlog_export", tlog_export),
+    ("tlog_plot", tlog_plot),
+];
+
+/// The subframe parser: it ends, stops for good after an error, and every register
+/// subframe holds exactly `count` values of its resolution.
+pub fn subframes(data: &[u8]) {
+    let mut iter = parse_subframes(data);
+    let mut steps = 0usize;
+    while let Some(item) = iter.next() {
+        steps += 1;
+        // Every subframe is at least one byte: more items than bytes means no progress.
+        assert!(steps <= data.len(), "more subframes than bytes");
+        assert!(iter.offset() <= data.len());
+        match item {
+            Ok(Subframe::Write { res, count, values, .. } | Subframe::Reply { res, count, values, .. }) => {
+                assert_eq!(values.len(), usize::from(count));
+                assert_eq!(values.resolution(), res);
+                assert_eq!(values.iter().count(), usize::from(count));
+            }
+            Ok(_) => {}
+            Err(_) => {
+                assert!(iter.next().is_none(), "the parser goes on after an error");
+                break;
+            }
+        }
+    }
+}
+
+/// The reply decoder, and `rtloop frame decode` on the same bytes: both parse the same
+/// subframe stream, so they accept and refuse the same payloads.
+pub fn reply(data: &[u8]) {
+    let mut state = ServoState::default();
+    let typed = decode_reply(data, &mut state);
+    for r in 0..=0x200u16 {
+        let _ = state.get(r);
+    }
+    let _ = state.mode_enum();
+    if data.len() <= 64 {
+        let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
+        let text = if hex.is_empty() { "0x".to_string() } else { hex };
+        let json = rtloop::frame_cmd::decode(&text);
+        if !data.is_empty() {
+            assert_eq!(typed.is_ok(), json.is_ok(), "decode_reply {typed:?}, frame decode {json:?}");
+        }
+    }
+}
+
+/// A register server that answers registers below 0x100 from a table the requests write,
+/// and refuses the rest: enough for `serve` to produce every kind of reply subframe.
+struct TableServer {
+    regs: [Value; 0x100],
+    frames: u32,
+}
+
+impl RegisterServer for TableServer {
+    fn write(&mut self, reg: u16, value: Value) -> Result<(), u32> {
+        let slot = self.regs.get_mut(usize::from(reg)).ok_or(ERROR_UNKNOWN_REGISTER)?;
+        *slot = value;
+        Ok(())
+    }
+
+    fn read(&mut self, reg: u16, res: Resolution) -> Result<Value, u32> {
+        let v = *self.regs.get(usize::from(reg)).ok_or(ERROR_UNKNOWN_REGISTER)?;
+        // Re-encode at the requested resolution through the physical value.
+        let class = proto::register::class_of(reg);
+        Ok(Value::encode(v.decode(class), class, res))
+    }
+
+    fn end_of_frame(&mut self) {
+        self.frames += 1;
+    }
+}
+
+/// The servo side: `proto::servo::serve` on the whole input as one request, then the input
+/// as a sequence of frames to a simulated servo (`sim::Servo`), with time moving on.
+/// Each frame is `[flags, len, payload…]`: flags bit 7 = reply required, bits 0-6 the
+/// destination; `len` is taken modulo 65; the next byte after the payload, if any, is how
+/// far time moves (×100 µs). Every reply must decode.
+pub fn servo(data: &[u8]) {
+    let mut server = TableServer { regs: [Value::I8(0); 0x100], frames: 0 };
+    let mut buf = [0u8; 64];
+    let mut w = FrameWriter::new(&mut buf);
+    if let Ok(n) = serve(data, &mut server, &mut w) {
+        assert_eq!(n, w.len());
+        let mut state = ServoState::default();
+        decode_reply(w.as_slice(), &mut state).expect("a served reply decodes");
+    }
+
+    let mut servo = sim::Servo::new(sim::ServoConfig::new(1));
+    let mut now_ns = 0u64;
+    let mut rest = data;
+    while let [flags, len, tail @ ..] = rest {
+        let len = usize::from(*len) % 65;
+        let (payload, after) = tail.split_at(len.min(tail.len()));
+        let id = proto::frame::ArbitrationId {
+            prefix: 0,
+            source: 0,
+            destination: flags & 0x7f,
+            reply_required: flags & 0x80 != 0,
+        }
+        .build();
+        let Ok(frame) = CanFdFrame::new(id, payload) else { break };
+        let mut reply = CanFdFrame::default();
+        if servo.handle_frame(&frame, now_ns, &mut reply) {
+            assert!(usize::from(reply.len) <= 64);
+            let mut state = ServoState::default();
+            decode_reply(reply.payload(), &mut state).expect("the simulated servo's reply decodes");
+        }
+        let (step, after) = match after {
+            [step, after @ ..] => (u64::from(*step), after),
+            [] => (1, after),
+        };
+        now_ns += step * 100_000;
+        servo.advance_to(now_ns);
+        rest = after;
+    }
+    let _ = servo.telemetry();
+}
+
+/// The input's lines, split at `\n` as the fdcanusb readers split them; the parser trims a
+/// `\r` and refuses a line longer than [`MAX_LINE`].
+fn lines(data: &[u8]) -> impl Iterator<Item = &[u8]> {
+    data.split(|&b| b == b'\n')
+}
+
+/// What a line means once re-written: an id above 0x7FF always travels as extended.
+fn normalized(mut f: CanFdFrame) -> CanFdFrame {
+    f.flags.extended |= f.id > 0x7FF;
+    f
+}
+
+/// The host reading device lines (`rcv`, `OK`, `ERR`, noise): every line parses or is a
+/// typed error, and a frame that parsed is written back to a line that parses to it.
+pub fn fdcanusb_host(data: &[u8]) {
+    for line in lines(data) {
+        let Ok(parsed) = fdcanusb::parse_line(line) else { continue };
+        let mut out = [0u8; MAX_LINE + 8];
+        match parsed.line {
+            Line::Rcv(frame) | Line::CanSend(frame) => {
+                let n = fdcanusb::write_rcv(&frame, parsed.had_crc, &mut out).expect("a parsed frame fits a line");
+                let back = fdcanusb::parse_line(&out[..n]).expect("a written rcv line parses");
+                assert_eq!(back.line, Line::Rcv(normalized(frame)));
+                assert_eq!(back.had_crc, parsed.had_crc);
+            }
+            Line::Ok => {
+                let n = fdcanusb::write_ok(parsed.had_crc, &mut out).expect("OK fits");
+                assert_eq!(fdcanusb::parse_line(&out[..n]).map(|p| p.line), Ok(Line::Ok));
+            }
+            Line::Err(_) | Line::Other(_) => {}
+        }
+    }
+}
+
+/// A simulated fdcanusb reading host lines: `can send` frames go onto a simulated bus with
+/// servos 1-3, every answer (`OK`, `ERR …`, `rcv …` for each reply) is written in the
+/// host's CRC mode and must parse back.
+pub fn fdcanusb_device(data: &[u8]) {
+    let mut bus = sim::SimBus::new(sim::BusConfig::default());
+    for id in 1..=3 {
+        bus.add_servo(sim::Servo::new(sim::ServoConfig::new(id)));
+    }
+    let mut now_ns = 0u64;
+    let mut out = [0u8; MAX_LINE + 8];
+    for line in lines(data) {
+        let crc = fdcanusb::split_crc(line).map(|(_, had)| had).unwrap_or(true);
+        let answer = match fdcanusb::parse_line(line) {
+            Ok(parsed) => match parsed.line {
+                Line::CanSend(frame) => {
+                    let n = fdcanusb::write_can_send(&frame, crc, &mut out).expect("a parsed frame fits a line");
+                    let back = fdcanusb::parse_line(&out[..n]).expect("a written can send line parses");
+                    assert_eq!(back.line, Line::CanSend(normalized(frame)));
+                    if bus.submit(&frame, now_ns).is_ok() {
+                        fdcanusb::write_ok(crc, &mut out)
+                    } else {
+                        fdcanusb::write_err(b"queue full", crc, &mut out)
+                    }
+                }
+                _ => fdcanusb::write_err(b"unknown command", crc, &mut out),
+            },
+            Err(LineError::Empty) => continue,
+            Err(_) => fdcanusb::write_err(b"bad line", crc, &mut out),
+        };
+        let n = answer.expect("an answer fits a line");
+        fdcanusb::parse_line(&out[..n]).expect("the device's answer parses");
+        now_ns += 1_000_000;
+        while let Some(reply) = bus.poll_rx(now_ns) {
+            let n = fdcanusb::write_rcv(&reply, crc, &mut out).expect("a reply fits a line");
+            let back = fdcanusb::parse_line(&out[..n]).expect("an rcv line parses");
+            assert_eq!(back.line, Line::Rcv(normalized(reply)));
+        }
+    }
+}
+
+/// A UDP datagram (`proto::udp`): it decodes or is a typed error; what decodes re-encodes
+/// to a datagram that decodes to the same frames.
+pub fn udp(data: &[u8]) {
+    let Ok(iter) = decode_datagram(data) else { return };
+    let sequence = iter.sequence();
+    let valid = iter.validate();
+    let frames: Vec<(u8, CanFdFrame)> = iter.clone().map_while(Result::ok).collect();
+    if valid.is_err() {
+        return;
+    }
+    assert_eq!(valid, Ok(frames.len()));
+    let mut out = [0u8; MAX_DATAGRAM];
+    // A datagram larger than MAX_DATAGRAM decodes, but our writer will not build one.
+    let Ok(n) = encode_datagram(sequence, frames.iter().map(|(b, f)| (*b, f)), &mut out) else { return };
+    let again = decode_datagram(&out[..n]).expect("a written datagram decodes");
+    assert_eq!(again.sequence(), sequence);
+    let back: Vec<(u8, CanFdFrame)> = again.map(|r| r.expect("a written record decodes")).collect();
+    assert_eq!(back, frames);
+}
+
+/// The run configuration (`rtloop run --config FILE`): any text is a config or one error
+/// message; a config that loads is written back (`--print-config`) to text that loads.
+pub fn run_config(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(config) = rtloop::config::RunConfig::from_toml(text) else { return };
+    let _ = config.validate();
+    let _ = config.robot();
+    let _ = config.overheats();
+    let printed = config.to_toml();
+    if let Err(e) = rtloop::config::RunConfig::from_toml(&printed) {
+        panic!("a loaded config prints as text that does not load: {e}\n--- input\n{text}\n--- printed\n{printed}");
+    }
+}
+
+/// Most items a TLOG target looks at: a fuzzer's inputs are small, a seed log need not be
+/// walked to the end to be useful.
+const MAX_ITEMS: usize = 4096;
+
+/// Every entry point of the TLOG reader on an in-memory log: the directory, the scan
+/// report, the seek markers, items (all, per record, in a time window), seek, backwards
+/// chains and the schema decoding of every item, to JSON and flattened.
+pub fn tlog_reader(data: &[u8]) {
+    let Ok(reader) = FileReader::from_bytes(data.to_vec()) else { return };
+    let _ = (reader.len(), reader.is_empty(), reader.data_start(), reader.has_index());
+    let report = reader.scan_report();
+    assert!(report.data_blocks <= report.blocks);
+    let markers = reader.seek_markers();
+    let records = reader.records();
+    let mut times = vec![i64::MIN, -1, 0, i64::MAX];
+    times.extend(markers.iter().take(8).map(|m| m.timestamp_us));
+    for item in reader.items(ItemFilter::default()).take(MAX_ITEMS) {
+        let Ok(item) = item else { continue };
+        if let Some(t) = item.timestamp_us {
+            if times.len() < 16 {
+                times.push(t);
+            }
+        }
+        if let Ok(value) = reader.decode_item(&item) {
+            let _ = value.to_json();
+            let mut leaves = Vec::new();
+            value.flatten("", &mut leaves);
+            for (_, leaf) in &leaves {
+                let _ = leaf.as_f64();
+            }
+        }
+    }
+    for &t in &times {
+        if let Ok(offset) = reader.seek(t) {
+            assert!(offset <= reader.len(), "seek({t}) = {offset} past the end ({})", reader.len());
+        }
+    }
+    for record in records.iter().take(16) {
+        assert!(reader.record(&record.name).is_some());
+        for _ in reader.backwards(record.id).take(MAX_ITEMS) {}
+        let window = ItemFilter {
+            record: Some(record.name.clone()),
+            from_us: times.get(4).copied(),
+            to_us: times.get(5).copied(),
+        };
+        for _ in reader.items(window).take(MAX_ITEMS) {}
+    }
+    let _ = reader.record("no such record");
+    for _ in reader.backwards(u64::MAX).take(MAX_ITEMS) {}
+}
+
+/// Every exporter on an in-memory log: CSV of each record and the whole log as MCAP, into
+/// memory. An error is a fine answer; a panic is not.
+pub fn tlog_export(data: &[u8]) {
+    let Ok(reader) = FileReader::from_bytes(data.to_vec()) else { return };
+    for record in reader.records().iter().take(16) {
+        let mut csv = Vec::new();
+        let _ = tlog::export::to_csv(&reader, &record.name, &mut csv, None);
+    }
+    let mut csv = Vec::new();
+    let _ = tlog::export::to_csv(&reader, "no such record", &mut csv, None);
+    let mut mcap = std::io::Cursor::new(Vec::new());
+    let _ = tlog::export::to_mcap(&reader, &mut mcap, None);
+}
+
+/// The plotter (`rtloop log plot`) on an in-memory log, into a small PNG in a private
+/// temporary directory: the first few numeric leaves of each record, and a field that
+/// does not exist.
+pub fn tlog_plot(data: &[u8]) {
+    let Ok(reader) = FileReader::from_bytes(data.to_vec()) else { return };
+    let mut fields = vec!["no.such.field".to_string()];
+    for record in reader.records().iter().take(4) {
+        let filter = ItemFilter { record: Some(record.name.clone()), ..ItemFilter::default() };
+        let Some(Ok(item)) = reader.items(filter).next() else { continue };
+        let Ok(value) = reader.decode_item(&item) else { continue };
+        let mut leaves = Vec::new();
+        value.flatten("", &mut leaves);
+        let numeric = leaves.iter().filter(|(_, leaf)| leaf.as_f64().is_some());
+        fields.extend(numeric.take(2).map(|(name, _)| format!("{}.{name}", record.name)));
+    }
+    let Ok(dir) = tempfile::tempdir() else { return };
+    let out = dir.path().join("plot.png");
+    let names: Vec<&str> = fields.iter().map(String::as_str).collect();
+    let _ = tlog::plot::plot(&reader, &names, &out, (160, 120));
+    let _ = tlog::plot::plot(&reader, &names[1..], &out, (160, 120));
+}
