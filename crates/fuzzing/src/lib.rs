@@ -332,9 +332,9 @@ pub fn tlog_export(data: &[u8]) {
     let _ = tlog::export::to_mcap(&reader, &mut mcap, None);
 }
 
-/// The plotter (`rtloop log plot`) on an in-memory log, into a small PNG in a private
-/// temporary directory: the first few numeric leaves of each record, and a field that
-/// does not exist.
+/// The plotter (`rtloop log plot`) on an in-memory log, into a small PNG in memory: the
+/// first few numeric leaves of each record, and a field that does not exist, one panel per
+/// field and all on one axis.
 pub fn tlog_plot(data: &[u8]) {
     let Ok(reader) = FileReader::from_bytes(data.to_vec()) else { return };
     let mut fields = vec!["no.such.field".to_string()];
@@ -347,9 +347,10 @@ pub fn tlog_plot(data: &[u8]) {
         let numeric = leaves.iter().filter(|(_, leaf)| leaf.as_f64().is_some());
         fields.extend(numeric.take(2).map(|(name, _)| format!("{}.{name}", record.name)));
     }
-    let Ok(dir) = tempfile::tempdir() else { return };
-    let out = dir.path().join("plot.png");
     let names: Vec<&str> = fields.iter().map(String::as_str).collect();
-    let _ = tlog::plot::plot(&reader, &names, &out, (160, 120));
-    let _ = tlog::plot::plot(&reader, &names[1..], &out, (160, 120));
+    for one_axis in [false, true] {
+        let options = tlog::plot::PlotOptions { size: (320, 240), one_axis };
+        let _ = tlog::plot::plot(&reader, &names, &options, &mut Vec::new());
+        let _ = tlog::plot::plot(&reader, &names[1..], &options, &mut Vec::new());
+    }
 }
