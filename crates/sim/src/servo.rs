@@ -830,8 +830,13 @@ impl Servo {
 impl RegisterServer for Servo {
     fn write(&mut self, r: u16, value: Value) -> Result<(), u32> {
         if r == reg::MODE {
-            // A NaN or out-of-range mode is an unsupported mode: handled as a stop.
-            let mode = value.as_i32().and_then(|m| u8::try_from(m).ok()).unwrap_or(u8::MAX);
+            // Read as the firmware reads an integer register: a float is truncated (10.7 is
+            // position mode). A NaN or out-of-range mode is an unsupported mode: handled as a
+            // stop.
+            let mode = match proto::host::read_int_register(reg::MODE, value) {
+                proto::host::IntReading::Int(m) => u8::try_from(m).unwrap_or(u8::MAX),
+                _ => u8::MAX,
+            };
             self.pending_mode = Some(mode);
             return Ok(());
         }

@@ -368,3 +368,45 @@ proptest! {
         prop_assert!(s.telemetry().position.is_finite());
     }
 }
+
+#[test]
+fn a_mode_written_as_a_float_is_truncated_as_the_firmware_does() {
+    let mut s = Servo::new(unloaded(1));
+    s.advance_to(0);
+    // Write float mode 12.7 (0x0c = write float, count 1, register 0x000): zero velocity.
+    let mut payload = vec![0x0d, 0x00];
+    payload.extend_from_slice(&12.7f32.to_le_bytes());
+    payload.extend_from_slice(&[0x11, 0x00]);
+    let _ = exchange(&mut s, &raw(1, &payload), 0);
+    assert_eq!(exchange(&mut s, &query(1), MS).mode, Some(12));
+    // NaN is no mode at all: handled as a stop.
+    let mut payload = vec![0x0d, 0x00];
+    payload.extend_from_slice(&f32::NAN.to_le_bytes());
+    let _ = exchange(&mut s, &raw(1, &payload), 2 * MS);
+    assert_eq!(exchange(&mut s, &query(1), 3 * MS).mode, Some(0));
+}
+
+#[test]
+fn a_command_register_read_in_the_frame_that_wrote_it_echoes_the_written_value() {
+    let mut s = Servo::new(unloaded(1));
+    s.advance_to(0);
+    for (k, target) in [0.25, -0.5, 0.125].into_iter().enumerate() {
+        let mut buf = [0u8; 64];
+        let mut w = FrameWriter::new(&mut buf);
+        w.write_registers(reg::MODE, &[proto::Value::I8(10)]).unwrap();
+        w.write_registers(reg::COMMAND_POSITION, &[proto::Value::F32(target as f32)]).unwrap();
+        w.read_registers(reg::COMMAND_POSITION, 1, Resolution::Float).unwrap();
+        let reply = reply_of(&mut s, &raw(1, w.as_slice()), k as u64 * MS);
+        let mut st = ServoState::default();
+        decode_reply(reply.payload(), &mut st).unwrap();
+        assert_eq!(st.get(reg::COMMAND_POSITION), Some(target), "request {k}");
+    }
+    // A frame that only reads sees the command in force.
+    let mut buf = [0u8; 64];
+    let mut w = FrameWriter::new(&mut buf);
+    w.read_registers(reg::COMMAND_POSITION, 1, Resolution::Float).unwrap();
+    let reply = reply_of(&mut s, &raw(1, w.as_slice()), 10 * MS);
+    let mut st = ServoState::default();
+    decode_reply(reply.payload(), &mut st).unwrap();
+    assert_eq!(st.get(reg::COMMAND_POSITION), Some(0.125));
+}
