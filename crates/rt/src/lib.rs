@@ -26,6 +26,7 @@ pub mod stats;
 
 pub use periodic::{
     now_ns, LoopStats, ManualClock, Monotonic, OverrunPolicy, PeriodicLoop, PeriodicOptions, Tick, TimeSource,
+    STOP_CHECK_NS,
 };
 pub use setup::{
     apply_to_current_thread, current_conditions, Applied, Conditions, DeadlineParams, Policy, RtError, RtSettings,
