@@ -21,6 +21,7 @@
 //! | `safety.missing_limit` | 0 (never) … 1 000 000 cycles |
 //! | `safety.recovery_cycles` | 1 … 1 000 000 cycles |
 //! | `realtime.busy_wait_us` | 0 … one period |
+//! | `realtime.priority` | 1 … 99 with fifo or rr, 0 with other or deadline |
 //! | `faults.drop_rate`, `faults.corrupt_rate` | 0 … 1 |
 //! | `faults.reply_delay_us` | 0 … 10 000 000 µs |
 //! | `faults.overheat` times | 0 … 31 536 000 s |
@@ -508,6 +509,21 @@ impl RunConfig {
         self.recovery().map_err(|e| format!("{}: {e}", names.name("safety.recovery")))?;
         parse_cpu_dma_latency(&self.realtime.cpu_dma_latency)
             .map_err(|e| format!("{}: {e}", names.name("realtime.cpu_dma_latency")))?;
+        let policy = self
+            .realtime
+            .policy
+            .parse::<rt::setup::Policy>()
+            .map_err(|e| format!("{}: {e}", names.name("realtime.policy")))?;
+        if !policy.priority_range().contains(&self.realtime.priority) {
+            return Err(format!(
+                "{} is out of range for policy {policy}: give 1 to 99 with fifo or rr, 0 with other or deadline",
+                names.show("realtime.priority", &self.realtime.priority)
+            ));
+        }
+        self.realtime
+            .overrun
+            .parse::<rt::periodic::OverrunPolicy>()
+            .map_err(|e| format!("{}: {e}", names.name("realtime.overrun")))?;
         self.robot().validate()?;
         let overheats = self.overheats()?;
         let sim_ids: Vec<u8> =

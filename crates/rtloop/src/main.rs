@@ -366,8 +366,6 @@ impl RunArgs {
             c.sim.wire_time = false;
         }
         c.validate_flags()?;
-        c.realtime.policy.parse::<rt::setup::Policy>().map_err(|e| format!("--policy: {e}"))?;
-        c.realtime.overrun.parse::<rt::periodic::OverrunPolicy>().map_err(|e| format!("--overrun: {e}"))?;
         Ok(c)
     }
 }

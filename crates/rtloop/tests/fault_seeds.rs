@@ -8,9 +8,7 @@ use rtloop::robot_spec::{BusSpec, RobotSpec};
 /// on each of buses 1 and 2, 30 % of frames dropped, fault seed `seed`.
 fn losses(seed: u64) -> [Vec<bool>; 2] {
     let clock = VirtualClock::new(1_000_000_000);
-    let spec = RobotSpec {
-        buses: (1..=2).map(|bus| BusSpec { bus, uri: io::BusUri::Sim, servos: vec![1] }).collect(),
-    };
+    let spec = RobotSpec { buses: (1..=2).map(|bus| BusSpec { bus, uri: io::BusUri::Sim, servos: vec![1] }).collect() };
     let sim_bus = sim::BusConfig { drop_rate: 0.3, fault_seed: seed, ..sim::BusConfig::default() };
     let options = io::open::OpenOptions { sim_bus, ..Default::default() };
     let mut robot = spec.build(clock.clone(), io::RobotConfig::default(), options).unwrap();

@@ -109,6 +109,9 @@ fn rates_and_unit_conversions_that_overflowed_are_refused_in_one_sentence() {
         (&["--recovery", "sometimes"][..], "--recovery: 'sometimes' is not a recovery policy"),
         (&["--seed", "18446744073709551615"][..], "--seed 18446744073709551615 is out of range"),
         (&["--cpu-dma-latency", "maybe"][..], "--cpu-dma-latency: 'maybe'"),
+        (&["--policy", "fifo", "--priority", "100"][..], "--priority 100 is out of range for policy fifo"),
+        (&["--priority", "5"][..], "--priority 5 is out of range for policy other"),
+        (&["--overrun", "later"][..], "--overrun: unknown overrun policy 'later'"),
     ] {
         let mut full = vec!["run", "--quiet"];
         full.extend_from_slice(args);
@@ -244,4 +247,41 @@ fn one_servo_on_one_bus_is_singular_and_strict_names_every_refusal_once() {
     );
     assert_eq!(e.matches("refused").count(), 1, "said once: {e}");
     assert_eq!(e.trim().lines().count(), 1, "{e}");
+}
+
+/// The PM QoS value in force: what /dev/cpu_dma_latency reads back, µs.
+fn cpu_dma_latency_now() -> Option<i32> {
+    use std::io::Read;
+    let mut b = [0u8; 4];
+    std::fs::File::open("/dev/cpu_dma_latency").ok()?.read_exact(&mut b).ok()?;
+    Some(i32::from_ne_bytes(b))
+}
+
+#[test]
+fn a_real_time_run_holds_cpu_dma_latency_at_zero_as_cyclictest_does() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 || cpu_dma_latency_now().is_none() {
+        testkit::skip("needs root and /dev/cpu_dma_latency to hold the CPUs' idle latency at 0 (run as root)");
+        return;
+    }
+    let mut child = Command::new(rtloop_bin())
+        .args(["run", "--policy", "fifo", "--priority", "10", "--duration", "3", "--json", "--quiet"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // While it runs, the request is in force (poll until seen or the run is over).
+    let mut seen_zero = false;
+    while !seen_zero && child.try_wait().unwrap().is_none() {
+        seen_zero = cpu_dma_latency_now() == Some(0);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(seen_zero, "/dev/cpu_dma_latency never read 0 during the run");
+    assert_eq!(last_json(&out)["realtime"]["cpu_dma_latency_held"], true);
+    let off = ["run", "--policy", "fifo", "--priority", "10", "--cpu-dma-latency", "off", "--duration", "0.1"];
+    let o = rtloop(&[&off[..], &["--json", "--quiet"]].concat());
+    assert_eq!(last_json(&o)["realtime"]["cpu_dma_latency_held"], false, "--cpu-dma-latency off");
+    let o = rtloop(&["run", "--duration", "0.1", "--json", "--quiet"]);
+    assert_eq!(last_json(&o)["realtime"]["cpu_dma_latency_held"], false, "SCHED_OTHER: not held by default");
 }
