@@ -6,6 +6,22 @@
 //! settles gently. [`Supervisor`] does exactly that, every cycle, with no allocation: its
 //! event log has a fixed capacity and counts what it had to drop.
 //!
+//! # Recovery
+//!
+//! Once tripped, the safe mode holds until [`Recovery`] says otherwise:
+//!
+//! * [`Recovery::Latched`] (the default): until the controller (or an operator through it)
+//!   calls [`Supervisor::rearm`]. A trip means something went wrong; a person or a control
+//!   law that knows the robot's state decides when motion may resume.
+//! * [`Recovery::Auto`]: after `good_cycles` consecutive cycles in which every servo answered,
+//!   none reports a fault (mode 1) and none sits in its watchdog timeout (mode 11) — so a
+//!   burst of late or lost replies costs only the burst plus the wait. A faulted servo never
+//!   counts as good (only a stop clears its fault, and the supervisor never sends one), so
+//!   a fault stays latched under either policy.
+//!
+//! Every trip is a [`EventKind::SafeModeEngaged`] event and every end of one a
+//! [`EventKind::Recovered`] or [`EventKind::Rearmed`] event; [`Supervisor::trips`] counts them.
+//!
 //! Must never: allocate or lock in [`Supervisor::check`] / [`Supervisor::apply`], clear a
 //! fault by itself (a stop would clear it; the faulted servo is only queried), or lose an
 //! event silently.
@@ -47,6 +63,29 @@ impl fmt::Display for OnFault {
     }
 }
 
+/// When a tripped supervisor lets the control law's commands through again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Recovery {
+    /// Hold the safe mode until [`Supervisor::rearm`].
+    #[default]
+    Latched,
+    /// Resume after this many consecutive good cycles (see the module docs), at least 1.
+    Auto {
+        /// Consecutive cycles with every servo answering, unfaulted and not timed out.
+        good_cycles: u32,
+    },
+}
+
+impl Recovery {
+    /// The configuration spelling: `latched` or `auto`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Recovery::Latched => "latched",
+            Recovery::Auto { .. } => "auto",
+        }
+    }
+}
+
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
@@ -64,6 +103,13 @@ pub enum EventKind {
     Answering,
     /// The host switched the other servos to its safe mode.
     SafeModeEngaged,
+    /// The safe mode ended by itself ([`Recovery::Auto`]) after this many good cycles.
+    Recovered {
+        /// Consecutive good cycles seen.
+        good_cycles: u32,
+    },
+    /// The safe mode ended because the controller called [`Supervisor::rearm`].
+    Rearmed,
     /// A stop was requested (Ctrl-C / SIGTERM): the last cycle commanded the safe mode.
     Shutdown,
     /// The watchdog of the servo expired (mode 11).
@@ -80,6 +126,8 @@ impl EventKind {
             EventKind::MissingReplies { .. } => "missing_replies",
             EventKind::Answering => "answering",
             EventKind::SafeModeEngaged => "safe_mode_engaged",
+            EventKind::Recovered { .. } => "recovered",
+            EventKind::Rearmed => "rearmed",
             EventKind::Shutdown => "shutdown",
             EventKind::WatchdogTimeout => "watchdog_timeout",
             EventKind::Injected(what) => what,
@@ -92,8 +140,8 @@ impl EventKind {
 pub struct Event {
     /// When, on the cycle's clock.
     pub at_ns: u64,
-    /// Which servo (`None` for the whole robot).
-    pub servo: Option<u8>,
+    /// Which servo, by bus index and id (`None` for the whole robot).
+    pub servo: Option<ServoSpec>,
     /// What.
     pub kind: EventKind,
 }
@@ -105,11 +153,13 @@ pub struct SafetyConfig {
     pub on_fault: OnFault,
     /// Consecutive missing replies that count as a failed servo (0 = never).
     pub missing_limit: u32,
+    /// When the safe mode ends.
+    pub recovery: Recovery,
 }
 
 impl Default for SafetyConfig {
     fn default() -> Self {
-        SafetyConfig { on_fault: OnFault::ZeroVelocity, missing_limit: 20 }
+        SafetyConfig { on_fault: OnFault::ZeroVelocity, missing_limit: 20, recovery: Recovery::Latched }
     }
 }
 
@@ -123,6 +173,9 @@ pub struct Supervisor {
     missing: Vec<bool>,
     timed_out: Vec<bool>,
     tripped_at: Option<u64>,
+    /// Consecutive good cycles while tripped (for [`Recovery::Auto`]).
+    good_streak: u32,
+    trips: u32,
 }
 
 impl Supervisor {
@@ -136,6 +189,8 @@ impl Supervisor {
             missing: vec![false; servos],
             timed_out: vec![false; servos],
             tripped_at: None,
+            good_streak: 0,
+            trips: 0,
         }
     }
 
@@ -145,7 +200,7 @@ impl Supervisor {
     }
 
     /// Record an event (counted as dropped when the log is full). Never allocates.
-    pub fn record(&mut self, at_ns: u64, servo: Option<u8>, kind: EventKind) {
+    pub fn record(&mut self, at_ns: u64, servo: Option<ServoSpec>, kind: EventKind) {
         if self.events.len() < self.events.capacity() {
             self.events.push(Event { at_ns, servo, kind });
         } else {
@@ -154,41 +209,78 @@ impl Supervisor {
     }
 
     /// Look at this cycle's replies: record new faults, missing servos, watchdog expiries,
-    /// and trip when a servo has failed. Returns whether the supervisor is tripped.
+    /// trip when a servo has failed, and end a trip as [`Recovery`] says. Returns whether the
+    /// supervisor is tripped.
     pub fn check(&mut self, now_ns: u64, servos: &[ServoSpec], replies: &[ServoReply]) -> bool {
         let n = servos.len().min(replies.len()).min(self.faulted.len());
         let mut failed_now = false;
+        let mut all_good = n == self.faulted.len();
         for i in 0..n {
-            let id = servos[i].id;
+            let id = Some(servos[i]);
             let r = &replies[i];
+            all_good &= r.fresh && !matches!(r.state.mode, Some(1) | Some(11));
             if r.fresh {
                 if self.missing[i] {
                     self.missing[i] = false;
-                    self.record(now_ns, Some(id), EventKind::Answering);
+                    self.record(now_ns, id, EventKind::Answering);
                 }
                 let faulted = r.state.mode == Some(1);
                 if faulted && !self.faulted[i] {
-                    self.record(now_ns, Some(id), EventKind::Fault { code: r.state.fault.unwrap_or(0) });
+                    self.record(now_ns, id, EventKind::Fault { code: r.state.fault.unwrap_or(0) });
                     failed_now = true;
                 }
                 self.faulted[i] = faulted;
                 let timed_out = r.state.mode == Some(11);
                 if timed_out && !self.timed_out[i] {
-                    self.record(now_ns, Some(id), EventKind::WatchdogTimeout);
+                    self.record(now_ns, id, EventKind::WatchdogTimeout);
                 }
                 self.timed_out[i] = timed_out;
             } else if self.config.missing_limit > 0 && r.missing_streak >= self.config.missing_limit && !self.missing[i]
             {
                 self.missing[i] = true;
-                self.record(now_ns, Some(id), EventKind::MissingReplies { cycles: r.missing_streak });
+                self.record(now_ns, id, EventKind::MissingReplies { cycles: r.missing_streak });
                 failed_now = true;
             }
         }
-        if failed_now && self.tripped_at.is_none() && self.config.on_fault != OnFault::Ignore {
-            self.tripped_at = Some(now_ns);
-            self.record(now_ns, None, EventKind::SafeModeEngaged);
+        if failed_now && self.config.on_fault != OnFault::Ignore {
+            if self.tripped_at.is_none() {
+                self.tripped_at = Some(now_ns);
+                self.trips += 1;
+                self.record(now_ns, None, EventKind::SafeModeEngaged);
+            }
+            // A new failure restarts the count towards recovery.
+            self.good_streak = 0;
+        } else if self.tripped_at.is_some() {
+            self.good_streak = if all_good { self.good_streak.saturating_add(1) } else { 0 };
+            if let Recovery::Auto { good_cycles } = self.config.recovery {
+                if self.good_streak >= good_cycles.max(1) {
+                    self.tripped_at = None;
+                    self.record(now_ns, None, EventKind::Recovered { good_cycles: self.good_streak });
+                    self.good_streak = 0;
+                }
+            }
         }
         self.tripped_at.is_some()
+    }
+
+    /// End the safe mode now, whatever the recovery policy (the controller, or an operator
+    /// through it, decided that motion may resume). Recorded as [`EventKind::Rearmed`];
+    /// does nothing when not tripped. A servo that is still faulted keeps being only queried.
+    pub fn rearm(&mut self, now_ns: u64) {
+        if self.tripped_at.take().is_some() {
+            self.good_streak = 0;
+            self.record(now_ns, None, EventKind::Rearmed);
+        }
+    }
+
+    /// Times the safe mode engaged.
+    pub fn trips(&self) -> u32 {
+        self.trips
+    }
+
+    /// Servos last seen faulted (mode 1), by index.
+    pub fn faulted(&self) -> &[bool] {
+        &self.faulted
     }
 
     /// When tripped, replace the commands per the policy: healthy servos get the safe
@@ -268,14 +360,14 @@ mod tests {
         assert_eq!(cmds, [ServoCommand::ZeroVelocity, ServoCommand::Query, ServoCommand::ZeroVelocity]);
         // The fault is recorded once, then the policy.
         assert!(sup.check(3, &servos, &replies));
-        let kinds: Vec<_> = sup.events().iter().map(|e| (e.servo, e.kind)).collect();
+        let kinds: Vec<_> = sup.events().iter().map(|e| (e.servo.map(|s| s.id), e.kind)).collect();
         assert_eq!(kinds, vec![(Some(2), EventKind::Fault { code: 38 }), (None, EventKind::SafeModeEngaged)]);
     }
 
     #[test]
     fn missing_replies_trip_after_the_limit_and_recovery_is_recorded() {
         let servos = specs(2);
-        let cfg = SafetyConfig { on_fault: OnFault::Stop, missing_limit: 3 };
+        let cfg = SafetyConfig { on_fault: OnFault::Stop, missing_limit: 3, ..Default::default() };
         let mut sup = Supervisor::new(cfg, 2, 16);
         let mut replies = [reply(10, 0), reply(10, 0)];
         for streak in 1..=2 {
@@ -295,7 +387,8 @@ mod tests {
     #[test]
     fn shutdown_commands_the_safe_mode_but_never_clears_a_fault() {
         let servos = specs(3);
-        let mut sup = Supervisor::new(SafetyConfig { on_fault: OnFault::Ignore, missing_limit: 0 }, 3, 16);
+        let cfg = SafetyConfig { on_fault: OnFault::Ignore, missing_limit: 0, ..Default::default() };
+        let mut sup = Supervisor::new(cfg, 3, 16);
         sup.check(1, &servos, &[reply(10, 0), reply(1, 38), reply(10, 0)]);
         let mut cmds = [ServoCommand::Query; 3];
         sup.shutdown(ServoCommand::Stop, &mut cmds);
@@ -305,7 +398,8 @@ mod tests {
     #[test]
     fn ignore_records_but_never_overrides_and_a_full_log_counts_drops() {
         let servos = specs(1);
-        let mut sup = Supervisor::new(SafetyConfig { on_fault: OnFault::Ignore, missing_limit: 0 }, 1, 1);
+        let cfg = SafetyConfig { on_fault: OnFault::Ignore, missing_limit: 0, ..Default::default() };
+        let mut sup = Supervisor::new(cfg, 1, 1);
         assert!(!sup.check(1, &servos, &[reply(1, 33)]));
         let mut cmds = [ServoCommand::Brake];
         sup.apply(&mut cmds);
@@ -315,5 +409,93 @@ mod tests {
         assert_eq!(sup.dropped_events(), 1);
         assert_eq!("zero-velocity".parse::<OnFault>().unwrap(), OnFault::ZeroVelocity);
         assert!("explode".parse::<OnFault>().is_err());
+    }
+
+    /// Two servos on two buses; servo 1 (bus 1) misses `burst` cycles in a row.
+    fn burst(sup: &mut Supervisor, servos: &[ServoSpec], t: &mut u64, burst: u32) {
+        for streak in 1..=burst {
+            *t += 1;
+            let missing = ServoReply { fresh: false, missing_streak: streak, ..reply(10, 0) };
+            sup.check(*t, servos, &[reply(10, 0), missing]);
+        }
+    }
+
+    fn good_cycles(sup: &mut Supervisor, servos: &[ServoSpec], t: &mut u64, n: u32) -> bool {
+        let mut tripped = true;
+        for _ in 0..n {
+            *t += 1;
+            tripped = sup.check(*t, servos, &[reply(12, 0), reply(12, 0)]);
+        }
+        tripped
+    }
+
+    fn two_buses() -> Vec<ServoSpec> {
+        vec![ServoSpec { bus: 0, id: 1 }, ServoSpec { bus: 1, id: 1 }]
+    }
+
+    #[test]
+    fn latched_holds_the_safe_mode_until_rearmed() {
+        let servos = two_buses();
+        let mut sup = Supervisor::new(SafetyConfig { missing_limit: 20, ..Default::default() }, 2, 64);
+        let mut t = 0;
+        burst(&mut sup, &servos, &mut t, 20);
+        assert_eq!(sup.tripped_at(), Some(20));
+        // The servos answer again, for a long time: still latched.
+        assert!(good_cycles(&mut sup, &servos, &mut t, 10_000));
+        let mut cmds = [ServoCommand::Position(PositionCommand::default()); 2];
+        sup.apply(&mut cmds);
+        assert_eq!(cmds, [ServoCommand::ZeroVelocity; 2]);
+        sup.rearm(t);
+        assert_eq!(sup.tripped_at(), None);
+        let mut cmds = [ServoCommand::Position(PositionCommand::default()); 2];
+        sup.apply(&mut cmds);
+        assert_eq!(cmds, [ServoCommand::Position(PositionCommand::default()); 2], "the control law is back");
+        let kinds: Vec<_> = sup.events().iter().map(|e| e.kind.name()).collect();
+        assert_eq!(kinds, ["missing_replies", "safe_mode_engaged", "answering", "rearmed"]);
+        // The missing servo is named with its bus: id 1 lives on both buses.
+        assert_eq!(sup.events()[0].servo, Some(ServoSpec { bus: 1, id: 1 }));
+        assert_eq!(sup.trips(), 1);
+    }
+
+    #[test]
+    fn auto_recovers_after_n_consecutive_good_cycles_only() {
+        let servos = two_buses();
+        let cfg = SafetyConfig { missing_limit: 20, recovery: Recovery::Auto { good_cycles: 5 }, ..Default::default() };
+        let mut sup = Supervisor::new(cfg, 2, 64);
+        let mut t = 0;
+        burst(&mut sup, &servos, &mut t, 20);
+        assert!(good_cycles(&mut sup, &servos, &mut t, 4), "4 of 5 good cycles: still tripped");
+        // One bad cycle starts the count again.
+        t += 1;
+        let late = ServoReply { fresh: false, missing_streak: 1, ..reply(12, 0) };
+        assert!(sup.check(t, &servos, &[reply(12, 0), late]));
+        assert!(good_cycles(&mut sup, &servos, &mut t, 4));
+        assert!(!good_cycles(&mut sup, &servos, &mut t, 1), "the fifth good cycle in a row recovers");
+        let recovered = sup.events().last().unwrap();
+        assert_eq!(
+            (recovered.at_ns, recovered.servo, recovered.kind),
+            (t, None, EventKind::Recovered { good_cycles: 5 })
+        );
+        let mut cmds = [ServoCommand::Brake; 2];
+        sup.apply(&mut cmds);
+        assert_eq!(cmds, [ServoCommand::Brake; 2], "the control law's commands pass again");
+        // A second burst trips again and is counted.
+        burst(&mut sup, &servos, &mut t, 20);
+        assert_eq!(sup.trips(), 2);
+        assert!(sup.tripped_at().is_some());
+    }
+
+    #[test]
+    fn auto_never_recovers_while_a_servo_is_faulted_or_timed_out() {
+        let servos = two_buses();
+        let cfg = SafetyConfig { recovery: Recovery::Auto { good_cycles: 1 }, ..Default::default() };
+        for bad_mode in [1u8, 11] {
+            let mut sup = Supervisor::new(cfg, 2, 64);
+            sup.check(1, &servos, &[reply(10, 0), reply(1, 38)]);
+            assert!(sup.tripped_at().is_some());
+            for t in 2..1000 {
+                assert!(sup.check(t, &servos, &[reply(12, 0), reply(bad_mode, 38)]), "mode {bad_mode}");
+            }
+        }
     }
 }

@@ -529,23 +529,15 @@ fn strip_ansi(text: &str) -> String {
     out
 }
 
-/// A held `/dev/cpu_dma_latency` request: while the file stays open with 0 written to it,
-/// the kernel keeps every CPU out of idle states with a non-zero exit latency (the
-/// PM QoS interface cyclictest uses). Closing the file releases the request.
-struct DmaLatency(std::fs::File);
+/// A held `/dev/cpu_dma_latency` request at 0 µs, as cyclictest holds while it measures. A thin
+/// wrapper: the one implementation is [`rt::setup::CpuDmaLatency`], shared with `rtloop run`.
+struct DmaLatency {
+    /// Held for as long as the wrapper lives; dropping it ends the request.
+    _request: rt::setup::CpuDmaLatency,
+}
 
 impl DmaLatency {
     fn hold_zero() -> Option<DmaLatency> {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new().write(true).open("/dev/cpu_dma_latency").ok()?;
-        f.write_all(&0i32.to_ne_bytes()).ok()?;
-        Some(DmaLatency(f))
-    }
-}
-
-impl Drop for DmaLatency {
-    fn drop(&mut self) {
-        // Closing the descriptor (when the File drops) ends the request; nothing else to do.
-        let _ = &self.0;
+        rt::setup::CpuDmaLatency::hold_zero().ok().map(|r| DmaLatency { _request: r })
     }
 }

@@ -10,8 +10,16 @@
 //! The clock is a [`TimeSource`] so the same loop runs on the real monotonic clock
 //! ([`Monotonic`]) or on a [`ManualClock`] that tests and simulations move by hand.
 //!
+//! A loop can be asked to stop while it waits ([`PeriodicLoop::wait_next_unless`],
+//! [`PeriodicLoop::sleep_until_unless`]): a wait longer than [`STOP_CHECK_NS`] is cut into
+//! slices of at most that length, and the stop condition is asked before each slice and
+//! during the busy-wait, so a stop request is seen within one period or [`STOP_CHECK_NS`],
+//! whichever is less, however slow the loop. A wait that fits in one slice is one
+//! `clock_nanosleep` to the deadline, exactly as without a stop condition, so fast loops
+//! pay nothing for it.
+//!
 //! What it must never do: allocate, lock or print after [`PeriodicLoop::new`] returns, or
-//! return from [`PeriodicLoop::wait_next`] before the deadline it reports.
+//! return a tick from [`PeriodicLoop::wait_next`] before the deadline it reports.
 
 use crate::stats::{Latency, Percentiles};
 use crate::UnknownName;
@@ -27,6 +35,12 @@ pub fn now_ns() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
 }
+
+/// The longest single sleep of a loop that can be stopped
+/// ([`PeriodicLoop::wait_next_unless`]): a stop request waits at most this long, plus the
+/// kernel's wakeup latency, to be seen. 50 ms keeps Ctrl-C prompt at any rate while a slow
+/// loop wakes only 20 times a second to look.
+pub const STOP_CHECK_NS: u64 = 50_000_000;
 
 /// Where the loop reads the time and how it sleeps.
 pub trait TimeSource {
@@ -310,14 +324,32 @@ impl<T: TimeSource> PeriodicLoop<T> {
     /// deadline, then spins on the clock until it is reached; never returns early. If the
     /// previous cycle was not ended, it is ended here first. Never allocates.
     pub fn wait_next(&mut self) -> Tick {
+        loop {
+            // Nothing can stop this wait, so it always ends in a tick.
+            if let Some(tick) = self.wait_next_unless(|| false) {
+                return tick;
+            }
+        }
+    }
+
+    /// [`wait_next`](Self::wait_next), unless `stop` returns true while waiting: `stop` is
+    /// asked before every sleep slice (at most [`STOP_CHECK_NS`] long) and in every turn of
+    /// the busy-wait. `None` when stopped: no cycle was started and the deadline stays
+    /// where it was. Never allocates (as long as `stop` does not).
+    pub fn wait_next_unless(&mut self, mut stop: impl FnMut() -> bool) -> Option<Tick> {
         if self.open_cycle.is_some() {
             self.end_cycle();
         }
         let deadline = self.next_deadline_ns;
-        self.clock.sleep_until_ns(deadline.saturating_sub(self.busy_wait_ns));
+        if !self.sleep_until_unless(deadline.saturating_sub(self.busy_wait_ns), &mut stop) {
+            return None;
+        }
         let mut now = self.clock.now_ns();
         // Also the guard against a sleep that ended early: the deadline is a promise.
         while now < deadline {
+            if stop() {
+                return None;
+            }
             self.clock.spin();
             now = self.clock.now_ns();
         }
@@ -328,7 +360,28 @@ impl<T: TimeSource> PeriodicLoop<T> {
             self.first_wake_ns = Some(now);
         }
         self.last_wake_ns = Some(now);
-        tick
+        Some(tick)
+    }
+
+    /// Sleep until `t_ns` on the loop's clock in slices of at most [`STOP_CHECK_NS`], asking
+    /// `stop` before each. Returns false when `stop` said so (possibly before `t_ns`), true
+    /// once the last slice has ended (a sleep may end a little early or late; the caller
+    /// decides whether that matters). Does not start a cycle. Never allocates.
+    pub fn sleep_until_unless(&mut self, t_ns: u64, mut stop: impl FnMut() -> bool) -> bool {
+        loop {
+            if stop() {
+                return false;
+            }
+            let now = self.clock.now_ns();
+            if now >= t_ns {
+                return true;
+            }
+            if t_ns - now <= STOP_CHECK_NS {
+                self.clock.sleep_until_ns(t_ns);
+                return true;
+            }
+            self.clock.sleep_until_ns(now + STOP_CHECK_NS);
+        }
     }
 
     /// End the running cycle: record its duration and choose the next deadline, applying the

@@ -5,9 +5,13 @@
 //! because once the thread is real-time, the page faults and syscalls of the other steps would
 //! run at real-time priority, and because SCHED_DEADLINE must see the final affinity. Every
 //! request the system refuses becomes one [`Warning`] that names the failure and what to
-//! change; the thread runs on with what it got. [`RtSettings::strict`] turns the first refusal
-//! into an error instead. Mistakes in the settings themselves (a priority out of range, bad
-//! deadline parameters) are always errors.
+//! change; the thread runs on with what it got. [`RtSettings::strict`] turns the refusals into
+//! one error instead, listing every one of them (each step is still tried, so the user learns
+//! everything to fix at once). Mistakes in the settings themselves (a priority out of range,
+//! bad deadline parameters) are always errors.
+//!
+//! [`CpuDmaLatency`] holds a PM QoS request on `/dev/cpu_dma_latency` (what cyclictest does
+//! while it measures), keeping the CPUs out of deep idle states for as long as it lives.
 //!
 //! [`current_conditions`] reads, without privileges, the conditions a latency measurement
 //! depends on (policy, affinity, limits, RT throttling, preemption model).
@@ -185,7 +189,7 @@ pub struct RtSettings {
     /// 0 as "reset to the default" (usually 50 µs). Real-time threads have no slack on recent
     /// kernels whatever is set, so the value read back for them may be 0.
     pub timer_slack_ns: u64,
-    /// Return the first refusal as an error instead of a warning.
+    /// Return the refusals as one error instead of warnings.
     pub strict: bool,
 }
 
@@ -267,15 +271,34 @@ impl fmt::Display for Warning {
 pub enum RtError {
     /// The settings themselves are wrong (always an error).
     Invalid(String),
-    /// The system refused a request and the settings were `strict`.
-    Refused(Warning),
+    /// The system refused requests and the settings were `strict`: every refusal, in the
+    /// order the steps ran (never empty).
+    Refused(Vec<Warning>),
+}
+
+impl RtError {
+    /// The refusals, as one clause: `affinity: …; mlock: …` (empty for [`RtError::Invalid`]).
+    pub fn refusals(&self) -> String {
+        match self {
+            RtError::Invalid(_) => String::new(),
+            RtError::Refused(ws) => {
+                ws.iter().map(|w| format!("{}: {}", w.what, w.message)).collect::<Vec<_>>().join("; ")
+            }
+        }
+    }
 }
 
 impl fmt::Display for RtError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RtError::Invalid(m) => write!(f, "invalid real-time settings: {m}"),
-            RtError::Refused(w) => write!(f, "real-time setup refused: {w}"),
+            RtError::Refused(ws) => write!(
+                f,
+                "the system refused {} real-time request{} (strict): {}",
+                ws.len(),
+                if ws.len() == 1 { "" } else { "s" },
+                self.refusals()
+            ),
         }
     }
 }
@@ -368,7 +391,7 @@ pub fn apply_to_current_thread(settings: &RtSettings) -> Result<Applied, RtError
     let mut notes = Vec::new();
 
     if !settings.cpus.is_empty() {
-        refusals.check(Setting::Affinity, set_affinity(&settings.cpus))?;
+        refusals.check(Setting::Affinity, set_affinity(&settings.cpus));
     }
 
     let mut mlocked = false;
@@ -380,7 +403,7 @@ pub fn apply_to_current_thread(settings: &RtSettings) -> Result<Applied, RtError
                     notes.push(Warning { what: Setting::MemoryLock, message: note });
                 }
             }
-            Err(m) => refusals.check(Setting::MemoryLock, Err(m))?,
+            Err(m) => refusals.check(Setting::MemoryLock, Err(m)),
         }
     }
 
@@ -389,13 +412,13 @@ pub fn apply_to_current_thread(settings: &RtSettings) -> Result<Applied, RtError
         let (touched, problem) = prefault_stack(settings.prefault_stack_bytes);
         stack_prefaulted_bytes = touched;
         if let Some(m) = problem {
-            refusals.check(Setting::StackPrefault, Err(m))?;
+            refusals.check(Setting::StackPrefault, Err(m));
         }
     }
 
-    refusals.check(Setting::TimerSlack, set_timer_slack(settings.timer_slack_ns))?;
+    refusals.check(Setting::TimerSlack, set_timer_slack(settings.timer_slack_ns));
 
-    refusals.check(Setting::Scheduler, set_policy(settings))?;
+    refusals.check(Setting::Scheduler, set_policy(settings));
 
     let (code, priority) = read_scheduler().unwrap_or((libc::SCHED_OTHER, 0));
     let policy = Policy::from_kernel(code).unwrap_or(Policy::Other);
@@ -403,6 +426,9 @@ pub fn apply_to_current_thread(settings: &RtSettings) -> Result<Applied, RtError
         if let Some(note) = throttling_note() {
             notes.push(Warning { what: Setting::RtThrottling, message: note });
         }
+    }
+    if refusals.strict && !refusals.warnings.is_empty() {
+        return Err(RtError::Refused(refusals.warnings));
     }
     Ok(Applied {
         policy,
@@ -419,23 +445,19 @@ pub fn apply_to_current_thread(settings: &RtSettings) -> Result<Applied, RtError
     })
 }
 
-/// Collects refusals, or stops at the first one when strict.
+/// Collects refusals; under `strict` the caller turns them into one error once every step
+/// has been tried.
 struct Refusals {
     strict: bool,
     warnings: Vec<Warning>,
 }
 
 impl Refusals {
-    fn check(&mut self, what: Setting, result: Result<(), String>) -> Result<(), RtError> {
-        let Err(message) = result else {
-            return Ok(());
-        };
-        let warning = Warning { what, message };
-        if self.strict {
-            return Err(RtError::Refused(warning));
+    /// Record the refusal, if `result` is one.
+    fn check(&mut self, what: Setting, result: Result<(), String>) {
+        if let Err(message) = result {
+            self.warnings.push(Warning { what, message });
         }
-        self.warnings.push(warning);
-        Ok(())
     }
 }
 
@@ -891,6 +913,65 @@ fn throttling_note() -> Option<String> {
             that never sleeps is stopped for {stopped_ms} ms every {period_s} s; sleep in every cycle, or write \
             -1 to /proc/sys/kernel/sched_rt_runtime_us"
     ))
+}
+
+// ---------------------------------------------------------------------------------------
+// CPU idle latency (PM QoS)
+
+/// A held PM QoS request on `/dev/cpu_dma_latency`: while it lives, the kernel keeps every CPU
+/// out of idle states whose exit latency is above the requested bound, so a sleeping real-time
+/// thread is not woken late by a CPU climbing out of a deep C-state. cyclictest holds 0 µs
+/// while it measures; `rtloop run` and `rtloop lab compare` do the same. Dropping the value
+/// closes the file, which ends the request.
+#[derive(Debug)]
+pub struct CpuDmaLatency {
+    /// The open device; the request lasts as long as the descriptor.
+    _file: std::fs::File,
+    max_latency_us: i32,
+}
+
+impl CpuDmaLatency {
+    /// The PM QoS device.
+    pub const PATH: &'static str = "/dev/cpu_dma_latency";
+
+    /// Hold the CPUs' wakeup latency at 0 µs (no idle state deeper than polling).
+    pub fn hold_zero() -> Result<CpuDmaLatency, String> {
+        Self::hold(0)
+    }
+
+    /// Hold the CPUs' wakeup latency at `max_latency_us` or less. The error is one sentence
+    /// saying what failed and what to do. Opens the existing device only (never creates a
+    /// file, never follows a symlink) and refuses anything that is not a character device.
+    pub fn hold(max_latency_us: i32) -> Result<CpuDmaLatency, String> {
+        use std::io::Write;
+        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+        let path = Self::PATH;
+        if max_latency_us < 0 {
+            return Err(format!("{path}: a latency bound of {max_latency_us} µs is negative; give 0 or more"));
+        }
+        let cannot = |e: &dyn fmt::Display| {
+            format!(
+                "cannot hold {path} at {max_latency_us} µs ({e}): it needs root or write access to the device, \
+                 and without it the CPUs may enter deep idle states and wake the loop later"
+            )
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| cannot(&e))?;
+        let is_device = file.metadata().map(|m| m.file_type().is_char_device()).unwrap_or(false);
+        if !is_device {
+            return Err(cannot(&"not a character device"));
+        }
+        file.write_all(&max_latency_us.to_ne_bytes()).map_err(|e| cannot(&e))?;
+        Ok(CpuDmaLatency { _file: file, max_latency_us })
+    }
+
+    /// The bound held, µs.
+    pub fn max_latency_us(&self) -> i32 {
+        self.max_latency_us
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -41,3 +41,28 @@ fn wait_next_and_end_cycle_never_allocate() {
         std::hint::black_box(late);
     }
 }
+
+#[test]
+fn the_stoppable_wait_never_allocates() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let stop = AtomicBool::new(false);
+    // A period longer than one stop-check slice, so the sliced sleep runs too.
+    let period = rt::periodic::STOP_CHECK_NS + 1_000_000;
+    let options = PeriodicOptions { busy_wait_ns: 20_000, overrun: OverrunPolicy::Skip, start_ns: None };
+    let mut l = PeriodicLoop::new(period, options);
+    let mut ticks = 0;
+    let n = allocations_during(|| {
+        for _ in 0..2 {
+            if l.wait_next_unless(|| stop.load(Ordering::Relaxed)).is_some() {
+                ticks += 1;
+            }
+            l.end_cycle();
+        }
+        let now = rt::periodic::now_ns();
+        l.sleep_until_unless(now + 1_000_000, || stop.load(Ordering::Relaxed));
+        stop.store(true, Ordering::Relaxed);
+        assert!(l.wait_next_unless(|| stop.load(Ordering::Relaxed)).is_none());
+    });
+    assert_eq!(n, 0, "{n} allocator calls in the stoppable wait");
+    assert_eq!(ticks, 2);
+}

@@ -176,9 +176,25 @@ fn an_impossible_cpu_gives_one_warning_naming_the_cpus_that_exist() {
 
     let strict = apply_on_new_thread(RtSettings { cpus: vec![4096], strict: true, ..RtSettings::default() });
     match strict {
-        Err(RtError::Refused(w)) => assert_eq!(w.what, Setting::Affinity),
+        Err(RtError::Refused(ws)) => assert_eq!(ws.iter().map(|w| w.what).collect::<Vec<_>>(), [Setting::Affinity]),
         other => panic!("expected a refusal, got {other:?}"),
     }
+}
+
+#[test]
+fn strict_names_every_refusal_in_one_sentence() {
+    // Two requests this machine refuses whatever the privileges: a CPU that does not exist,
+    // and a stack prefault larger than the thread's stack.
+    let settings =
+        RtSettings { cpus: vec![4096], prefault_stack_bytes: 64 << 20, strict: true, ..RtSettings::default() };
+    let e = apply_on_new_thread(settings).unwrap_err();
+    let RtError::Refused(ws) = &e else { panic!("expected refusals, got {e:?}") };
+    assert_eq!(ws.iter().map(|w| w.what).collect::<Vec<_>>(), [Setting::Affinity, Setting::StackPrefault]);
+    let text = e.to_string();
+    assert!(text.starts_with("the system refused 2 real-time requests (strict): affinity: CPU 4096"), "{text}");
+    assert!(text.contains("; stack-prefault: "), "{text}");
+    assert_eq!(text.matches("refused 2").count(), 1, "said once: {text}");
+    assert_eq!(text.lines().count(), 1, "{text}");
 }
 
 #[test]
@@ -272,7 +288,9 @@ fn child_unprivileged() {
         assert!(m.contains("ulimit -r") && m.contains("CAP_SYS_NICE"), "{m}");
         println!("unprivileged FIFO: {m}");
         match apply_on_new_thread(RtSettings { strict: true, ..fifo(10) }) {
-            Err(RtError::Refused(w)) => assert_eq!(w.what, Setting::Scheduler),
+            Err(RtError::Refused(ws)) => {
+                assert_eq!(ws.iter().map(|w| w.what).collect::<Vec<_>>(), [Setting::Scheduler])
+            }
             other => panic!("strict should refuse: {other:?}"),
         }
     }

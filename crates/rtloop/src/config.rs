@@ -2,8 +2,31 @@
 //! simulator fault injection, as one TOML file (`rtloop run --config FILE`), with every
 //! field optional and the built-in robot as the default (`rtloop run --print-config`).
 //!
-//! Must never: accept a value it would have to guess about. Unknown keys, out-of-range
-//! numbers and malformed fault specs are errors that name the key and the valid range.
+//! Must never: accept a value it would have to guess about. Unknown keys (in every table,
+//! `[[bus]]` included), out-of-range numbers (NaN and infinities included) and malformed
+//! fault specs are errors: one sentence that names the key (or the flag) and the valid range.
+//! The ranges are chosen so that no unit conversion downstream can overflow, and so that no
+//! value can leave a servo without its watchdog.
+//!
+//! | key | range |
+//! |---|---|
+//! | `rate_hz` | 0.1 … 100 000 Hz |
+//! | `duration_s` | above 0, at most one year (31 536 000 s) |
+//! | `motion.stand_s` | 0.1 … 60 s |
+//! | `motion.amplitude_rev` | 0 … 0.25 rev |
+//! | `motion.frequency_hz` | 0 … 5 Hz |
+//! | `gains.kp_scale`, `gains.kd_scale` | 0 … 1 |
+//! | `gains.maximum_torque` | above 0, at most 100 N·m |
+//! | `gains.watchdog_timeout_s` | 0.01 … 10 s, or absent (the servo's own default, 0.1 s on moteus) |
+//! | `safety.missing_limit` | 0 (never) … 1 000 000 cycles |
+//! | `safety.recovery_cycles` | 1 … 1 000 000 cycles |
+//! | `realtime.busy_wait_us` | 0 … one period |
+//! | `realtime.priority` | 1 … 99 with fifo or rr, 0 with other or deadline |
+//! | `faults.drop_rate`, `faults.corrupt_rate` | 0 … 1 |
+//! | `faults.reply_delay_us` | 0 … 10 000 000 µs |
+//! | `faults.overheat` times | 0 … 31 536 000 s |
+//! | `faults.seed` | 0 … 9 223 372 036 854 775 807, or absent (random, printed in the summary) |
+//! | `sim.start_position_rev` | −1 … 1 rev |
 
 use crate::robot_spec::{BusSpec, RobotSpec};
 use serde::{Deserialize, Serialize};
@@ -40,11 +63,14 @@ pub struct SimConfig {
     /// Frames take their real CAN-FD wire time and servos their turnaround (true), or no
     /// time at all (false: measures the host, not the bus).
     pub wire_time: bool,
+    /// Where every simulated joint is at power-up, rev (0): real robots rarely start at
+    /// zero, and the control law must start from where the joints are.
+    pub start_position_rev: f64,
 }
 
 impl Default for SimConfig {
     fn default() -> Self {
-        SimConfig { wire_time: true }
+        SimConfig { wire_time: true, start_position_rev: 0.0 }
     }
 }
 
@@ -70,8 +96,9 @@ pub struct GainsConfig {
     pub kd_scale: f64,
     /// Torque limit, N·m.
     pub maximum_torque: f64,
-    /// Watchdog timeout sent with every command (register 0x027), s; absent = the servo's
-    /// default (0.1 s on moteus).
+    /// Watchdog timeout sent with every command (register 0x027), s, 0.01 to
+    /// [`MAX_WATCHDOG_TIMEOUT_S`]; absent = the servo's default (0.1 s on moteus). Never 0,
+    /// NaN or infinite: moteus reads 0 as "the default" and NaN as "no watchdog at all".
     pub watchdog_timeout_s: Option<f64>,
 }
 
@@ -85,6 +112,12 @@ pub struct SafetyToml {
     pub missing_limit: u32,
     /// Mode commanded by the last cycle on Ctrl-C / SIGTERM: stop | zero-velocity | brake.
     pub shutdown: String,
+    /// When the safe mode ends: latched (until the controller re-arms; `rtloop run` never
+    /// does) | auto (after `recovery_cycles` good cycles in a row).
+    pub recovery: String,
+    /// Consecutive cycles with every servo answering, unfaulted and not timed out, after
+    /// which `recovery = "auto"` ends the safe mode.
+    pub recovery_cycles: u32,
 }
 
 /// Real-time settings of the cycle thread.
@@ -108,6 +141,9 @@ pub struct RealtimeConfig {
     /// Run the control law on its own thread, exchanging commands and state with the cycle
     /// thread through wait-free ring buffers.
     pub control_thread: bool,
+    /// Hold /dev/cpu_dma_latency at 0 µs while the loop runs (as cyclictest does), so no CPU
+    /// sleeps in a deep idle state: auto (with a real-time policy) | hold | off.
+    pub cpu_dma_latency: String,
 }
 
 /// Simulator fault injection.
@@ -122,6 +158,10 @@ pub struct FaultsConfig {
     pub corrupt_rate: f64,
     /// Extra servo turnaround, µs.
     pub reply_delay_us: u64,
+    /// Seed of the run's fault generators; each simulated bus derives its own from it and its
+    /// bus number, so buses lose different frames. Absent: a random seed, printed in the
+    /// summary (`injected.seed`) so the run can be repeated.
+    pub seed: Option<u64>,
 }
 
 impl Default for RunConfig {
@@ -154,7 +194,13 @@ impl Default for GainsConfig {
 
 impl Default for SafetyToml {
     fn default() -> Self {
-        SafetyToml { on_fault: "zero-velocity".into(), missing_limit: 20, shutdown: "zero-velocity".into() }
+        SafetyToml {
+            on_fault: "zero-velocity".into(),
+            missing_limit: 20,
+            shutdown: "zero-velocity".into(),
+            recovery: "latched".into(),
+            recovery_cycles: 100,
+        }
     }
 }
 
@@ -169,22 +215,45 @@ impl Default for RealtimeConfig {
             overrun: "skip".into(),
             strict: false,
             control_thread: false,
+            cpu_dma_latency: "auto".into(),
         }
     }
 }
 
 impl Default for FaultsConfig {
     fn default() -> Self {
-        FaultsConfig { overheat: Vec::new(), drop_rate: 0.0, corrupt_rate: 0.0, reply_delay_us: 0 }
+        FaultsConfig { overheat: Vec::new(), drop_rate: 0.0, corrupt_rate: 0.0, reply_delay_us: 0, seed: None }
     }
 }
+
+/// Loop rates `rtloop run` accepts, Hz: slower and a Ctrl-C or the duration would wait on a
+/// period of minutes; faster and the period is shorter than one cycle of any real bus.
+pub const RATE_HZ: (f64, f64) = (0.1, 100_000.0);
+
+/// The longest run, s (one year): keeps every deadline, fault time and period count far from
+/// the limits of 64-bit nanoseconds.
+pub const MAX_DURATION_S: f64 = 31_536_000.0;
+
+/// Shortest watchdog timeout a command may carry, s. Shorter ones round to 0 at the int16
+/// resolution the run sends, and moteus reads 0 as "use the configured default".
+pub const MIN_WATCHDOG_TIMEOUT_S: f64 = 0.01;
+
+/// Longest watchdog timeout a command may carry, s: a host that dies leaves its servos
+/// holding position at most this long before they latch mode 11.
+pub const MAX_WATCHDOG_TIMEOUT_S: f64 = 10.0;
+
+/// Longest injected reply delay, µs (10 s, the longest period).
+pub const MAX_REPLY_DELAY_US: u64 = 10_000_000;
+
+/// Largest seed: TOML integers are signed 64-bit, so a printed seed always reads back.
+pub const MAX_SEED: u64 = i64::MAX as u64;
 
 /// One `--fault ID@SECONDS`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OverheatSpec {
     /// Servo id.
     pub id: u8,
-    /// Seconds after the start of the motion.
+    /// Seconds after the start of the motion (0 to [`MAX_DURATION_S`]).
     pub at_s: f64,
 }
 
@@ -199,26 +268,122 @@ pub fn parse_overheat(text: &str) -> Result<OverheatSpec, String> {
         .ok()
         .filter(|i| (1..=127).contains(i))
         .ok_or_else(|| format!("--fault {text}: '{id}' is not a servo id (1-127)"))?;
-    let at_s: f64 = at
-        .trim()
-        .parse()
-        .ok()
-        .filter(|s: &f64| s.is_finite() && *s >= 0.0)
-        .ok_or_else(|| format!("--fault {text}: '{at}' is not a time in seconds (0 or more)"))?;
+    let at_s: f64 = at.trim().parse().ok().filter(|s: &f64| (0.0..=MAX_DURATION_S).contains(s)).ok_or_else(|| {
+        format!("--fault {text}: '{at}' is not a time in seconds from 0 to {MAX_DURATION_S} (one year)")
+    })?;
     Ok(OverheatSpec { id, at_s })
 }
 
+/// The command-line flag that sets a configuration key, for messages about flags.
+pub fn flag_of(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "rate_hz" => "--rate",
+        "duration_s" => "--duration",
+        "realtime.policy" => "--policy",
+        "realtime.priority" => "--priority",
+        "realtime.busy_wait_us" => "--busy-wait-us",
+        "realtime.overrun" => "--overrun",
+        "realtime.cpu_dma_latency" => "--cpu-dma-latency",
+        "safety.on_fault" => "--on-fault",
+        "safety.shutdown" => "--shutdown",
+        "safety.recovery" => "--recovery",
+        "safety.recovery_cycles" => "--recovery-cycles",
+        "faults.drop_rate" => "--drop-rate",
+        "faults.corrupt_rate" => "--corrupt-rate",
+        "faults.reply_delay_us" => "--reply-delay-us",
+        "faults.seed" => "--seed",
+        _ => return None,
+    })
+}
+
+/// How a message names a value: by its key in the file, or by its flag.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Names {
+    Keys,
+    Flags,
+}
+
+impl Names {
+    /// `rate_hz = 0.001` or `--rate 0.001`.
+    fn show(self, key: &str, value: &dyn std::fmt::Display) -> String {
+        match (self, flag_of(key)) {
+            (Names::Flags, Some(flag)) => format!("{flag} {value}"),
+            _ => format!("{key} = {value}"),
+        }
+    }
+
+    /// `rate_hz` or `--rate`.
+    fn name(self, key: &str) -> String {
+        match (self, flag_of(key)) {
+            (Names::Flags, Some(flag)) => flag.to_string(),
+            _ => key.to_string(),
+        }
+    }
+}
+
+/// A number as a message shows it: plain when it reads well, in exponent form when it is
+/// huge or tiny (so `1e-300` is not 300 digits), `NaN` and `inf` as such.
+pub fn show_number(v: f64) -> String {
+    let magnitude = v.abs();
+    if v == 0.0 || !v.is_finite() || (1e-4..1e15).contains(&magnitude) {
+        format!("{v}")
+    } else {
+        format!("{v:e}")
+    }
+}
+
+/// `lo <= v <= hi`, false for NaN.
+fn within(v: f64, lo: f64, hi: f64) -> bool {
+    v >= lo && v <= hi
+}
+
+/// The random seed of a run that was given none (0 to [`MAX_SEED`]).
+pub fn random_seed() -> u64 {
+    let mut bytes = [0u8; 8];
+    // SAFETY: `bytes` is a writable buffer of the length passed; getrandom only writes it.
+    let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    let raw = if got == bytes.len() as isize {
+        u64::from_ne_bytes(bytes)
+    } else {
+        // No entropy source: the clock still gives different runs different seeds.
+        rt::periodic::now_ns() ^ u64::from(std::process::id()).rotate_left(32)
+    };
+    raw & MAX_SEED
+}
+
 impl RunConfig {
-    /// Parse a TOML file's text and check it.
+    /// Parse a TOML file's text and check it. Errors are one sentence with the line.
     pub fn from_toml(text: &str) -> Result<Self, String> {
-        let c: RunConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        let c: RunConfig = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
         c.validate()?;
         Ok(c)
     }
 
-    /// The TOML of this configuration.
+    /// The TOML of this configuration. Absent optional values are printed as comments that
+    /// say what absent means, so the file documents every key.
     pub fn to_toml(&self) -> String {
-        toml::to_string(self).unwrap_or_else(|e| format!("# cannot print the configuration: {e}\n"))
+        let text = match toml::to_string(self) {
+            Ok(t) => t,
+            Err(e) => return format!("# cannot print the configuration: {e}\n"),
+        };
+        let mut out = String::with_capacity(text.len() + 512);
+        for line in text.lines() {
+            out.push_str(line);
+            out.push('\n');
+            if line == "[gains]" && self.gains.watchdog_timeout_s.is_none() {
+                out.push_str(
+                    "# watchdog_timeout_s: absent, so every servo uses its own default (0.1 s on moteus); \
+                     set 0.01 to 10 s to send one with every command\n",
+                );
+            }
+            if line == "[faults]" && self.faults.seed.is_none() {
+                out.push_str(
+                    "# seed: absent, so every run draws a random one (printed in the summary as injected.seed); \
+                     set 0 to 9223372036854775807 to repeat a run\n",
+                );
+            }
+        }
+        out
     }
 
     /// The robot part.
@@ -231,31 +396,134 @@ impl RunConfig {
         self.faults.overheat.iter().map(|s| parse_overheat(s)).collect()
     }
 
-    /// Every value in range; the message names the key.
+    /// The period, ns (after [`validate`](Self::validate): 10 µs to 10 s).
+    pub fn period_ns(&self) -> u64 {
+        (1e9 / self.rate_hz).round().max(1.0) as u64
+    }
+
+    /// The run's length, ns (after [`validate`](Self::validate): at most one year).
+    pub fn duration_ns(&self) -> u64 {
+        (self.duration_s * 1e9).round().max(1.0) as u64
+    }
+
+    /// Periods the run starts: every period that begins before the duration is over (at
+    /// least one). A hair of tolerance keeps `0.3 s × 1000 Hz` at 300, not 301.
+    pub fn periods(&self) -> u64 {
+        ((self.duration_s * self.rate_hz - 1e-6).ceil()).max(1.0) as u64
+    }
+
+    /// Every value in range; the message names the key and the range.
     pub fn validate(&self) -> Result<(), String> {
-        let pos = |name: &str, v: f64| {
-            if v.is_finite() && v > 0.0 {
+        self.check(Names::Keys)
+    }
+
+    /// [`validate`](Self::validate), naming the command-line flag where there is one (for
+    /// values that came from flags).
+    pub fn validate_flags(&self) -> Result<(), String> {
+        self.check(Names::Flags)
+    }
+
+    fn check(&self, names: Names) -> Result<(), String> {
+        let range = |key: &str, v: f64, lo: f64, hi: f64, what: &str| {
+            if within(v, lo, hi) {
                 Ok(())
             } else {
-                Err(format!("{name} = {v} must be a positive number"))
+                Err(format!("{} is out of range: give {what}", names.show(key, &show_number(v))))
             }
         };
-        pos("rate_hz", self.rate_hz)?;
-        if self.rate_hz > 100_000.0 {
-            return Err(format!("rate_hz = {} is above the 100000 Hz this loop supports", self.rate_hz));
+        let (lo, hi) = RATE_HZ;
+        range("rate_hz", self.rate_hz, lo, hi, "a rate from 0.1 to 100000 Hz")?;
+        if !(self.duration_s > 0.0 && self.duration_s <= MAX_DURATION_S) {
+            return Err(format!(
+                "{} is out of range: give a number of seconds above 0 and at most {MAX_DURATION_S} (one year)",
+                names.show("duration_s", &show_number(self.duration_s))
+            ));
         }
-        pos("duration_s", self.duration_s)?;
-        pos("motion.stand_s", self.motion.stand_s)?;
-        pos("gains.maximum_torque", self.gains.maximum_torque)?;
-        for (name, p) in
-            [("faults.drop_rate", self.faults.drop_rate), ("faults.corrupt_rate", self.faults.corrupt_rate)]
+        range("motion.stand_s", self.motion.stand_s, 0.1, 60.0, "0.1 to 60 s")?;
+        range("motion.amplitude_rev", self.motion.amplitude_rev, 0.0, 0.25, "0 to 0.25 rev")?;
+        range("motion.frequency_hz", self.motion.frequency_hz, 0.0, 5.0, "0 to 5 Hz")?;
+        range("gains.kp_scale", self.gains.kp_scale, 0.0, 1.0, "0 to 1")?;
+        range("gains.kd_scale", self.gains.kd_scale, 0.0, 1.0, "0 to 1")?;
+        if !(self.gains.maximum_torque > 0.0 && self.gains.maximum_torque <= 100.0) {
+            return Err(format!(
+                "{} is out of range: give a torque above 0 and at most 100 N·m",
+                names.show("gains.maximum_torque", &show_number(self.gains.maximum_torque))
+            ));
+        }
+        if let Some(w) = self.gains.watchdog_timeout_s {
+            range(
+                "gains.watchdog_timeout_s",
+                w,
+                MIN_WATCHDOG_TIMEOUT_S,
+                MAX_WATCHDOG_TIMEOUT_S,
+                "0.01 to 10 s, or leave it out for the servo's default (0.1 s on moteus): 0, NaN and infinity \
+                 would switch the watchdog off or to the default",
+            )?;
+        }
+        if self.safety.missing_limit > 1_000_000 {
+            return Err(format!(
+                "{} is out of range: give 0 (never) to 1000000 cycles",
+                names.show("safety.missing_limit", &self.safety.missing_limit)
+            ));
+        }
+        if !(1..=1_000_000).contains(&self.safety.recovery_cycles) {
+            return Err(format!(
+                "{} is out of range: give 1 to 1000000 cycles",
+                names.show("safety.recovery_cycles", &self.safety.recovery_cycles)
+            ));
+        }
+        let period_us = self.period_ns() / 1000;
+        if self.realtime.busy_wait_us > period_us {
+            return Err(format!(
+                "{} is out of range: give 0 to {period_us} µs (one period at {} Hz)",
+                names.show("realtime.busy_wait_us", &self.realtime.busy_wait_us),
+                self.rate_hz
+            ));
+        }
+        for (key, p) in [("faults.drop_rate", self.faults.drop_rate), ("faults.corrupt_rate", self.faults.corrupt_rate)]
         {
-            if !(0.0..=1.0).contains(&p) {
-                return Err(format!("{name} = {p} is not a probability: give a number from 0 to 1"));
+            if !within(p, 0.0, 1.0) {
+                return Err(format!(
+                    "{} is not a probability: give a number from 0 to 1",
+                    names.show(key, &show_number(p))
+                ));
             }
         }
-        self.safety.on_fault.parse::<io::safety::OnFault>().map_err(|e| format!("safety.on_fault: {e}"))?;
-        parse_shutdown(&self.safety.shutdown)?;
+        if self.faults.reply_delay_us > MAX_REPLY_DELAY_US {
+            return Err(format!(
+                "{} is out of range: give 0 to {MAX_REPLY_DELAY_US} µs",
+                names.show("faults.reply_delay_us", &self.faults.reply_delay_us)
+            ));
+        }
+        if let Some(seed) = self.faults.seed {
+            if seed > MAX_SEED {
+                return Err(format!("{} is out of range: give 0 to {MAX_SEED}", names.show("faults.seed", &seed)));
+            }
+        }
+        range("sim.start_position_rev", self.sim.start_position_rev, -1.0, 1.0, "-1 to 1 rev")?;
+        self.safety
+            .on_fault
+            .parse::<io::safety::OnFault>()
+            .map_err(|e| format!("{}: {e}", names.name("safety.on_fault")))?;
+        parse_shutdown(&self.safety.shutdown).map_err(|e| format!("{}: {e}", names.name("safety.shutdown")))?;
+        self.recovery().map_err(|e| format!("{}: {e}", names.name("safety.recovery")))?;
+        parse_cpu_dma_latency(&self.realtime.cpu_dma_latency)
+            .map_err(|e| format!("{}: {e}", names.name("realtime.cpu_dma_latency")))?;
+        let policy = self
+            .realtime
+            .policy
+            .parse::<rt::setup::Policy>()
+            .map_err(|e| format!("{}: {e}", names.name("realtime.policy")))?;
+        if !policy.priority_range().contains(&self.realtime.priority) {
+            return Err(format!(
+                "{} is out of range for policy {policy}: give 1 to 99 with fifo or rr, 0 with other or deadline",
+                names.show("realtime.priority", &self.realtime.priority)
+            ));
+        }
+        self.realtime
+            .overrun
+            .parse::<rt::periodic::OverrunPolicy>()
+            .map_err(|e| format!("{}: {e}", names.name("realtime.overrun")))?;
         self.robot().validate()?;
         let overheats = self.overheats()?;
         let sim_ids: Vec<u8> =
@@ -267,6 +535,74 @@ impl RunConfig {
         }
         Ok(())
     }
+
+    /// The safety supervisor's recovery policy.
+    pub fn recovery(&self) -> Result<io::safety::Recovery, String> {
+        match self.safety.recovery.as_str() {
+            "latched" => Ok(io::safety::Recovery::Latched),
+            "auto" => Ok(io::safety::Recovery::Auto { good_cycles: self.safety.recovery_cycles.max(1) }),
+            other => Err(format!("'{other}' is not a recovery policy: give latched or auto")),
+        }
+    }
+
+    /// Whether the run should hold /dev/cpu_dma_latency at 0 µs.
+    pub fn holds_cpu_dma_latency(&self) -> bool {
+        match parse_cpu_dma_latency(&self.realtime.cpu_dma_latency) {
+            Ok(CpuDmaLatencyMode::Hold) => true,
+            Ok(CpuDmaLatencyMode::Off) | Err(_) => false,
+            Ok(CpuDmaLatencyMode::Auto) => {
+                self.realtime.policy.parse::<rt::setup::Policy>().is_ok_and(|p| p.is_realtime())
+            }
+        }
+    }
+}
+
+/// `realtime.cpu_dma_latency`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpuDmaLatencyMode {
+    /// Hold it with a real-time policy, leave it otherwise.
+    Auto,
+    /// Always hold it.
+    Hold,
+    /// Never touch it.
+    Off,
+}
+
+/// Parse `auto`, `hold` or `off`.
+pub fn parse_cpu_dma_latency(s: &str) -> Result<CpuDmaLatencyMode, String> {
+    match s {
+        "auto" => Ok(CpuDmaLatencyMode::Auto),
+        "hold" => Ok(CpuDmaLatencyMode::Hold),
+        "off" => Ok(CpuDmaLatencyMode::Off),
+        other => Err(format!("'{other}' is not a cpu_dma_latency mode: give auto, hold or off")),
+    }
+}
+
+/// A TOML error as one sentence: the line, what is wrong, and for a key that landed in the
+/// wrong table (a top-level key written after a `[[bus]]` block) how to fix it.
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim().trim_end_matches('.').replace('\n', " ");
+    let start = e.span().map(|span| span.start).filter(|&i| text.is_char_boundary(i));
+    let line = start.map(|i| text[..i].matches('\n').count() + 1);
+    // The offending line itself names the key, which a type error's message does not.
+    let source = start
+        .and_then(|i| text[..i].rfind('\n').map_or(Some(0), |nl| Some(nl + 1)))
+        .and_then(|from| text[from..].lines().next())
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && l.len() <= 80);
+    let top_level = ["rate_hz", "duration_s", "motion", "gains", "safety", "realtime", "faults", "sim"];
+    let misplaced = message.starts_with("unknown field")
+        && top_level.iter().any(|k| message.starts_with(&format!("unknown field `{k}`")));
+    let hint = if misplaced {
+        "; a key after a [[bus]] (or other) table belongs to that table: move top-level keys above the first table"
+    } else {
+        ""
+    };
+    match (line, source) {
+        (Some(l), Some(src)) => format!("line {l} ({src}): {message}{hint}"),
+        (Some(l), None) => format!("line {l}: {message}{hint}"),
+        _ => format!("{message}{hint}"),
+    }
 }
 
 /// The command of the last cycle on shutdown.
@@ -275,7 +611,7 @@ pub fn parse_shutdown(s: &str) -> Result<io::ServoCommand, String> {
         "stop" => Ok(io::ServoCommand::Stop),
         "zero-velocity" => Ok(io::ServoCommand::ZeroVelocity),
         "brake" => Ok(io::ServoCommand::Brake),
-        other => Err(format!("safety.shutdown: '{other}' is not a safe mode: give stop, zero-velocity or brake")),
+        other => Err(format!("'{other}' is not a safe mode: give stop, zero-velocity or brake")),
     }
 }
 
@@ -311,5 +647,116 @@ mod tests {
         assert_eq!(parse_overheat("5@1.5").unwrap(), OverheatSpec { id: 5, at_s: 1.5 });
         assert!(parse_overheat("0@1").is_err());
         assert!(parse_overheat("5@-1").is_err());
+        // 1e11 s used to overflow u64 nanoseconds and overheat the servo at once.
+        let e = parse_overheat("5@1e11").unwrap_err();
+        assert!(e.contains("0 to 31536000"), "{e}");
+    }
+
+    fn one_line(e: &str) {
+        assert_eq!(e.lines().count(), 1, "one sentence: {e}");
+        assert!(!e.contains("{ ") && !e.contains("Error("), "no Debug output: {e}");
+    }
+
+    #[test]
+    fn every_number_is_range_checked_nan_and_infinities_included() {
+        let floats = [
+            ("", "rate_hz"),
+            ("", "duration_s"),
+            ("motion", "stand_s"),
+            ("motion", "amplitude_rev"),
+            ("motion", "frequency_hz"),
+            ("gains", "kp_scale"),
+            ("gains", "kd_scale"),
+            ("gains", "maximum_torque"),
+            ("gains", "watchdog_timeout_s"),
+            ("faults", "drop_rate"),
+            ("faults", "corrupt_rate"),
+            ("sim", "start_position_rev"),
+        ];
+        let toml_of = |table: &str, key: &str, value: &str| {
+            if table.is_empty() {
+                format!("{key} = {value}\n")
+            } else {
+                format!("[{table}]\n{key} = {value}\n")
+            }
+        };
+        for (table, key) in floats {
+            for bad in ["nan", "inf", "-inf", "-1e300", "1e300"] {
+                let text = toml_of(table, key, bad);
+                let e = RunConfig::from_toml(&text).expect_err(&text);
+                let name = if table.is_empty() { key.to_string() } else { format!("{table}.{key}") };
+                assert!(e.starts_with(&format!("{name} = ")) && e.contains("give"), "{text:?}: {e}");
+                one_line(&e);
+            }
+        }
+        let integers = [
+            ("safety", "missing_limit", "1000001"),
+            ("safety", "recovery_cycles", "0"),
+            ("realtime", "busy_wait_us", "1001"),
+            ("faults", "reply_delay_us", "18446744073709552"),
+            ("faults", "seed", "-1"),
+            ("realtime", "priority", "1e3"),
+        ];
+        for (table, key, bad) in integers {
+            let text = toml_of(table, key, bad);
+            let e = RunConfig::from_toml(&text).expect_err(&text);
+            assert!(e.contains(key), "{text:?}: {e}");
+            one_line(&e);
+        }
+        // Huge numbers are shown readably.
+        let e = RunConfig::from_toml("rate_hz = 1e-300").unwrap_err();
+        assert_eq!(e, "rate_hz = 1e-300 is out of range: give a rate from 0.1 to 100000 Hz");
+        // The edges are accepted.
+        for ok in ["rate_hz = 0.1", "rate_hz = 100000.0", "[gains]\nwatchdog_timeout_s = 10.0"] {
+            RunConfig::from_toml(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+    }
+
+    #[test]
+    fn an_unknown_key_in_a_bus_table_is_an_error_with_its_line() {
+        let text = "[[bus]]\nbus = 1\nuri = \"sim\"\nservos = [1]\nrate_hz = 10.0\n";
+        let e = RunConfig::from_toml(text).unwrap_err();
+        assert!(e.starts_with("line 5 (rate_hz = 10.0): unknown field `rate_hz`"), "{e}");
+        assert!(e.contains("move top-level keys above the first table"), "{e}");
+        one_line(&e);
+        // Every table refuses unknown keys.
+        for table in ["motion", "gains", "safety", "realtime", "faults", "sim"] {
+            let text = format!("[{table}]\nno_such_key = 1\n");
+            let e = RunConfig::from_toml(&text).unwrap_err();
+            assert!(e.contains("unknown field `no_such_key`"), "{table}: {e}");
+        }
+        assert!(crate::robot_spec::RobotSpec::from_toml("[[bus]]\nbus = 1\nuri = \"sim\"\nservos = [1]\nspeed = 2\n")
+            .unwrap_err()
+            .contains("unknown field `speed`"));
+    }
+
+    #[test]
+    fn print_config_shows_what_absent_watchdog_and_seed_mean_and_reads_back() {
+        let text = RunConfig::default().to_toml();
+        assert!(
+            text.contains("[gains]\n# watchdog_timeout_s: absent, so every servo uses its own default (0.1 s"),
+            "{text}"
+        );
+        assert!(text.contains("# seed: absent, so every run draws a random one"), "{text}");
+        assert_eq!(RunConfig::from_toml(&text).unwrap(), RunConfig::default());
+        let mut c = RunConfig::default();
+        c.gains.watchdog_timeout_s = Some(0.5);
+        c.faults.seed = Some(MAX_SEED);
+        let text = c.to_toml();
+        assert!(text.contains("watchdog_timeout_s = 0.5") && !text.contains("# watchdog_timeout_s"), "{text}");
+        assert!(text.contains("seed = 9223372036854775807"), "{text}");
+        assert_eq!(RunConfig::from_toml(&text).unwrap(), c);
+    }
+
+    #[test]
+    fn periods_cover_the_duration_without_float_fuzz() {
+        let c = |rate_hz: f64, duration_s: f64| RunConfig { rate_hz, duration_s, ..RunConfig::default() };
+        assert_eq!(c(1000.0, 0.3).periods(), 300);
+        assert_eq!(c(1000.0, 2.0).periods(), 2000);
+        assert_eq!(c(3.0, 1.0).periods(), 3);
+        assert_eq!(c(0.2, 0.2).periods(), 1, "a run shorter than one period still runs one cycle");
+        assert_eq!(c(0.1, MAX_DURATION_S).periods(), 3_153_600);
+        assert_eq!(c(100_000.0, MAX_DURATION_S).periods(), 3_153_600_000_000);
+        assert_eq!(c(0.1, 1.0).period_ns(), 10_000_000_000);
     }
 }

@@ -20,7 +20,13 @@ struct Cli {
 enum Command {
     /// Drive the built-in simulated quadruped (12 servos on 4 CAN-FD buses + IMU) from a
     /// periodic loop and report cycle figures.
-    Run(RunArgs),
+    ///
+    /// Exit status: 0 when every servo answered and the safety policy never engaged (a run
+    /// ended by Ctrl-C included); 1 when the run completed but lost servos (one never
+    /// answered, or stopped answering) or a servo faulted or the safety policy took over —
+    /// the summary (and --json) still prints, with the reasons under `problems`; 2 for a
+    /// usage or setup error (one sentence on stderr, no summary).
+    Run(Box<RunArgs>),
     /// Print the cycle-time model ("the spreadsheet") for the built-in robot, term by term.
     Budget {
         /// Print one JSON object instead of the table.
@@ -215,7 +221,7 @@ struct RunArgs {
     /// Seconds to run (default 10, or the config's duration_s).
     #[arg(long, allow_negative_numbers = true)]
     duration: Option<f64>,
-    /// Loop rate in Hz (default 1000, or the config's rate_hz).
+    /// Loop rate in Hz, 0.1 to 100000 (default 1000, or the config's rate_hz).
     #[arg(long, allow_negative_numbers = true)]
     rate: Option<f64>,
     /// Print the summary as one JSON object on the last line of stdout.
@@ -255,7 +261,8 @@ struct RunArgs {
     /// Lock all memory (mlockall) so the loop never waits for a page.
     #[arg(long)]
     mlock: bool,
-    /// Spin for the last N µs before each deadline instead of sleeping through it.
+    /// Spin for the last N µs before each deadline instead of sleeping through it (0 to one
+    /// period).
     #[arg(long, value_name = "N")]
     busy_wait_us: Option<u64>,
     /// What to do after an overrun: skip (run the late period, skip fully missed ones) or
@@ -268,12 +275,24 @@ struct RunArgs {
     /// Run the control law on its own thread (wait-free rings to the cycle thread).
     #[arg(long)]
     control_thread: bool,
+    /// Hold /dev/cpu_dma_latency at 0 µs while the loop runs, as cyclictest does: auto (with
+    /// a real-time policy; the default), hold (always) or off.
+    #[arg(long, value_name = "MODE")]
+    cpu_dma_latency: Option<String>,
     /// When a servo faults or stops answering: stop, zero-velocity or ignore.
     #[arg(long, value_name = "POLICY")]
     on_fault: Option<String>,
     /// The mode the last cycle commands on Ctrl-C / SIGTERM: stop, zero-velocity or brake.
     #[arg(long, value_name = "MODE")]
     shutdown: Option<String>,
+    /// When the safe mode ends: latched (the default: for the rest of the run) or auto (after
+    /// --recovery-cycles good cycles in a row).
+    #[arg(long, value_name = "POLICY")]
+    recovery: Option<String>,
+    /// With --recovery auto: consecutive cycles with every servo answering, unfaulted and not
+    /// timed out, that end the safe mode (1 to 1000000; default 100).
+    #[arg(long, value_name = "N")]
+    recovery_cycles: Option<u32>,
     /// Simulated buses: servo ID overheats and faults SECONDS after the start (repeatable).
     #[arg(long = "fault", value_name = "ID@SECONDS")]
     faults: Vec<String>,
@@ -283,9 +302,13 @@ struct RunArgs {
     /// Simulated buses: probability that a frame is bit-flipped on the wire.
     #[arg(long, value_name = "P")]
     corrupt_rate: Option<f64>,
-    /// Simulated buses: extra servo turnaround, µs.
+    /// Simulated buses: extra servo turnaround, µs (0 to 10000000).
     #[arg(long, value_name = "N")]
     reply_delay_us: Option<u64>,
+    /// Simulated buses: seed of the fault generators (each bus derives its own), to repeat a
+    /// run; default: random, printed in the summary as injected.seed.
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
     /// Simulated buses take no wire time and servos answer at once (measures the host).
     #[arg(long)]
     no_wire_time: bool,
@@ -304,15 +327,9 @@ impl RunArgs {
             None => RunConfig::default(),
         };
         if let Some(d) = self.duration {
-            if !(d.is_finite() && d > 0.0) {
-                return Err(format!("--duration {d} is out of range: give a number of seconds above 0"));
-            }
             c.duration_s = d;
         }
         if let Some(r) = self.rate {
-            if !(r.is_finite() && r > 0.0 && r <= 100_000.0) {
-                return Err(format!("--rate {r} is out of range: give a rate in Hz between 0 and 100000"));
-            }
             c.rate_hz = r;
         }
         if !self.buses.is_empty() || !self.ids.is_empty() {
@@ -343,6 +360,18 @@ impl RunArgs {
         if let Some(m) = &self.shutdown {
             c.safety.shutdown = m.clone();
         }
+        if let Some(r) = &self.recovery {
+            c.safety.recovery = r.clone();
+        }
+        if let Some(n) = self.recovery_cycles {
+            c.safety.recovery_cycles = n;
+        }
+        if let Some(m) = &self.cpu_dma_latency {
+            c.realtime.cpu_dma_latency = m.clone();
+        }
+        if self.seed.is_some() {
+            c.faults.seed = self.seed;
+        }
         c.faults.overheat.extend(self.faults.iter().cloned());
         if let Some(p) = self.drop_rate {
             c.faults.drop_rate = p;
@@ -356,16 +385,7 @@ impl RunArgs {
         if self.no_wire_time {
             c.sim.wire_time = false;
         }
-        let flagged = |e: String| {
-            e.replace("realtime.policy", "--policy")
-                .replace("safety.on_fault", "--on-fault")
-                .replace("safety.shutdown", "--shutdown")
-                .replace("faults.drop_rate", "--drop-rate")
-                .replace("faults.corrupt_rate", "--corrupt-rate")
-        };
-        c.validate().map_err(flagged)?;
-        c.realtime.policy.parse::<rt::setup::Policy>().map_err(|e| format!("--policy: {e}"))?;
-        c.realtime.overrun.parse::<rt::periodic::OverrunPolicy>().map_err(|e| format!("--overrun: {e}"))?;
+        c.validate_flags()?;
         Ok(c)
     }
 }
@@ -500,10 +520,18 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             let summary = run::run(&opts)?;
             let mut out = std::io::stdout().lock();
             run::print_summary(&summary, &mut out).map_err(|e| e.to_string())?;
+            use std::io::Write;
             if a.json {
-                use std::io::Write;
                 let line = serde_json::to_string(&summary).map_err(|e| e.to_string())?;
                 writeln!(out, "{line}").map_err(|e| e.to_string())?;
+            }
+            let code = summary.exit_code();
+            if code != 0 {
+                // A completed run that lost servos or engaged its safety policy: the summary is
+                // out; the exit status says it (see `rtloop run --help`).
+                out.flush().map_err(|e| e.to_string())?;
+                eprintln!("rtloop run: {}", summary.problems.join("; "));
+                std::process::exit(code.into());
             }
             Ok(())
         }

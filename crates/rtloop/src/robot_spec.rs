@@ -1,8 +1,9 @@
 //! Which buses a robot has, what carries each one and which servo ids live on it — from
 //! command-line flags (`--bus 1=fdcanusb:/dev/ttyACM0 --ids 1=1,2,3`) or a TOML file.
 //!
-//! Must never: guess. A bus without ids, ids without a bus, a repeated bus number or a
-//! malformed list is one clear error that names the flag or line and shows a correct form.
+//! Must never: guess. A bus without ids, ids without a bus, a repeated bus number, a
+//! malformed list or an unknown key in a `[[bus]]` table is one clear error that names the
+//! flag or line and shows a correct form.
 
 use io::{BusUri, Clock, Robot, RobotConfig, ServoSpec, Transport};
 use serde::{Deserialize, Serialize};
@@ -10,6 +11,7 @@ use std::collections::BTreeMap;
 
 /// One bus of a robot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct BusSpec {
     /// The bus number users see (1-based, like pi3hat's CAN ports).
     pub bus: u8,
@@ -34,6 +36,7 @@ mod uri_string {
 
 /// A robot: its buses in order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RobotSpec {
     /// Buses, in bus-number order.
     #[serde(rename = "bus")]
@@ -100,7 +103,7 @@ impl RobotSpec {
     /// servos = [1, 2, 3]
     /// ```
     pub fn from_toml(text: &str) -> Result<Self, String> {
-        let spec: RobotSpec = toml::from_str(text).map_err(|e| e.to_string())?;
+        let spec: RobotSpec = toml::from_str(text).map_err(|e| e.message().trim().replace('\n', " "))?;
         spec.validate()?;
         Ok(spec)
     }
@@ -133,7 +136,9 @@ impl RobotSpec {
     }
 
     /// Open every bus and build the robot. Simulated buses get their servos; a fully
-    /// simulated robot also gets the simulated IMU.
+    /// simulated robot also gets the simulated IMU. `options.sim_bus.fault_seed` is the
+    /// run's seed: each simulated bus gets its own, derived from it and the bus number
+    /// ([`sim::bus_fault_seed`]), so no two buses lose the same frames.
     pub fn build<C: Clock>(
         &self,
         clock: C,
@@ -144,7 +149,9 @@ impl RobotSpec {
         let mut transports: Vec<Box<dyn Transport>> = Vec::new();
         let mut servos = Vec::new();
         for (index, b) in self.buses.iter().enumerate() {
-            let t = io::open::open_bus(&b.uri, &b.servos, options).map_err(|e| format!("bus {}: {e}", b.bus))?;
+            let mut bus_options = options;
+            bus_options.sim_bus.fault_seed = sim::bus_fault_seed(options.sim_bus.fault_seed, b.bus);
+            let t = io::open::open_bus(&b.uri, &b.servos, bus_options).map_err(|e| format!("bus {}: {e}", b.bus))?;
             transports.push(t);
             servos.extend(b.servos.iter().map(|&id| ServoSpec { bus: index, id }));
         }

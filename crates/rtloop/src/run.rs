@@ -2,12 +2,23 @@
 //! honest figures — achieved rate, cycle time and wakeup latency percentiles, overruns,
 //! missing replies, events — beside the cycle-time model's prediction.
 //!
-//! The cycle thread applies the real-time settings (policy, priority, affinity, mlockall,
-//! stack prefault, timer slack; every refusal is one warning, or an error with `strict`),
-//! then sleeps to absolute deadlines in [`rt::periodic::PeriodicLoop`]. Each iteration: the
-//! control law's commands (computed here, or by a control thread through wait-free ring
-//! buffers), the safety supervisor's override, one multi-bus cycle, the supervisor's check.
-//! On Ctrl-C / SIGTERM one last cycle commands the configured safe mode.
+//! Before the loop: every value is range-checked, the cycle-time model is compared with the
+//! period (a warning, an error with `strict`), `/dev/cpu_dma_latency` is held at 0 µs with a
+//! real-time policy (as cyclictest does), and the servos are queried once so the control law
+//! starts from where the joints are. The cycle thread applies the real-time settings (policy,
+//! priority, affinity, mlockall, stack prefault, timer slack; every refusal is one warning,
+//! or one error listing them all with `strict`), then sleeps to absolute deadlines in
+//! [`rt::periodic::PeriodicLoop`]. Each iteration: the control law's commands (computed
+//! here, or by a control thread through wait-free ring buffers), the safety supervisor's
+//! override, one multi-bus cycle, the supervisor's check.
+//!
+//! The run lasts `--duration` (the periods that begin before it ends, then the rest of the
+//! duration); Ctrl-C / SIGTERM is heard within one period or 50 ms, whichever is less, even
+//! in the middle of a long sleep. It ends the run with one cycle that commands the configured
+//! safe mode and one query that reads back what the servos did with it.
+//!
+//! The outcome is in [`RunSummary::problems`]: empty when every servo answered and the
+//! safety policy never engaged; otherwise `rtloop run` exits 1 (see [`RunSummary::exit_code`]).
 //!
 //! Must never: allocate, lock, print or block inside the real-time section (a test proves
 //! it with a counting allocator); lose an event or a period silently.
@@ -18,14 +29,14 @@ use crate::stats::Percentiles;
 use crate::telemetry::{CycleLog, LogMsg, LogSink};
 use io::safety::{EventKind, SafetyConfig, Supervisor};
 use io::{Clock, MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec};
-use rt::periodic::{OverrunPolicy, PeriodicLoop, PeriodicOptions};
+use rt::periodic::{OverrunPolicy, PeriodicLoop, PeriodicOptions, Tick};
 use rt::setup::{Policy, RtSettings};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Most servos the control-thread messages carry (fixed-size, so the rings never allocate).
 pub const MAX_SERVOS: usize = 32;
@@ -33,6 +44,22 @@ pub const MAX_SERVOS: usize = 32;
 /// Telemetry ring size: cycles the log writer may fall behind before messages are dropped
 /// (and counted): half a second at 1 kHz.
 pub const LOG_RING_MESSAGES: usize = 512;
+
+/// The first period starts this long after the servos were first queried (or one period,
+/// if shorter), so the first wait is a real sleep without making a slow loop wait a whole
+/// period before its first cycle.
+pub const FIRST_TICK_DELAY_NS: u64 = 1_000_000;
+
+/// Longest wait for a cycle's replies, ns: a cycle is never interrupted, so this bounds how
+/// late a Ctrl-C can be heard (the wait is 90 % of the period when that is shorter).
+pub const MAX_CYCLE_TIMEOUT_NS: u64 = 50_000_000;
+
+/// How long the cycle thread waits, before the real-time section, for the control thread's
+/// first commands.
+const CONTROL_START_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Exit status of a run that completed but lost servos or engaged its safety policy.
+pub const EXIT_DEGRADED: u8 = 1;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -77,11 +104,18 @@ pub struct Progress {
     pub done: AtomicBool,
 }
 
-/// The final state of one servo as the host last saw it.
+/// The final state of one servo as the host last saw it, and what it was last told.
 #[derive(Debug, Clone, Serialize)]
 pub struct FinalServo {
     /// Bus number (1-based).
     pub bus: u8,
+    /// The last command this servo was sent: position, stop, zero-velocity, brake or query.
+    /// After Ctrl-C, the shutdown cycle's command (what the servo is left doing).
+    pub commanded: &'static str,
+    /// The state below comes from a reply to the run's last cycle (after Ctrl-C: the query
+    /// that followed the shutdown command, so `mode` shows what the servo did with it);
+    /// false: it is older, from the last reply that arrived.
+    pub fresh: bool,
     /// Mode register.
     pub mode: Option<u8>,
     /// Position, rev.
@@ -101,6 +135,8 @@ pub struct FinalServo {
 pub struct EventRecord {
     /// Seconds since the motion started.
     pub time: f64,
+    /// The bus (its number), for every event about a servo or a bus; `None` for the robot.
+    pub bus: Option<u8>,
     /// The servo, if one.
     pub servo: Option<u8>,
     /// What happened.
@@ -113,6 +149,9 @@ pub struct EventRecord {
 /// What was injected into the simulated buses.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct InjectedSummary {
+    /// The run's fault seed (`--seed` / `[faults] seed`, or drawn at random): give it back to
+    /// repeat the run's drops and corruptions. Each bus derives its own from it.
+    pub seed: u64,
     /// Servos scheduled to overheat: id → seconds.
     pub overheat: BTreeMap<u8, f64>,
     /// Frames lost on simulated wires.
@@ -142,6 +181,9 @@ pub struct RealtimeSummary {
     pub overrun: String,
     /// Control law on its own thread.
     pub control_thread: bool,
+    /// /dev/cpu_dma_latency was held at 0 µs for the whole run (CPUs kept out of deep idle
+    /// states, as cyclictest does).
+    pub cpu_dma_latency_held: bool,
     /// One line per refused request.
     pub warnings: Vec<String>,
 }
@@ -149,6 +191,13 @@ pub struct RealtimeSummary {
 /// Everything `rtloop run` reports; `--json` prints it as one line.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunSummary {
+    /// "ok", or "degraded" when `problems` is not empty (then `rtloop run` exits 1).
+    pub status: &'static str,
+    /// What went wrong, one sentence each: servos that never answered or were lost, faults,
+    /// the safety policy taking over. Empty for a good run.
+    pub problems: Vec<String>,
+    /// Warnings given before the loop started (e.g. the model's cycle time exceeds the period).
+    pub warnings: Vec<String>,
     /// Cycles run.
     pub cycles: u64,
     /// Achieved loop rate, measured between the first and the last wakeup.
@@ -181,6 +230,9 @@ pub struct RunSummary {
     pub model_cycle_us: f64,
     /// The run ended early on Ctrl-C / SIGTERM (after one safe-mode cycle).
     pub interrupted: bool,
+    /// Cycles run after the loop (not in `cycles`, but logged like every cycle): after Ctrl-C,
+    /// the shutdown cycle and the query that reads its result back (2), else 0.
+    pub shutdown_cycles: u64,
     /// Control-thread commands that arrived too late for their cycle (the previous ones
     /// were reused), and state messages the control thread had not taken yet.
     pub control_late: u64,
@@ -199,13 +251,39 @@ pub struct RunSummary {
     pub final_state: BTreeMap<u8, FinalServo>,
 }
 
+impl RunSummary {
+    /// The process exit status for this run: 0 when every servo answered and the safety
+    /// policy never engaged (an interrupted run included), [`EXIT_DEGRADED`] (1) otherwise.
+    /// (Usage and setup errors never get a summary; `rtloop` exits 2 for them.)
+    pub fn exit_code(&self) -> u8 {
+        if self.problems.is_empty() {
+            0
+        } else {
+            EXIT_DEGRADED
+        }
+    }
+}
+
 fn opt(x: f64) -> Option<f64> {
     x.is_finite().then_some(x)
+}
+
+/// The name of a command, as `FinalServo::commanded` reports it.
+fn command_name(c: &ServoCommand) -> &'static str {
+    match c {
+        ServoCommand::Query => "query",
+        ServoCommand::Stop => "stop",
+        ServoCommand::ZeroVelocity => "zero-velocity",
+        ServoCommand::Brake => "brake",
+        ServoCommand::Position(_) => "position",
+    }
 }
 
 /// State the cycle thread hands the control thread each cycle.
 #[derive(Clone, Copy)]
 struct StateMsg {
+    /// The joints as first measured, before any command: the control law starts from here.
+    start: bool,
     tick: u64,
     position: [f64; MAX_SERVOS],
     velocity: [f64; MAX_SERVOS],
@@ -226,17 +304,20 @@ enum ControlLaw {
     Thread { to_control: rtrb::Producer<StateMsg>, from_control: rtrb::Consumer<CommandMsg> },
 }
 
-/// Hooks around the real-time section, so a test can count allocations on this thread.
+/// Hooks around the real-time section, so a test can count allocations on this thread and
+/// stop a run as Ctrl-C would.
 pub struct Hooks {
     /// Called on the cycle thread just before the first real-time iteration.
     pub enter_rt: Box<dyn Fn() + Send>,
     /// Called on the cycle thread right after the last one.
     pub leave_rt: Box<dyn Fn() + Send>,
+    /// Set to stop the run as Ctrl-C / SIGTERM does (checked with the signal flag).
+    pub stop: Arc<AtomicBool>,
 }
 
 impl Default for Hooks {
     fn default() -> Self {
-        Hooks { enter_rt: Box::new(|| {}), leave_rt: Box::new(|| {}) }
+        Hooks { enter_rt: Box::new(|| {}), leave_rt: Box::new(|| {}), stop: Arc::new(AtomicBool::new(false)) }
     }
 }
 
@@ -248,7 +329,12 @@ struct LoopResult {
     imu_samples: u64,
     control_late: u64,
     interrupted: bool,
+    shutdown_cycles: u64,
     replies: Vec<ServoReply>,
+    /// The last command each servo was sent.
+    last_commands: Vec<ServoCommand>,
+    /// Each servo answered at least once.
+    answered: Vec<bool>,
     supervisor: Supervisor,
     start_ns: u64,
     robot: Robot<MonotonicClock>,
@@ -263,7 +349,8 @@ pub struct CycleSetup {
     bus_numbers: Vec<u8>,
 }
 
-fn motion_of(config: &RunConfig) -> Motion {
+/// The demonstration motion (and the gains every command carries) a configuration asks for.
+pub fn motion_of(config: &RunConfig) -> Motion {
     let mut m = Motion::default();
     m.stand_s = config.motion.stand_s;
     m.amplitude_rev = config.motion.amplitude_rev;
@@ -275,6 +362,13 @@ fn motion_of(config: &RunConfig) -> Motion {
     m
 }
 
+/// Seconds (validated: 0 to one year) as nanoseconds, saturating.
+fn secs_to_ns(s: f64) -> u64 {
+    (s * 1e9).round().clamp(0.0, u64::MAX as f64) as u64
+}
+
+/// The real-time half of the run. Everything between the `enter_rt` and `leave_rt` hooks
+/// must not allocate, lock or block (tests/rt_no_alloc.rs).
 fn run_loop(
     setup: CycleSetup,
     progress: &Progress,
@@ -286,27 +380,58 @@ fn run_loop(
     let n = robot.servos().len();
     let servos: Vec<ServoSpec> = robot.servos().to_vec();
     let clock = *robot.cycler().clock();
-    let period_ns = (1e9 / config.rate_hz).round().max(1.0) as u64;
-    let total_periods = (config.duration_s * config.rate_hz).round().max(1.0) as u64;
+    let period_ns = config.period_ns();
+    let total_periods = config.periods();
     let safety = SafetyConfig {
         on_fault: config.safety.on_fault.parse().unwrap_or_default(),
         missing_limit: config.safety.missing_limit,
+        recovery: config.recovery().unwrap_or_default(),
     };
     let mut supervisor = Supervisor::new(safety, n, 1024);
     let mut commands = vec![ServoCommand::Query; n];
+    let queries = vec![ServoCommand::Query; n];
     let mut replies = vec![ServoReply::default(); n];
+    let mut answered = vec![false; n];
     let mut imu = sim::ImuSample::default();
     let (mut missing, mut timeouts, mut terr, mut imu_samples, mut control_late) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let stop = || crate::signals::stop_requested() || hooks.stop.load(Ordering::Relaxed);
+    let mut state = StateMsg { start: false, tick: 0, position: [0.0; MAX_SERVOS], velocity: [0.0; MAX_SERVOS] };
 
-    // Learn where the joints are before moving them.
-    robot.cycle(&commands, &mut replies, &mut imu);
-    if let ControlLaw::Inline(motion) = &mut law {
-        motion.set_start(replies.iter().map(|r| r.state.position));
+    // Learn where the joints are before moving them, and hand that to the control law
+    // before its first command.
+    robot.cycle(&queries, &mut replies, &mut imu);
+    for (a, r) in answered.iter_mut().zip(&replies) {
+        *a |= r.fresh;
     }
-    let start = clock.now_ns() + period_ns;
+    match &mut law {
+        ControlLaw::Inline(motion) => motion.set_start(replies.iter().map(|r| r.state.position)),
+        ControlLaw::Thread { to_control, from_control } => {
+            state.start = true;
+            for (i, r) in replies.iter().enumerate().take(MAX_SERVOS) {
+                state.position[i] = r.state.position;
+                state.velocity[i] = r.state.velocity;
+            }
+            let _ = to_control.push(state);
+            state.start = false;
+            // Not real-time yet: wait for the commands of tick 0, computed from that start.
+            let give_up = Instant::now() + CONTROL_START_TIMEOUT;
+            loop {
+                if let Ok(msg) = from_control.pop() {
+                    commands.copy_from_slice(&msg.commands[..n]);
+                    break;
+                }
+                if Instant::now() > give_up || stop() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+    let start = clock.now_ns().saturating_add(period_ns.min(FIRST_TICK_DELAY_NS));
+    let end = start.saturating_add(config.duration_ns());
     if let Ok(overheats) = config.overheats() {
         for o in overheats {
-            let at = start + (o.at_s * 1e9) as u64;
+            let at = start.saturating_add(secs_to_ns(o.at_s));
             for s in servos.iter().filter(|s| s.id == o.id) {
                 if let Some(bus) = robot.cycler_mut().sim_bus_mut(s.bus) {
                     bus.schedule_overheat(o.id, at);
@@ -314,24 +439,26 @@ fn run_loop(
             }
         }
     }
-    let mut lp = PeriodicLoop::new(
-        period_ns,
-        PeriodicOptions { busy_wait_ns: config.realtime.busy_wait_us * 1000, overrun, start_ns: Some(start) },
-    );
+    let busy_wait_ns = config.realtime.busy_wait_us.saturating_mul(1000);
+    let mut lp = PeriodicLoop::new(period_ns, PeriodicOptions { busy_wait_ns, overrun, start_ns: Some(start) });
     let mut interrupted = false;
     let mut cycle_log = CycleLog::default();
     let mut events_logged = 0usize;
-    let mut state = StateMsg { tick: 0, position: [0.0; MAX_SERVOS], velocity: [0.0; MAX_SERVOS] };
 
     (hooks.enter_rt)();
     // --- real-time section: no allocation, no locks, no I/O below this line ---
     loop {
-        let tick = lp.wait_next();
-        if tick.index >= total_periods {
+        if lp.next_index() >= total_periods {
+            // Every period of the run has begun: wait out the rest of the duration.
+            interrupted = !lp.sleep_until_unless(end, stop);
             break;
         }
-        if crate::signals::stop_requested() {
+        let Some(tick) = lp.wait_next_unless(stop) else {
             interrupted = true;
+            break;
+        };
+        if tick.index >= total_periods {
+            // Overruns skipped past the end of the run.
             break;
         }
         let t = tick.deadline_ns.saturating_sub(start) as f64 * 1e-9;
@@ -353,14 +480,14 @@ fn run_loop(
         let report = robot.cycle(&commands, &mut replies, &mut imu);
         let now = clock.now_ns();
         supervisor.check(now, &servos, &replies);
+        for (a, r) in answered.iter_mut().zip(&replies) {
+            *a |= r.fresh;
+        }
         if let Some(log) = logger.as_mut() {
             let dt = report.stats.duration_ns();
             LogMsg::fill_cycle(&mut cycle_log, &tick, dt, &report, &servos, &bus_numbers, &commands, &replies, &imu);
             log.log(LogMsg::Cycle(cycle_log));
-            for e in &supervisor.events()[events_logged..] {
-                log.log(LogMsg::Event { at_ns: e.at_ns, servo: e.servo.unwrap_or(0), kind: e.kind.name() });
-            }
-            events_logged = supervisor.events().len();
+            events_logged = log_events(log, &supervisor, events_logged, &bus_numbers);
         }
         if let ControlLaw::Thread { to_control, .. } = &mut law {
             state.tick = tick.index;
@@ -384,13 +511,30 @@ fn run_loop(
         lp.end_cycle();
         progress.overruns.store(lp.stats().overruns, Ordering::Relaxed);
     }
+    let mut shutdown_cycles = 0;
     if interrupted {
-        // One last cycle that leaves every healthy servo in the safe mode.
+        // One last cycle that leaves every healthy servo in the safe mode, logged like any
+        // other, then one query: a reply shows the state from before its own frame's
+        // command, so only the next one shows what the servos did with the safe mode.
         supervisor.shutdown(shutdown, &mut commands);
-        robot.cycle(&commands, &mut replies, &mut imu);
-        supervisor.record(clock.now_ns(), None, EventKind::Shutdown);
-        if let Some(log) = logger.as_mut() {
-            log.log(LogMsg::Event { at_ns: clock.now_ns(), servo: 0, kind: "shutdown" });
+        for (index, phase) in (lp.next_index()..).zip(0..2) {
+            let sent = if phase == 0 { &commands } else { &queries };
+            let woke = clock.now_ns();
+            let report = robot.cycle(sent, &mut replies, &mut imu);
+            shutdown_cycles += 1;
+            for (a, r) in answered.iter_mut().zip(&replies) {
+                *a |= r.fresh;
+            }
+            if phase == 0 {
+                supervisor.record(clock.now_ns(), None, EventKind::Shutdown);
+            }
+            if let Some(log) = logger.as_mut() {
+                let tick = Tick { index, deadline_ns: woke, woke_ns: woke };
+                let dt = report.stats.duration_ns();
+                LogMsg::fill_cycle(&mut cycle_log, &tick, dt, &report, &servos, &bus_numbers, sent, &replies, &imu);
+                log.log(LogMsg::Cycle(cycle_log));
+                events_logged = log_events(log, &supervisor, events_logged, &bus_numbers);
+            }
         }
     }
     // --- end of real-time section ---
@@ -403,27 +547,56 @@ fn run_loop(
         imu_samples,
         control_late,
         interrupted,
+        shutdown_cycles,
         replies,
+        last_commands: commands,
+        answered,
         supervisor,
         start_ns: start,
         robot,
     }
 }
 
-/// The control thread: newest state in, commands for the next tick out, until the cycle
-/// thread hangs up. Not real-time itself; it must only keep up.
+/// Hand the supervisor's events from `from` on to the log; returns how many are logged.
+fn log_events(
+    log: &mut tlog::realtime::RtLogger<LogMsg>,
+    supervisor: &Supervisor,
+    from: usize,
+    bus_numbers: &[u8],
+) -> usize {
+    let events = supervisor.events();
+    for e in events.get(from..).unwrap_or(&[]) {
+        let (bus, servo) = match e.servo {
+            Some(s) => (bus_numbers.get(s.bus).copied().unwrap_or(0), s.id),
+            None => (0, 0),
+        };
+        log.log(LogMsg::Event { at_ns: e.at_ns, bus, servo, kind: e.kind.name() });
+    }
+    events.len()
+}
+
+/// The control thread: the measured start first, then newest state in, commands for the
+/// next tick out, until the cycle thread hangs up. Not real-time itself; it must only keep up.
 fn control_thread(
     mut motion: Motion,
     rate_hz: f64,
     n: usize,
     mut from_cycle: rtrb::Consumer<StateMsg>,
     mut to_cycle: rtrb::Producer<CommandMsg>,
-    first_positions: Vec<f64>,
 ) {
-    motion.set_start(first_positions.into_iter());
     let period = 1.0 / rate_hz;
+    // The first message is where the joints are before any command: the stand-up ramp
+    // starts there, not at 0.
+    let first = loop {
+        match from_cycle.pop() {
+            Ok(s) if s.start => break s,
+            Ok(_) => continue,
+            Err(_) if from_cycle.is_abandoned() => return,
+            Err(_) => std::thread::sleep(Duration::from_micros(50)),
+        }
+    };
+    motion.set_start(first.position[..n].iter().copied());
     let mut out = CommandMsg { tick: 0, commands: [ServoCommand::Query; MAX_SERVOS] };
-    // Prime the first tick so the cycle thread has commands from the start.
     motion.fill(0.0, &mut out.commands[..n]);
     let _ = to_cycle.push(out);
     loop {
@@ -456,11 +629,55 @@ fn rt_settings(config: &RunConfig) -> Result<RtSettings, String> {
     };
     if policy == Policy::Deadline {
         // Reserve 90 % of each period for the cycle thread.
-        let period = (1e9 / config.rate_hz) as u64;
+        let period = config.period_ns();
         settings.deadline =
-            Some(rt::setup::DeadlineParams { runtime_ns: period * 9 / 10, deadline_ns: period, period_ns: period });
+            Some(rt::setup::DeadlineParams { runtime_ns: period / 10 * 9, deadline_ns: period, period_ns: period });
     }
     Ok(settings)
+}
+
+/// The model's warning when one cycle of this robot is predicted to take longer than the
+/// period, or `None`. Only where the model applies: CAN-FD wire time (a real bus, or a
+/// simulated one with wire time).
+fn model_warning(config: &RunConfig) -> Option<String> {
+    let robot = config.robot();
+    if !config.sim.wire_time && robot.all_simulated() {
+        return None;
+    }
+    let model = crate::budget::model_for(&robot);
+    let predicted_ns = sim::model::predict(&model).total_ns;
+    let period_ns = config.period_ns();
+    if predicted_ns <= period_ns {
+        return None;
+    }
+    let busiest = robot.buses.iter().max_by_key(|b| b.servos.len())?;
+    let servos = busiest.servos.len();
+    Some(format!(
+        "the cycle-time model predicts {:.0} µs per cycle for this robot ({servos} servo{} on bus {}), longer than the \
+         {:.0} µs period at {} Hz: lower the rate to at most {:.0} Hz or spread the servos over more buses",
+        predicted_ns as f64 / 1000.0,
+        if servos == 1 { "" } else { "s" },
+        busiest.bus,
+        period_ns as f64 / 1000.0,
+        config.rate_hz,
+        (1e9 / predicted_ns as f64).floor()
+    ))
+}
+
+/// The warning when the servos' watchdog would expire between two commands, or `None`.
+fn watchdog_warning(config: &RunConfig) -> Option<String> {
+    let (timeout_s, whose) = match config.gains.watchdog_timeout_s {
+        Some(t) => (t, "[gains] watchdog_timeout_s"),
+        None => (0.1, "the moteus default"),
+    };
+    let period_s = config.period_ns() as f64 * 1e-9;
+    (timeout_s <= period_s).then(|| {
+        format!(
+            "the servos' watchdog ({timeout_s} s, {whose}) is not longer than the {period_s} s period: every servo \
+             will latch mode 11 (timeout) between two commands; set [gains] watchdog_timeout_s above the period \
+             (at most 10 s) or raise the rate"
+        )
+    })
 }
 
 /// Run and return the summary; real-time warnings are printed on stderr as they happen.
@@ -479,32 +696,71 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
     if robot_spec.servo_count() > MAX_SERVOS {
         return Err(format!("{} servos configured; rtloop run drives at most {MAX_SERVOS}", robot_spec.servo_count()));
     }
+    let strict = config.realtime.strict;
+    let mut warnings = Vec::new();
+    if let Some(w) = model_warning(&config) {
+        if strict {
+            return Err(format!("--strict: {w}"));
+        }
+        eprintln!("rtloop run: warning: {w}");
+        warnings.push(w);
+    }
+    if let Some(w) = watchdog_warning(&config) {
+        eprintln!("rtloop run: warning: {w}");
+        warnings.push(w);
+    }
+    let seed = config.faults.seed.unwrap_or_else(crate::config::random_seed);
     let mut robot_config = RobotConfig::default();
-    // Never let one cycle run into the next period.
-    robot_config.cycle.timeout_ns = ((0.9e9 / config.rate_hz) as u64).max(50_000);
+    // Never let one cycle run into the next period, nor keep Ctrl-C waiting.
+    robot_config.cycle.timeout_ns = (config.period_ns() / 10 * 9).clamp(50_000, MAX_CYCLE_TIMEOUT_NS);
     let sim_bus = sim::BusConfig {
         drop_rate: config.faults.drop_rate,
         corrupt_rate: config.faults.corrupt_rate,
-        reply_delay_ns: config.faults.reply_delay_us * 1000,
+        // Validated: at most 10 s, so the product cannot overflow.
+        reply_delay_ns: config.faults.reply_delay_us.saturating_mul(1000),
+        fault_seed: seed,
         ..if config.sim.wire_time { sim::BusConfig::default() } else { sim::BusConfig::without_wire_time() }
     };
     sim_bus.validate()?;
     let open = io::open::OpenOptions { sim_bus, ..Default::default() };
-    let robot = robot_spec.build(MonotonicClock::default(), robot_config, open)?;
+    let mut robot = robot_spec.build(MonotonicClock::default(), robot_config, open)?;
     let servos: Vec<ServoSpec> = robot.servos().to_vec();
+    if config.sim.start_position_rev != 0.0 {
+        for s in &servos {
+            if let Some(servo) = robot.cycler_mut().sim_bus_mut(s.bus).and_then(|b| b.servo_mut(s.id)) {
+                servo.set_position(config.sim.start_position_rev);
+            }
+        }
+    }
     let bus_numbers: Vec<u8> = robot_spec.buses.iter().map(|b| b.bus).collect();
     let buses = robot.cycler().bus_count();
     let n = servos.len();
     crate::signals::install();
 
+    // Hold the CPUs out of deep idle states while the loop runs, as cyclictest does.
+    let cpu_dma_latency = if config.holds_cpu_dma_latency() {
+        match rt::setup::CpuDmaLatency::hold_zero() {
+            Ok(held) => Some(held),
+            Err(e) if strict => return Err(format!("--strict: {e}")),
+            Err(e) => {
+                eprintln!("rtloop run: warning: {e}");
+                warnings.push(e);
+                None
+            }
+        }
+    } else {
+        None
+    };
+
     let progress = Arc::new(Progress::default());
     let thread_progress = Arc::clone(&progress);
-    let (warn_tx, warn_rx) = std::sync::mpsc::channel::<Result<rt::setup::Applied, String>>();
+    let (warn_tx, warn_rx) = std::sync::mpsc::channel::<Result<rt::setup::Applied, rt::setup::RtError>>();
     let motion = motion_of(&config);
     let control = config.realtime.control_thread;
     let rate = config.rate_hz;
     let thread_config = config.clone();
     let thread_bus_numbers = bus_numbers.clone();
+    let main_thread = std::thread::current();
     // The telemetry log: its writer thread starts now; the cycle thread gets the ring's
     // producer end.
     let (logger, log_thread) = match &opts.log {
@@ -521,21 +777,21 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
     let handle = std::thread::Builder::new()
         .name("rtloop-cycle".into())
         .spawn(move || -> Option<LoopResult> {
-            let applied = rt::setup::apply_to_current_thread(&settings).map_err(|e| e.to_string());
+            let applied = rt::setup::apply_to_current_thread(&settings);
             let ok = applied.is_ok();
             let _ = warn_tx.send(applied);
             if !ok {
                 thread_progress.done.store(true, Ordering::Release);
+                main_thread.unpark();
                 return None;
             }
             let setup = CycleSetup { robot, config: thread_config, shutdown, overrun, bus_numbers: thread_bus_numbers };
             let (law, control_handle) = if control {
                 let (to_control, from_cycle) = rtrb::RingBuffer::<StateMsg>::new(4);
                 let (to_cycle, from_control) = rtrb::RingBuffer::<CommandMsg>::new(4);
-                let first = vec![0.0; n];
                 let h = std::thread::Builder::new()
                     .name("rtloop-control".into())
-                    .spawn(move || control_thread(motion, rate, n, from_cycle, to_cycle, first))
+                    .spawn(move || control_thread(motion, rate, n, from_cycle, to_cycle))
                     .ok();
                 (ControlLaw::Thread { to_control, from_control }, h)
             } else {
@@ -546,6 +802,8 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
                 let _ = h.join();
             }
             thread_progress.done.store(true, Ordering::Release);
+            // The progress printer sleeps between lines; wake it so the run ends on time.
+            main_thread.unpark();
             Some(r)
         })
         .map_err(|e| format!("cannot start the cycle thread: {e}"))?;
@@ -554,19 +812,28 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
         Ok(Ok(applied)) => applied,
         Ok(Err(e)) => {
             let _ = handle.join();
-            return Err(format!("real-time setup refused (--strict): {e}"));
+            return Err(match e {
+                rt::setup::RtError::Refused(ws) => format!(
+                    "--strict: the system refused {} real-time request{}: {}",
+                    ws.len(),
+                    if ws.len() == 1 { "" } else { "s" },
+                    rt::setup::RtError::Refused(ws).refusals()
+                ),
+                invalid => invalid.to_string(),
+            });
         }
         Err(_) => return Err("the cycle thread ended before it started".into()),
     };
     for w in &applied.warnings {
         eprintln!("rtloop run: warning: {w}");
     }
-    let total = (config.duration_s * config.rate_hz).round() as u64;
     if opts.progress {
-        print_progress(&progress, &config, total);
+        print_progress(&progress, &config, config.periods());
     }
     let result =
         handle.join().map_err(|_| "the cycle thread panicked".to_string())?.ok_or("the cycle thread stopped")?;
+    let cpu_dma_latency_held = cpu_dma_latency.is_some();
+    drop(cpu_dma_latency);
     let log = match (log_thread, &opts.log) {
         (Some(t), Some(path)) => {
             let st = t.finish().map_err(|e| format!("log {}: {e}", path.display()))?;
@@ -580,9 +847,75 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
         }
         _ => None,
     };
-    let mut summary = summarize(&config, &servos, &bus_numbers, buses, result, &applied);
+    let mut summary = summarize(&config, &servos, &bus_numbers, buses, result, &applied, seed);
     summary.log = log;
+    summary.warnings = warnings;
+    summary.realtime.cpu_dma_latency_held = cpu_dma_latency_held;
     Ok(summary)
+}
+
+/// "servo 5 on bus 2" (the same id may live on several buses).
+fn servo_name(id: Option<u8>, bus: Option<u8>) -> String {
+    match (id, bus) {
+        (Some(id), Some(bus)) => format!("servo {id} on bus {bus}"),
+        (Some(id), None) => format!("servo {id}"),
+        _ => "the robot".into(),
+    }
+}
+
+/// What went wrong in a run, one sentence each (empty: nothing).
+fn problems_of(
+    events: &[EventRecord],
+    result: &LoopResult,
+    servos: &[ServoSpec],
+    bus_numbers: &[u8],
+    on_fault: &str,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let ran = result.periodic.cycles + result.shutdown_cycles > 0;
+    let silent: Vec<String> = servos
+        .iter()
+        .zip(&result.answered)
+        .filter(|(_, &a)| !a)
+        .map(|(s, _)| servo_name(Some(s.id), bus_numbers.get(s.bus).copied()))
+        .collect();
+    if ran && !silent.is_empty() && silent.len() == servos.len() {
+        problems.push(format!(
+            "no servo ever answered ({} transport errors): check the bus addresses and that the servos are powered",
+            result.transport_errors
+        ));
+    } else if ran && !silent.is_empty() {
+        problems.push(format!("{} never answered", silent.join(", ")));
+    }
+    for e in events {
+        let who = servo_name(e.servo, e.bus);
+        match e.kind.as_str() {
+            "fault" => {
+                problems.push(format!("{who} faulted at {:.3} s ({})", e.time, e.detail.as_deref().unwrap_or("fault")))
+            }
+            // A servo that never answered is reported once, above.
+            "missing_replies" if silent.contains(&who) => {}
+            "missing_replies" => problems.push(format!(
+                "{who} stopped answering at {:.3} s ({})",
+                e.time,
+                e.detail.as_deref().unwrap_or("no replies")
+            )),
+            "watchdog_timeout" => problems.push(format!(
+                "{who} latched its watchdog timeout (mode 11) at {:.3} s: it went without a command for longer than \
+                 its watchdog",
+                e.time
+            )),
+            "safe_mode_engaged" => problems.push(format!(
+                "the safety policy engaged at {:.3} s and commanded {on_fault} to the healthy servos",
+                e.time
+            )),
+            _ => {}
+        }
+    }
+    if result.supervisor.trips() > 0 && !problems.iter().any(|p| p.starts_with("the safety policy")) {
+        problems.push(format!("the safety policy engaged {} times", result.supervisor.trips()));
+    }
+    problems
 }
 
 fn summarize(
@@ -592,14 +925,18 @@ fn summarize(
     buses: usize,
     mut result: LoopResult,
     applied: &rt::setup::Applied,
+    seed: u64,
 ) -> RunSummary {
     let mut final_state = BTreeMap::new();
-    for (spec, reply) in servos.iter().zip(&result.replies) {
+    let finished = result.periodic.cycles + result.shutdown_cycles > 0;
+    for ((spec, reply), command) in servos.iter().zip(&result.replies).zip(&result.last_commands) {
         let s = &reply.state;
         final_state.insert(
             spec.id,
             FinalServo {
                 bus: bus_numbers.get(spec.bus).copied().unwrap_or(0),
+                commanded: if finished { command_name(command) } else { "query" },
+                fresh: reply.fresh,
                 mode: s.mode,
                 position: opt(s.position),
                 velocity: opt(s.velocity),
@@ -617,20 +954,23 @@ fn summarize(
         .iter()
         .map(|e| EventRecord {
             time: secs(e.at_ns),
-            servo: e.servo,
+            bus: e.servo.and_then(|s| bus_numbers.get(s.bus).copied()),
+            servo: e.servo.map(|s| s.id),
             kind: e.kind.name().to_string(),
             detail: match e.kind {
                 EventKind::Fault { code } => Some(format!("fault code {code}")),
                 EventKind::MissingReplies { cycles } => Some(format!("{cycles} cycles without a reply")),
+                EventKind::Recovered { good_cycles } => Some(format!("after {good_cycles} good cycles")),
                 _ => None,
             },
         })
         .collect();
-    let mut injected = InjectedSummary { reply_delay_us: config.faults.reply_delay_us, ..Default::default() };
+    let mut injected = InjectedSummary { seed, reply_delay_us: config.faults.reply_delay_us, ..Default::default() };
     for o in config.overheats().unwrap_or_default() {
         injected.overheat.insert(o.id, o.at_s);
     }
     for b in 0..buses {
+        let bus_number = bus_numbers.get(b).copied();
         if let Some(bus) = result.robot.cycler_mut().sim_bus_mut(b) {
             let st = bus.stats();
             injected.frames_dropped += st.frames_dropped_injected;
@@ -648,14 +988,24 @@ fn summarize(
                         ("injected_frame_corruption", Some(format!("{count} frames bit-flipped on the wire")))
                     }
                 };
-                events.push(EventRecord { time: secs(e.at_ns), servo: e.servo, kind: kind.into(), detail });
+                events.push(EventRecord {
+                    time: secs(e.at_ns),
+                    bus: bus_number,
+                    servo: e.servo,
+                    kind: kind.into(),
+                    detail,
+                });
             }
         }
     }
     events.sort_by(|a, b| a.time.total_cmp(&b.time));
+    let problems = problems_of(&events, &result, servos, bus_numbers, &config.safety.on_fault);
     let p = &result.periodic;
     let elapsed_s = p.last_wake_ns.saturating_sub(p.first_wake_ns) as f64 * 1e-9;
     RunSummary {
+        status: if problems.is_empty() { "ok" } else { "degraded" },
+        problems,
+        warnings: Vec::new(),
         cycles: p.cycles,
         rate_hz: if elapsed_s > 0.0 { p.cycles.saturating_sub(1) as f64 / elapsed_s } else { 0.0 },
         target_rate_hz: config.rate_hz,
@@ -672,6 +1022,7 @@ fn summarize(
         wakeup_us: p.wakeup,
         model_cycle_us: sim::model::predict(&crate::budget::model_for(&config.robot())).total_ns as f64 / 1000.0,
         interrupted: result.interrupted,
+        shutdown_cycles: result.shutdown_cycles,
         control_late: result.control_late,
         events,
         events_dropped: result.supervisor.dropped_events(),
@@ -685,6 +1036,7 @@ fn summarize(
             busy_wait_us: config.realtime.busy_wait_us,
             overrun: config.realtime.overrun.clone(),
             control_thread: config.realtime.control_thread,
+            cpu_dma_latency_held: false,
             warnings: applied.warnings.iter().map(|w| w.to_string()).collect(),
         },
         final_state,
@@ -692,12 +1044,20 @@ fn summarize(
     }
 }
 
+/// Print a progress line every second (every 100 ms on a terminal) until the loop is done;
+/// the cycle thread wakes this thread when it ends, so the run never outlasts its loop.
 fn print_progress(progress: &Progress, config: &RunConfig, total: u64) {
     let tty = std::io::stderr().is_terminal();
-    let tick = if tty { Duration::from_millis(100) } else { Duration::from_secs(1) };
+    let every = if tty { Duration::from_millis(100) } else { Duration::from_secs(1) };
     let mut err = std::io::stderr();
+    let mut next = Instant::now() + every;
     while !progress.done.load(Ordering::Acquire) {
-        std::thread::sleep(tick);
+        let now = Instant::now();
+        if now < next {
+            std::thread::park_timeout(next - now);
+            continue;
+        }
+        next += every;
         let cycles = progress.cycles.load(Ordering::Relaxed);
         let t = cycles as f64 / config.rate_hz;
         let line = format!(
@@ -719,9 +1079,19 @@ fn print_progress(progress: &Progress, config: &RunConfig, total: u64) {
     }
 }
 
+/// `1 servo`, `12 servos`.
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// The human-readable summary.
 pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()> {
-    writeln!(out, "rtloop run: {} servos on {} CAN-FD buses", s.servos, s.buses)?;
+    writeln!(
+        out,
+        "rtloop run: {} on {}",
+        count(s.servos, "servo", "servos"),
+        count(s.buses, "CAN-FD bus", "CAN-FD buses")
+    )?;
     writeln!(
         out,
         "  cycles {}  in {:.3} s  achieved {:.2} Hz (target {:.2}){}",
@@ -765,30 +1135,53 @@ pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()
     if !s.events.is_empty() {
         writeln!(out, "  events:")?;
         for e in &s.events {
+            let who = match (e.servo, e.bus) {
+                (Some(id), Some(bus)) => format!("bus {bus} servo {id}"),
+                (Some(id), None) => format!("servo {id}"),
+                (None, Some(bus)) => format!("bus {bus}"),
+                (None, None) => "robot".to_string(),
+            };
             writeln!(
                 out,
-                "    {:>8.3} s  {:<8} {}{}",
+                "    {:>8.3} s  {:<16} {}{}",
                 e.time,
-                e.servo.map_or("robot".to_string(), |id| format!("servo {id}")),
+                who,
                 e.kind,
                 e.detail.as_ref().map_or(String::new(), |d| format!(" ({d})"))
             )?;
         }
     }
     writeln!(out, "  final state:")?;
-    writeln!(out, "    {:>3} {:>3} {:>4} {:>9} {:>9} {:>5}", "id", "bus", "mode", "pos rev", "vel rev/s", "fault")?;
+    writeln!(
+        out,
+        "    {:>3} {:>3} {:<13} {:>4} {:>9} {:>9} {:>5}",
+        "id", "bus", "commanded", "mode", "pos rev", "vel rev/s", "fault"
+    )?;
     for (id, f) in &s.final_state {
         let num = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.4}"));
         writeln!(
             out,
-            "    {:>3} {:>3} {:>4} {:>9} {:>9} {:>5}",
+            "    {:>3} {:>3} {:<13} {:>4} {:>9} {:>9} {:>5}{}",
             id,
             f.bus,
+            f.commanded,
             f.mode.map_or("-".into(), |m| m.to_string()),
             num(f.position),
             num(f.velocity),
-            f.fault.map_or("-".into(), |m| m.to_string())
+            f.fault.map_or("-".into(), |m| m.to_string()),
+            if f.fresh { "" } else { "  (no reply to the last cycle: older state)" }
         )?;
+    }
+    for w in &s.warnings {
+        writeln!(out, "  warning: {w}")?;
+    }
+    if s.problems.is_empty() {
+        writeln!(out, "  status: ok")?;
+    } else {
+        writeln!(out, "  status: degraded (exit status {}):", s.exit_code())?;
+        for p in &s.problems {
+            writeln!(out, "    {p}")?;
+        }
     }
     Ok(())
 }

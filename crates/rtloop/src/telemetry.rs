@@ -87,6 +87,8 @@ pub enum LogMsg {
     Event {
         /// Monotonic time, ns.
         at_ns: u64,
+        /// Bus number of the servo, 0 for the robot.
+        bus: u8,
         /// Servo id, 0 for the robot.
         servo: u8,
         /// Event name.
@@ -217,6 +219,8 @@ impl Default for CycleRecord {
 /// The `event` record.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct EventLogRecord {
+    /// Bus number of the servo, 0 for the robot (the same id may live on several buses).
+    pub bus: u8,
     /// Servo id, 0 for the robot.
     pub servo: u8,
     /// What happened.
@@ -270,9 +274,9 @@ impl LogSink {
                 let ts = self.epoch_offset_us + (c.woke_ns / 1000) as i64;
                 w.write(&self.cycle, ts, &self.scratch)?;
             }
-            LogMsg::Event { at_ns, servo, kind } => {
+            LogMsg::Event { at_ns, bus, servo, kind } => {
                 let ts = self.epoch_offset_us + (at_ns / 1000) as i64;
-                w.write(&self.event, ts, &EventLogRecord { servo, kind: kind.to_string() })?;
+                w.write(&self.event, ts, &EventLogRecord { bus, servo, kind: kind.to_string() })?;
                 // An event is what a crash log is read for: put it in the file now rather
                 // than within the writer's flush interval.
                 w.flush()?;

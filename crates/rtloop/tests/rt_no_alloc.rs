@@ -1,6 +1,8 @@
 //! The hot-path rule for the whole run loop: thousands of real-time iterations — periodic
 //! wakeup, control law (inline or through the wait-free rings), safety supervisor, the
-//! four-bus cycle, statistics — allocate nothing on the cycle thread.
+//! four-bus cycle, statistics — allocate nothing on the cycle thread. Nor do the waits that
+//! listen for Ctrl-C (sliced sleeps at slow rates, the wait for the end of the duration) or
+//! the shutdown cycle and its read-back query after a stop.
 
 use rtloop::config::RunConfig;
 use rtloop::run::{run_with_hooks, Hooks, RunOptions};
@@ -19,18 +21,40 @@ fn run_counted(control_thread: bool) -> (u64, u64) {
 }
 
 fn run_counted_with(control_thread: bool, log: Option<std::path::PathBuf>) -> (u64, u64) {
-    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    ALLOCATIONS.store(0, Ordering::SeqCst);
     let mut config = RunConfig { rate_hz: 2000.0, duration_s: 1.5, ..RunConfig::default() };
     config.realtime.control_thread = control_thread;
     // A servo faults midway, so the supervisor's override and event paths run too.
     config.faults.overheat = vec!["3@0.3".into()];
+    let (allocations, summary) = run_config(config, log, None);
+    (allocations, summary.cycles)
+}
+
+/// Run `config` with the allocation counter on around the real-time section; with
+/// `stop_after`, stop the run from another thread as Ctrl-C does.
+fn run_config(
+    config: RunConfig,
+    log: Option<std::path::PathBuf>,
+    stop_after: Option<std::time::Duration>,
+) -> (u64, rtloop::run::RunSummary) {
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    ALLOCATIONS.store(0, Ordering::SeqCst);
     let hooks = Hooks {
         enter_rt: Box::new(testkit::start_counting),
         leave_rt: Box::new(|| ALLOCATIONS.store(testkit::stop_counting(), Ordering::SeqCst)),
+        ..Hooks::default()
     };
+    let stopper = stop_after.map(|after| {
+        let stop = std::sync::Arc::clone(&hooks.stop);
+        std::thread::spawn(move || {
+            std::thread::sleep(after);
+            stop.store(true, Ordering::SeqCst);
+        })
+    });
     let summary = run_with_hooks(&RunOptions { config, progress: false, log }, hooks).unwrap();
-    (ALLOCATIONS.load(Ordering::SeqCst), summary.cycles)
+    if let Some(h) = stopper {
+        h.join().unwrap();
+    }
+    (ALLOCATIONS.load(Ordering::SeqCst), summary)
 }
 
 #[test]
@@ -62,4 +86,29 @@ fn the_real_time_loop_with_telemetry_logging_never_allocates() {
     let (allocations, cycles) = run_counted_with(false, Some(dir.path().join("noalloc.tlog")));
     assert!(cycles > 1000, "{cycles} cycles");
     assert_eq!(allocations, 0, "the real-time section allocated while logging");
+}
+
+#[test]
+fn a_stopped_run_with_its_shutdown_cycle_never_allocates() {
+    let path = std::env::temp_dir().join(format!("rtloop-noalloc-stop-{}.tlog", std::process::id()));
+    let config = RunConfig { rate_hz: 2000.0, duration_s: 30.0, ..RunConfig::default() };
+    let (allocations, summary) = run_config(config, Some(path.clone()), Some(std::time::Duration::from_millis(600)));
+    let _ = std::fs::remove_file(&path);
+    assert!(summary.interrupted, "stopped");
+    assert_eq!(summary.shutdown_cycles, 2);
+    assert!(summary.cycles > 100, "{} cycles", summary.cycles);
+    assert_eq!(allocations, 0, "the stopped run (waits, shutdown cycle, read-back) allocated");
+}
+
+#[test]
+fn the_sliced_waits_of_a_slow_run_never_allocate() {
+    // 5 Hz: 200 ms periods, slept in 50 ms slices, then the wait for the end of the duration,
+    // with a control thread.
+    let mut config = RunConfig { rate_hz: 5.0, duration_s: 0.9, ..RunConfig::default() };
+    config.realtime.control_thread = true;
+    config.gains.watchdog_timeout_s = Some(1.0);
+    let (allocations, summary) = run_config(config, None, None);
+    assert_eq!(summary.cycles + summary.skipped_periods, 5, "periods at 0, 0.2 … 0.8 s");
+    assert!(!summary.interrupted);
+    assert_eq!(allocations, 0, "the sliced waits allocated");
 }

@@ -81,7 +81,8 @@ pub struct BusConfig {
     pub corrupt_rate: f64,
     /// Extra servo turnaround added to every reply, ns (0).
     pub reply_delay_ns: u64,
-    /// Seed of the bus's fault generator (0).
+    /// Seed of the bus's fault generator (0). Give each bus of a robot its own (see
+    /// [`crate::bus_fault_seed`]), or they all lose the same frames.
     pub fault_seed: u64,
 }
 

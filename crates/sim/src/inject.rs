@@ -19,6 +19,15 @@
 /// Entries the log of a bus holds.
 pub const EVENT_CAPACITY: usize = 64;
 
+/// The fault seed of bus `bus` (its user-facing number) in a run seeded with `run_seed`: one
+/// run seed repeats a whole multi-bus run, and different buses (or runs) get unrelated
+/// streams, so no two buses drop or corrupt the same frames. (`BusConfig::fault_seed` takes
+/// the result; the bus's generator mixes it further.)
+pub fn bus_fault_seed(run_seed: u64, bus: u8) -> u64 {
+    // Distinct odd multiples keep distinct buses distinct for every run seed.
+    run_seed ^ (u64::from(bus) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InjectedKind {
@@ -151,6 +160,18 @@ impl EventLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn buses_of_one_run_get_different_seeds_and_a_run_seed_repeats_them() {
+        for run in [0u64, 1, 42, u64::MAX] {
+            let seeds: Vec<u64> = (1..=8).map(|bus| bus_fault_seed(run, bus)).collect();
+            for (i, a) in seeds.iter().enumerate() {
+                assert!(seeds[i + 1..].iter().all(|b| b != a), "run {run}: {seeds:?}");
+            }
+            assert_eq!(seeds, (1..=8).map(|bus| bus_fault_seed(run, bus)).collect::<Vec<_>>());
+        }
+        assert_ne!(bus_fault_seed(1, 1), bus_fault_seed(2, 1));
+    }
 
     #[test]
     fn coalesces_until_read_and_keeps_the_oldest_when_full() {

@@ -45,7 +45,7 @@ pub mod servo;
 pub use bits::{frame_bits, frame_time_ns, FrameBits};
 pub use bus::{BusConfig, BusFull, BusStats, FrameLoss, SimBus, WireRecord};
 pub use imu::{Imu, ImuConfig, ImuSample};
-pub use inject::{InjectedEvent, InjectedKind, EVENT_CAPACITY};
+pub use inject::{bus_fault_seed, InjectedEvent, InjectedKind, EVENT_CAPACITY};
 pub use model::{predict, CycleModel, Prediction};
 pub use servo::{OverheatState, Servo, ServoConfig, Telemetry, OVERHEAT_OVERSHOOT_C, OVERHEAT_RAMP_NS};
 
