@@ -79,12 +79,23 @@ pub struct ServoReply {
     /// `state` answers this cycle's request.
     pub fresh: bool,
     /// The cycle ([`CycleReport::cycle`]) whose request `state` answers; `None` until the
-    /// servo first answers. `report.cycle - request_cycle` is the state's age in cycles.
+    /// servo first answers.
     pub request_cycle: Option<u64>,
+    /// The cycle that last brought this reply up to date (answer or not): `as_of_cycle -
+    /// request_cycle` is the state's age in cycles ([`ServoReply::age`]).
+    pub as_of_cycle: u64,
     /// Consecutive cycles without a fresh reply.
     pub missing_streak: u32,
     /// When the reply that `state` came from arrived.
     pub received_ns: u64,
+}
+
+impl ServoReply {
+    /// How many cycles old `state` is (0: it answers the latest cycle's request, i.e. it is
+    /// fresh); `None` before the servo first answered.
+    pub fn age(&self) -> Option<u64> {
+        self.request_cycle.map(|c| self.as_of_cycle.saturating_sub(c))
+    }
 }
 
 /// Host-side protocol settings.
@@ -296,6 +307,7 @@ impl<C: Clock> Robot<C> {
             let spec = self.servos[i];
             let tags = &mut self.tags[i];
             replies[i].fresh = false;
+            replies[i].as_of_cycle = this_cycle;
             tags.current = None;
             tags.answered = false;
             for held in tags.held.iter_mut().take(ntags as usize) {

@@ -13,8 +13,9 @@
 //! * [`Recovery::Latched`] (the default): until the controller (or an operator through it)
 //!   calls [`Supervisor::rearm`]. A trip means something went wrong; a person or a control
 //!   law that knows the robot's state decides when motion may resume.
-//! * [`Recovery::Auto`]: after `good_cycles` consecutive cycles in which every servo answered,
-//!   none reports a fault (mode 1) and none sits in its watchdog timeout (mode 11) — so a
+//! * [`Recovery::Auto`]: after `good_cycles` consecutive cycles in which every servo's state
+//!   is at most one cycle old (fresh, or the late answer to the previous request), none
+//!   reports a fault (mode 1) and none sits in its watchdog timeout (mode 11) — so a
 //!   burst of late or lost replies costs only the burst plus the wait. A faulted servo never
 //!   counts as good (only a stop clears its fault, and the supervisor never sends one), so
 //!   a fault stays latched under either policy.
@@ -94,9 +95,9 @@ pub enum EventKind {
         /// The fault register.
         code: u8,
     },
-    /// The servo has not answered for this many consecutive cycles.
+    /// The servo has no answer newer than this many cycles (fresh or late).
     MissingReplies {
-        /// Consecutive cycles without a reply.
+        /// How old the newest answer is, in cycles (or cycles without any answer).
         cycles: u32,
     },
     /// The servo answers again after being counted missing.
@@ -151,7 +152,10 @@ pub struct Event {
 pub struct SafetyConfig {
     /// What to do to the others when a servo faults or goes missing.
     pub on_fault: OnFault,
-    /// Consecutive missing replies that count as a failed servo (0 = never).
+    /// A servo whose newest answer is this many cycles old (or that has not answered for
+    /// this many cycles) has failed (0 = never). A servo whose replies all come one cycle
+    /// late is answering, with old data ([`ServoReply::age`] says how old); one that stops
+    /// answering, fresh or late, fails after this many cycles.
     pub missing_limit: u32,
     /// When the safe mode ends.
     pub recovery: Recovery,
@@ -218,12 +222,19 @@ impl Supervisor {
         for i in 0..n {
             let id = Some(servos[i]);
             let r = &replies[i];
-            all_good &= r.fresh && !matches!(r.state.mode, Some(1) | Some(11));
-            if r.fresh {
-                if self.missing[i] {
-                    self.missing[i] = false;
-                    self.record(now_ns, id, EventKind::Answering);
-                }
+            // How long the servo has been silent: the age of its newest answer (a late answer
+            // counts: it is alive), or the cycles without any answer since the start.
+            let silent = r.age().map_or(u64::from(r.missing_streak), |age| age);
+            let limit = u64::from(self.config.missing_limit);
+            let answering = r.request_cycle.is_some() && (limit == 0 || silent < limit);
+            // A good cycle (towards automatic recovery): every state at most one cycle old —
+            // fresh, or the late answer to the previous request — and no fault or timeout.
+            all_good &= r.age().is_some_and(|age| age <= 1) && !matches!(r.state.mode, Some(1) | Some(11));
+            if answering && self.missing[i] {
+                self.missing[i] = false;
+                self.record(now_ns, id, EventKind::Answering);
+            }
+            if r.request_cycle.is_some() {
                 let faulted = r.state.mode == Some(1);
                 if faulted && !self.faulted[i] {
                     self.record(now_ns, id, EventKind::Fault { code: r.state.fault.unwrap_or(0) });
@@ -235,10 +246,10 @@ impl Supervisor {
                     self.record(now_ns, id, EventKind::WatchdogTimeout);
                 }
                 self.timed_out[i] = timed_out;
-            } else if self.config.missing_limit > 0 && r.missing_streak >= self.config.missing_limit && !self.missing[i]
-            {
+            }
+            if limit > 0 && silent >= limit && !self.missing[i] {
                 self.missing[i] = true;
-                self.record(now_ns, id, EventKind::MissingReplies { cycles: r.missing_streak });
+                self.record(now_ns, id, EventKind::MissingReplies { cycles: silent.min(u64::from(u32::MAX)) as u32 });
                 failed_now = true;
             }
         }
@@ -335,12 +346,19 @@ mod tests {
     use super::*;
     use proto::host::{PositionCommand, ServoState};
 
+    /// A fresh reply.
     fn reply(mode: u8, fault: u8) -> ServoReply {
         ServoReply {
             state: ServoState { mode: Some(mode), fault: Some(fault), ..Default::default() },
             fresh: true,
+            request_cycle: Some(0),
             ..Default::default()
         }
+    }
+
+    /// `r`'s state, `cycles` cycles later without a newer answer.
+    fn aged(r: ServoReply, cycles: u32) -> ServoReply {
+        ServoReply { fresh: cycles == 0, missing_streak: cycles, as_of_cycle: u64::from(cycles), ..r }
     }
 
     fn specs(n: u8) -> Vec<ServoSpec> {
@@ -371,10 +389,10 @@ mod tests {
         let mut sup = Supervisor::new(cfg, 2, 16);
         let mut replies = [reply(10, 0), reply(10, 0)];
         for streak in 1..=2 {
-            replies[0] = ServoReply { fresh: false, missing_streak: streak, ..replies[0] };
+            replies[0] = aged(reply(10, 0), streak);
             assert!(!sup.check(streak as u64, &servos, &replies));
         }
-        replies[0] = ServoReply { fresh: false, missing_streak: 3, ..replies[0] };
+        replies[0] = aged(reply(10, 0), 3);
         assert!(sup.check(3, &servos, &replies));
         let mut cmds = [ServoCommand::Query; 2];
         sup.apply(&mut cmds);
@@ -415,7 +433,7 @@ mod tests {
     fn burst(sup: &mut Supervisor, servos: &[ServoSpec], t: &mut u64, burst: u32) {
         for streak in 1..=burst {
             *t += 1;
-            let missing = ServoReply { fresh: false, missing_streak: streak, ..reply(10, 0) };
+            let missing = aged(reply(10, 0), streak);
             sup.check(*t, servos, &[reply(10, 0), missing]);
         }
     }
@@ -467,7 +485,8 @@ mod tests {
         assert!(good_cycles(&mut sup, &servos, &mut t, 4), "4 of 5 good cycles: still tripped");
         // One bad cycle starts the count again.
         t += 1;
-        let late = ServoReply { fresh: false, missing_streak: 1, ..reply(12, 0) };
+        // Two cycles old: one late answer is a good cycle, two missed ones are not.
+        let late = aged(reply(12, 0), 2);
         assert!(sup.check(t, &servos, &[reply(12, 0), late]));
         assert!(good_cycles(&mut sup, &servos, &mut t, 4));
         assert!(!good_cycles(&mut sup, &servos, &mut t, 1), "the fifth good cycle in a row recovers");
@@ -497,5 +516,43 @@ mod tests {
                 assert!(sup.check(t, &servos, &[reply(12, 0), reply(bad_mode, 38)]), "mode {bad_mode}");
             }
         }
+    }
+
+    /// A servo whose state is `age` cycles old at cycle `cycle`, answering request `cycle - age`.
+    fn late_by(mode: u8, cycle: u64, age: u64) -> ServoReply {
+        ServoReply {
+            state: ServoState { mode: Some(mode), fault: Some(0), ..Default::default() },
+            fresh: age == 0,
+            request_cycle: Some(cycle - age),
+            as_of_cycle: cycle,
+            missing_streak: cycle as u32,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_servo_whose_every_reply_comes_a_cycle_late_is_answering_not_missing() {
+        // Its missing streak grows (no reply is ever fresh), but each cycle brings the answer
+        // to the previous request: alive, with one-cycle-old data. It must not trip the robot.
+        let servos = specs(2);
+        let mut sup = Supervisor::new(SafetyConfig { missing_limit: 20, ..Default::default() }, 2, 64);
+        for cycle in 1..=1000u64 {
+            assert!(!sup.check(cycle, &servos, &[reply(10, 0), late_by(10, cycle, 1)]), "cycle {cycle}");
+        }
+        assert!(sup.events().is_empty(), "{:?}", sup.events());
+        // When its answers stop coming, fresh or late, it fails after the limit.
+        for cycle in 1001..=1018u64 {
+            assert!(!sup.check(cycle, &servos, &[reply(10, 0), late_by(10, cycle, cycle - 999)]));
+        }
+        assert!(sup.check(1019, &servos, &[reply(10, 0), late_by(10, 1019, 20)]));
+        assert_eq!(sup.events()[0].kind, EventKind::MissingReplies { cycles: 20 });
+    }
+
+    #[test]
+    fn a_fault_in_a_late_answer_is_a_fault() {
+        let servos = specs(2);
+        let mut sup = Supervisor::new(SafetyConfig::default(), 2, 64);
+        assert!(sup.check(5, &servos, &[reply(10, 0), late_by(1, 5, 1)]));
+        assert_eq!(sup.events()[0].kind, EventKind::Fault { code: 0 });
     }
 }

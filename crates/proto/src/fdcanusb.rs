@@ -308,7 +308,7 @@ fn parse_id(field: &[u8]) -> Result<u32, LineError> {
 
 /// Decode hex `field` into `out`, returning the byte count.
 fn parse_data(field: &[u8], out: &mut [u8; MAX_DATA]) -> Result<u8, LineError> {
-    if field.len() % 2 != 0 {
+    if !field.len().is_multiple_of(2) {
         // Non-hex characters are the more useful report when both apply.
         if field.iter().any(|&c| hex_value(c).is_none()) {
             return Err(LineError::BadHex);

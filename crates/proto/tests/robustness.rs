@@ -47,7 +47,7 @@ struct ChaosServer {
 impl RegisterServer for ChaosServer {
     fn write(&mut self, reg: u16, _value: Value) -> Result<(), u32> {
         self.writes += 1;
-        if reg % 3 == 0 {
+        if reg.is_multiple_of(3) {
             Err(u32::from(reg) * 65_537)
         } else {
             Ok(())

@@ -90,7 +90,7 @@ pub fn parse_hex(text: &str) -> Result<Vec<u8>, String> {
     if let Some(bad) = digits.iter().find(|c| !c.is_ascii_hexdigit()) {
         return Err(format!("'{bad}' is not a hex digit: pass the payload as hex, e.g. 11001f01130d"));
     }
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return Err(format!("{} hex digits is an odd count: every byte needs two digits", digits.len()));
     }
     if digits.len() / 2 > 64 {

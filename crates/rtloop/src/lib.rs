@@ -26,4 +26,5 @@ pub mod servo_cmd;
 pub mod signals;
 pub mod sim_cmd;
 pub mod stats;
+pub mod stdout;
 pub mod telemetry;

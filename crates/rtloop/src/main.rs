@@ -7,6 +7,7 @@ use proto::Resolution;
 use rtloop::frame_cmd::{self, CommandKind, EncodeRequest};
 use rtloop::robot_spec::RobotSpec;
 use rtloop::run::{self, RunOptions};
+use rtloop::stdout;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -500,7 +501,7 @@ fn main() -> ExitCode {
 fn finish_device_command(outcome: rtloop::servo_cmd::Outcome) -> Result<(), String> {
     use std::io::Write;
     if !outcome.stdout.is_empty() {
-        println!("{}", outcome.stdout);
+        stdout::line(&outcome.stdout)?;
     }
     let Some(failure) = outcome.failure else { return Ok(()) };
     let _ = std::io::stdout().flush();
@@ -513,32 +514,35 @@ fn dispatch(cmd: Command) -> Result<(), String> {
         Command::Run(a) => {
             let config = a.config()?;
             if a.print_config {
-                print!("{}", config.to_toml());
-                return Ok(());
+                return stdout::text(config.to_toml());
             }
             let opts = RunOptions { config, progress: !a.quiet, log: a.log.clone() };
             let summary = run::run(&opts)?;
             let mut out = std::io::stdout().lock();
-            run::print_summary(&summary, &mut out).map_err(|e| e.to_string())?;
+            stdout::tolerate_closed_reader(run::print_summary(&summary, &mut out))?;
             use std::io::Write;
             if a.json {
                 let line = serde_json::to_string(&summary).map_err(|e| e.to_string())?;
-                writeln!(out, "{line}").map_err(|e| e.to_string())?;
+                stdout::tolerate_closed_reader(writeln!(out, "{line}"))?;
             }
             let code = summary.exit_code();
             if code != 0 {
                 // A completed run that lost servos or engaged its safety policy: the summary is
                 // out; the exit status says it (see `rtloop run --help`).
-                out.flush().map_err(|e| e.to_string())?;
-                eprintln!("rtloop run: {}", summary.problems.join("; "));
+                stdout::tolerate_closed_reader(out.flush())?;
+                let first = summary.problems.first().map_or("the run was degraded", String::as_str);
+                match summary.problems.len() {
+                    0 | 1 => eprintln!("rtloop run: {first}"),
+                    2 => eprintln!("rtloop run: {first}; and 1 more problem (see the summary)"),
+                    n => eprintln!("rtloop run: {first}; and {} more problems (see the summary)", n - 1),
+                }
                 std::process::exit(code.into());
             }
             Ok(())
         }
         Command::Budget { json } => {
             let text = if json { rtloop::budget::render_json() } else { rtloop::budget::render_table() };
-            println!("{text}");
-            Ok(())
+            stdout::line(text)
         }
         Command::Frame(FrameCommand::Encode(a)) => {
             let kind = match a.kind {
@@ -558,8 +562,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                     Res::Float => Resolution::Float,
                 }),
             };
-            println!("{}", frame_cmd::encode(kind, &req)?);
-            Ok(())
+            stdout::line(frame_cmd::encode(kind, &req)?)
         }
         Command::Sim(a) => {
             let buses =
@@ -571,8 +574,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                 no_wire_time: a.no_wire_time,
                 busy_poll: a.busy_poll,
             })?;
-            println!("{text}");
-            Ok(())
+            stdout::line(text)
         }
         Command::Servo(a) => {
             let uri = io::uri::parse(&a.transport).map_err(|e| format!("--transport {}: {e}", a.transport))?;
@@ -629,10 +631,10 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             let text = lab::cli::run(cmd)?;
             // The JSON object, when asked for, must be the very last line.
             let text = text.trim_end();
-            if !text.is_empty() {
-                println!("{text}");
+            if text.is_empty() {
+                return Ok(());
             }
-            Ok(())
+            stdout::line(text)
         }
         Command::Log(cmd) => {
             use rtloop::log_cmd;
@@ -659,17 +661,8 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             if outcome.text.is_empty() {
                 return Ok(());
             }
-            use std::io::Write;
-            match writeln!(std::io::stdout().lock(), "{}", outcome.text) {
-                // A reader that stopped early (`| head`) is not a failure.
-                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("cannot write the output: {e}")),
-                _ => Ok(()),
-            }
+            stdout::line(&outcome.text)
         }
-        Command::Frame(FrameCommand::Decode { hexdata }) => {
-            let j = frame_cmd::decode(&hexdata)?;
-            println!("{j}");
-            Ok(())
-        }
+        Command::Frame(FrameCommand::Decode { hexdata }) => stdout::line(frame_cmd::decode(&hexdata)?),
     }
 }

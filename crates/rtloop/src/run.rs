@@ -162,6 +162,37 @@ pub struct InjectedSummary {
     pub reply_delay_us: u64,
 }
 
+/// Where the replies that were not fresh went: a late reply is attributed to the request it
+/// answers (never reported fresh), a servo whose answer is still outstanding is commanded
+/// without a query, and a request without an answer within the late-reply window is
+/// presumed lost (see `io::robot`).
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct ReplyAccounting {
+    /// Requests sent with a query.
+    pub queried: u64,
+    /// Replies that answered an earlier cycle's request.
+    pub late: u64,
+    /// Requests given up after the late-reply window.
+    pub presumed_lost: u64,
+    /// Servo-cycles commanded without a query, an earlier reply still outstanding.
+    pub unqueried: u64,
+    /// Replies that matched no outstanding request (a duplicate, or later than the window).
+    pub unattributed: u64,
+    /// Replies that did not decode.
+    pub decode_errors: u64,
+}
+
+impl ReplyAccounting {
+    fn add(&mut self, r: &io::CycleReport) {
+        self.queried += u64::from(r.queried);
+        self.late += u64::from(r.late);
+        self.presumed_lost += u64::from(r.presumed_lost);
+        self.unqueried += u64::from(r.unqueried);
+        self.unattributed += u64::from(r.unattributed);
+        self.decode_errors += u64::from(r.decode_errors);
+    }
+}
+
 /// The real-time settings in effect and what was refused.
 #[derive(Debug, Clone, Serialize)]
 pub struct RealtimeSummary {
@@ -216,6 +247,8 @@ pub struct RunSummary {
     pub skipped_periods: u64,
     /// Servo replies that did not arrive in their cycle.
     pub missing_replies: u64,
+    /// How every request was accounted for beyond fresh and missing.
+    pub reply_accounting: ReplyAccounting,
     /// Cycles that hit their deadline with replies missing.
     pub timeouts: u64,
     /// Frames that failed to send, plus bus errors.
@@ -324,6 +357,7 @@ impl Default for Hooks {
 struct LoopResult {
     periodic: rt::periodic::LoopStats,
     missing: u64,
+    accounting: ReplyAccounting,
     timeouts: u64,
     transport_errors: u64,
     imu_samples: u64,
@@ -394,12 +428,13 @@ fn run_loop(
     let mut answered = vec![false; n];
     let mut imu = sim::ImuSample::default();
     let (mut missing, mut timeouts, mut terr, mut imu_samples, mut control_late) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut accounting = ReplyAccounting::default();
     let stop = || crate::signals::stop_requested() || hooks.stop.load(Ordering::Relaxed);
     let mut state = StateMsg { start: false, tick: 0, position: [0.0; MAX_SERVOS], velocity: [0.0; MAX_SERVOS] };
 
     // Learn where the joints are before moving them, and hand that to the control law
     // before its first command.
-    robot.cycle(&queries, &mut replies, &mut imu);
+    accounting.add(&robot.cycle(&queries, &mut replies, &mut imu));
     for (a, r) in answered.iter_mut().zip(&replies) {
         *a |= r.fresh;
     }
@@ -501,6 +536,7 @@ fn run_loop(
         }
         let dt = report.stats.duration_ns();
         missing += report.missing as u64;
+        accounting.add(&report);
         timeouts += report.stats.timed_out as u64;
         terr += report.stats.send_errors as u64 + report.stats.failed_buses.count_ones() as u64;
         imu_samples += report.stats.imu_present as u64;
@@ -521,6 +557,7 @@ fn run_loop(
             let sent = if phase == 0 { &commands } else { &queries };
             let woke = clock.now_ns();
             let report = robot.cycle(sent, &mut replies, &mut imu);
+            accounting.add(&report);
             shutdown_cycles += 1;
             for (a, r) in answered.iter_mut().zip(&replies) {
                 *a |= r.fresh;
@@ -542,6 +579,7 @@ fn run_loop(
     LoopResult {
         periodic: lp.stats(),
         missing,
+        accounting,
         timeouts,
         transport_errors: terr,
         imu_samples,
@@ -887,30 +925,38 @@ fn problems_of(
     } else if ran && !silent.is_empty() {
         problems.push(format!("{} never answered", silent.join(", ")));
     }
+    // One line per servo and kind of failure: the first time in full, repeats counted.
+    let mut repeated: Vec<(String, &str, String, u32)> = Vec::new();
     for e in events {
         let who = servo_name(e.servo, e.bus);
-        match e.kind.as_str() {
-            "fault" => {
-                problems.push(format!("{who} faulted at {:.3} s ({})", e.time, e.detail.as_deref().unwrap_or("fault")))
-            }
+        let text = match e.kind.as_str() {
+            "fault" => format!("{who} faulted at {:.3} s ({})", e.time, e.detail.as_deref().unwrap_or("fault")),
             // A servo that never answered is reported once, above.
-            "missing_replies" if silent.contains(&who) => {}
-            "missing_replies" => problems.push(format!(
-                "{who} stopped answering at {:.3} s ({})",
-                e.time,
-                e.detail.as_deref().unwrap_or("no replies")
-            )),
-            "watchdog_timeout" => problems.push(format!(
+            "missing_replies" if silent.contains(&who) => continue,
+            "missing_replies" => {
+                format!("{who} stopped answering at {:.3} s ({})", e.time, e.detail.as_deref().unwrap_or("no replies"))
+            }
+            "watchdog_timeout" => format!(
                 "{who} latched its watchdog timeout (mode 11) at {:.3} s: it went without a command for longer than \
                  its watchdog",
                 e.time
-            )),
-            "safe_mode_engaged" => problems.push(format!(
-                "the safety policy engaged at {:.3} s and commanded {on_fault} to the healthy servos",
-                e.time
-            )),
-            _ => {}
+            ),
+            "safe_mode_engaged" => {
+                format!("the safety policy engaged at {:.3} s and commanded {on_fault} to the healthy servos", e.time)
+            }
+            _ => continue,
+        };
+        match repeated.iter_mut().find(|(w, k, _, _)| *w == who && *k == e.kind.as_str()) {
+            Some(entry) => entry.3 += 1,
+            None => repeated.push((who, e.kind.as_str(), text, 0)),
         }
+    }
+    for (_, _, text, more) in repeated {
+        problems.push(match more {
+            0 => text,
+            1 => format!("{text}, and once more"),
+            n => format!("{text}, and {n} times more"),
+        });
     }
     if result.supervisor.trips() > 0 && !problems.iter().any(|p| p.starts_with("the safety policy")) {
         problems.push(format!("the safety policy engaged {} times", result.supervisor.trips()));
@@ -959,7 +1005,7 @@ fn summarize(
             kind: e.kind.name().to_string(),
             detail: match e.kind {
                 EventKind::Fault { code } => Some(format!("fault code {code}")),
-                EventKind::MissingReplies { cycles } => Some(format!("{cycles} cycles without a reply")),
+                EventKind::MissingReplies { cycles } => Some(format!("no answer newer than {cycles} cycles")),
                 EventKind::Recovered { good_cycles } => Some(format!("after {good_cycles} good cycles")),
                 _ => None,
             },
@@ -1015,6 +1061,7 @@ fn summarize(
         overruns: p.overruns,
         skipped_periods: p.skipped_periods,
         missing_replies: result.missing,
+        reply_accounting: result.accounting,
         timeouts: result.timeouts,
         transport_errors: result.transport_errors,
         imu_samples: result.imu_samples,
@@ -1106,6 +1153,15 @@ pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()
         "  overruns {} (skipped periods {})  missing replies {}  timeouts {}  transport errors {}",
         s.overruns, s.skipped_periods, s.missing_replies, s.timeouts, s.transport_errors
     )?;
+    let a = &s.reply_accounting;
+    if a.late + a.presumed_lost + a.unqueried + a.unattributed + a.decode_errors > 0 {
+        writeln!(
+            out,
+            "  replies      {} late (kept as the answer to their own request, never fresh)  {} presumed lost  \
+             {} unqueried  {} unattributed  {} undecodable",
+            a.late, a.presumed_lost, a.unqueried, a.unattributed, a.decode_errors
+        )?;
+    }
     let p = |x: &Percentiles| format!("p50 {:7.1}  p99 {:7.1}  max {:7.1} µs", x.p50, x.p99, x.max);
     writeln!(out, "  cycle time   {}   (model predicts {:.1} µs)", p(&s.cycle_us), s.model_cycle_us)?;
     writeln!(out, "  wakeup       {}", p(&s.wakeup_us))?;

@@ -281,7 +281,10 @@ pub fn run(req: &ServoRequest) -> Result<Outcome, String> {
         if now - window_start >= 1_000_000_000 {
             let rate = window_count as f64 * 1e9 / (now - window_start) as f64;
             if !req.json {
-                println!("{rate:.1} Hz  ({transactions} replies, {missing} missing, {errors} bus errors)");
+                // Progress only: a reader that went away must not stop the loop.
+                let _ = crate::stdout::line(format!(
+                    "{rate:.1} Hz  ({transactions} replies, {missing} missing, {errors} bus errors)"
+                ));
             }
             window_start = now;
             window_count = 0;

@@ -23,8 +23,12 @@ pub struct ServoLog {
     pub id: u8,
     /// Bus number.
     pub bus: u8,
-    /// A reply arrived this cycle.
+    /// The state below answers this cycle's request.
     pub fresh: bool,
+    /// Cycles between the request the state answers and this one (0 when fresh; a late
+    /// reply is logged with its true age, never as fresh); `u32::MAX` before the servo
+    /// first answered.
+    pub state_age_cycles: u32,
     /// Commanded mode (0 stop, 10 position, 12 zero velocity, 15 brake; 255 = query only).
     pub command_mode: u8,
     /// Commanded position, rev (NaN = not sent).
@@ -66,6 +70,10 @@ pub struct CycleLog {
     pub cycle_ns: u64,
     /// Replies missing this cycle.
     pub missing: u32,
+    /// Replies to earlier cycles' requests that arrived this cycle.
+    pub late: u32,
+    /// Servos commanded without a query (a reply of theirs still outstanding).
+    pub unqueried: u32,
     /// The cycle hit its deadline.
     pub timed_out: bool,
     /// Servos in use in `servos`.
@@ -115,6 +123,8 @@ impl LogMsg {
         out.wakeup_ns = tick.woke_ns.saturating_sub(tick.deadline_ns);
         out.cycle_ns = cycle_ns;
         out.missing = report.missing;
+        out.late = report.late;
+        out.unqueried = report.unqueried;
         out.timed_out = report.stats.timed_out;
         out.imu = *imu;
         let n = servos.len().min(replies.len()).min(commands.len()).min(MAX_SERVOS);
@@ -137,6 +147,7 @@ impl LogMsg {
                 id: servos[i].id,
                 bus: bus_numbers.get(servos[i].bus).copied().unwrap_or(0),
                 fresh: replies[i].fresh,
+                state_age_cycles: replies[i].age().map_or(u32::MAX, |a| a.min(u64::from(u32::MAX - 1)) as u32),
                 command_mode: mode,
                 command_position: position,
                 command_velocity: velocity,
@@ -163,6 +174,8 @@ impl Default for CycleLog {
             wakeup_ns: 0,
             cycle_ns: 0,
             missing: 0,
+            late: 0,
+            unqueried: 0,
             timed_out: false,
             servos_len: 0,
             servos: [ServoLog::default(); MAX_SERVOS],
@@ -182,6 +195,10 @@ pub struct CycleRecord {
     pub cycle_us: f64,
     /// Replies missing.
     pub missing: u32,
+    /// Replies to earlier cycles' requests that arrived in this one.
+    pub late: u32,
+    /// Servos commanded without a query (a reply of theirs still outstanding).
+    pub unqueried: u32,
     /// The cycle hit its deadline.
     pub timed_out: bool,
     /// The attitude.
@@ -209,6 +226,8 @@ impl Default for CycleRecord {
             wakeup_us: 0.0,
             cycle_us: 0.0,
             missing: 0,
+            late: 0,
+            unqueried: 0,
             timed_out: false,
             imu: ImuRecord::default(),
             servo: vec![ServoLog::default()],
@@ -266,6 +285,8 @@ impl LogSink {
                 r.wakeup_us = c.wakeup_ns as f64 / 1000.0;
                 r.cycle_us = c.cycle_ns as f64 / 1000.0;
                 r.missing = c.missing;
+                r.late = c.late;
+                r.unqueried = c.unqueried;
                 r.timed_out = c.timed_out;
                 r.imu =
                     ImuRecord { quaternion: c.imu.quaternion, rate_dps: c.imu.rate_dps, accel_mps2: c.imu.accel_mps2 };

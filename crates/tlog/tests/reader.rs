@@ -152,7 +152,7 @@ fn status(i: u32) -> Status {
             Servo { position: 1.0, velocity: 2.0, fault: 0 },
         ],
         torques: (0..(i % 4)).map(|k| k as f32).collect(),
-        limit: (i % 2 == 0).then_some(i as f64),
+        limit: i.is_multiple_of(2).then_some(i as f64),
         stamp: Timestamp(START_US + i64::from(i)),
         mode: Mode::Stopped,
         enabled: i % 2 == 1,
