@@ -5,10 +5,10 @@
 //! time stay visible next to the thousands of fast ones. Several runs: the histograms overlaid
 //! in distinct colours, and below them p50 / p99 / max bars per run, side by side.
 //!
-//! Text needs a font: DejaVu Sans is loaded at run time when installed; without it the plot is
-//! drawn without any text rather than failing.
+//! Text needs a font (`output::png::font_available`: DejaVu Sans, loaded at run time when
+//! installed); without it the plot is drawn without any text rather than failing.
 //!
-//! The image is drawn in memory and encoded here, then written like the CSV
+//! The image is drawn in memory, encoded with `output::png`, and written like the CSV
 //! ([`crate::report::create_output`]): under a fresh name beside `path`, renamed over it when
 //! complete, so a symlink at `path` is replaced, never written through.
 //!
@@ -18,10 +18,8 @@
 use crate::report::{log_buckets, Outcome, Summary};
 use plotters::prelude::*;
 use std::path::Path;
-use std::sync::OnceLock;
 
-const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
-const FONT_FAMILY: &str = "sans-serif";
+use output::png::FONT_FAMILY;
 /// Run colours, distinguishable and readable on white.
 const PALETTE: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
@@ -34,19 +32,6 @@ const PALETTE: [RGBColor; 8] = [
     RGBColor(127, 127, 127),
 ];
 
-/// Load the font once per process; false when it is not installed or not readable.
-fn font_available() -> bool {
-    static LOADED: OnceLock<bool> = OnceLock::new();
-    *LOADED.get_or_init(|| {
-        let Ok(bytes) = std::fs::read(FONT_PATH) else {
-            return false;
-        };
-        // plotters keeps fonts for the life of the process; leaking once is exactly that.
-        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-        plotters::style::register_font(FONT_FAMILY, FontStyle::Normal, bytes).is_ok()
-    })
-}
-
 fn colour(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
@@ -58,7 +43,7 @@ pub fn plot(outcome: &Outcome, path: &Path) -> Result<(), String> {
     if runs.is_empty() {
         return Err("nothing to plot: no run has samples".into());
     }
-    let text = font_available();
+    let text = output::png::font_available();
     let fail = |e: String| format!("cannot draw {}: {e}", path.display());
     let (width, height) = (1200u32, if runs.len() == 1 { 600u32 } else { 1000 });
     let mut rgb = vec![0u8; width as usize * height as usize * 3];
@@ -80,15 +65,10 @@ pub fn plot(outcome: &Outcome, path: &Path) -> Result<(), String> {
 
 /// Encode 8-bit RGB pixels as a PNG file at `path`.
 fn write_png(path: &Path, rgb: &[u8], width: u32, height: u32) -> Result<(), String> {
-    let (file, persist) = crate::report::create_output(path)?;
-    let fail = |e: png::EncodingError| format!("cannot write {}: {e}", path.display());
-    let mut encoder = png::Encoder::new(std::io::BufWriter::new(file), width, height);
-    encoder.set_color(png::ColorType::Rgb);
-    encoder.set_depth(png::BitDepth::Eight);
-    let mut writer = encoder.write_header().map_err(fail)?;
-    writer.write_image_data(rgb).map_err(fail)?;
-    writer.finish().map_err(fail)?;
-    persist()
+    let mut out = crate::report::create_output(path)?;
+    let fail = |e: output::png::EncodingError| format!("cannot write {}: {e}", path.display());
+    output::png::encode_rgb(rgb, (width, height), std::io::BufWriter::new(out.file())).map_err(fail)?;
+    out.commit().map_err(|e| e.to_string())
 }
 
 type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;

@@ -330,8 +330,8 @@ fn comparison_table(outcome: &Outcome, summaries: &[Summary]) -> String {
 /// under a fresh name in the same directory and then renamed over `path`, so a symlink at
 /// `path` is replaced, never written through, and a failed write leaves no half file.
 pub fn write_csv(outcome: &Outcome, path: &Path) -> Result<(), String> {
-    let (file, persist) = create_output(path)?;
-    let mut w = std::io::BufWriter::new(file);
+    let mut out = create_output(path)?;
+    let mut w = std::io::BufWriter::new(out.file());
     let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
     writeln!(w, "label,size,method,sample_us").map_err(fail)?;
     for run in &outcome.runs {
@@ -344,27 +344,15 @@ pub fn write_csv(outcome: &Outcome, path: &Path) -> Result<(), String> {
     }
     w.flush().map_err(fail)?;
     drop(w);
-    persist()
+    out.commit().map_err(|e| e.to_string())
 }
 
-/// A new, exclusively created file beside `path` (mode 0666 less the umask, like any new
-/// file), and the step that renames it to `path` once it is complete. Until then, and if the
-/// writer gives up, `path` is untouched and the new file is removed.
-pub fn create_output(path: &Path) -> Result<(std::fs::File, impl FnOnce() -> Result<(), String> + '_), String> {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let temp = tempfile::Builder::new()
-        .prefix(".rtloop-lab-")
-        .permissions(std::fs::Permissions::from_mode(0o666))
-        .tempfile_in(dir)
-        .map_err(|e| format!("cannot create a file in {}: {e}", dir.display()))?;
-    let file = temp.as_file().try_clone().map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    let persist =
-        move || temp.persist(path).map(|_| ()).map_err(|e| format!("cannot write {}: {}", path.display(), e.error));
-    Ok((file, persist))
+/// The lab's output at `path` (CSV or PNG): written to a new, exclusively created file beside
+/// it and renamed over it when complete ([`output::OutputFile`]), so a symlink at `path` is
+/// replaced, never written through, and a failed write leaves no half file. A lab output
+/// may replace an earlier one: experiments are re-run into the same file.
+pub fn create_output(path: &Path) -> Result<output::OutputFile, String> {
+    output::OutputFile::create(path, None, true).map_err(|e| e.to_string())
 }
 
 /// Quote a CSV field if it needs it (RFC 4180).

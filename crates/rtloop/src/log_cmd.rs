@@ -9,11 +9,11 @@
 //! output is written beside its path and renamed into place when complete, an existing one
 //! replaced only with `--force`); exit 0 from an export that wrote nothing.
 
+use output::{FileIdentity, OutputError, OutputFile};
 use serde_json::{json, Value as Json};
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::Path;
-use tlog::output::{FileIdentity, OutputError, OutputFile};
 use tlog::reader::{FileReader, ItemFilter};
 use tlog::survey::{Problem, ProblemKind, Problems};
 

@@ -10,15 +10,12 @@
 //! * [`realtime`] — a wait-free hand-off so the real-time thread never waits on logging.
 //! * [`reader`], [`value`], [`export`], [`plot`] — reading, decoding, exporting, plotting.
 //! * [`survey`] — what a log holds and every kind of damage in it, counted with offsets.
-//! * [`output`] — output files created beside their destination and renamed into place only
-//!   when complete, never onto the log being read.
 //!
 //! Must never: write anything an mjlib reader cannot open unless the caller opted in to an
 //! extension (zstd), or make the real-time side allocate, lock or block.
 
 pub mod export;
 pub mod format;
-pub mod output;
 pub mod plot;
 pub mod reader;
 pub mod realtime;

@@ -7,18 +7,16 @@
 //! wide: plotters' wide strokes overshoot sharp corners and leave the plot area (plotters
 //! issue 549), and every line stays inside its panel's axes.
 //!
-//! Text needs a font; plotters is built without system font lookup, so DejaVu Sans is loaded
-//! at runtime from its usual Debian path and, when it is missing, the plot is drawn without
-//! any text (lines and grid only) instead of failing.
+//! Text needs a font (`output::png::font_available`: DejaVu Sans, loaded at runtime); when it
+//! is missing, the plot is drawn without any text (lines and grid only) instead of failing.
 //!
 //! The image is rendered in memory and encoded as PNG into any `Write`: this module never
-//! opens a file (callers put the bytes in place, see [`crate::output`]), and never panics on
-//! a hostile log.
+//! opens a file (callers put the bytes in place with `output::OutputFile`), and never panics
+//! on a hostile log.
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::ops::Range;
-use std::sync::OnceLock;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -28,9 +26,6 @@ use crate::format::TlogError;
 use crate::reader::{error_offset, FileReader, ItemFilter};
 use crate::survey::{Problem, ProblemKind, Problems};
 use crate::value::Value;
-
-/// Where the plot font is looked for.
-const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
 /// How many available fields an "unknown field" error lists.
 const SUGGESTIONS: usize = 8;
@@ -91,7 +86,7 @@ pub fn plot(
 ) -> Result<PlotStats, TlogError> {
     check_options(fields, options)?;
     let (series, problems) = collect_series(reader, fields)?;
-    let (pixels, _panels) = render(&series, options, font_available())?;
+    let (pixels, _panels) = render(&series, options, output::png::font_available())?;
     let mut out = out;
     encode_png(&pixels, options.size, &mut out)?;
     out.flush()?;
@@ -119,18 +114,6 @@ fn check_options(fields: &[&str], options: &PlotOptions) -> Result<(), TlogError
         )));
     }
     Ok(())
-}
-
-/// Register the plot font with plotters once per process; false if it could not be loaded.
-fn font_available() -> bool {
-    static LOADED: OnceLock<bool> = OnceLock::new();
-    *LOADED.get_or_init(|| {
-        let Ok(bytes) = std::fs::read(FONT_PATH) else { return false };
-        // plotters keeps fonts for the life of the process and wants a 'static slice;
-        // this runs at most once, so the leak is bounded.
-        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok()
-    })
 }
 
 /// Split `record.dotted.path` at the longest record name that prefixes it.
@@ -327,7 +310,7 @@ fn draw_panel(
     if with_text {
         builder.y_label_area_size(70).x_label_area_size(if time_labels { 35 } else { 18 });
         if let Some(line) = single {
-            builder.caption(&line.label, ("sans-serif", 14));
+            builder.caption(&line.label, (output::png::FONT_FAMILY, 14));
         }
     }
     let mut chart = builder.build_cartesian_2d(x_range, y_range.clone()).map_err(draw_error)?;
@@ -385,17 +368,11 @@ fn range_of(values: impl Iterator<Item = f64>) -> Range<f64> {
     }
 }
 
-fn encode_png(pixels: &[u8], (width, height): (u32, u32), out: impl Write) -> Result<(), TlogError> {
-    let png_error = |e: png::EncodingError| match e {
-        png::EncodingError::IoError(e) => TlogError::Io(e),
+fn encode_png(pixels: &[u8], size: (u32, u32), out: impl Write) -> Result<(), TlogError> {
+    output::png::encode_rgb(pixels, size, out).map_err(|e| match e {
+        output::png::EncodingError::IoError(e) => TlogError::Io(e),
         other => TlogError::Export(format!("the PNG encoder failed: {other}")),
-    };
-    let mut encoder = png::Encoder::new(out, width, height);
-    encoder.set_color(png::ColorType::Rgb);
-    encoder.set_depth(png::BitDepth::Eight);
-    let mut writer = encoder.write_header().map_err(png_error)?;
-    writer.write_image_data(pixels).map_err(png_error)?;
-    writer.finish().map_err(png_error)
+    })
 }
 
 fn draw_error<E: std::error::Error + Send + Sync>(e: plotters::drawing::DrawingAreaErrorKind<E>) -> TlogError {
@@ -447,7 +424,7 @@ mod tests {
     #[test]
     fn lines_stay_inside_their_panel_and_each_field_gets_its_own_axis() {
         let options = PlotOptions { size: (800, 500), one_axis: false };
-        let with_font = font_available();
+        let with_font = output::png::font_available();
         if !with_font {
             testkit::skip("needs the DejaVu Sans font to check panels with text: apt-get install fonts-dejavu-core");
         }

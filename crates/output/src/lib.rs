@@ -1,0 +1,16 @@
+//! # rtloop-output — what the tools write, written safely
+//!
+//! What it is for: the two things every report-writing part of rtloop (the log tools in
+//! `tlog`/`rtloop log`, the latency lab) needs and must do the same way:
+//! * [`file`]: output files (CSV, MCAP, PNG) that go to a temporary file beside the
+//!   destination and are renamed into place only when complete — never onto the input, never
+//!   through a link at the destination, never over an existing file unless asked;
+//! * [`png`]: the font plots use and the encoding of a rendered image into any `Write`.
+//!
+//! What it must never do: open a destination itself for writing, follow a link it did not
+//! create, or fail a plot for want of a font (it is then drawn without text).
+
+pub mod file;
+pub mod png;
+
+pub use file::{FileIdentity, OutputError, OutputFile};
