@@ -4,15 +4,8 @@
 # SAMPLES=N sets the samples per run (default 2000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Build rtloop and run the binary cargo says it built: that is where CARGO_TARGET_DIR, a
-# cargo config's build.target-dir or --target put it (target/release is only the default).
-R=$(cargo build --release -q -p rtloop --message-format=json-render-diagnostics | python3 -c '
-import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "rtloop" and m.get("executable"):
-        print(m["executable"])')
-[ -x "$R" ] || { echo "cargo did not report an rtloop binary" >&2; exit 1; }
+. benches/rtloop_bin.sh
+R=$(rtloop_release_bin)
 N=${SAMPLES:-2000}
 err=$(mktemp)
 trap 'rm -f "$err"' EXIT

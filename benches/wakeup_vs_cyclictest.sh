@@ -8,15 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 LOOPS=${LOOPS:-10000}
 command -v cyclictest >/dev/null || { echo "cyclictest is missing: apt-get install rt-tests" >&2; exit 2; }
-# Build rtloop and run the binary cargo says it built: that is where CARGO_TARGET_DIR, a
-# cargo config's build.target-dir or --target put it (target/release is only the default).
-RTLOOP=$(cargo build --release -q -p rtloop --message-format=json-render-diagnostics | python3 -c '
-import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "rtloop" and m.get("executable"):
-        print(m["executable"])')
-[ -x "$RTLOOP" ] || { echo "cargo did not report an rtloop binary" >&2; exit 1; }
+. benches/rtloop_bin.sh
+RTLOOP=$(rtloop_release_bin)
 
 # cyclictest -h N prints one "%06d %06d" row per µs bucket: latency, count.
 pct_from_hist() {

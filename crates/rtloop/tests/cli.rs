@@ -3,16 +3,9 @@
 mod support;
 
 use serde_json::Value;
-use std::process::Output;
-use support::rtloop;
+use support::{rtloop, stderr, stdout};
 
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
 
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 #[test]
 fn run_json_reports_every_servo_and_every_period() {

@@ -4,53 +4,17 @@
 //! across namespaces says so; the bench scripts find the binary cargo built wherever the
 //! target directory is.
 
+mod support;
+
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use support::{rtloop_bin, stderr, stdout, Scratch};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn rtloop_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_rtloop")
-}
 
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
 
-/// A directory of this test's own under the system temporary directory, removed on drop.
-struct ScratchDir(PathBuf);
-
-impl ScratchDir {
-    fn new(name: &str) -> ScratchDir {
-        let path = std::env::temp_dir().join(format!("rtloop-lab-cli-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir(&path).unwrap();
-        ScratchDir(path)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-
-    fn entries(&self) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(&self.0)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    }
-}
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A long `lab wakeup` with background load whose temporary files go under `tmpdir`.
 fn start_loaded_wakeup(tmpdir: &Path) -> Child {
@@ -65,13 +29,13 @@ fn start_loaded_wakeup(tmpdir: &Path) -> Child {
 }
 
 /// Wait until the load has put something under `dir` (or give up, killing `child`).
-fn wait_for_load_files(dir: &ScratchDir, child: &mut Child) {
+fn wait_for_load_files(dir: &Scratch, child: &mut Child) {
     let give_up = Instant::now() + Duration::from_secs(60);
-    while dir.entries().iter().all(|e| !e.starts_with("rtloop-lab-load-")) {
+    while dir.names().iter().all(|e| !e.starts_with("rtloop-lab-load-")) {
         if Instant::now() > give_up || child.try_wait().unwrap().is_some() {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("the load never created its files in {}: {:?}", dir.path().display(), dir.entries());
+            panic!("the load never created its files in {}: {:?}", dir.dir().display(), dir.names());
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -87,34 +51,34 @@ fn signal(child: &Child, signal: libc::c_int) {
 #[test]
 fn sigterm_and_ctrl_c_leave_no_load_files() {
     for sig in [libc::SIGTERM, libc::SIGINT] {
-        let dir = ScratchDir::new(&format!("signal-{sig}"));
-        let mut child = start_loaded_wakeup(dir.path());
+        let dir = Scratch::new(&format!("signal-{sig}"));
+        let mut child = start_loaded_wakeup(dir.dir());
         wait_for_load_files(&dir, &mut child);
         signal(&child, sig);
         let status = child.wait().unwrap();
         // The process still ends the way that signal ends it (the shell's 128 + n).
         assert_eq!(status.signal(), Some(sig), "signal {sig}: {status:?}");
-        assert_eq!(dir.entries(), Vec::<String>::new(), "signal {sig} left load files behind");
+        assert_eq!(dir.names(), Vec::<String>::new(), "signal {sig} left load files behind");
     }
 }
 
 #[test]
 fn the_next_run_removes_what_a_sigkilled_run_left() {
-    let dir = ScratchDir::new("sigkill");
-    let mut child = start_loaded_wakeup(dir.path());
+    let dir = Scratch::new("sigkill");
+    let mut child = start_loaded_wakeup(dir.dir());
     wait_for_load_files(&dir, &mut child);
     signal(&child, libc::SIGKILL);
     child.wait().unwrap();
     // Nothing can run on SIGKILL: the private directory stays until the next start.
-    let left = dir.entries();
+    let left = dir.names();
     assert!(!left.is_empty());
     let o = Command::new(rtloop_bin())
         .args(["lab", "wakeup", "--load", "1", "--samples", "20", "--no-progress"])
-        .env("TMPDIR", dir.path())
+        .env("TMPDIR", dir.dir())
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(dir.entries(), Vec::<String>::new(), "{left:?} survived the next run");
+    assert_eq!(dir.names(), Vec::<String>::new(), "{left:?} survived the next run");
     // Never silent: the cleanup is reported.
     assert!(stdout(&o).contains("left by"), "{}", stdout(&o));
 }
@@ -122,15 +86,15 @@ fn the_next_run_removes_what_a_sigkilled_run_left() {
 #[test]
 fn a_huge_load_is_refused_at_once() {
     // What the issue ran: 100 000 workers of 64 MiB. Refused before anything starts.
-    let dir = ScratchDir::new("huge-load");
+    let dir = Scratch::new("huge-load");
     let o = Command::new(rtloop_bin())
         .args(["lab", "wakeup", "--load", "100000", "--samples", "10"])
-        .env("TMPDIR", dir.path())
+        .env("TMPDIR", dir.dir())
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--load 100000"), "{}", stderr(&o));
-    assert_eq!(dir.entries(), Vec::<String>::new());
+    assert_eq!(dir.names(), Vec::<String>::new());
 }
 
 #[test]
@@ -240,8 +204,8 @@ fn on_path(program: &str) -> bool {
 #[test]
 fn bench_scripts_find_the_binary_in_any_target_dir() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let scratch = ScratchDir::new("bench-scripts");
-    let bin = scratch.path().join("bin");
+    let scratch = Scratch::new("bench-scripts");
+    let bin = scratch.path("bin");
     std::fs::create_dir(&bin).unwrap();
     write_executable(&bin.join("cargo"), FAKE_CARGO);
     if !on_path("cyclictest") {
@@ -252,8 +216,8 @@ fn bench_scripts_find_the_binary_in_any_target_dir() {
         std::iter::once(bin.clone()).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
     )
     .unwrap();
-    let target = scratch.path().join("elsewhere-target");
-    let log = scratch.path().join("cargo.log");
+    let target = scratch.path("elsewhere-target");
+    let log = scratch.path("cargo.log");
     let run = |script: &str, env: &[(&str, &str)]| {
         let mut c = Command::new("bash");
         c.arg(repo.join("benches").join(script))
@@ -279,7 +243,9 @@ fn bench_scripts_find_the_binary_in_any_target_dir() {
     let o = run("wakeup_vs_cyclictest.sh", &[("LOOPS", "300")]);
     assert!(o.status.success(), "wakeup_vs_cyclictest.sh: {}\n{}", stdout(&o), stderr(&o));
     let out = stdout(&o);
-    assert_eq!(out.lines().filter(|l| l.starts_with("rtloop run")).count(), 2, "{out}");
+    // Per policy: the quadruped, one servo asleep like cyclictest, and the ratio of means.
+    assert_eq!(out.lines().filter(|l| l.starts_with("rtloop run")).count(), 4, "{out}");
+    assert_eq!(out.lines().filter(|l| l.trim_start().starts_with("mean ratio")).count(), 2, "{out}");
     assert_eq!(out.lines().filter(|l| l.starts_with("cyclictest")).count(), 2, "{out}");
 
     let calls = std::fs::read_to_string(&log).unwrap();

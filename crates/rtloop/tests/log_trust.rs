@@ -7,7 +7,7 @@ mod support;
 
 use serde::Serialize;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use support::*;
 use tlog::writer::{FileWriter, WriterOptions};
 
@@ -25,33 +25,6 @@ struct Stats {
     written: u64,
 }
 
-/// A private directory for one test, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(stem: &str) -> Scratch {
-        let dir = unique_path(stem);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-    fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(&self.0)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// `cycles` items of record `cycle` 1 ms apart from [`T0_US`] (position = -0.0 for the first,
 /// then index / 1000), then one `rtloop_log_stats` item stamped `stats_at_us`.
@@ -109,7 +82,7 @@ fn export_never_writes_onto_its_input_through_any_path() {
     let original = std::fs::read(&log).unwrap();
     std::os::unix::fs::symlink(&log, dir.path("b-link.csv")).unwrap();
     std::fs::hard_link(&log, dir.path("hard.mcap")).unwrap();
-    let dotted = dir.0.join(".").join("run.tlog");
+    let dotted = dir.dir().join(".").join("run.tlog");
     let cases: Vec<Vec<String>> = vec![
         vec!["--csv".into(), s(&log).into()],
         vec!["--mcap".into(), s(&log).into()],

@@ -15,9 +15,6 @@ fn last_json(out: &Output) -> Value {
     serde_json::from_str(text.lines().last().expect("output")).expect("last line is JSON")
 }
 
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 /// A config file with `text`, removed on drop.
 struct ConfigFile(std::path::PathBuf);

@@ -207,3 +207,49 @@ pub fn assert_one_clear_message(args: &[&str], want: &str) {
     assert_eq!(e.trim().lines().count(), 1, "{args:?}: {e}");
     assert!(!e.contains("panicked"), "{args:?}: {e}");
 }
+
+/// What a command printed on stdout, as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// What a command printed on stderr, as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A private directory for one test (inside this process's temporary directory), removed on
+/// drop.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    pub fn new(stem: &str) -> Scratch {
+        let dir = unique_path(stem);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.0
+    }
+
+    /// A path inside it.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// The names of its entries, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> =
+            std::fs::read_dir(&self.0).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
