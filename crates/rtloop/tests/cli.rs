@@ -5,8 +5,6 @@ mod support;
 use serde_json::Value;
 use support::{rtloop, stderr, stdout};
 
-
-
 #[test]
 fn run_json_reports_every_servo_and_every_period() {
     let o = rtloop(&["run", "--duration", "2", "--json"]);

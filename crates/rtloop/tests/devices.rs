@@ -13,8 +13,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use support::*;
 
-
-
 /// `rtloop servo … query` over `transport` to servo `id`.
 fn query(transport: &str, id: &str) -> Output {
     rtloop(&["servo", "--transport", transport, "--id", id, "query", "--json"])

@@ -7,14 +7,10 @@
 mod support;
 
 use std::os::unix::process::ExitStatusExt;
-use support::{rtloop_bin, stderr, stdout, Scratch};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-
-
-
+use support::{rtloop_bin, stderr, stdout, Scratch};
 
 /// A long `lab wakeup` with background load whose temporary files go under `tmpdir`.
 fn start_loaded_wakeup(tmpdir: &Path) -> Child {

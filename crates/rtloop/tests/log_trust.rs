@@ -25,7 +25,6 @@ struct Stats {
     written: u64,
 }
 
-
 /// `cycles` items of record `cycle` 1 ms apart from [`T0_US`] (position = -0.0 for the first,
 /// then index / 1000), then one `rtloop_log_stats` item stamped `stats_at_us`.
 fn write_log(path: &Path, cycles: u64, stats_at_us: Option<i64>, options: WriterOptions) {

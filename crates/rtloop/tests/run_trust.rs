@@ -15,7 +15,6 @@ fn last_json(out: &Output) -> Value {
     serde_json::from_str(text.lines().last().expect("output")).expect("last line is JSON")
 }
 
-
 /// A config file with `text`, removed on drop.
 struct ConfigFile(std::path::PathBuf);
 

@@ -20,7 +20,7 @@ use indicatif::ProgressBar;
 use serde_json::json;
 
 use crate::format::TlogError;
-use crate::reader::{FileReader, ItemFilter, RecordInfo};
+use crate::reader::{FileReader, Item, ItemFilter, RecordInfo};
 use crate::schema::Schema;
 use crate::survey::{Problem, ProblemKind, Problems};
 use crate::value::{unique_names, Value};
@@ -56,13 +56,36 @@ pub struct McapStats {
 }
 
 /// Note a reader error (a corrupt block, or the cut at the end) as a problem.
-fn note_read_error(problems: &mut Problems, error: &TlogError) {
+pub(crate) fn note_read_error(problems: &mut Problems, error: &TlogError) {
     let offset = crate::reader::error_offset(error).unwrap_or(0);
     let kind = match error {
         TlogError::Truncated { .. } => ProblemKind::Truncated,
         _ => ProblemKind::CorruptBlock,
     };
     problems.note(kind, None, None, offset, || error.to_string());
+}
+
+/// Note a data block whose record id has no schema block.
+pub(crate) fn note_no_schema(problems: &mut Problems, item: &Item) {
+    problems.note(ProblemKind::NoSchema, Some(item.record_id), None, item.offset, || {
+        "no schema block for this record id".into()
+    });
+}
+
+/// The item decoded, or `None` with the failure noted (the item is skipped, never fatal).
+pub(crate) fn decode_or_note(
+    reader: &FileReader,
+    item: &Item,
+    name: Option<&str>,
+    problems: &mut Problems,
+) -> Option<Value> {
+    match reader.decode_item(item) {
+        Ok(value) => Some(value),
+        Err(error) => {
+            problems.note(ProblemKind::Undecodable, Some(item.record_id), name, item.offset, || error.to_string());
+            None
+        }
+    }
 }
 
 /// Write every item of `record` as one CSV row: `timestamp` then the flattened columns of
@@ -108,21 +131,11 @@ pub fn to_csv(
         }
         if !wanted.contains(&item.record_id) {
             if !known.contains(&item.record_id) {
-                problems.note(ProblemKind::NoSchema, Some(item.record_id), None, item.offset, || {
-                    "no schema block for this record id".into()
-                });
+                note_no_schema(&mut problems, &item);
             }
             continue;
         }
-        let value = match reader.decode_item(&item) {
-            Ok(value) => value,
-            Err(error) => {
-                problems.note(ProblemKind::Undecodable, Some(item.record_id), Some(record), item.offset, || {
-                    error.to_string()
-                });
-                continue;
-            }
-        };
+        let Some(value) = decode_or_note(reader, &item, Some(record), &mut problems) else { continue };
         leaves.clear();
         value.flatten("", &mut leaves);
         let columns = columns.get_or_insert_with(|| {
@@ -225,20 +238,12 @@ pub fn to_mcap<W: Write>(reader: &FileReader, out: W, progress: Option<&Progress
         let Some((channel_id, sequence)) = channels.get_mut(&item.record_id) else {
             match names.get(&item.record_id) {
                 Some(_) => problems.data_without_readable_schema(item.record_id),
-                None => problems.note(ProblemKind::NoSchema, Some(item.record_id), None, item.offset, || {
-                    "no schema block for this record id".into()
-                }),
+                None => note_no_schema(&mut problems, &item),
             }
             continue;
         };
-        let value = match reader.decode_item(&item) {
-            Ok(value) => value,
-            Err(error) => {
-                let name = names.get(&item.record_id).copied();
-                problems.note(ProblemKind::Undecodable, Some(item.record_id), name, item.offset, || error.to_string());
-                continue;
-            }
-        };
+        let name = names.get(&item.record_id).copied();
+        let Some(value) = decode_or_note(reader, &item, name, &mut problems) else { continue };
         let payload = serde_json::to_vec(&value.to_json()).map_err(|e| TlogError::Export(format!("mcap: {e}")))?;
         let time_ns = item.timestamp_us.map_or(0, |us| u64::try_from(us).unwrap_or(0).saturating_mul(1000));
         let header = mcap::records::MessageHeader {

@@ -21,10 +21,10 @@ use std::ops::Range;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::export::{describe_records, find_record, unusable_schema};
+use crate::export::{decode_or_note, describe_records, find_record, note_no_schema, note_read_error, unusable_schema};
 use crate::format::TlogError;
-use crate::reader::{error_offset, FileReader, ItemFilter};
-use crate::survey::{Problem, ProblemKind, Problems};
+use crate::reader::{FileReader, ItemFilter};
+use crate::survey::{Problem, Problems};
 use crate::value::Value;
 
 /// How many available fields an "unknown field" error lists.
@@ -170,31 +170,18 @@ fn collect_series(reader: &FileReader, fields: &[&str]) -> Result<(Vec<Series>, 
         let item = match item {
             Ok(item) => item,
             Err(error) => {
-                let kind = if matches!(error, TlogError::Truncated { .. }) {
-                    ProblemKind::Truncated
-                } else {
-                    ProblemKind::CorruptBlock
-                };
-                problems.note(kind, None, None, error_offset(&error).unwrap_or(0), || error.to_string());
+                note_read_error(&mut problems, &error);
                 continue;
             }
         };
         let Some(targets) = by_id.get(&item.record_id) else {
             if !names.contains_key(&item.record_id) {
-                problems.note(ProblemKind::NoSchema, Some(item.record_id), None, item.offset, || {
-                    "no schema block for this record id".into()
-                });
+                note_no_schema(&mut problems, &item);
             }
             continue;
         };
-        let value = match reader.decode_item(&item) {
-            Ok(value) => value,
-            Err(error) => {
-                let name = names.get(&item.record_id).copied();
-                problems.note(ProblemKind::Undecodable, Some(item.record_id), name, item.offset, || error.to_string());
-                continue;
-            }
-        };
+        let name = names.get(&item.record_id).copied();
+        let Some(value) = decode_or_note(reader, &item, name, &mut problems) else { continue };
         leaves.clear();
         value.flatten("", &mut leaves);
         first_columns.entry(item.record_id).or_insert_with(|| leaves.iter().map(|(name, _)| name.clone()).collect());
