@@ -128,6 +128,32 @@ pub struct ScanReport {
     pub corrupt: Vec<(u64, String)>,
 }
 
+impl ScanReport {
+    /// Count one block of the walk.
+    fn count(&mut self, event: &Event) {
+        match event {
+            Event::Error(TlogError::Truncated { offset }) => self.truncated_at = Some(*offset),
+            Event::Error(error) => {
+                self.blocks += 1;
+                self.corrupt.push((error_offset(error).unwrap_or(0), error.to_string()));
+            }
+            Event::Data(_) => {
+                self.blocks += 1;
+                self.data_blocks += 1;
+            }
+            Event::Schema(_) => {
+                self.blocks += 1;
+                self.schemas += 1;
+            }
+            Event::SeekMarker(_) => {
+                self.blocks += 1;
+                self.seek_markers += 1;
+            }
+            Event::Index | Event::Other => self.blocks += 1,
+        }
+    }
+}
+
 /// Reader over one TLOG0003 file (see the module docs).
 pub struct FileReader {
     source: Source,
@@ -395,26 +421,7 @@ impl FileReader {
     pub fn scan_report(&self) -> ScanReport {
         let mut report = ScanReport { has_index: self.read_index().is_some(), ..ScanReport::default() };
         for event in Walker::new(self, self.data_start) {
-            match event {
-                Event::Error(TlogError::Truncated { offset }) => report.truncated_at = Some(offset),
-                Event::Error(error) => {
-                    report.blocks += 1;
-                    report.corrupt.push((error_offset(&error).unwrap_or(0), error.to_string()));
-                }
-                Event::Data(_) => {
-                    report.blocks += 1;
-                    report.data_blocks += 1;
-                }
-                Event::Schema(_) => {
-                    report.blocks += 1;
-                    report.schemas += 1;
-                }
-                Event::SeekMarker(_) => {
-                    report.blocks += 1;
-                    report.seek_markers += 1;
-                }
-                Event::Index | Event::Other => report.blocks += 1,
-            }
+            report.count(&event);
         }
         report
     }
@@ -443,21 +450,16 @@ impl FileReader {
         }
         let (mut data_span, mut all_span) = (Span::default(), Span::default());
         for event in Walker::new(self, self.data_start) {
+            report.count(&event);
             match event {
                 Event::Error(TlogError::Truncated { offset }) => {
-                    report.truncated_at = Some(offset);
                     problems.note(ProblemKind::Truncated, None, None, offset, || "cut".into());
                 }
                 Event::Error(error) => {
-                    report.blocks += 1;
                     let offset = error_offset(&error).unwrap_or(0);
-                    let what = error.to_string();
-                    problems.note(ProblemKind::CorruptBlock, None, None, offset, || what.clone());
-                    report.corrupt.push((offset, what));
+                    problems.note(ProblemKind::CorruptBlock, None, None, offset, || error.to_string());
                 }
                 Event::Data(block) => {
-                    report.blocks += 1;
-                    report.data_blocks += 1;
                     let item = block.item;
                     if let Some(t) = item.timestamp_us {
                         all_span.add(t);
@@ -495,15 +497,7 @@ impl FileReader {
                         }
                     }
                 }
-                Event::Schema(_) => {
-                    report.blocks += 1;
-                    report.schemas += 1;
-                }
-                Event::SeekMarker(_) => {
-                    report.blocks += 1;
-                    report.seek_markers += 1;
-                }
-                Event::Index | Event::Other => report.blocks += 1,
+                Event::Schema(_) | Event::SeekMarker(_) | Event::Index | Event::Other => {}
             }
         }
         let index = match (report.has_index, report.truncated_at) {
