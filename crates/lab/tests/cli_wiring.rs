@@ -1,20 +1,11 @@
 //! The `rtloop lab` flags reach the experiments: defaults, the common flags, and a full
 //! wakeup run through `cli::run` with JSON, CSV and plot output.
 
-use clap::Parser;
+mod common;
+
+use common::parse;
 use lab::cli::{run, LabCommand};
 use rt::setup::Policy;
-
-#[derive(Parser, Debug)]
-struct Lab {
-    #[command(subcommand)]
-    cmd: LabCommand,
-}
-
-fn parse(args: &[&str]) -> LabCommand {
-    let argv = std::iter::once("lab").chain(args.iter().copied());
-    Lab::try_parse_from(argv).unwrap_or_else(|e| panic!("{args:?}: {e}")).cmd
-}
 
 #[test]
 fn defaults_of_every_experiment() {

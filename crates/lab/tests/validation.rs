@@ -3,20 +3,11 @@
 //! names the flag and the valid range, and `--load` is capped by this machine's CPUs and
 //! available memory.
 
-use clap::Parser;
+mod common;
+
+use common::parse;
 use lab::cli::{run, LabCommand};
 use lab::load::{Capacity, Load};
-
-#[derive(Parser, Debug)]
-struct Lab {
-    #[command(subcommand)]
-    cmd: LabCommand,
-}
-
-fn parse(args: &[&str]) -> LabCommand {
-    let argv = std::iter::once("lab").chain(args.iter().copied());
-    Lab::try_parse_from(argv).unwrap_or_else(|e| panic!("{args:?}: {e}")).cmd
-}
 
 /// The refusal of `args`: one sentence, naming `flag`, with no Rust Debug output in it.
 fn refusal(args: &[&str], flag: &str) -> String {

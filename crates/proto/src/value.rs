@@ -63,6 +63,16 @@ pub enum Value {
 }
 
 impl Resolution {
+    /// The name the moteus clients use for it: `int8`, `int16`, `int32` or `float`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Resolution::Int8 => "int8",
+            Resolution::Int16 => "int16",
+            Resolution::Int32 => "int32",
+            Resolution::Float => "float",
+        }
+    }
+
     /// Bytes one value of this resolution occupies on the wire.
     pub const fn size(self) -> usize {
         match self {

@@ -105,15 +105,6 @@ pub fn parse_hex(text: &str) -> Result<Vec<u8>, String> {
         .collect())
 }
 
-fn res_name(r: Resolution) -> &'static str {
-    match r {
-        Resolution::Int8 => "int8",
-        Resolution::Int16 => "int16",
-        Resolution::Int32 => "int32",
-        Resolution::Float => "float",
-    }
-}
-
 fn reg_key(r: u32) -> String {
     format!("0x{r:03x}")
 }
@@ -186,13 +177,13 @@ pub fn decode(text: &str) -> Result<Json, String> {
                 }
                 let names: Vec<Json> =
                     (0..count).map(|k| json!(name_of(start.saturating_add(k)).unwrap_or("unknown"))).collect();
-                json!({"kind": kind, "type": res_name(res), "start": reg_key(start as u32), "count": count,
+                json!({"kind": kind, "type": res.name(), "start": reg_key(start as u32), "count": count,
                        "names": names, "values": vals})
             }
             Subframe::Read { start, res, count } => {
                 let names: Vec<Json> =
                     (0..count).map(|k| json!(name_of(start.saturating_add(k)).unwrap_or("unknown"))).collect();
-                json!({"kind": "read", "type": res_name(res), "start": reg_key(start as u32), "count": count,
+                json!({"kind": "read", "type": res.name(), "start": reg_key(start as u32), "count": count,
                        "names": names})
             }
             Subframe::WriteError { register, code } => {

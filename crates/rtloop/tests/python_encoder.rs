@@ -82,15 +82,6 @@ impl Rng {
     }
 }
 
-fn res_name(r: Resolution) -> &'static str {
-    match r {
-        Resolution::Int8 => "int8",
-        Resolution::Int16 => "int16",
-        Resolution::Int32 => "int32",
-        Resolution::Float => "float",
-    }
-}
-
 fn value_json(x: f64) -> Json {
     if x.is_nan() {
         json!("nan")
@@ -108,7 +99,7 @@ fn random_query(rng: &mut Rng) -> (QueryFormat, Json) {
         if rng.chance(50) {
             let res = rng.resolution();
             fields[i] = Some(res);
-            q.insert(name.to_string(), json!(res_name(res)));
+            q.insert(name.to_string(), json!(res.name()));
         }
     }
     let mut format = QueryFormat::from_telemetry(fields);
@@ -126,7 +117,7 @@ fn random_query(rng: &mut Rng) -> (QueryFormat, Json) {
             extras.push((r, res));
         }
     }
-    q.insert("extra".into(), json!(extras.iter().map(|&(r, res)| json!([r, res_name(res)])).collect::<Vec<_>>()));
+    q.insert("extra".into(), json!(extras.iter().map(|&(r, res)| json!([r, res.name()])).collect::<Vec<_>>()));
     (format, Json::Object(q))
 }
 
@@ -189,7 +180,7 @@ fn random_case(rng: &mut Rng) -> (Json, Option<String>) {
             for (i, name) in POSITION_FIELDS.iter().enumerate() {
                 let res = uniform.unwrap_or_else(|| rng.resolution());
                 resolutions[i] = res;
-                pr.insert(name.to_string(), json!(res_name(res)));
+                pr.insert(name.to_string(), json!(res.name()));
                 if rng.chance(50) {
                     let x = random_value(rng, 0x020 + i as u16, res);
                     values[i] = Some(x);
