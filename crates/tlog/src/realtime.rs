@@ -11,6 +11,14 @@
 //! The stats record is stamped with the latest timestamp of the data, not the time of
 //! closing, so it never stretches the log's time span.
 //!
+//! **Honest counts.** A message counts as [`LogStats::written`] only once every byte its
+//! handler wrote has reached the file ([`FileWriter::landed_bytes`]), not when it entered the
+//! writer's buffer: on a full disk, blocks accepted into the buffer may never get out of it.
+//! Every message handed over ends up in exactly one of `written`, `dropped` (the ring was
+//! full) and `lost` (its handler failed, or its bytes never left the buffer); `write_errors`
+//! counts the failed operations, and `complete` says whether the log got its stats record,
+//! index and final flush. So `written + dropped + lost` is every message logged.
+//!
 //! **What a crash loses.** The writer thread flushes the file at least every
 //! [`FLUSH_INTERVAL`] while data is waiting, and a handler can flush at once after a message
 //! that must not be lost (rtloop's events do). So a process killed with SIGKILL leaves
@@ -46,7 +54,7 @@ pub const STATS_RECORD: &str = "rtloop_log_stats";
 #[derive(Debug, Default)]
 struct Shared {
     dropped: AtomicU64,
-    /// Messages written and flushed to the file.
+    /// Messages in the file ([`LogStats::written`] so far).
     flushed: AtomicU64,
     stop: AtomicBool,
 }
@@ -77,8 +85,9 @@ impl<M> RtLogger<M> {
         self.shared.dropped.load(Ordering::Relaxed)
     }
 
-    /// Messages written and flushed to the file so far: a crash of this process from now on
-    /// leaves at least this many in the log. Wait-free.
+    /// Messages in the file so far (every byte of them taken by the file, not waiting in a
+    /// buffer): a crash of this process from now on leaves at least this many in the log.
+    /// Wait-free.
     pub fn flushed(&self) -> u64 {
         self.shared.flushed.load(Ordering::Acquire)
     }
@@ -89,17 +98,25 @@ impl<M> RtLogger<M> {
     }
 }
 
-/// Final counts of a logging session.
+/// Final counts of a logging session: `written + dropped + lost` is every message logged.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct LogStats {
-    /// Messages the handler wrote successfully.
+    /// Messages in the file: their handler succeeded and every byte it wrote reached the
+    /// file.
     pub written: u64,
     /// Messages dropped on the real-time side because the ring was full.
     pub dropped: u64,
-    /// Messages (and final stats/index writes) that failed to write; their data is lost.
+    /// Messages taken from the ring that are not in the file: their handler failed, or what
+    /// it wrote never got out of the buffer (the file kept refusing it).
+    pub lost: u64,
+    /// Failed write operations: messages whose handler failed, flushes, and the closing
+    /// stats record, index and flush. Not a message count (see `lost`).
     pub write_errors: u64,
-    /// Size of the file in bytes (as accepted by the underlying writer).
+    /// Size of the file in bytes: what reached it.
     pub bytes: u64,
+    /// The stats record, the index (when enabled) and the final flush reached the file: the
+    /// log is closed and complete (`lost` can still be non-zero: see there).
+    pub complete: bool,
 }
 
 /// The `rtloop_log_stats` record: the counts as of the end of the log.
@@ -178,12 +195,7 @@ where
     H: FnMut(&mut FileWriter<W>, M) -> Result<(), TlogError>,
 {
     let mut stats = LogStats::default();
-    // Everything handled so far is in the file once nothing is left unflushed.
-    let publish_flushed = |writer: &FileWriter<W>, stats: &LogStats| {
-        if writer.unflushed_bytes() == 0 {
-            shared.flushed.store(stats.written, Ordering::Release);
-        }
-    };
+    let mut landing = Landing::default();
     // When the oldest unflushed byte was written (None: everything is in the file).
     let mut unflushed_since: Option<Instant> = None;
     // Bound what a crash loses: nothing waits in the buffer longer than FLUSH_INTERVAL, even
@@ -191,16 +203,12 @@ where
     let mut flush_if_due = |writer: &mut FileWriter<W>, stats: &mut LogStats| {
         if writer.unflushed_bytes() == 0 {
             unflushed_since = None;
-            publish_flushed(writer, stats);
             return;
         }
         let since = *unflushed_since.get_or_insert_with(Instant::now);
         if since.elapsed() >= FLUSH_INTERVAL {
             match writer.flush() {
-                Ok(()) => {
-                    unflushed_since = None;
-                    publish_flushed(writer, stats);
-                }
+                Ok(()) => unflushed_since = None,
                 Err(_) => {
                     // Counted; the next attempt waits another interval.
                     stats.write_errors += 1;
@@ -219,38 +227,84 @@ where
             // A failed write loses this message only; keep draining so the real-time side
             // never backs up behind a broken disk.
             match handler(&mut writer, msg) {
-                Ok(()) => stats.written += 1,
-                Err(_) => stats.write_errors += 1,
+                Ok(()) => landing.accepted(writer.bytes_written()),
+                Err(_) => {
+                    stats.write_errors += 1;
+                    stats.lost += 1;
+                }
             }
             flush_if_due(&mut writer, &mut stats);
+            landing.settle(&writer, &mut stats, shared);
         }
         if stopping {
             break;
         }
         flush_if_due(&mut writer, &mut stats);
+        landing.settle(&writer, &mut stats, shared);
         if !handled_any {
             std::thread::sleep(POLL_INTERVAL);
         }
     }
 
     stats.dropped = shared.dropped.load(Ordering::Relaxed);
-    let record = StatsRecord { written: stats.written, dropped: stats.dropped, write_errors: stats.write_errors };
+    // What the record says is true if the record itself is in the file: every block before
+    // it then is too (the buffer keeps order and drops nothing).
+    let record = StatsRecord {
+        written: stats.written + landing.waiting(),
+        dropped: stats.dropped,
+        write_errors: stats.write_errors,
+    };
     // Stamped with the data's latest time: the time of closing would stretch the log's span.
     let stamp = writer.latest_timestamp_us().unwrap_or_else(now_us);
+    let mut complete = true;
     if writer.write(&stats_handle, stamp, &record).is_err() {
         stats.write_errors += 1;
+        complete = false;
     }
-    match writer.finish() {
-        Ok(bytes) => {
-            stats.bytes = bytes;
+    if writer.finish().is_err() {
+        stats.write_errors += 1;
+        complete = false;
+    }
+    landing.settle(&writer, &mut stats, shared);
+    // That was the last attempt: what is still buffered is lost, and is not written behind
+    // the counts' back when the writer is dropped.
+    stats.lost += landing.waiting();
+    stats.bytes = writer.landed_bytes();
+    stats.complete = complete;
+    drop(writer.into_parts());
+    stats
+}
+
+/// Messages whose bytes were accepted by the writer but may still wait in its buffer: the
+/// end offset of each, oldest first. A message is written once the file has taken its end.
+#[derive(Default)]
+struct Landing {
+    ends: std::collections::VecDeque<u64>,
+}
+
+impl Landing {
+    /// A message's handler succeeded; its last byte is at `end` (exclusive).
+    fn accepted(&mut self, end: u64) {
+        self.ends.push_back(end);
+    }
+
+    /// Count every message now in the file as written, and publish the count.
+    fn settle<W: Write>(&mut self, writer: &FileWriter<W>, stats: &mut LogStats, shared: &Shared) {
+        let landed = writer.landed_bytes();
+        let before = stats.written;
+        while self.ends.front().is_some_and(|&end| end <= landed) {
+            self.ends.pop_front();
+            stats.written += 1;
+        }
+        if stats.written != before {
             shared.flushed.store(stats.written, Ordering::Release);
         }
-        Err(_) => {
-            stats.write_errors += 1;
-            stats.bytes = writer.bytes_written();
-        }
     }
-    stats
+
+    /// Messages accepted but not (yet) in the file.
+    fn waiting(&self) -> u64 {
+        self.ends.len() as u64
+    }
 }
 
 fn now_us() -> i64 {

@@ -6,8 +6,17 @@
 //! This is the slow, allocating, blocking side of logging: it runs on a writer thread (see
 //! [`crate::realtime`]), never on the real-time thread. It must never emit anything an mjlib
 //! reader rejects unless the caller opted in (zstd), never record an offset that differs
-//! from where the bytes actually went (offsets count the bytes the underlying writer
-//! accepted), and never overwrite a file: [`FileWriter::create`] creates exclusively.
+//! from where the bytes actually go (offsets count the bytes accepted, into its buffer or the
+//! destination, and buffered bytes are never dropped or reordered), never claim bytes are in
+//! the file before the destination took them ([`FileWriter::landed_bytes`]), and never
+//! overwrite a file: [`FileWriter::create`] creates exclusively.
+//!
+//! **Buffering.** The writer buffers by itself ([`FileWriter::with_buffer`]; `create` uses
+//! [`FILE_BUFFER_BYTES`]) so that it knows exactly which bytes reached the destination and
+//! which still wait in memory: with a full disk, blocks can be accepted into the buffer and
+//! never reach the file, and counting them as written would hide the loss. Hand it an
+//! unbuffered destination (a `File`, a `Vec`, a socket): bytes in a `BufWriter` given as the
+//! destination count as landed although they are not in the file yet.
 //!
 //! Layout facts (checked against mjlib's writer and golden test bytes):
 //! * data block: `02, size, id, flags, [prev_offset varuint], [ts i64], [crc u32], payload`;
@@ -98,12 +107,12 @@ struct RecordState {
 
 /// A TLOG0003 file being written to `W`.
 pub struct FileWriter<W: Write> {
-    out: W,
+    /// The destination behind the writer's own buffer (capacity 0: unbuffered). Its buffer
+    /// holds exactly the accepted bytes that have not reached the destination.
+    out: BufWriter<W>,
     options: WriterOptions,
-    /// Bytes the underlying writer accepted: the offset the next block starts at.
+    /// Bytes accepted (in the buffer or the destination): the offset the next block starts at.
     position: u64,
-    /// `position` as of the last successful [`flush`](Self::flush).
-    flushed_position: u64,
     /// The latest data-block timestamp written so far.
     latest_timestamp_us: Option<i64>,
     ids_by_name: HashMap<String, u64>,
@@ -126,7 +135,7 @@ pub struct FileWriter<W: Write> {
 /// (see [`crate::realtime::FLUSH_INTERVAL`]), not by this size.
 pub const FILE_BUFFER_BYTES: usize = 1 << 16;
 
-impl FileWriter<BufWriter<File>> {
+impl FileWriter<File> {
     /// Create a new file with the default options (see [`create_with`](Self::create_with)).
     pub fn create(path: impl AsRef<Path>) -> Result<Self, TlogError> {
         Self::create_with(path, WriterOptions::default())
@@ -150,22 +159,29 @@ impl FileWriter<BufWriter<File>> {
                 e
             }
         })?;
-        FileWriter::new(BufWriter::with_capacity(FILE_BUFFER_BYTES, file), options)
+        FileWriter::with_buffer(file, options, FILE_BUFFER_BYTES)
     }
 }
 
 impl<W: Write> FileWriter<W> {
-    /// Start a log on `out`: writes the header (`TLOG0003`, flags 0).
+    /// Start a log on `out`, unbuffered (every block goes to `out` as it is written): writes
+    /// the header (`TLOG0003`, flags 0).
     pub fn new(out: W, options: WriterOptions) -> Result<Self, TlogError> {
+        Self::with_buffer(out, options, 0)
+    }
+
+    /// Start a log on `out` through a buffer of `capacity` bytes (0: unbuffered), flushed
+    /// when full and by [`flush`](Self::flush). `out` should not buffer itself (see the
+    /// module docs).
+    pub fn with_buffer(out: W, options: WriterOptions, capacity: usize) -> Result<Self, TlogError> {
         let zstd = match options.zstd_level {
             Some(level) => Some(zstd::bulk::Compressor::new(level)?),
             None => None,
         };
         let mut writer = FileWriter {
-            out,
+            out: BufWriter::with_capacity(capacity, out),
             options,
             position: 0,
-            flushed_position: 0,
             latest_timestamp_us: None,
             ids_by_name: HashMap::new(),
             records: BTreeMap::new(),
@@ -190,15 +206,22 @@ impl<W: Write> FileWriter<W> {
         &self.options
     }
 
-    /// Bytes written so far (accepted by the underlying writer), = the next block's offset.
+    /// Bytes written so far (accepted into the buffer or the destination), = the next
+    /// block's offset.
     pub fn bytes_written(&self) -> u64 {
         self.position
     }
 
-    /// Bytes written since the last successful [`flush`](Self::flush) (they may still sit in
-    /// a buffer of the underlying writer, out of the file, and a crash would lose them).
+    /// Bytes the destination has taken: every byte of the log before this offset is in the
+    /// file (for a `File`: with the OS, so a crash of this process no longer loses it).
+    pub fn landed_bytes(&self) -> u64 {
+        self.position - self.unflushed_bytes()
+    }
+
+    /// Bytes accepted that still wait in the buffer, out of the file: a crash would lose
+    /// them, and so would a destination that keeps refusing them (a full disk).
     pub fn unflushed_bytes(&self) -> u64 {
-        self.position - self.flushed_position
+        self.out.buffer().len() as u64
     }
 
     /// The latest timestamp of any data block written so far.
@@ -206,9 +229,9 @@ impl<W: Write> FileWriter<W> {
         self.latest_timestamp_us
     }
 
-    /// The underlying writer.
+    /// The destination (what it holds excludes [`unflushed_bytes`](Self::unflushed_bytes)).
     pub fn get_ref(&self) -> &W {
-        &self.out
+        self.out.get_ref()
     }
 
     /// The id for a record name: the existing one if the name has one, else the next free
@@ -352,11 +375,12 @@ impl<W: Write> FileWriter<W> {
         result
     }
 
-    /// Flush the underlying writer: every block written so far reaches the file (the OS),
-    /// so a crash of this process no longer loses it.
+    /// Flush the buffer and the destination: every block written so far reaches the file
+    /// (the OS), so a crash of this process no longer loses it. On an error, what did reach
+    /// it is in [`landed_bytes`](Self::landed_bytes); the rest stays buffered, in order, for
+    /// the next attempt.
     pub fn flush(&mut self) -> Result<(), TlogError> {
         self.out.flush()?;
-        self.flushed_position = self.position;
         Ok(())
     }
 
@@ -371,12 +395,20 @@ impl<W: Write> FileWriter<W> {
         Ok(self.position)
     }
 
-    /// [`finish`](Self::finish), then hand back the underlying writer.
+    /// [`finish`](Self::finish), then hand back the destination.
     pub fn close(mut self) -> Result<W, TlogError> {
         if !self.closed {
             self.finish()?;
         }
-        Ok(self.out)
+        Ok(self.into_parts().0)
+    }
+
+    /// Give up on the log: the destination, and the bytes accepted that never reached it
+    /// (no further attempt is made to write them, not even when this is dropped).
+    pub fn into_parts(self) -> (W, Vec<u8>) {
+        let (out, unwritten) = self.out.into_parts();
+        // `Err` only if a write panicked; the buffer is then of no use anyway.
+        (out, unwritten.unwrap_or_default())
     }
 
     /// Compress into `out` if enabled and smaller; returns the flag to set.
@@ -472,8 +504,8 @@ impl<W: Write> FileWriter<W> {
         self.emit(&block)
     }
 
-    /// Write all of `bytes`, counting exactly what the writer accepted even on failure, so
-    /// later offsets stay true to the file.
+    /// Write all of `bytes`, counting exactly what was accepted (into the buffer or the
+    /// destination) even on failure, so later offsets stay true to the file.
     fn emit(&mut self, bytes: &[u8]) -> Result<(), TlogError> {
         let mut done = 0;
         while done < bytes.len() {
