@@ -61,6 +61,10 @@ pub enum TlogError {
     Io(std::io::Error),
     /// The input holds no bytes at all.
     Empty,
+    /// The path is not a regular file (a device, FIFO, socket or directory, named here):
+    /// a log is read by positioned reads, and a device or FIFO is never even opened (a FIFO
+    /// would block, a device may act on being opened).
+    NotAFile { kind: &'static str },
     /// The file does not start with `TLOG0003`.
     BadMagic,
     /// Input ended inside a value or block that starts (or sits) at `offset`.
@@ -92,6 +96,11 @@ impl fmt::Display for TlogError {
             TlogError::Empty => {
                 write!(f, "the file is empty (0 bytes): nothing was ever logged to it, so there is nothing to read")
             }
+            TlogError::NotAFile { kind } => write!(
+                f,
+                "it is {kind}, not a log file; give the path of a regular file (a stream must be saved to a file \
+                 first)"
+            ),
             TlogError::BadMagic => write!(f, "not a TLOG0003 log: it does not start with the bytes \"TLOG0003\""),
             TlogError::Truncated { offset } => write!(f, "the data ends inside the block or value at byte {offset}"),
             TlogError::BadCrc { offset } => write!(f, "CRC mismatch in the block at byte {offset}"),

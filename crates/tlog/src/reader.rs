@@ -5,7 +5,9 @@
 //! it treats every byte of the file as untrusted: it must never panic, never allocate based on
 //! a length that does not fit in the file, and never give up on a whole file because one block
 //! is bad. Bad blocks are reported (with their offset) and skipped; a file cut anywhere yields
-//! every complete block before the cut. It never writes.
+//! every complete block before the cut. It never writes, and never opens anything but a
+//! regular file ([`open_file`]): `/dev/zero` or a FIFO is refused with what it is, not read
+//! as an empty log or waited on.
 //!
 //! **I/O strategy.** [`FileReader::open`] (or [`FileReader::from_file`] on a file the caller
 //! opened and checked) keeps the `File` and uses positioned reads (`FileExt::read_at`, i.e.
@@ -35,7 +37,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -167,17 +169,58 @@ struct Directory {
     from_index: bool,
 }
 
+/// Open `path` for reading as a log, refusing anything but a regular file (links followed)
+/// with [`TlogError::NotAFile`] — before opening it: opening a FIFO blocks until a writer
+/// comes, and opening a device can act on it. The open itself does not block either
+/// (`O_NONBLOCK`, in case the path changes in between), and what was opened is checked again.
+pub fn open_file(path: &Path) -> Result<File, TlogError> {
+    if let Some(kind) = not_a_file(&std::fs::metadata(path)?) {
+        return Err(TlogError::NotAFile { kind });
+    }
+    // O_NONBLOCK changes nothing for a regular file's reads.
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+    if let Some(kind) = not_a_file(&file.metadata()?) {
+        return Err(TlogError::NotAFile { kind });
+    }
+    Ok(file)
+}
+
+/// What the file is, when it is not a regular file ("a FIFO (named pipe)", …).
+fn not_a_file(metadata: &std::fs::Metadata) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = metadata.file_type();
+    if kind.is_file() {
+        None
+    } else if kind.is_dir() {
+        Some("a directory")
+    } else if kind.is_fifo() {
+        Some("a FIFO (named pipe)")
+    } else if kind.is_char_device() {
+        Some("a character device")
+    } else if kind.is_block_device() {
+        Some("a block device")
+    } else if kind.is_socket() {
+        Some("a socket")
+    } else {
+        Some("a special file")
+    }
+}
+
 impl FileReader {
-    /// Open a file for positioned reads; only the header is read now.
+    /// Open a file for positioned reads ([`open_file`]); only the header is read now.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, TlogError> {
-        Self::from_file(File::open(path)?)
+        Self::from_file(open_file(path.as_ref())?)
     }
 
     /// Read an already opened file (positioned reads; only the header is read now). Lets a
-    /// caller check what it opened (e.g. its device and inode) before reading.
+    /// caller check what it opened (e.g. its device and inode) before reading. Anything but
+    /// a regular file is refused ([`TlogError::NotAFile`]).
     pub fn from_file(file: File) -> Result<Self, TlogError> {
-        let len = file.metadata()?.len();
-        Self::new(Source::File { file, len })
+        let metadata = file.metadata()?;
+        if let Some(kind) = not_a_file(&metadata) {
+            return Err(TlogError::NotAFile { kind });
+        }
+        Self::new(Source::File { file, len: metadata.len() })
     }
 
     /// Read a log held in memory (a `Vec<u8>`, or a copy of a `&[u8]`): every reader entry
