@@ -30,6 +30,9 @@ use crate::value::{unique_names, Value};
 pub struct CsvStats {
     /// Rows written, the header excluded.
     pub rows: u64,
+    /// Items of the record met, whether they decoded or not: 0 with no rows means the
+    /// record simply has no data (nothing is damaged), more means it did not decode.
+    pub items: u64,
     /// Value columns (after `timestamp`).
     pub columns: usize,
     /// Damage met on the way: corrupt blocks, a cut, data without a schema anywhere in the
@@ -50,6 +53,8 @@ pub struct McapStats {
     /// One per record with a usable schema.
     pub channels: usize,
     pub messages: u64,
+    /// Data items met (of any record, decoded or not): 0 means the log has no data at all.
+    pub items: u64,
     /// Blocks and items left out: the sum of the `problems` counts.
     pub skipped: u64,
     pub problems: Vec<Problem>,
@@ -135,6 +140,7 @@ pub fn to_csv(
             }
             continue;
         }
+        stats.items += 1;
         let Some(value) = decode_or_note(reader, &item, Some(record), &mut problems) else { continue };
         leaves.clear();
         value.flatten("", &mut leaves);
@@ -235,6 +241,7 @@ pub fn to_mcap<W: Write>(reader: &FileReader, out: W, progress: Option<&Progress
         if let Some(bar) = progress {
             bar.set_position(item.offset);
         }
+        stats.items += 1;
         let Some((channel_id, sequence)) = channels.get_mut(&item.record_id) else {
             match names.get(&item.record_id) {
                 Some(_) => problems.data_without_readable_schema(item.record_id),

@@ -56,6 +56,9 @@ impl Default for PlotOptions {
 pub struct PlotStats {
     /// Points drawn per field, in the order given.
     pub points: Vec<u64>,
+    /// `(field, why)` for each field that had nothing to draw (its panel is empty): its
+    /// record has no items, or its values have no timestamp or are not finite numbers.
+    pub empty: Vec<(String, String)>,
     /// Damage met on the way (corrupt blocks, a cut, data without a schema, items of the
     /// plotted records that did not decode).
     pub problems: Vec<Problem>,
@@ -77,7 +80,9 @@ struct Panel {
 
 /// Plot each of `fields` (`"record.dotted.path"`) against time and write the PNG into
 /// `out`. Time is in seconds from the earliest plotted item. Items without a timestamp, and
-/// non-numeric or non-finite values, are left out.
+/// non-numeric or non-finite values, are left out; a field left with nothing is named in
+/// [`PlotStats::empty`], and when no field has anything to draw nothing is written and the
+/// error says why for each ([`TlogError::NotFound`]) — like an export that would write no row.
 pub fn plot(
     reader: &FileReader,
     fields: &[&str],
@@ -85,12 +90,17 @@ pub fn plot(
     out: impl Write,
 ) -> Result<PlotStats, TlogError> {
     check_options(fields, options)?;
-    let (series, problems) = collect_series(reader, fields)?;
+    let (series, empty, problems) = collect_series(reader, fields)?;
+    if empty.len() == series.len() {
+        let why: Vec<String> = empty.iter().map(|(field, why)| format!("field '{field}' {why}")).collect();
+        let problems: String = problems.iter().map(|p| format!("; {p}")).collect();
+        return Err(TlogError::NotFound(format!("nothing to draw: {}{problems}", why.join("; "))));
+    }
     let (pixels, _panels) = render(&series, options, output::png::font_available())?;
     let mut out = out;
     encode_png(&pixels, options.size, &mut out)?;
     out.flush()?;
-    Ok(PlotStats { points: series.iter().map(|s| s.points.len() as u64).collect(), problems })
+    Ok(PlotStats { points: series.iter().map(|s| s.points.len() as u64).collect(), empty, problems })
 }
 
 fn check_options(fields: &[&str], options: &PlotOptions) -> Result<(), TlogError> {
@@ -132,11 +142,19 @@ fn split_field<'f>(reader: &FileReader, field: &'f str) -> Option<(String, &'f s
 struct Wanted {
     record: String,
     path: String,
-    seen_column: bool,
+    /// Items of its record that had this column (whatever the value).
+    values: u64,
+    /// Of those, items without a timestamp.
+    untimed: u64,
     points: Vec<(i64, f64)>,
 }
 
-fn collect_series(reader: &FileReader, fields: &[&str]) -> Result<(Vec<Series>, Vec<Problem>), TlogError> {
+/// The series of `fields`, `(field, why)` for each field with no point, and the damage met.
+#[allow(clippy::type_complexity)]
+fn collect_series(
+    reader: &FileReader,
+    fields: &[&str],
+) -> Result<(Vec<Series>, Vec<(String, String)>, Vec<Problem>), TlogError> {
     let records = reader.records();
     let mut wanted: Vec<Wanted> = Vec::with_capacity(fields.len());
     for field in fields {
@@ -151,7 +169,7 @@ fn collect_series(reader: &FileReader, fields: &[&str]) -> Result<(Vec<Series>, 
         if info.schema.is_none() {
             return Err(unusable_schema(&info));
         }
-        wanted.push(Wanted { record, path: path.to_string(), seen_column: false, points: Vec::new() });
+        wanted.push(Wanted { record, path: path.to_string(), values: 0, untimed: 0, points: Vec::new() });
     }
     // Which fields each record id feeds (a name may, in a hostile log, have several ids).
     let mut by_id: HashMap<u64, Vec<usize>> = HashMap::new();
@@ -164,6 +182,8 @@ fn collect_series(reader: &FileReader, fields: &[&str]) -> Result<(Vec<Series>, 
     }
     let names: HashMap<u64, &str> = records.iter().map(|r| (r.id, r.name.as_str())).collect();
     let mut first_columns: HashMap<u64, Vec<String>> = HashMap::new();
+    // Items met per plotted record id, decoded or not.
+    let mut items: HashMap<u64, u64> = HashMap::new();
     let mut problems = Problems::default();
     let mut leaves = Vec::new();
     for item in reader.items(ItemFilter::default()) {
@@ -180,6 +200,7 @@ fn collect_series(reader: &FileReader, fields: &[&str]) -> Result<(Vec<Series>, 
             }
             continue;
         };
+        *items.entry(item.record_id).or_default() += 1;
         let name = names.get(&item.record_id).copied();
         let Some(value) = decode_or_note(reader, &item, name, &mut problems) else { continue };
         leaves.clear();
@@ -188,17 +209,40 @@ fn collect_series(reader: &FileReader, fields: &[&str]) -> Result<(Vec<Series>, 
         for &i in targets {
             let w = &mut wanted[i];
             let Some((_, leaf)) = leaves.iter().find(|(name, _)| *name == w.path) else { continue };
-            w.seen_column = true;
-            if let (Some(t), Some(v)) = (item.timestamp_us, leaf.as_f64().filter(|v| v.is_finite())) {
-                w.points.push((t, v));
+            w.values += 1;
+            match (item.timestamp_us, leaf.as_f64().filter(|v| v.is_finite())) {
+                (Some(t), Some(v)) => w.points.push((t, v)),
+                (None, _) => w.untimed += 1,
+                (Some(_), None) => {}
             }
         }
     }
+    let mut empty = Vec::new();
     for (w, field) in wanted.iter().zip(fields) {
-        if w.seen_column {
+        let ids: Vec<u64> = records.iter().filter(|r| r.name == w.record).map(|r| r.id).collect();
+        let record_items: u64 = ids.iter().filter_map(|id| items.get(id)).sum();
+        if record_items == 0 {
+            // Nothing to check the field against, and nothing damaged: the record has no data.
+            empty.push((field.to_string(), format!("has no values: record '{}' has no items", w.record)));
             continue;
         }
-        let ids: Vec<u64> = records.iter().filter(|r| r.name == w.record).map(|r| r.id).collect();
+        if w.values > 0 {
+            if w.points.is_empty() {
+                let (n, untimed) = (w.values, w.untimed);
+                let why = if untimed == n {
+                    format!("has {n} value{} but no timestamp to draw them at", if n == 1 { "" } else { "s" })
+                } else if untimed == 0 {
+                    format!("has {n} value{} and none is a finite number", if n == 1 { "" } else { "s" })
+                } else {
+                    format!(
+                        "has {n} values: {untimed} without a timestamp, the other {} not finite numbers",
+                        n - untimed
+                    )
+                };
+                empty.push((field.to_string(), why));
+            }
+            continue;
+        }
         let available: Vec<String> = ids
             .iter()
             .filter_map(|id| first_columns.get(id))
@@ -231,7 +275,7 @@ fn collect_series(reader: &FileReader, fields: &[&str]) -> Result<(Vec<Series>, 
                 .collect(),
         })
         .collect();
-    Ok((series, problems.into_vec()))
+    Ok((series, empty, problems.into_vec()))
 }
 
 /// Draw the series into an RGB buffer: one panel per series (or one for all), sharing the
