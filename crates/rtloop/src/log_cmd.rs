@@ -5,9 +5,14 @@
 //!
 //! Must never: give up on a damaged file while complete blocks remain — a cut or corrupt
 //! log is read as far as it goes and the damage is reported (counts and byte offsets, on
-//! stderr and in `--json`); write an output onto the log it reads, or truncate anything (an
-//! output is written beside its path and renamed into place when complete, an existing one
-//! replaced only with `--force`); exit 0 from an export that wrote nothing.
+//! stderr and in `--json`); open anything but a regular file as a log (a FIFO would block, a
+//! device would read as an empty log); write an output onto the log it reads, or truncate
+//! or replace anything but a regular file (an output is written beside its path and renamed
+//! into place when complete, an existing one replaced only with `--force`, and a device,
+//! FIFO, socket, directory or `-` refused); exit 0 from an export or plot that wrote nothing,
+//! or from a dump whose output could not be written (only a reader that went away, as with
+//! `| head`, ends a dump early without an error); leave `export --json` without its JSON
+//! line, even when the export fails.
 
 use output::{FileIdentity, OutputError, OutputFile};
 use serde_json::{json, Value as Json};
@@ -17,12 +22,14 @@ use std::path::Path;
 use tlog::reader::{FileReader, ItemFilter};
 use tlog::survey::{Problem, ProblemKind, Problems};
 
-/// What a `log` subcommand has to say: its normal output (stdout) and warnings about damage
-/// it met (stderr, one line each).
+/// What a `log` subcommand has to say: its normal output (stdout), warnings about damage
+/// it met (stderr, one line each), and — when it failed after all but still had something
+/// to print (`export --json`) — the one sentence saying why (stderr; exit status 2).
 #[derive(Debug, Default)]
 pub struct Outcome {
     pub text: String,
     pub warnings: Vec<String>,
+    pub failure: Option<String>,
 }
 
 fn cannot_read(path: &Path, e: impl std::fmt::Display) -> String {
@@ -33,9 +40,10 @@ fn open(path: &Path) -> Result<FileReader, String> {
     FileReader::open(path).map_err(|e| cannot_read(path, e))
 }
 
-/// Open the log and remember which file it is, so no output can be written onto it.
+/// Open the log (a regular file only, never waiting on a FIFO) and remember which file it
+/// is, so no output can be written onto it.
 fn open_input(path: &Path) -> Result<(FileReader, FileIdentity), String> {
-    let file = std::fs::File::open(path).map_err(|e| cannot_read(path, e))?;
+    let file = tlog::reader::open_file(path).map_err(|e| cannot_read(path, e))?;
     let identity = FileIdentity::of_file(&file).map_err(|e| cannot_read(path, e))?;
     let reader = FileReader::from_file(file).map_err(|e| cannot_read(path, e))?;
     Ok((reader, identity))
@@ -49,6 +57,10 @@ fn create_output(dest: &Path, input: FileIdentity, force: bool, flag: &str) -> R
             "{flag} {}: the file already exists; give --force to replace it, or choose another path",
             dest.display()
         ),
+        // These start with the path: name the option in front of it.
+        e @ (OutputError::NotAFile { .. } | OutputError::Dash | OutputError::IsDirectory { .. }) => {
+            format!("{flag} {e}")
+        }
         other => other.to_string(),
     })
 }
@@ -229,6 +241,7 @@ pub fn dump(
         record.map(|name| records.iter().filter(|r| r.name == name).map(|r| r.id).collect());
     let mut problems = Problems::default();
     let mut printed = 0u64;
+    let mut reader_gone = false;
     for item in reader.items(filter) {
         let line = match item {
             Ok(it) => {
@@ -259,19 +272,37 @@ pub fn dump(
                 json!({"error": e.to_string(), "offset": tlog::reader::error_offset(&e)})
             }
         };
-        if writeln!(out, "{line}").is_err() {
-            break; // e.g. `| head`
+        if let Err(e) = writeln!(out, "{line}") {
+            reader_gone = dump_write_failed(e)?;
+            break;
         }
         printed += 1;
     }
+    if !reader_gone {
+        if let Err(e) = out.flush() {
+            reader_gone = dump_write_failed(e)?;
+        }
+    }
     let mut warnings: Vec<String> = problems.list().iter().map(ToString::to_string).collect();
-    if printed == 0 {
+    if printed == 0 && !reader_gone {
         warnings.push(match record {
             Some(name) => format!("no item of record '{name}' matched"),
             None => "no item matched".to_string(),
         });
     }
-    Ok(Outcome { text: String::new(), warnings })
+    Ok(Outcome { text: String::new(), warnings, failure: None })
+}
+
+/// A write of the dump failed: `Ok(true)` when only the reader went away (a closed pipe,
+/// as with `| head`: the dump just ends), else the error as one sentence — a full disk or
+/// any other failure leaves the output cut short, which must not pass for success.
+fn dump_write_failed(e: std::io::Error) -> Result<bool, String> {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        return Ok(true);
+    }
+    Err(format!(
+        "cannot write the dump ({e}), so its output is cut short: make room or send it elsewhere, and dump again"
+    ))
 }
 
 fn progress_bar(what: &str) -> Option<indicatif::ProgressBar> {
@@ -318,7 +349,9 @@ fn problems_clause(problems: &[Problem]) -> String {
 
 /// `rtloop log export`: CSV of one record or MCAP of every record, written to a temporary
 /// file beside the output and renamed into place only when something was written. Never
-/// onto the log itself; an existing output only with `force`.
+/// onto the log itself; an existing output only with `force`. With `as_json` the last line
+/// of the text is one JSON object, also when the export failed (`error` then says why, and
+/// the outcome carries the failure).
 pub fn export(
     path: &Path,
     csv: Option<&Path>,
@@ -327,14 +360,105 @@ pub fn export(
     force: bool,
     as_json: bool,
 ) -> Result<Outcome, String> {
-    let (reader, identity) = open_input(path)?;
-    let (out, flag) = match (csv, mcap) {
-        (Some(out), None) => (out, "--csv"),
-        (None, Some(out)) => (out, "--mcap"),
-        _ => return Err("give exactly one of --csv OUT or --mcap OUT".into()),
+    let (format, out) = match (csv, mcap) {
+        (Some(out), None) => (Some("csv"), Some(out)),
+        (None, Some(out)) => (Some("mcap"), Some(out)),
+        _ => (None, None),
     };
+    let result = export_to(path, format.zip(out), record, force);
+    if !as_json {
+        return match result {
+            Ok(done) => Ok(Outcome { text: done.summary, warnings: done.report.warnings(), failure: None }),
+            Err(failed) => Err(failed.message),
+        };
+    }
+    let (summary, report, failure) = match result {
+        Ok(done) => (Some(done.summary), done.report, None),
+        Err(failed) => (None, failed.report, Some(failed.message)),
+    };
+    let mut j = json!({
+        "file": path.display().to_string(),
+        "output": out.map(|out| out.display().to_string()),
+        "format": format,
+        "record": report.record,
+        "skipped": report.problems.iter().filter(|p| p.skips_items()).map(|p| p.count).sum::<u64>(),
+        "problems": problems_json(&report.problems),
+        "error": failure,
+    });
+    if let (Some(object), Some(extra)) = (j.as_object_mut(), report.written.as_object()) {
+        object.extend(extra.clone());
+    }
+    let text = match summary {
+        Some(summary) => format!("{summary}\n{j}"),
+        None => j.to_string(),
+    };
+    // On failure the sentence already names the problems: no separate warnings.
+    let warnings = if failure.is_some() { Vec::new() } else { report.warnings() };
+    Ok(Outcome { text, warnings, failure })
+}
+
+/// What an export wrote (or would have) and met, for the summary and `--json`.
+#[derive(Default)]
+struct ExportReport {
+    record: Option<String>,
+    /// `rows` and `columns`, or `messages` and `channels`.
+    written: Json,
+    problems: Vec<Problem>,
+}
+
+impl ExportReport {
+    fn warnings(&self) -> Vec<String> {
+        self.problems.iter().map(ToString::to_string).collect()
+    }
+}
+
+struct ExportDone {
+    summary: String,
+    report: ExportReport,
+}
+
+struct ExportFailed {
+    message: String,
+    report: ExportReport,
+}
+
+impl From<String> for ExportFailed {
+    fn from(message: String) -> Self {
+        ExportFailed { message, report: ExportReport::default() }
+    }
+}
+
+impl From<&str> for ExportFailed {
+    fn from(message: &str) -> Self {
+        message.to_string().into()
+    }
+}
+
+/// Why nothing was written: the record (or the log) has no items at all, or what it has
+/// does not decode — never the one dressed as the other.
+fn nothing_written(out: &Path, what: &str, items: u64, problems: &[Problem]) -> String {
+    let why = match items {
+        0 if problems.is_empty() => format!("{what} has no items, so there is nothing to export"),
+        0 => format!("{what} has no items that could be read"),
+        1 => format!("the one item of {what} does not decode"),
+        n => format!("none of the {n} items of {what} decodes"),
+    };
+    format!("nothing written to {}: {why}{}", out.display(), problems_clause(problems))
+}
+
+/// The export itself; `output`: the format and path, `None` when the flags gave not
+/// exactly one (reported after the log, which is checked first).
+fn export_to(
+    path: &Path,
+    output: Option<(&str, &Path)>,
+    record: Option<&str>,
+    force: bool,
+) -> Result<ExportDone, ExportFailed> {
+    let (reader, identity) = open_input(path)?;
+    let (format, out) = output.ok_or("give exactly one of --csv OUT or --mcap OUT")?;
+    let flag = if format == "csv" { "--csv" } else { "--mcap" };
     let cannot_export = |e: tlog::format::TlogError| format!("cannot export {}: {e}", path.display());
-    let (summary, written, problems, record) = if csv.is_some() {
+    if format == "csv" {
         let record = match record {
             Some(r) => r.to_string(),
             None => default_record(&reader)?,
@@ -345,16 +469,20 @@ pub fn export(
         if let Some(b) = bar {
             b.finish_and_clear();
         }
+        let report = ExportReport {
+            record: Some(record.clone()),
+            written: json!({"rows": stats.rows, "columns": stats.columns}),
+            problems: stats.problems,
+        };
         if stats.rows == 0 {
-            return Err(format!(
-                "nothing written to {}: record '{record}' has no data that decodes{}",
-                out.display(),
-                problems_clause(&stats.problems)
-            ));
+            let what = format!("record '{record}'");
+            return Err(ExportFailed { message: nothing_written(out, &what, stats.items, &report.problems), report });
         }
-        output.commit().map_err(|e| e.to_string())?;
+        if let Err(e) = output.commit() {
+            return Err(ExportFailed { message: e.to_string(), report });
+        }
         let summary = format!("{}: {} rows of record '{record}'", out.display(), stats.rows);
-        (summary, json!({"rows": stats.rows, "columns": stats.columns}), stats.problems, Some(record))
+        Ok(ExportDone { summary, report })
     } else {
         let mut output = create_output(out, identity, force, flag)?;
         let bar = progress_bar("mcap");
@@ -362,34 +490,23 @@ pub fn export(
         if let Some(b) = bar {
             b.finish_and_clear();
         }
+        let report = ExportReport {
+            record: None,
+            written: json!({"messages": stats.messages, "channels": stats.channels}),
+            problems: stats.problems,
+        };
         if stats.messages == 0 {
-            return Err(format!(
-                "nothing written to {}: the log has no data that decodes{}",
-                out.display(),
-                problems_clause(&stats.problems)
-            ));
+            return Err(ExportFailed {
+                message: nothing_written(out, "the log", stats.items, &report.problems),
+                report,
+            });
         }
-        output.commit().map_err(|e| e.to_string())?;
+        if let Err(e) = output.commit() {
+            return Err(ExportFailed { message: e.to_string(), report });
+        }
         let summary = format!("{}: {} messages on {} channels", out.display(), stats.messages, stats.channels);
-        (summary, json!({"messages": stats.messages, "channels": stats.channels}), stats.problems, None)
-    };
-    let skipped: u64 = problems.iter().filter(|p| p.skips_items()).map(|p| p.count).sum();
-    let mut text = summary;
-    if as_json {
-        let mut j = json!({
-            "file": path.display().to_string(),
-            "output": out.display().to_string(),
-            "format": if csv.is_some() { "csv" } else { "mcap" },
-            "record": record,
-            "skipped": skipped,
-            "problems": problems_json(&problems),
-        });
-        if let (Some(object), Some(extra)) = (j.as_object_mut(), written.as_object()) {
-            object.extend(extra.clone());
-        }
-        text = format!("{text}\n{j}");
+        Ok(ExportDone { summary, report })
     }
-    Ok(Outcome { text, warnings: problems.iter().map(ToString::to_string).collect() })
 }
 
 /// `rtloop log plot`: one panel per field (or all on one axis), a PNG written beside `out`
@@ -405,16 +522,16 @@ pub fn plot(path: &Path, fields: &str, out: &Path, force: bool, one_axis: bool) 
     let (reader, identity) = open_input(path)?;
     let mut output = create_output(out, identity, force, "--out")?;
     let options = tlog::plot::PlotOptions { one_axis, ..tlog::plot::PlotOptions::default() };
+    // Nothing to draw at all is an error from the plotter (no file is put in place); a
+    // field with nothing beside others that drew is a warning (its panel is empty).
     let stats = tlog::plot::plot(&reader, &list, &options, BufWriter::new(output.file()))
         .map_err(|e| format!("cannot plot {}: {e}", path.display()))?;
     output.commit().map_err(|e| e.to_string())?;
     let mut warnings: Vec<String> = stats.problems.iter().map(ToString::to_string).collect();
-    for (field, points) in list.iter().zip(&stats.points) {
-        if *points == 0 {
-            warnings.push(format!("field '{field}' has no timestamped finite values: its panel is empty"));
-        }
-    }
-    Ok(Outcome { text: format!("{}: {} series", out.display(), list.len()), warnings })
+    warnings.extend(stats.empty.iter().map(|(field, why)| format!("field '{field}' {why}: its panel is empty")));
+    let drawn = stats.points.iter().filter(|&&points| points > 0).count();
+    let text = format!("{}: {drawn} of {} series drawn", out.display(), list.len());
+    Ok(Outcome { text, warnings, failure: None })
 }
 
 #[cfg(test)]

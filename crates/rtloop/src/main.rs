@@ -640,7 +640,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             use rtloop::log_cmd;
             let (what, outcome) = match cmd {
                 LogCommand::Info { file, json } => {
-                    ("info", log_cmd::Outcome { text: log_cmd::info(&file, json)?, warnings: Vec::new() })
+                    ("info", log_cmd::Outcome { text: log_cmd::info(&file, json)?, ..Default::default() })
                 }
                 LogCommand::Dump { file, record, from, to } => {
                     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
@@ -658,10 +658,11 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             for warning in &outcome.warnings {
                 eprintln!("rtloop log {what}: warning: {warning}");
             }
-            if outcome.text.is_empty() {
-                return Ok(());
+            if !outcome.text.is_empty() {
+                stdout::line(&outcome.text)?;
             }
-            stdout::line(&outcome.text)
+            // A failure that still printed its report (export --json): exit 2 all the same.
+            outcome.failure.map_or(Ok(()), Err)
         }
         Command::Frame(FrameCommand::Decode { hexdata }) => stdout::line(frame_cmd::decode(&hexdata)?),
     }
