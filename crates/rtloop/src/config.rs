@@ -23,7 +23,7 @@
 //! | `realtime.busy_wait_us` | 0 … one period |
 //! | `realtime.priority` | 1 … 99 with fifo or rr, 0 with other or deadline |
 //! | `faults.drop_rate`, `faults.corrupt_rate` | 0 … 1 |
-//! | `faults.reply_delay_us` | 0 … 10 000 000 µs |
+//! | `faults.reply_delay_us` | 0 … 50 000 µs (half the late-reply window) |
 //! | `faults.overheat` times | 0 … 31 536 000 s |
 //! | `faults.seed` | 0 … 9 223 372 036 854 775 807, or absent (random, printed in the summary) |
 //! | `sim.start_position_rev` | −1 … 1 rev |
@@ -242,8 +242,9 @@ pub const MIN_WATCHDOG_TIMEOUT_S: f64 = 0.01;
 /// holding position at most this long before they latch mode 11.
 pub const MAX_WATCHDOG_TIMEOUT_S: f64 = 10.0;
 
-/// Longest injected reply delay, µs (10 s, the longest period).
-pub const MAX_REPLY_DELAY_US: u64 = 10_000_000;
+/// Longest injected reply delay, µs: half the robot's late-reply window (100 ms), within
+/// which a late reply is always attributed to its own request (see `io::robot`).
+pub const MAX_REPLY_DELAY_US: u64 = 50_000;
 
 /// Largest seed: TOML integers are signed 64-bit, so a printed seed always reads back.
 pub const MAX_SEED: u64 = i64::MAX as u64;

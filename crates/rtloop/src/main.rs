@@ -303,7 +303,7 @@ struct RunArgs {
     /// Simulated buses: probability that a frame is bit-flipped on the wire.
     #[arg(long, value_name = "P")]
     corrupt_rate: Option<f64>,
-    /// Simulated buses: extra servo turnaround, µs (0 to 10000000).
+    /// Simulated buses: extra servo turnaround, µs (0 to 50000: half the late-reply window).
     #[arg(long, value_name = "N")]
     reply_delay_us: Option<u64>,
     /// Simulated buses: seed of the fault generators (each bus derives its own), to repeat a

@@ -41,6 +41,9 @@ use std::time::{Duration, Instant};
 /// Most servos the control-thread messages carry (fixed-size, so the rings never allocate).
 pub const MAX_SERVOS: usize = 32;
 
+/// Query cycles at most before the first command, to measure where every joint is.
+const START_QUERIES: usize = 10;
+
 /// Telemetry ring size: cycles the log writer may fall behind before messages are dropped
 /// (and counted): half a second at 1 kHz.
 pub const LOG_RING_MESSAGES: usize = 512;
@@ -172,8 +175,10 @@ pub struct ReplyAccounting {
     pub queried: u64,
     /// Replies that answered an earlier cycle's request.
     pub late: u64,
-    /// Requests given up after the late-reply window.
-    pub presumed_lost: u64,
+    /// Requests known lost: the servo answered a newer one first (it answers in order).
+    pub lost: u64,
+    /// Requests given up: the servo answered nothing within the late-reply window.
+    pub expired: u64,
     /// Servo-cycles commanded without a query, an earlier reply still outstanding.
     pub unqueried: u64,
     /// Replies that matched no outstanding request (a duplicate, or later than the window).
@@ -186,7 +191,8 @@ impl ReplyAccounting {
     fn add(&mut self, r: &io::CycleReport) {
         self.queried += u64::from(r.queried);
         self.late += u64::from(r.late);
-        self.presumed_lost += u64::from(r.presumed_lost);
+        self.lost += u64::from(r.lost);
+        self.expired += u64::from(r.expired);
         self.unqueried += u64::from(r.unqueried);
         self.unattributed += u64::from(r.unattributed);
         self.decode_errors += u64::from(r.decode_errors);
@@ -433,10 +439,16 @@ fn run_loop(
     let mut state = StateMsg { start: false, tick: 0, position: [0.0; MAX_SERVOS], velocity: [0.0; MAX_SERVOS] };
 
     // Learn where the joints are before moving them, and hand that to the control law
-    // before its first command.
-    accounting.add(&robot.cycle(&queries, &mut replies, &mut imu));
+    // before its first command: a few query cycles, until every servo has answered (a joint
+    // still unmeasured then is not moved until it answers; see `Motion`).
+    for _ in 0..START_QUERIES {
+        accounting.add(&robot.cycle(&queries, &mut replies, &mut imu));
+        if replies.iter().all(|r| r.request_cycle.is_some()) || stop() {
+            break;
+        }
+    }
     for (a, r) in answered.iter_mut().zip(&replies) {
-        *a |= r.fresh;
+        *a |= r.request_cycle.is_some();
     }
     match &mut law {
         ControlLaw::Inline(motion) => motion.set_start(replies.iter().map(|r| r.state.position)),
@@ -498,7 +510,15 @@ fn run_loop(
         }
         let t = tick.deadline_ns.saturating_sub(start) as f64 * 1e-9;
         match &mut law {
-            ControlLaw::Inline(motion) => motion.fill(t, &mut commands),
+            ControlLaw::Inline(motion) => {
+                // A joint not measured before the start is not moved until it answers.
+                for (i, r) in replies.iter().enumerate() {
+                    if !motion.started(i) {
+                        motion.learn_start(i, r.state.position, t);
+                    }
+                }
+                motion.fill(t, &mut commands)
+            }
             ControlLaw::Thread { from_control, .. } => {
                 // Take the newest commands; older ones are stale by now.
                 let mut got = false;
@@ -516,7 +536,7 @@ fn run_loop(
         let now = clock.now_ns();
         supervisor.check(now, &servos, &replies);
         for (a, r) in answered.iter_mut().zip(&replies) {
-            *a |= r.fresh;
+            *a |= r.request_cycle.is_some();
         }
         if let Some(log) = logger.as_mut() {
             let dt = report.stats.duration_ns();
@@ -560,7 +580,7 @@ fn run_loop(
             accounting.add(&report);
             shutdown_cycles += 1;
             for (a, r) in answered.iter_mut().zip(&replies) {
-                *a |= r.fresh;
+                *a |= r.request_cycle.is_some();
             }
             if phase == 0 {
                 supervisor.record(clock.now_ns(), None, EventKind::Shutdown);
@@ -645,7 +665,12 @@ fn control_thread(
         match newest {
             Some(s) => {
                 out.tick = s.tick + 1;
-                motion.fill(out.tick as f64 * period, &mut out.commands[..n]);
+                let t = out.tick as f64 * period;
+                // A joint not measured before the start is not moved until it answers.
+                for (i, &p) in s.position[..n].iter().enumerate() {
+                    motion.learn_start(i, p, t);
+                }
+                motion.fill(t, &mut out.commands[..n]);
                 let _ = to_cycle.push(out);
             }
             None if from_cycle.is_abandoned() => return,
@@ -1154,12 +1179,12 @@ pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()
         s.overruns, s.skipped_periods, s.missing_replies, s.timeouts, s.transport_errors
     )?;
     let a = &s.reply_accounting;
-    if a.late + a.presumed_lost + a.unqueried + a.unattributed + a.decode_errors > 0 {
+    if a.late + a.lost + a.expired + a.unqueried + a.unattributed + a.decode_errors > 0 {
         writeln!(
             out,
-            "  replies      {} late (kept as the answer to their own request, never fresh)  {} presumed lost  \
-             {} unqueried  {} unattributed  {} undecodable",
-            a.late, a.presumed_lost, a.unqueried, a.unattributed, a.decode_errors
+            "  replies      {} late (kept as the answer to their own request, never fresh)  {} lost  \
+             {} expired  {} unqueried  {} unattributed  {} undecodable",
+            a.late, a.lost, a.expired, a.unqueried, a.unattributed, a.decode_errors
         )?;
     }
     let p = |x: &Percentiles| format!("p50 {:7.1}  p99 {:7.1}  max {:7.1} µs", x.p50, x.p99, x.max);

@@ -281,3 +281,41 @@ fn a_real_time_run_holds_cpu_dma_latency_at_zero_as_cyclictest_does() {
     let o = rtloop(&["run", "--duration", "0.1", "--json", "--quiet"]);
     assert_eq!(last_json(&o)["realtime"]["cpu_dma_latency_held"], false, "SCHED_OTHER: not held by default");
 }
+
+#[test]
+fn a_joint_whose_start_was_not_measured_is_never_stepped_to_a_made_up_position() {
+    // Joints start at 0.5 rev on wires that lose 30 % of frames: some servos miss the start
+    // queries. No joint may ever be commanded far from where it was (its first position
+    // command must be its measured start), inline or with a control thread.
+    let cfg = ConfigFile::new("lossy-start", "[sim]\nstart_position_rev = 0.5\n");
+    for (seed, thread) in [("1", false), ("2", false), ("3", true), ("4", true)] {
+        let log = unique_path("lossy-start").with_extension("tlog");
+        let log_s = log.to_str().unwrap();
+        let mut args =
+            vec!["run", "--config", cfg.path(), "--drop-rate", "0.3", "--seed", seed, "--on-fault", "ignore"];
+        args.extend(["--duration", "0.3", "--log", log_s, "--quiet"]);
+        if thread {
+            args.push("--control-thread");
+        }
+        let _ = rtloop(&args);
+        let dump = rtloop(&["log", "dump", log_s, "--record", "cycle"]);
+        let _ = std::fs::remove_file(&log);
+        let text = String::from_utf8_lossy(&dump.stdout).into_owned();
+        let mut first_command: Vec<Option<f64>> = vec![None; 12];
+        for line in text.lines() {
+            let cycle: Value = serde_json::from_str(line).unwrap();
+            for (i, s) in cycle["value"]["servo"].as_array().unwrap().iter().enumerate() {
+                if s["command_mode"] == 10 && first_command[i].is_none() {
+                    first_command[i] = s["command_position"].as_f64();
+                }
+            }
+        }
+        for (i, p) in first_command.iter().enumerate() {
+            let p = p.unwrap_or_else(|| panic!("seed {seed}: joint {i} was never commanded"));
+            assert!(
+                (p - 0.5).abs() < 0.01,
+                "seed {seed}, control thread {thread}: joint {i} first commanded {p}, not its start 0.5"
+            );
+        }
+    }
+}

@@ -14,7 +14,8 @@ fn seconds_to_timeout(config: &RunConfig, give_up_s: f64) -> Option<f64> {
     let clock = VirtualClock::new(1_000_000_000);
     let spec = RobotSpec { buses: vec![BusSpec { bus: 1, uri: io::BusUri::Sim, servos: vec![1] }] };
     let mut robot = spec.build(clock.clone(), io::RobotConfig::default(), io::open::OpenOptions::default()).unwrap();
-    let motion = rtloop::run::motion_of(config);
+    let mut motion = rtloop::run::motion_of(config);
+    motion.set_start([0.0].into_iter());
     let mut commands = [ServoCommand::Query];
     let mut replies = [ServoReply::default()];
     let mut imu = Default::default();
