@@ -18,7 +18,7 @@
 //! | `gains.kp_scale`, `gains.kd_scale` | 0 … 1 |
 //! | `gains.maximum_torque` | above 0, at most 100 N·m |
 //! | `gains.watchdog_timeout_s` | 0.01 … 10 s, or absent (the servo's own default, 0.1 s on moteus) |
-//! | `safety.missing_limit` | 0 (never) … 1 000 000 cycles |
+//! | `safety.missing_limit` | 1 … 1 000 000 cycles (no "never": `on_fault = "ignore"` records without acting) |
 //! | `safety.recovery_cycles` | 1 … 1 000 000 cycles |
 //! | `realtime.busy_wait_us` | 0 … one period |
 //! | `realtime.priority` | 1 … 99 with fifo or rr, 0 with other or deadline |
@@ -108,7 +108,8 @@ pub struct GainsConfig {
 pub struct SafetyToml {
     /// stop | zero-velocity | ignore.
     pub on_fault: String,
-    /// Consecutive missing replies that count as a failed servo (0 = never).
+    /// A servo whose newest answer is this many cycles old has failed (1 … 1 000 000; a
+    /// servo that stops answering is always noticed: `on_fault = "ignore"` only records it).
     pub missing_limit: u32,
     /// Mode commanded by the last cycle on Ctrl-C / SIGTERM: stop | zero-velocity | brake.
     pub shutdown: String,
@@ -461,9 +462,10 @@ impl RunConfig {
                  would switch the watchdog off or to the default",
             )?;
         }
-        if self.safety.missing_limit > 1_000_000 {
+        if !(1..=1_000_000).contains(&self.safety.missing_limit) {
             return Err(format!(
-                "{} is out of range: give 0 (never) to 1000000 cycles",
+                "{} is out of range: give 1 to 1000000 cycles (a servo that stops answering is always noticed; \
+                 on_fault = \"ignore\" only records it)",
                 names.show("safety.missing_limit", &self.safety.missing_limit)
             ));
         }
@@ -692,6 +694,7 @@ mod tests {
         }
         let integers = [
             ("safety", "missing_limit", "1000001"),
+            ("safety", "missing_limit", "0"),
             ("safety", "recovery_cycles", "0"),
             ("realtime", "busy_wait_us", "1001"),
             ("faults", "reply_delay_us", "18446744073709552"),

@@ -110,6 +110,8 @@ pub struct Progress {
 /// The final state of one servo as the host last saw it, and what it was last told.
 #[derive(Debug, Clone, Serialize)]
 pub struct FinalServo {
+    /// Servo id.
+    pub id: u8,
     /// Bus number (1-based).
     pub bus: u8,
     /// The last command this servo was sent: position, stop, zero-velocity, brake or query.
@@ -285,9 +287,10 @@ pub struct RunSummary {
     pub realtime: RealtimeSummary,
     /// The telemetry log, when one was written.
     pub log: Option<LogSummary>,
-    /// Final state per servo id.
+    /// Final state per servo: keyed by its id (`"5"`), or by id and bus number (`"5@2"`) when
+    /// the same id lives on several buses.
     #[serde(rename = "final")]
-    pub final_state: BTreeMap<u8, FinalServo>,
+    pub final_state: BTreeMap<String, FinalServo>,
 }
 
 impl RunSummary {
@@ -447,6 +450,23 @@ fn run_loop(
             break;
         }
     }
+    // A servo found in mode 11 (its watchdog expired before this run: an earlier host stopped
+    // commanding it) ignores every command but a stop: send it one before the first command,
+    // and say so; this run did not cause it. Faults (mode 1) are left for the supervisor.
+    if replies.iter().any(|r| r.state.mode == Some(11)) {
+        let clear: Vec<ServoCommand> = replies
+            .iter()
+            .map(|r| if r.state.mode == Some(11) { ServoCommand::Stop } else { ServoCommand::Query })
+            .collect();
+        accounting.add(&robot.cycle(&clear, &mut replies, &mut imu));
+        for (i, c) in clear.iter().enumerate() {
+            if *c == ServoCommand::Stop {
+                supervisor.record(clock.now_ns(), servos.get(i).copied(), EventKind::StaleTimeoutCleared);
+            }
+        }
+        // A reply shows the state from before its own frame's command: read the result.
+        accounting.add(&robot.cycle(&queries, &mut replies, &mut imu));
+    }
     for (a, r) in answered.iter_mut().zip(&replies) {
         *a |= r.request_cycle.is_some();
     }
@@ -568,10 +588,12 @@ fn run_loop(
         progress.overruns.store(lp.stats().overruns, Ordering::Relaxed);
     }
     let mut shutdown_cycles = 0;
-    if interrupted {
-        // One last cycle that leaves every healthy servo in the safe mode, logged like any
-        // other, then one query: a reply shows the state from before its own frame's
-        // command, so only the next one shows what the servos did with the safe mode.
+    {
+        // However the run ends — its duration, Ctrl-C, SIGTERM, SIGHUP — one last cycle
+        // leaves every healthy servo in the safe mode (rather than to its watchdog, which
+        // latches mode 11 that only a stop leaves), logged like any other, then one query: a
+        // reply shows the state from before its own frame's command, so only the next one
+        // shows what the servos did with the safe mode.
         supervisor.shutdown(shutdown, &mut commands);
         for (index, phase) in (lp.next_index()..).zip(0..2) {
             let sent = if phase == 0 { &commands } else { &queries };
@@ -1002,10 +1024,14 @@ fn summarize(
     let finished = result.periodic.cycles + result.shutdown_cycles > 0;
     for ((spec, reply), command) in servos.iter().zip(&result.replies).zip(&result.last_commands) {
         let s = &reply.state;
+        let bus = bus_numbers.get(spec.bus).copied().unwrap_or(0);
+        let shared = servos.iter().filter(|o| o.id == spec.id).count() > 1;
+        let key = if shared { format!("{}@{bus}", spec.id) } else { spec.id.to_string() };
         final_state.insert(
-            spec.id,
+            key,
             FinalServo {
-                bus: bus_numbers.get(spec.bus).copied().unwrap_or(0),
+                id: spec.id,
+                bus,
                 commanded: if finished { command_name(command) } else { "query" },
                 fresh: reply.fresh,
                 mode: s.mode,
@@ -1238,12 +1264,14 @@ pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()
         "    {:>3} {:>3} {:<13} {:>4} {:>9} {:>9} {:>5}",
         "id", "bus", "commanded", "mode", "pos rev", "vel rev/s", "fault"
     )?;
-    for (id, f) in &s.final_state {
+    let mut rows: Vec<&FinalServo> = s.final_state.values().collect();
+    rows.sort_by_key(|f| (f.id, f.bus));
+    for f in rows {
         let num = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.4}"));
         writeln!(
             out,
             "    {:>3} {:>3} {:<13} {:>4} {:>9} {:>9} {:>5}{}",
-            id,
+            f.id,
             f.bus,
             f.commanded,
             f.mode.map_or("-".into(), |m| m.to_string()),

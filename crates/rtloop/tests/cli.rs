@@ -41,7 +41,9 @@ fn run_json_reports_every_servo_and_every_period() {
     assert_eq!(fin.len(), 12);
     for id in 1..=12 {
         let s = &fin[&id.to_string()];
-        assert_eq!(s["mode"], 10, "servo {id}: {s}");
+        // The run ends with the shutdown cycle (zero velocity by default) and reads it back.
+        assert_eq!(s["commanded"], "zero-velocity", "servo {id}: {s}");
+        assert_eq!(s["mode"], 12, "servo {id}: {s}");
         assert_eq!(s["fault"], 0, "servo {id}: {s}");
         assert!(s["position"].as_f64().unwrap().abs() < 0.5, "servo {id}: {s}");
     }

@@ -319,3 +319,96 @@ fn a_joint_whose_start_was_not_measured_is_never_stepped_to_a_made_up_position()
         }
     }
 }
+
+#[test]
+fn a_run_that_reaches_its_duration_leaves_the_servos_in_the_safe_mode_and_the_next_run_starts_clean() {
+    // Two runs against the same simulated servos behind UDP: the first ends at its duration
+    // with the shutdown cycle (not by letting the watchdog latch mode 11); a servo left in
+    // mode 11 by an older host is stopped before the first command, and the run is not
+    // blamed for it.
+    let port = free_udp_port().to_string();
+    let addr = format!("127.0.0.1:{port}");
+    let mut sim = SimProcess::start(&["--udp", &addr, "--servos", "1-3"]);
+    let bus = format!("1=udp:{addr}");
+    let run = || rtloop(&["run", "--bus", &bus, "--ids", "1=1-3", "--duration", "0.5", "--json", "--quiet"]);
+    let first = run();
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let j = last_json(&first);
+    assert_eq!(j["shutdown_cycles"], 2, "{j}");
+    for id in 1..=3 {
+        assert_eq!(j["final"][id.to_string()]["mode"], 12, "{j}");
+    }
+    // Zero velocity is watched by the servo's watchdog too: with no host commanding them
+    // any more, the servos latch mode 11 (a damped hold) a watchdog period later. The next
+    // run stops them before its first command, says so, and is not blamed for it.
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let second = run();
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "a timeout left by an earlier host is not this run's problem: {}",
+        stderr(&second)
+    );
+    let j = last_json(&second);
+    let events = j["events"].as_array().unwrap();
+    let cleared: Vec<&Value> = events.iter().filter(|e| e["kind"] == "stale_timeout_cleared").collect();
+    assert_eq!(cleared.len(), 3, "{j}");
+    assert!(events.iter().all(|e| e["kind"] != "watchdog_timeout"), "{j}");
+    assert_eq!(j["status"], "ok", "{j}");
+    // With --shutdown stop the servos are left in mode 0, which no watchdog watches.
+    let stopped =
+        rtloop(&["run", "--bus", &bus, "--ids", "1=1-3", "--duration", "0.3", "--shutdown", "stop", "--quiet"]);
+    assert!(stopped.status.success(), "{}", stderr(&stopped));
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let third = last_json(&run());
+    assert!(third["events"].as_array().unwrap().iter().all(|e| e["kind"] != "stale_timeout_cleared"), "{third}");
+    sim.stop();
+}
+
+#[test]
+fn servos_that_answer_only_late_are_answering_and_every_servo_has_its_final_state() {
+    // Every reply comes about nine cycles late: the servos answer (late), nobody "never
+    // answered", and the late replies are counted as such.
+    let o = rtloop(&[
+        "run",
+        "--bus",
+        "1=sim",
+        "--ids",
+        "1=1-2",
+        "--reply-delay-us",
+        "9000",
+        "--duration",
+        "0.5",
+        "--json",
+        "--quiet",
+    ]);
+    let j = last_json(&o);
+    assert_eq!(o.status.code(), Some(0), "{j}");
+    assert!(j["problems"].as_array().unwrap().is_empty(), "{j}");
+    assert!(j["reply_accounting"]["late"].as_u64().unwrap() > 100, "{j}");
+    // The same id on two buses is two servos: both are in `final`.
+    let o = rtloop(&[
+        "run",
+        "--bus",
+        "1=sim",
+        "--bus",
+        "2=sim",
+        "--ids",
+        "1=1,2",
+        "--ids",
+        "2=1,2",
+        "--duration",
+        "0.2",
+        "--json",
+    ]);
+    let j = last_json(&o);
+    let keys: Vec<&String> = j["final"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["1@1", "1@2", "2@1", "2@2"], "{j}");
+    assert_eq!(j["final"]["1@2"]["bus"], 2, "{j}");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let rows = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()) && l.contains("zero-velocity"))
+        .count();
+    assert_eq!(rows, 4, "{text}");
+}
