@@ -4,10 +4,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use io::ServoCommand;
 use proto::host::PositionCommand;
 use proto::Resolution;
+use rtloop::console;
 use rtloop::frame_cmd::{self, CommandKind, EncodeRequest};
 use rtloop::robot_spec::RobotSpec;
 use rtloop::run::{self, RunOptions};
-use rtloop::stdout;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -490,7 +490,7 @@ fn main() -> ExitCode {
     match dispatch(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
-            eprintln!("rtloop: {msg}");
+            console::note(format!("rtloop: {msg}"));
             ExitCode::from(2)
         }
     }
@@ -501,11 +501,11 @@ fn main() -> ExitCode {
 fn finish_device_command(outcome: rtloop::servo_cmd::Outcome) -> Result<(), String> {
     use std::io::Write;
     if !outcome.stdout.is_empty() {
-        stdout::line(&outcome.stdout)?;
+        console::line(&outcome.stdout)?;
     }
     let Some(failure) = outcome.failure else { return Ok(()) };
     let _ = std::io::stdout().flush();
-    eprintln!("rtloop: {failure}");
+    console::note(format!("rtloop: {failure}"));
     std::process::exit(i32::from(rtloop::servo_cmd::EXIT_DEVICE_FAILED))
 }
 
@@ -514,27 +514,27 @@ fn dispatch(cmd: Command) -> Result<(), String> {
         Command::Run(a) => {
             let config = a.config()?;
             if a.print_config {
-                return stdout::text(config.to_toml());
+                return console::text(config.to_toml());
             }
             let opts = RunOptions { config, progress: !a.quiet, log: a.log.clone() };
             let summary = run::run(&opts)?;
             let mut out = std::io::stdout().lock();
-            stdout::tolerate_closed_reader(run::print_summary(&summary, &mut out))?;
+            console::tolerate_closed_reader(run::print_summary(&summary, &mut out))?;
             use std::io::Write;
             if a.json {
                 let line = serde_json::to_string(&summary).map_err(|e| e.to_string())?;
-                stdout::tolerate_closed_reader(writeln!(out, "{line}"))?;
+                console::tolerate_closed_reader(writeln!(out, "{line}"))?;
             }
             let code = summary.exit_code();
             if code != 0 {
                 // A completed run that lost servos or engaged its safety policy: the summary is
                 // out; the exit status says it (see `rtloop run --help`).
-                stdout::tolerate_closed_reader(out.flush())?;
+                console::tolerate_closed_reader(out.flush())?;
                 let first = summary.problems.first().map_or("the run was degraded", String::as_str);
                 match summary.problems.len() {
-                    0 | 1 => eprintln!("rtloop run: {first}"),
-                    2 => eprintln!("rtloop run: {first}; and 1 more problem (see the summary)"),
-                    n => eprintln!("rtloop run: {first}; and {} more problems (see the summary)", n - 1),
+                    0 | 1 => console::note(format!("rtloop run: {first}")),
+                    2 => console::note(format!("rtloop run: {first}; and 1 more problem (see the summary)")),
+                    n => console::note(format!("rtloop run: {first}; and {} more problems (see the summary)", n - 1)),
                 }
                 std::process::exit(code.into());
             }
@@ -542,7 +542,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
         }
         Command::Budget { json } => {
             let text = if json { rtloop::budget::render_json() } else { rtloop::budget::render_table() };
-            stdout::line(text)
+            console::line(text)
         }
         Command::Frame(FrameCommand::Encode(a)) => {
             let kind = match a.kind {
@@ -562,7 +562,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                     Res::Float => Resolution::Float,
                 }),
             };
-            stdout::line(frame_cmd::encode(kind, &req)?)
+            console::line(frame_cmd::encode(kind, &req)?)
         }
         Command::Sim(a) => {
             let buses =
@@ -574,7 +574,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                 no_wire_time: a.no_wire_time,
                 busy_poll: a.busy_poll,
             })?;
-            stdout::line(text)
+            console::line(text)
         }
         Command::Servo(a) => {
             let uri = io::uri::parse(&a.transport).map_err(|e| format!("--transport {}: {e}", a.transport))?;
@@ -634,7 +634,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             if text.is_empty() {
                 return Ok(());
             }
-            stdout::line(text)
+            console::line(text)
         }
         Command::Log(cmd) => {
             use rtloop::log_cmd;
@@ -656,13 +656,13 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                 }
             };
             for warning in &outcome.warnings {
-                eprintln!("rtloop log {what}: warning: {warning}");
+                console::note(format!("rtloop log {what}: warning: {warning}"));
             }
             if outcome.text.is_empty() {
                 return Ok(());
             }
-            stdout::line(&outcome.text)
+            console::line(&outcome.text)
         }
-        Command::Frame(FrameCommand::Decode { hexdata }) => stdout::line(frame_cmd::decode(&hexdata)?),
+        Command::Frame(FrameCommand::Decode { hexdata }) => console::line(frame_cmd::decode(&hexdata)?),
     }
 }

@@ -787,11 +787,11 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
         if strict {
             return Err(format!("--strict: {w}"));
         }
-        eprintln!("rtloop run: warning: {w}");
+        crate::console::note(format!("rtloop run: warning: {w}"));
         warnings.push(w);
     }
     if let Some(w) = watchdog_warning(&config) {
-        eprintln!("rtloop run: warning: {w}");
+        crate::console::note(format!("rtloop run: warning: {w}"));
         warnings.push(w);
     }
     let seed = config.faults.seed.unwrap_or_else(crate::config::random_seed);
@@ -828,7 +828,7 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
             Ok(held) => Some(held),
             Err(e) if strict => return Err(format!("--strict: {e}")),
             Err(e) => {
-                eprintln!("rtloop run: warning: {e}");
+                crate::console::note(format!("rtloop run: warning: {e}"));
                 warnings.push(e);
                 None
             }
@@ -910,7 +910,7 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
         Err(_) => return Err("the cycle thread ended before it started".into()),
     };
     for w in &applied.warnings {
-        eprintln!("rtloop run: warning: {w}");
+        crate::console::note(format!("rtloop run: warning: {w}"));
     }
     if opts.progress {
         print_progress(&progress, &config, config.periods());

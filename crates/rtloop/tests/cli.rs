@@ -196,4 +196,14 @@ fn a_reader_that_goes_away_ends_nothing() {
     drop(reader);
     let o = std::process::Command::new(support::rtloop_bin()).args(["budget"]).stdout(writer).output().unwrap();
     assert!(o.status.success(), "{:?}: {}", o.status, stderr(&o));
+    // A full stderr loses the message, not the exit status (no panic, exit 101).
+    if let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") {
+        let status = std::process::Command::new(support::rtloop_bin())
+            .args(["servo", "--transport", "udp:127.0.0.1:1", "--id", "1", "query"])
+            .stderr(full)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(1), "nothing listens: exit 1, even with nowhere to say so");
+    }
 }
