@@ -17,7 +17,7 @@
 //! | `motion.frequency_hz` | 0 … 5 Hz |
 //! | `gains.kp_scale`, `gains.kd_scale` | 0 … 1 |
 //! | `gains.maximum_torque` | above 0, at most 100 N·m |
-//! | `gains.watchdog_timeout_s` | 0.01 … 10 s, or absent (the servo's own default, 0.1 s on moteus) |
+//! | `gains.watchdog_timeout_s` | 0.01 … 10 s (0.1 s by default; always sent) |
 //! | `safety.missing_limit` | 1 … 1 000 000 cycles (no "never": `on_fault = "ignore"` records without acting) |
 //! | `safety.recovery_cycles` | 1 … 1 000 000 cycles |
 //! | `realtime.busy_wait_us` | 0 … one period |
@@ -97,9 +97,10 @@ pub struct GainsConfig {
     /// Torque limit, N·m.
     pub maximum_torque: f64,
     /// Watchdog timeout sent with every command (register 0x027), s, 0.01 to
-    /// [`MAX_WATCHDOG_TIMEOUT_S`]; absent = the servo's default (0.1 s on moteus). Never 0,
-    /// NaN or infinite: moteus reads 0 as "the default" and NaN as "no watchdog at all".
-    pub watchdog_timeout_s: Option<f64>,
+    /// [`MAX_WATCHDOG_TIMEOUT_S`], 0.1 by default. Always sent: the servo's own default may have
+    /// been configured off, and moteus reads 0 as "the default" and NaN as "no watchdog at
+    /// all", so neither is accepted.
+    pub watchdog_timeout_s: f64,
 }
 
 /// Safety policy.
@@ -189,7 +190,7 @@ impl Default for MotionConfig {
 
 impl Default for GainsConfig {
     fn default() -> Self {
-        GainsConfig { kp_scale: 1.0, kd_scale: 1.0, maximum_torque: 4.0, watchdog_timeout_s: None }
+        GainsConfig { kp_scale: 1.0, kd_scale: 1.0, maximum_torque: 4.0, watchdog_timeout_s: DEFAULT_WATCHDOG_TIMEOUT_S }
     }
 }
 
@@ -239,9 +240,13 @@ pub const MAX_DURATION_S: f64 = 31_536_000.0;
 /// resolution the run sends, and moteus reads 0 as "use the configured default".
 pub const MIN_WATCHDOG_TIMEOUT_S: f64 = 0.01;
 
+/// The watchdog timeout `rtloop run` sends with every command unless told otherwise, s (the
+/// moteus default, sent explicitly so that a servo configured without one still has one).
+pub const DEFAULT_WATCHDOG_TIMEOUT_S: f64 = 0.1;
+
 /// Longest watchdog timeout a command may carry, s: a host that dies leaves its servos
 /// holding position at most this long before they latch mode 11.
-pub const MAX_WATCHDOG_TIMEOUT_S: f64 = 10.0;
+pub use crate::numbers::MAX_WATCHDOG_TIMEOUT_S;
 
 /// Longest injected reply delay, µs: half the robot's late-reply window (100 ms), within
 /// which a late reply is always attributed to its own request (see `io::robot`).
@@ -372,12 +377,6 @@ impl RunConfig {
         for line in text.lines() {
             out.push_str(line);
             out.push('\n');
-            if line == "[gains]" && self.gains.watchdog_timeout_s.is_none() {
-                out.push_str(
-                    "# watchdog_timeout_s: absent, so every servo uses its own default (0.1 s on moteus); \
-                     set 0.01 to 10 s to send one with every command\n",
-                );
-            }
             if line == "[faults]" && self.faults.seed.is_none() {
                 out.push_str(
                     "# seed: absent, so every run draws a random one (printed in the summary as injected.seed); \
@@ -452,14 +451,15 @@ impl RunConfig {
                 names.show("gains.maximum_torque", &show_number(self.gains.maximum_torque))
             ));
         }
-        if let Some(w) = self.gains.watchdog_timeout_s {
+        {
+            let w = self.gains.watchdog_timeout_s;
             range(
                 "gains.watchdog_timeout_s",
                 w,
                 MIN_WATCHDOG_TIMEOUT_S,
                 MAX_WATCHDOG_TIMEOUT_S,
-                "0.01 to 10 s, or leave it out for the servo's default (0.1 s on moteus): 0, NaN and infinity \
-                 would switch the watchdog off or to the default",
+                "0.01 to 10 s: 0, NaN and infinity would hand the watchdog to the servo's own setting or switch \
+                 it off",
             )?;
         }
         if !(1..=1_000_000).contains(&self.safety.missing_limit) {
@@ -737,14 +737,11 @@ mod tests {
     #[test]
     fn print_config_shows_what_absent_watchdog_and_seed_mean_and_reads_back() {
         let text = RunConfig::default().to_toml();
-        assert!(
-            text.contains("[gains]\n# watchdog_timeout_s: absent, so every servo uses its own default (0.1 s"),
-            "{text}"
-        );
+        assert!(text.contains("watchdog_timeout_s = 0.1"), "{text}");
         assert!(text.contains("# seed: absent, so every run draws a random one"), "{text}");
         assert_eq!(RunConfig::from_toml(&text).unwrap(), RunConfig::default());
         let mut c = RunConfig::default();
-        c.gains.watchdog_timeout_s = Some(0.5);
+        c.gains.watchdog_timeout_s = 0.5;
         c.faults.seed = Some(MAX_SEED);
         let text = c.to_toml();
         assert!(text.contains("watchdog_timeout_s = 0.5") && !text.contains("# watchdog_timeout_s"), "{text}");

@@ -439,7 +439,8 @@ struct RegisterArgs {
     /// Torque limit, N·m.
     #[arg(long, allow_negative_numbers = true)]
     maximum_torque: Option<f64>,
-    /// Watchdog timeout for this command, s (0 = servo default, NaN = none).
+    /// Watchdog timeout for this command, s: 0 (the servo's default) or 0.01 to 10; `frame encode`
+    /// also encodes NaN ("none"), which `servo` refuses: it never leaves a servo without one.
     #[arg(long, allow_negative_numbers = true)]
     watchdog_timeout: Option<f64>,
     /// Velocity limit, rev/s.

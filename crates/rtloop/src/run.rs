@@ -401,7 +401,7 @@ pub fn motion_of(config: &RunConfig) -> Motion {
     m.maximum_torque = config.gains.maximum_torque;
     m.kp_scale = config.gains.kp_scale;
     m.kd_scale = config.gains.kd_scale;
-    m.watchdog_timeout = config.gains.watchdog_timeout_s;
+    m.watchdog_timeout = Some(config.gains.watchdog_timeout_s);
     m
 }
 
@@ -751,10 +751,8 @@ fn model_warning(config: &RunConfig) -> Option<String> {
 
 /// The warning when the servos' watchdog would expire between two commands, or `None`.
 fn watchdog_warning(config: &RunConfig) -> Option<String> {
-    let (timeout_s, whose) = match config.gains.watchdog_timeout_s {
-        Some(t) => (t, "[gains] watchdog_timeout_s"),
-        None => (0.1, "the moteus default"),
-    };
+    let timeout_s = config.gains.watchdog_timeout_s;
+    let whose = "[gains] watchdog_timeout_s";
     let period_s = config.period_ns() as f64 * 1e-9;
     (timeout_s <= period_s).then(|| {
         format!(
