@@ -190,7 +190,12 @@ impl Default for MotionConfig {
 
 impl Default for GainsConfig {
     fn default() -> Self {
-        GainsConfig { kp_scale: 1.0, kd_scale: 1.0, maximum_torque: 4.0, watchdog_timeout_s: DEFAULT_WATCHDOG_TIMEOUT_S }
+        GainsConfig {
+            kp_scale: 1.0,
+            kd_scale: 1.0,
+            maximum_torque: 4.0,
+            watchdog_timeout_s: DEFAULT_WATCHDOG_TIMEOUT_S,
+        }
     }
 }
 
@@ -267,16 +272,13 @@ pub struct OverheatSpec {
 /// Parse `ID@SECONDS`.
 pub fn parse_overheat(text: &str) -> Result<OverheatSpec, String> {
     let (id, at) = text.split_once('@').ok_or_else(|| {
-        format!("--fault {text}: expected ID@SECONDS, e.g. --fault 5@1 (servo 5 overheats after 1 s)")
+        format!("fault injection {text:?} (--fault or [faults] overheat): expected ID@SECONDS, e.g. 5@1 (servo 5 overheats after 1 s)")
     })?;
-    let id: u8 = id
-        .trim()
-        .parse()
-        .ok()
-        .filter(|i| (1..=127).contains(i))
-        .ok_or_else(|| format!("--fault {text}: '{id}' is not a servo id (1-127)"))?;
+    let id: u8 = id.trim().parse().ok().filter(|i| (1..=127).contains(i)).ok_or_else(|| {
+        format!("fault injection {text:?} (--fault or [faults] overheat): '{id}' is not a servo id (1-127)")
+    })?;
     let at_s: f64 = at.trim().parse().ok().filter(|s: &f64| (0.0..=MAX_DURATION_S).contains(s)).ok_or_else(|| {
-        format!("--fault {text}: '{at}' is not a time in seconds from 0 to {MAX_DURATION_S} (one year)")
+        format!("fault injection {text:?} (--fault or [faults] overheat): '{at}' is not a time in seconds from 0 to {MAX_DURATION_S} (one year)")
     })?;
     Ok(OverheatSpec { id, at_s })
 }

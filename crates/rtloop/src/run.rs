@@ -1188,12 +1188,13 @@ pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()
         count(s.servos, "servo", "servos"),
         count(s.buses, "CAN-FD bus", "CAN-FD buses")
     )?;
+    // A rate needs two wakeups: with fewer there is none to report.
+    let achieved = if s.cycles >= 2 { format!("{:.2} Hz", s.rate_hz) } else { "no rate (one cycle)".into() };
     writeln!(
         out,
-        "  cycles {}  in {:.3} s  achieved {:.2} Hz (target {:.2}){}",
+        "  cycles {}  in {:.3} s  achieved {achieved} (target {:.2}){}",
         s.cycles,
         s.elapsed_s,
-        s.rate_hz,
         s.target_rate_hz,
         if s.interrupted { "  — interrupted, safe mode commanded" } else { "" }
     )?;
