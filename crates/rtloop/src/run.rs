@@ -729,8 +729,7 @@ fn model_warning(config: &RunConfig) -> Option<String> {
     if !config.sim.wire_time && robot.all_simulated() {
         return None;
     }
-    let model = crate::budget::model_for(&robot);
-    let predicted_ns = sim::model::predict(&model).total_ns;
+    let predicted_ns = sim::model::predict(&model_of_run(config)).total_ns;
     let period_ns = config.period_ns();
     if predicted_ns <= period_ns {
         return None;
@@ -932,9 +931,29 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
     };
     let mut summary = summarize(&config, &servos, &bus_numbers, buses, result, &applied, seed);
     summary.log = log;
+    // A run that kept far below its rate is not "lost servos", but it did not do what was
+    // asked: say so.
+    if summary.cycles >= 2 && summary.rate_hz < 0.9 * summary.target_rate_hz {
+        warnings.push(format!(
+            "achieved {:.0} Hz of the {} Hz asked ({} overruns, {} periods skipped): this machine or these buses \
+             cannot keep the rate; see cycle_us and wakeup_us, or lower --rate",
+            summary.rate_hz, summary.target_rate_hz, summary.overruns, summary.skipped_periods
+        ));
+    }
     summary.warnings = warnings;
     summary.realtime.cpu_dma_latency_held = cpu_dma_latency_held;
     Ok(summary)
+}
+
+/// The cycle-time model of this run: CAN-FD wire time, unless every bus is simulated without
+/// it (`--no-wire-time`), where frames take no time and only the host costs remain.
+fn model_of_run(config: &RunConfig) -> sim::model::CycleModel {
+    let robot = config.robot();
+    let model = crate::budget::model_for(&robot);
+    if config.sim.wire_time || !robot.all_simulated() {
+        return model;
+    }
+    sim::model::CycleModel { nominal_bitrate: u32::MAX, data_bitrate: u32::MAX, turnaround_ns: 0, ..model }
 }
 
 /// "servo 5 on bus 2" (the same id may live on several buses).
@@ -1116,7 +1135,7 @@ fn summarize(
         imu_samples: result.imu_samples,
         cycle_us: p.cycle,
         wakeup_us: p.wakeup,
-        model_cycle_us: sim::model::predict(&crate::budget::model_for(&config.robot())).total_ns as f64 / 1000.0,
+        model_cycle_us: sim::model::predict(&model_of_run(config)).total_ns as f64 / 1000.0,
         interrupted: result.interrupted,
         shutdown_cycles: result.shutdown_cycles,
         control_late: result.control_late,

@@ -412,3 +412,24 @@ fn servos_that_answer_only_late_are_answering_and_every_servo_has_its_final_stat
         .count();
     assert_eq!(rows, 4, "{text}");
 }
+
+#[test]
+fn the_model_of_a_run_without_wire_time_has_no_wire_time() {
+    let o = rtloop(&[
+        "run",
+        "--bus",
+        "1=sim",
+        "--ids",
+        "1=1-3",
+        "--no-wire-time",
+        "--duration",
+        "0.05",
+        "--json",
+        "--quiet",
+    ]);
+    let j = last_json(&o);
+    let model = j["model_cycle_us"].as_f64().unwrap();
+    assert!(model < 20.0, "three frames with no wire time: host costs only, not {model} µs: {j}");
+    let o = rtloop(&["run", "--bus", "1=sim", "--ids", "1=1-3", "--duration", "0.05", "--json", "--quiet"]);
+    assert!(last_json(&o)["model_cycle_us"].as_f64().unwrap() > 700.0);
+}
