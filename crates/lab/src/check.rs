@@ -63,8 +63,10 @@ pub fn samples_in_all(samples: usize, runs: usize, runs_are: &str) -> Result<(),
         Ok(())
     } else {
         Err(format!(
-            "--samples {samples} for {runs} runs ({runs_are}) is {total} samples in all: keep --samples × runs \
-             within {MAX_SAMPLES_IN_ALL}"
+            "--samples {samples} for {} ({runs_are}) is {} in all: keep --samples × runs within \
+             {MAX_SAMPLES_IN_ALL}",
+            crate::report::count(runs as u64, "run", "runs"),
+            crate::report::count(total as u64, "sample", "samples"),
         ))
     }
 }

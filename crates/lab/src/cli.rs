@@ -6,10 +6,13 @@
 //! output paths, the load the machine can carry), then turns them into [`CommonOptions`], runs
 //! the experiment, gathers the conditions, renders the report and writes the CSV and plot when
 //! asked. With `--json` the last line of the returned text is the JSON object, so notes about
-//! written files come before it.
+//! written files come before it. A measurement that ran but does not measure what was asked
+//! (replies were missing) comes back as a [`Report`] with a `failure`: the caller prints the
+//! report, then the sentence, and exits 1.
 //!
 //! What it must never do: print by itself (the caller prints what [`run`] returns), measure
-//! anything before every flag was checked, or silently accept (or ignore) a flag value.
+//! anything before every flag was checked, silently accept (or ignore) a flag value, or let a
+//! failed measurement pass for a result.
 
 use crate::check;
 use crate::conditions::Conditions;
@@ -283,9 +286,26 @@ where
     Ok(parsed)
 }
 
-/// Run a lab command and return what to print (with `--json`, its last line is the JSON).
-/// Every flag is checked before anything is measured.
-pub fn run(cmd: LabCommand) -> Result<String, String> {
+/// What a lab command produced.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Report {
+    /// What to print on stdout (with `--json`, its last line is the JSON object).
+    pub text: String,
+    /// Why the measurement failed although it ran and its figures are in `text` (e.g. replies
+    /// were missing), as one sentence for stderr; the command then exits 1.
+    pub failure: Option<String>,
+}
+
+impl From<String> for Report {
+    fn from(text: String) -> Report {
+        Report { text, failure: None }
+    }
+}
+
+/// Run a lab command and return what to print (with `--json`, its last line is the JSON) and
+/// whether the measurement failed. Every flag is checked before anything is measured; an
+/// error is one sentence (a flag, or a measurement that could not run).
+pub fn run(cmd: LabCommand) -> Result<Report, String> {
     match cmd {
         LabCommand::Wakeup { common, period_us } => {
             let options = common.options()?;
@@ -329,18 +349,19 @@ pub fn run(cmd: LabCommand) -> Result<String, String> {
             finish(&common, &options, &outcome)
         }
         LabCommand::Compare { samples, sizes, json } => {
-            crate::compare::compare(&crate::compare::CompareOptions { samples, sizes, json })
+            crate::compare::compare(&crate::compare::CompareOptions { samples, sizes, json }).map(Report::from)
         }
-        LabCommand::Doctor { json } => Ok(crate::doctor::run(json)),
+        LabCommand::Doctor { json } => Ok(crate::doctor::run(json).into()),
         LabCommand::UdpEchoServer { bind, method, seconds, allow_remote } => {
-            crate::udp::serve_echo(&bind, &method, seconds, allow_remote).map(|_| String::new())
+            crate::udp::serve_echo(&bind, &method, seconds, allow_remote).map(|_| Report::default())
         }
     }
 }
 
 /// Write the CSV and plot when asked, then render the report (notes about the files first,
-/// so a JSON line stays last).
-fn finish(args: &CommonArgs, options: &CommonOptions, outcome: &Outcome) -> Result<String, String> {
+/// so a JSON line stays last). The files are written for a failed measurement too: they are
+/// what a user looks at to see why.
+fn finish(args: &CommonArgs, options: &CommonOptions, outcome: &Outcome) -> Result<Report, String> {
     let mut notes = String::new();
     if let Some(path) = &args.csv {
         write_csv(outcome, path)?;
@@ -351,5 +372,5 @@ fn finish(args: &CommonArgs, options: &CommonOptions, outcome: &Outcome) -> Resu
         notes.push_str(&format!("plot written to {}\n", path.display()));
     }
     let conditions = Conditions::gather(options);
-    Ok(notes + &render(outcome, &conditions, args.json))
+    Ok(Report { text: notes + &render(outcome, &conditions, args.json), failure: outcome.failure.clone() })
 }

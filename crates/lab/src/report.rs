@@ -7,9 +7,13 @@
 //! draws them as log-spaced buckets, [`render`] prints a whole outcome (with `--json`, the
 //! last line is one JSON object) and [`write_csv`] exports the raw samples.
 //! [`CommonOptions`], [`apply_rt`] and [`progress_bar`] are what every experiment shares.
+//! An outcome whose figures do not measure what was asked (a cycle experiment in which
+//! replies were missing) carries a [`Outcome::failure`]: the report says so on its second
+//! line and in the JSON, and the command exits 1.
 //!
 //! What it must never do: run on a measuring thread's hot path (everything here allocates),
-//! drop a warning, or print anything after the JSON line when JSON was asked for.
+//! drop a warning, present a failed measurement as a result, or print anything after the JSON
+//! line when JSON was asked for.
 
 use crate::conditions::Conditions;
 use serde::Serialize;
@@ -43,6 +47,19 @@ pub struct Outcome {
     /// (e.g. `network`: `netns`, `commands`: `query-only`): printed on the head line and
     /// added to the JSON `conditions`.
     pub setup: Vec<(String, String)>,
+    /// Counts the figures depend on (e.g. `expected_replies`, `missing_replies`), added to
+    /// the JSON `conditions` as numbers.
+    pub counts: Vec<(String, u64)>,
+    /// Why the figures do not measure what was asked (e.g. replies were missing), as one
+    /// sentence; `None` for a sound measurement. Printed under the head line, in the JSON
+    /// (`failure`), and by the command on stderr before it exits 1.
+    pub failure: Option<String>,
+}
+
+/// `n` with the noun that agrees with it: `count(1, "servo", "servos")` is "1 servo",
+/// `count(0, …)` "0 servos".
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// The options every experiment takes.
@@ -247,9 +264,13 @@ pub fn render(outcome: &Outcome, conditions: &Conditions, json: bool) -> String 
     let mut out = String::new();
     let setup: String = outcome.setup.iter().map(|(k, v)| format!(", {k} {v}")).collect();
     let _ = writeln!(out, "{} — {}{setup}", outcome.experiment, conditions.one_line());
+    if let Some(failure) = &outcome.failure {
+        // Before the figures, so nobody reads them first.
+        let _ = writeln!(out, "FAILED: {failure}");
+    }
     let summaries: Vec<Summary> = outcome.runs.iter().map(|r| Summary::of(&r.samples_ns)).collect();
     for (run, s) in outcome.runs.iter().zip(&summaries) {
-        let _ = writeln!(out, "\n{} ({} samples)", run.label, s.samples);
+        let _ = writeln!(out, "\n{} ({})", run.label, count(s.samples as u64, "sample", "samples"));
         let _ = writeln!(
             out,
             "  min {}  mean {}  std {}  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}  (us)",
@@ -277,6 +298,9 @@ pub fn render(outcome: &Outcome, conditions: &Conditions, json: bool) -> String 
             for (k, v) in &outcome.setup {
                 map.insert(k.clone(), v.clone().into());
             }
+            for (k, v) in &outcome.counts {
+                map.insert(k.clone(), (*v).into());
+            }
         }
         let mut object = if outcome.runs.len() == 1 {
             let run = &outcome.runs[0];
@@ -296,6 +320,7 @@ pub fn render(outcome: &Outcome, conditions: &Conditions, json: bool) -> String 
             map.insert("experiment".into(), outcome.experiment.clone().into());
             map.insert("conditions".into(), conditions_json);
             map.insert("warnings".into(), outcome.warnings.clone().into());
+            map.insert("failure".into(), outcome.failure.clone().into());
         }
         let _ = writeln!(out, "{object}");
     }

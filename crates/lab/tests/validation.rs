@@ -12,7 +12,7 @@ use lab::load::{Capacity, Load};
 /// The refusal of `args`: one sentence, naming `flag`, with no Rust Debug output in it.
 fn refusal(args: &[&str], flag: &str) -> String {
     let err = match run(parse(args)) {
-        Ok(out) => panic!("{args:?} was accepted and measured:\n{out}"),
+        Ok(out) => panic!("{args:?} was accepted and measured:\n{}", out.text),
         Err(e) => e,
     };
     assert!(err.contains(flag), "{args:?}: the refusal does not name {flag}: {err}");
@@ -111,7 +111,8 @@ fn udp_echo_defaults_to_an_ephemeral_port() {
     // Behaviour: with the old fixed port taken, the default still measures.
     let _taken = std::net::UdpSocket::bind("127.0.0.1:7777");
     let out = run(parse(&["udp-echo", "--samples", "20", "--sizes", "16", "--methods", "blocking", "--no-progress"]))
-        .expect("udp-echo with the default port");
+        .expect("udp-echo with the default port")
+        .text;
     assert!(out.contains("udp-echo 16 B blocking"), "{out}");
     // An explicit port is still honoured.
     let LabCommand::UdpEcho { port, .. } = parse(&["udp-echo", "--port", "9123"]) else { panic!() };
