@@ -263,6 +263,14 @@ pub enum LabCommand {
         /// Serve this long, seconds.
         #[arg(long, default_value_t = 60.0)]
         seconds: f64,
+        /// End after this long without a datagram, seconds (it also ends when the process
+        /// that started it is gone).
+        #[arg(long, default_value_t = crate::udp::SERVER_IDLE_LIMIT.as_secs_f64())]
+        idle_seconds: f64,
+        /// Also end when process PID is gone (the lab gives its own pid). It always ends when
+        /// the parent it started with is gone.
+        #[arg(long, value_name = "PID")]
+        parent_pid: Option<u32>,
         /// Echo to anyone who can reach BIND, even outside loopback and the lab's namespaces.
         #[arg(long)]
         allow_remote: bool,
@@ -352,8 +360,9 @@ pub fn run(cmd: LabCommand) -> Result<Report, String> {
             crate::compare::compare(&crate::compare::CompareOptions { samples, sizes, json }).map(Report::from)
         }
         LabCommand::Doctor { json } => Ok(crate::doctor::run(json).into()),
-        LabCommand::UdpEchoServer { bind, method, seconds, allow_remote } => {
-            crate::udp::serve_echo(&bind, &method, seconds, allow_remote).map(|_| Report::default())
+        LabCommand::UdpEchoServer { bind, method, seconds, idle_seconds, parent_pid, allow_remote } => {
+            let lifetime = crate::udp::ServerLifetime { seconds, idle_seconds, parent_pid };
+            crate::udp::serve_echo(&bind, &method, lifetime, allow_remote).map(|_| Report::default())
         }
     }
 }

@@ -119,15 +119,20 @@ fn udp_echo_defaults_to_an_ephemeral_port() {
     assert_eq!(port, 9123);
 }
 
+/// An echo server's lifetime of a moment.
+fn brief() -> lab::udp::ServerLifetime {
+    lab::udp::ServerLifetime { seconds: 0.2, idle_seconds: 10.0, parent_pid: None }
+}
+
 #[test]
 fn the_echo_server_serves_loopback_unless_told_otherwise() {
     // Loopback, for a moment: fine.
-    lab::udp::serve_echo("127.0.0.1:0", "blocking", 0.2, false).expect("loopback echo server");
+    lab::udp::serve_echo("127.0.0.1:0", "blocking", brief(), false).expect("loopback echo server");
     // Every interface: refused unless asked for explicitly.
-    let err = lab::udp::serve_echo("0.0.0.0:0", "blocking", 0.2, false).unwrap_err();
+    let err = lab::udp::serve_echo("0.0.0.0:0", "blocking", brief(), false).unwrap_err();
     assert!(err.contains("--allow-remote"), "{err}");
     assert!(!err.contains('\n'), "{err}");
-    lab::udp::serve_echo("0.0.0.0:0", "blocking", 0.2, true).expect("explicitly allowed");
+    lab::udp::serve_echo("0.0.0.0:0", "blocking", brief(), true).expect("explicitly allowed");
     // The same through the command line.
     let err = refusal(&["udp-echo-server", "--bind", "0.0.0.0:0", "--seconds", "0.2"], "--allow-remote");
     assert!(err.contains("0.0.0.0"), "{err}");
