@@ -135,9 +135,13 @@ pub fn server_seconds(flag: &str, seconds: f64) -> Result<f64, String> {
 }
 
 /// An output file the experiment will write when it is done: its directory must exist now,
-/// and it must not be a directory itself, so a typo fails before the measurement rather than
-/// after it. `extension`, when given, is required (case-insensitive).
-pub fn output_file(flag: &str, path: &Path, extension: Option<&str>) -> Result<(), String> {
+/// and the path must be free — or, with `force` (`--force`), a regular file to replace — so a
+/// typo or an occupied name fails before the measurement rather than after it. Nothing but a
+/// regular file is ever replaced, `force` or not: not a symbolic link (which the user may
+/// mean to keep), a device node, a FIFO, a socket or a directory. `extension`, when given, is
+/// required (case-insensitive). [`crate::report::create_output`] checks again when it writes.
+pub fn output_file(flag: &str, path: &Path, extension: Option<&str>, force: bool) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
     if let Some(ext) = extension {
         let matches = path.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case(ext));
         if !matches {
@@ -148,8 +152,39 @@ pub fn output_file(flag: &str, path: &Path, extension: Option<&str>) -> Result<(
             ));
         }
     }
-    if path.is_dir() {
-        return Err(format!("{flag} {} is a directory: give a file name", path.display()));
+    // Links not followed: what is at the path itself is what a rename would replace.
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) => {
+            let kind = meta.file_type();
+            if kind.is_dir() {
+                return Err(format!("{flag} {} is a directory: give a file name", path.display()));
+            }
+            let never_replaced = if kind.is_symlink() {
+                Some("a symbolic link")
+            } else if kind.is_char_device() || kind.is_block_device() {
+                Some("a device node")
+            } else if kind.is_fifo() {
+                Some("a FIFO")
+            } else if kind.is_socket() {
+                Some("a socket")
+            } else if !kind.is_file() {
+                Some("not a regular file")
+            } else {
+                None
+            };
+            if let Some(what) = never_replaced {
+                return Err(format!(
+                    "{flag} {} is {what}, which the lab never replaces (not even with --force): give the path of a \
+                     new or regular file",
+                    path.display()
+                ));
+            }
+            if !force {
+                return Err(exists_without_force(flag, path));
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("{flag} {}: cannot look at it: {e}", path.display())),
     }
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -159,4 +194,9 @@ pub fn output_file(flag: &str, path: &Path, extension: Option<&str>) -> Result<(
         return Err(format!("{flag} {}: the directory {} does not exist", path.display(), parent.display()));
     }
     Ok(())
+}
+
+/// The refusal of an output path that exists when `--force` was not given.
+pub fn exists_without_force(flag: &str, path: &Path) -> String {
+    format!("{flag} {} already exists: give another path, or --force to replace it", path.display())
 }

@@ -75,6 +75,10 @@ pub struct CommonArgs {
     /// Draw a histogram (one run) or a side-by-side plot (several runs) to FILE.png.
     #[arg(long, value_name = "FILE.png")]
     pub plot: Option<PathBuf>,
+    /// Let --csv and --plot replace an existing regular file (never a link, device, FIFO,
+    /// socket or directory).
+    #[arg(long)]
+    pub force: bool,
     /// Do not show a progress bar (it is only shown on a terminal anyway).
     #[arg(long)]
     pub no_progress: bool,
@@ -153,10 +157,13 @@ impl CommonArgs {
         check::samples("--samples", self.samples)?;
         crate::load::Capacity::of_this_machine().check(self.load)?;
         if let Some(path) = &self.csv {
-            check::output_file("--csv", path, None)?;
+            check::output_file("--csv", path, None, self.force)?;
         }
         if let Some(path) = &self.plot {
-            check::output_file("--plot", path, Some("png"))?;
+            check::output_file("--plot", path, Some("png"), self.force)?;
+        }
+        if self.csv.is_some() && self.csv == self.plot {
+            return Err("--csv and --plot name the same file: give each its own".to_string());
         }
         Ok(CommonOptions {
             rt,
@@ -373,11 +380,11 @@ pub fn run(cmd: LabCommand) -> Result<Report, String> {
 fn finish(args: &CommonArgs, options: &CommonOptions, outcome: &Outcome) -> Result<Report, String> {
     let mut notes = String::new();
     if let Some(path) = &args.csv {
-        write_csv(outcome, path)?;
+        write_csv(outcome, path, args.force)?;
         notes.push_str(&format!("raw samples written to {}\n", path.display()));
     }
     if let Some(path) = &args.plot {
-        crate::plot::plot(outcome, path)?;
+        crate::plot::plot(outcome, path, args.force)?;
         notes.push_str(&format!("plot written to {}\n", path.display()));
     }
     let conditions = Conditions::gather(options);

@@ -12,8 +12,9 @@
 //! line and in the JSON, and the command exits 1.
 //!
 //! What it must never do: run on a measuring thread's hot path (everything here allocates),
-//! drop a warning, present a failed measurement as a result, or print anything after the JSON
-//! line when JSON was asked for.
+//! drop a warning, present a failed measurement as a result, print anything after the JSON
+//! line when JSON was asked for, or write an output over anything but a regular file the
+//! user allowed it to replace (`--force`).
 
 use crate::conditions::Conditions;
 use serde::Serialize;
@@ -351,11 +352,11 @@ fn comparison_table(outcome: &Outcome, summaries: &[Summary]) -> String {
 }
 
 /// Write every raw sample as CSV: `label,size,method,sample_us`, one line per sample after
-/// the header. Labels and methods containing commas or quotes are quoted. The file is written
-/// under a fresh name in the same directory and then renamed over `path`, so a symlink at
-/// `path` is replaced, never written through, and a failed write leaves no half file.
-pub fn write_csv(outcome: &Outcome, path: &Path) -> Result<(), String> {
-    let mut out = create_output(path)?;
+/// the header. Labels and methods containing commas or quotes are quoted. The file goes in
+/// place only when complete, and never over anything but a regular file with `force`
+/// ([`create_output`]).
+pub fn write_csv(outcome: &Outcome, path: &Path, force: bool) -> Result<(), String> {
+    let mut out = create_output("--csv", path, force)?;
     let mut w = std::io::BufWriter::new(out.file());
     let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
     writeln!(w, "label,size,method,sample_us").map_err(fail)?;
@@ -369,15 +370,26 @@ pub fn write_csv(outcome: &Outcome, path: &Path) -> Result<(), String> {
     }
     w.flush().map_err(fail)?;
     drop(w);
-    out.commit().map_err(|e| e.to_string())
+    out.commit().map_err(|e| output_error("--csv", path, e))
 }
 
-/// The lab's output at `path` (CSV or PNG): written to a new, exclusively created file beside
-/// it and renamed over it when complete ([`output::OutputFile`]), so a symlink at `path` is
-/// replaced, never written through, and a failed write leaves no half file. A lab output
-/// may replace an earlier one: experiments are re-run into the same file.
-pub fn create_output(path: &Path) -> Result<output::OutputFile, String> {
-    output::OutputFile::create(path, None, true).map_err(|e| e.to_string())
+/// The lab's output at `path` (CSV or PNG, given as `flag`): written to a new, exclusively
+/// created file beside it and renamed onto `path` when complete ([`output::OutputFile`]), so
+/// a failed write leaves no half file. `path` must not exist, or with `force` be a regular
+/// file ([`crate::check::output_file`], checked again here because the measurement took a
+/// while): never a link, a device, a FIFO, a socket or a directory.
+pub fn create_output(flag: &str, path: &Path, force: bool) -> Result<output::OutputFile, String> {
+    crate::check::output_file(flag, path, None, force)?;
+    output::OutputFile::create(path, None, force).map_err(|e| output_error(flag, path, e))
+}
+
+/// One sentence for an output that could not be created or put in place.
+pub fn output_error(flag: &str, path: &Path, error: output::OutputError) -> String {
+    match error {
+        // Appeared after the check: the same sentence the check gives.
+        output::OutputError::Exists { .. } => crate::check::exists_without_force(flag, path),
+        e => e.to_string(),
+    }
 }
 
 /// Quote a CSV field if it needs it (RFC 4180).

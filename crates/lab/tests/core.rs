@@ -143,7 +143,7 @@ fn csv_has_a_header_and_one_line_per_sample() {
         ..Outcome::default()
     };
     let path = temp_path("samples.csv");
-    write_csv(&outcome, &path).unwrap();
+    write_csv(&outcome, &path, false).unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::remove_file(&path).unwrap();
     let lines: Vec<&str> = text.lines().collect();
@@ -206,7 +206,7 @@ fn plot_writes_png_for_one_and_several_runs() {
         ..Outcome::default()
     };
     let path = temp_path("one.png");
-    lab::plot::plot(&one, &path).unwrap();
+    lab::plot::plot(&one, &path, false).unwrap();
     assert_png(&path);
     std::fs::remove_file(&path).unwrap();
 
@@ -221,11 +221,11 @@ fn plot_writes_png_for_one_and_several_runs() {
         ..Outcome::default()
     };
     let path = temp_path("several.png");
-    lab::plot::plot(&several, &path).unwrap();
+    lab::plot::plot(&several, &path, false).unwrap();
     assert_png(&path);
     std::fs::remove_file(&path).unwrap();
 
-    assert!(lab::plot::plot(&Outcome::default(), &temp_path("empty.png")).is_err());
+    assert!(lab::plot::plot(&Outcome::default(), &temp_path("empty.png"), false).is_err());
 }
 
 #[test]

@@ -138,3 +138,13 @@ fn the_echo_server_serves_loopback_unless_told_otherwise() {
     assert!(err.contains("0.0.0.0"), "{err}");
     run(parse(&["udp-echo-server", "--bind", "127.0.0.1:0", "--seconds", "0.2"])).expect("loopback via the CLI");
 }
+
+#[test]
+fn csv_and_plot_may_not_share_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let both = dir.path().join("both.png");
+    let both = both.to_str().unwrap();
+    let err = refusal(&["wakeup", "--samples", "10", "--csv", both, "--plot", both, "--no-progress"], "--csv");
+    assert!(err.contains("the same file"), "{err}");
+    assert!(!std::path::Path::new(both).exists());
+}
