@@ -1,12 +1,15 @@
-//! The ranges of the lab's numbers, and the one-sentence refusals of values outside them.
+//! The ranges of the lab's numbers and what its output paths may be, and the one-sentence
+//! refusals of everything else.
 //!
 //! The command line ([`crate::cli`]) checks every flag with these before anything is
-//! measured; the experiment functions check their own inputs with the same functions, so a
-//! library caller gets the same refusal. Each refusal names the flag as the user typed it and
-//! the valid range, e.g. "--rate NaN is out of range: give 0.1..=100000 (Hz)".
+//! measured; the experiment functions (and the output writers) check their own inputs with
+//! the same functions, so a library caller gets the same refusal. Each refusal names the flag
+//! as the user typed it and what to give, e.g. "--rate NaN is out of range: give
+//! 0.1..=100000 (Hz)".
 //!
-//! What it must never do: accept NaN, an infinity, zero where zero means nothing, or a value
-//! that overflows later arithmetic (µs → ns, samples → memory).
+//! What it must never do: accept NaN, an infinity, zero where zero means nothing, a value
+//! that overflows later arithmetic (µs → ns, samples → memory), or an output path whose
+//! writing would replace an existing file without `--force`, or anything but a regular file.
 
 use std::fmt::Display;
 use std::ops::RangeInclusive;
@@ -194,6 +197,24 @@ pub fn output_file(flag: &str, path: &Path, extension: Option<&str>, force: bool
         return Err(format!("{flag} {}: the directory {} does not exist", path.display(), parent.display()));
     }
     Ok(())
+}
+
+/// `--csv` and `--plot` must name different files (the second would replace the first).
+pub fn distinct_outputs(csv: Option<&Path>, plot: Option<&Path>) -> Result<(), String> {
+    match (csv, plot) {
+        (Some(csv), Some(plot)) if csv == plot => {
+            Err(format!("--csv and --plot both name {}: give each its own file", csv.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A process id given on the command line (`--parent-pid`): 1 up to the kernel's pid type.
+pub fn pid(flag: &str, pid: u32) -> Result<libc::pid_t, String> {
+    libc::pid_t::try_from(pid)
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| out_of_range(flag, pid, format!("1..={} (a process id)", libc::pid_t::MAX)))
 }
 
 /// The refusal of an output path that exists when `--force` was not given.

@@ -162,9 +162,7 @@ impl CommonArgs {
         if let Some(path) = &self.plot {
             check::output_file("--plot", path, Some("png"), self.force)?;
         }
-        if self.csv.is_some() && self.csv == self.plot {
-            return Err("--csv and --plot name the same file: give each its own".to_string());
-        }
+        check::distinct_outputs(self.csv.as_deref(), self.plot.as_deref())?;
         Ok(CommonOptions {
             rt,
             load: self.load,

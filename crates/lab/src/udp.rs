@@ -237,12 +237,7 @@ pub fn serve_echo(bind: &str, method: &str, lifetime: ServerLifetime, allow_remo
         ));
     }
     let socket = UdpSocket::bind(addr).map_err(|e| format!("cannot bind the echo server to {addr}: {e}"))?;
-    let lab = match lifetime.parent_pid {
-        Some(pid) => Some(libc::pid_t::try_from(pid).ok().filter(|&p| p > 0).ok_or_else(|| {
-            format!("--parent-pid {pid} is not a process id: give the pid of the process this server serves")
-        })?),
-        None => None,
-    };
+    let lab = lifetime.parent_pid.map(|pid| crate::check::pid("--parent-pid", pid)).transpose()?;
     let until = ServeUntil {
         deadline_ns: now_ns().saturating_add((seconds * 1e9) as u64),
         idle_ns: (idle_seconds * 1e9) as u64,

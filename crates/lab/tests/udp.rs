@@ -123,4 +123,9 @@ fn serve_echo_rejects_bad_arguments() {
         let err = lab::udp::serve_echo("127.0.0.1:0", "blocking", lifetime(1.0, idle), false).unwrap_err();
         assert!(err.contains("--idle-seconds"), "{idle}: {err}");
     }
+    for pid in [0, u32::MAX] {
+        let orphan = lab::udp::ServerLifetime { parent_pid: Some(pid), ..second };
+        let err = lab::udp::serve_echo("127.0.0.1:0", "blocking", orphan, false).unwrap_err();
+        assert!(err.contains(&format!("--parent-pid {pid} is out of range")), "{err}");
+    }
 }

@@ -145,6 +145,6 @@ fn csv_and_plot_may_not_share_a_file() {
     let both = dir.path().join("both.png");
     let both = both.to_str().unwrap();
     let err = refusal(&["wakeup", "--samples", "10", "--csv", both, "--plot", both, "--no-progress"], "--csv");
-    assert!(err.contains("the same file"), "{err}");
+    assert!(err.contains("--plot both name") && err.contains("give each its own file"), "{err}");
     assert!(!std::path::Path::new(both).exists());
 }
