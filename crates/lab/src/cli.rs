@@ -223,7 +223,8 @@ pub enum LabCommand {
         #[arg(long, default_value_t = 64)]
         size: usize,
     },
-    /// Duration of the full rtloop cycle against the simulator, an fdcanusb or UDP.
+    /// Duration of the full rtloop cycle against the simulator, an fdcanusb or UDP (exit 1
+    /// when any reply was missing: the figures then time waits, not cycles).
     Cycle {
         #[command(flatten)]
         common: CommonArgs,

@@ -223,7 +223,7 @@ fn compare_takes_the_sockperf_server_with_it_on_sigterm_and_sigkill() {
 #[test]
 fn the_event_responder_process_dies_with_a_sigkilled_lab() {
     // Long enough to be killed in the middle; the responder is a fork of rtloop itself.
-    let lab = start(&["lab", "event", "--processes", "--methods", "eventfd", "--samples", "10000000", "--no-progress"]);
+    let lab = start(&["lab", "event", "--processes", "--methods", "eventfd", "--samples", "1000000", "--no-progress"]);
     kill_lab_and_expect_child_killed(lab, "lab event --processes", libc::SIGKILL);
 }
 
