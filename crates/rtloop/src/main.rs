@@ -629,13 +629,18 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             finish_device_command(rtloop::can_cmd::run(&req)?)
         }
         Command::Lab(cmd) => {
-            let text = lab::cli::run(cmd)?;
+            let report = lab::cli::run(cmd)?;
             // The JSON object, when asked for, must be the very last line.
-            let text = text.trim_end();
-            if text.is_empty() {
-                return Ok(());
+            let text = report.text.trim_end();
+            if !text.is_empty() {
+                console::line(text)?;
             }
-            console::line(text)
+            if let Some(failure) = report.failure {
+                // A measurement that ran but failed (replies missing): figures printed, exit 1.
+                console::note(format!("rtloop lab: {failure}"));
+                std::process::exit(1);
+            }
+            Ok(())
         }
         Command::Log(cmd) => {
             use rtloop::log_cmd;
