@@ -44,6 +44,9 @@ pub const MAX_SERVOS: usize = 32;
 /// Query cycles at most before the first command, to measure where every joint is.
 const START_QUERIES: usize = 10;
 
+/// Queries at most after the shutdown cycle, to read back what the servos did with it.
+const READ_BACK_QUERIES: usize = 3;
+
 /// Telemetry ring size: cycles the log writer may fall behind before messages are dropped
 /// (and counted): half a second at 1 kHz.
 pub const LOG_RING_MESSAGES: usize = 512;
@@ -271,8 +274,8 @@ pub struct RunSummary {
     pub model_cycle_us: f64,
     /// The run ended early on Ctrl-C / SIGTERM (after one safe-mode cycle).
     pub interrupted: bool,
-    /// Cycles run after the loop (not in `cycles`, but logged like every cycle): after Ctrl-C,
-    /// the shutdown cycle and the query that reads its result back (2), else 0.
+    /// Cycles run after the loop (not in `cycles`, but logged like every cycle): the shutdown
+    /// cycle and the queries that read its result back (2 to 4).
     pub shutdown_cycles: u64,
     /// Control-thread commands that arrived too late for their cycle (the previous ones
     /// were reused), and state messages the control thread had not taken yet.
@@ -591,11 +594,15 @@ fn run_loop(
     {
         // However the run ends — its duration, Ctrl-C, SIGTERM, SIGHUP — one last cycle
         // leaves every healthy servo in the safe mode (rather than to its watchdog, which
-        // latches mode 11 that only a stop leaves), logged like any other, then one query: a
-        // reply shows the state from before its own frame's command, so only the next one
-        // shows what the servos did with the safe mode.
+        // latches mode 11 that only a stop leaves), logged like any other, then queries: a
+        // reply shows the state from before its own frame's command, so only a later one
+        // shows what the servos did with the safe mode. Up to three, until every servo has
+        // answered one (a reply can miss a cycle on a busy machine).
         supervisor.shutdown(shutdown, &mut commands);
-        for (index, phase) in (lp.next_index()..).zip(0..2) {
+        for (index, phase) in (lp.next_index()..).zip(0..1 + READ_BACK_QUERIES) {
+            if phase >= 2 && replies.iter().all(|r| r.fresh) {
+                break;
+            }
             let sent = if phase == 0 { &commands } else { &queries };
             let woke = clock.now_ns();
             let report = robot.cycle(sent, &mut replies, &mut imu);

@@ -95,7 +95,7 @@ fn a_stopped_run_with_its_shutdown_cycle_never_allocates() {
     let (allocations, summary) = run_config(config, Some(path.clone()), Some(std::time::Duration::from_millis(600)));
     let _ = std::fs::remove_file(&path);
     assert!(summary.interrupted, "stopped");
-    assert_eq!(summary.shutdown_cycles, 2);
+    assert!((2..=4).contains(&summary.shutdown_cycles), "{}", summary.shutdown_cycles);
     assert!(summary.cycles > 100, "{} cycles", summary.cycles);
     assert_eq!(allocations, 0, "the stopped run (waits, shutdown cycle, read-back) allocated");
 }

@@ -63,7 +63,7 @@ fn ctrl_c_and_sigterm_end_a_slow_run_at_once_with_the_shutdown_cycle() {
         let j = last_json(&out);
         assert_eq!(j["interrupted"], true, "{j}");
         assert_eq!(j["cycles"], 1, "{j}");
-        assert_eq!(j["shutdown_cycles"], 2, "{j}");
+        assert!((2..=4).contains(&j["shutdown_cycles"].as_u64().unwrap()), "{j}");
         assert!(j["events"].as_array().unwrap().iter().any(|e| e["kind"] == "shutdown"), "{j}");
     }
 }
@@ -340,7 +340,7 @@ fn a_run_that_reaches_its_duration_leaves_the_servos_in_the_safe_mode_and_the_ne
     let first = run();
     assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
     let j = last_json(&first);
-    assert_eq!(j["shutdown_cycles"], 2, "{j}");
+    assert!((2..=4).contains(&j["shutdown_cycles"].as_u64().unwrap()), "{j}");
     for id in 1..=3 {
         assert_eq!(j["final"][id.to_string()]["mode"], 12, "{j}");
     }
