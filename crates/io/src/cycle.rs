@@ -10,8 +10,8 @@
 //!    as early as possible while the rest queue behind;
 //! 4. read the IMU while the replies are on the wires;
 //! 5. poll for replies, returning early once every expected reply is in (plus the optional
-//!    extra wait), else giving up at the estimate plus the baseline wait, capped by the
-//!    hard timeout.
+//!    extra wait), else giving up at the estimate plus the baseline wait after the writes,
+//!    capped by the hard timeout from the start.
 //!
 //! Which received frame is an *expected* reply is the caller's to say
 //! ([`Cycler::cycle_matching`]): a late reply to an earlier request that lands inside this
@@ -397,6 +397,13 @@ impl<C: Clock> Cycler<C> {
             }
         }
         st.tx_done_ns = self.clock.now_ns();
+        // The wire estimate runs from when the frames were handed over: writes that took long
+        // (a slow device, a simulator catching up on physics) must not eat the replies' time.
+        // The hard cap still counts from the start.
+        if st.deadline_ns > st.started_ns {
+            let from_writes = st.tx_done_ns.saturating_add(estimate + opts.rx_baseline_wait_ns);
+            st.deadline_ns = st.deadline_ns.max(from_writes).min(st.started_ns + opts.timeout_ns);
+        }
 
         // 4. The IMU, while replies are in flight.
         if let Some(src) = self.imu.as_mut() {

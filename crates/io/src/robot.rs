@@ -14,19 +14,35 @@
 //! destination is the request's source), so the robot uses a few host source ids as *reply
 //! tags* (`host_id .. host_id + reply_tags`): each request to a servo carries a tag no
 //! outstanding request of that servo holds, and the reply's tag names its request exactly.
-//! A tag is held until its reply arrives or, if none comes, until
-//! [`RobotConfig::late_reply_window_ns`] has passed since the request was sent; the request
-//! is then presumed lost (counted). When every tag of a servo is held, the servo gets its
-//! command without a query and without the reply bit, so nothing it sends can be taken for a
-//! newer request's answer; it counts as not queried. With `reply_tags = 1` this is plain
-//! per-servo outstanding-reply accounting. A late reply updates the state only if it is newer
-//! than what the state holds, and [`ServoReply::request_cycle`] always says which cycle's
-//! request the state answers.
+//! Tags rise with the requests of a servo and start again from `host_id` only when nothing
+//! of it is outstanding: a tag is part of the reply's CAN id, the lowest id wins the bus, so
+//! rising tags keep a servo's queued replies in the order of its requests. In the usual case
+//! (every reply back within its cycle) every request goes out from `host_id`, as the moteus
+//! clients send it.
 //!
-//! The one case no host can rule out: a reply arriving later than the late-reply window,
-//! after its tag was given to a newer request. Keep the window above the longest delay the
-//! buses can produce; replies that match no outstanding request are counted
-//! ([`CycleReport::unattributed`]), so a window that is too short shows up.
+//! A tag is held until it can no longer be answered:
+//! * its own reply arrives; or
+//! * a *newer* request of the same servo is answered: a servo answers its requests in the
+//!   order it received them and the rising tags keep its replies in that order on the bus,
+//!   so an older request still outstanding then will never be answered — it is lost (counted in
+//!   [`CycleReport::lost`]); this frees the tags of a slow but living servo however late its
+//!   replies are; or
+//! * the servo has answered nothing at all for [`RobotConfig::late_reply_window_ns`] (100 ms
+//!   by default) since the request was sent: the request is presumed lost
+//!   ([`CycleReport::expired`]), so a servo that went silent is asked again.
+//!
+//! When every tag of a servo is held, the servo gets its command without a query and
+//! without the reply bit (from [`UNQUERIED_SOURCE`], so the command ranks below every reply
+//! on the bus), so nothing it sends can be taken for a newer request's answer; it counts as
+//! not queried. With `reply_tags = 1` this is plain per-servo outstanding-reply
+//! accounting. A late reply updates the state only if it is newer than what the state holds,
+//! and [`ServoReply::request_cycle`] always says which cycle's request the state answers.
+//!
+//! The one case no host can rule out without a sequence number in the protocol: a servo
+//! silent for longer than the window (no answer to anything) whose very late reply then
+//! arrives after its tag went to a newer request. Keep the window above the longest a servo
+//! can be silent and still answer; a reply that matches no outstanding request is counted
+//! ([`CycleReport::unattributed`]) and ignored.
 //!
 //! Must never: allocate inside [`Robot::cycle`] (every buffer is sized in [`Robot::new`]),
 //! let a malformed or unexpected reply disturb another servo's state, or hand out a state as
@@ -111,12 +127,13 @@ pub struct RobotConfig {
     pub host_id: u8,
     /// How many source ids, from `host_id` on, tag requests so each reply names the request
     /// it answers (1..=[`MAX_REPLY_TAGS`]). 1 uses `host_id` alone: a servo whose reply is
-    /// outstanding then goes unqueried until it arrives or the window passes. Lower it if
-    /// other hosts on the same buses use nearby ids.
+    /// outstanding then goes unqueried until it is answered. Lower it if other hosts on the
+    /// same buses use nearby ids; raise it for servos whose replies come many cycles late.
     pub reply_tags: u8,
-    /// How long after a request its reply may still arrive. Past it the request is presumed
-    /// lost and its tag reused; it must exceed the longest delay the buses and adapters can
-    /// add to a reply.
+    /// How long a servo that answers nothing at all may stay silent before its outstanding
+    /// requests are presumed lost and their tags reused. It must exceed the longest delay the
+    /// buses and adapters can add to a reply; a servo that keeps answering (late or not)
+    /// frees its tags by answering, whatever this is.
     pub late_reply_window_ns: u64,
 }
 
@@ -127,8 +144,8 @@ impl Default for RobotConfig {
             position_resolution: PositionResolution::all(proto::Resolution::Int16),
             cycle: CycleOptions::default(),
             host_id: 0,
-            reply_tags: 4,
-            late_reply_window_ns: 10_000_000,
+            reply_tags: 8,
+            late_reply_window_ns: 100_000_000,
         }
     }
 }
@@ -152,8 +169,12 @@ pub struct CycleReport {
     /// Replies to requests of earlier cycles that arrived this cycle (attributed to their
     /// own request, never reported fresh).
     pub late: u32,
-    /// Outstanding requests given up this cycle: no reply within the late-reply window.
-    pub presumed_lost: u32,
+    /// Outstanding requests known lost this cycle: the servo answered a newer request first
+    /// (it answers in order, so these will never be answered).
+    pub lost: u32,
+    /// Outstanding requests given up this cycle: the servo answered nothing within the
+    /// late-reply window.
+    pub expired: u32,
     /// Replies from a servo of this robot that answer no outstanding request: a duplicate,
     /// or an answer later than the late-reply window (ignored).
     pub unattributed: u32,
@@ -179,12 +200,14 @@ struct Outstanding {
 struct ServoTags {
     /// Tag `t` (source id `host_id + t`) → the request holding it.
     held: [Option<Outstanding>; MAX_REPLY_TAGS as usize],
-    /// The tag tried first next time: tags rotate, so a tag is reused as late as possible.
-    next: u8,
     /// The tag of this cycle's request, if the servo was queried.
     current: Option<u8>,
     /// This cycle's reply was seen by the cycle's matcher (a duplicate is not counted twice).
     answered: bool,
+    /// When the servo last answered anything.
+    last_answer_ns: u64,
+    /// Tags (bit t) whose request is given up at the end of this cycle unless answered.
+    expiring: u16,
 }
 
 /// Servos on buses, cycled together.
@@ -276,7 +299,7 @@ impl<C: Clock> Robot<C> {
     }
 
     /// Requests sent whose reply has neither arrived nor been presumed lost. Over a run,
-    /// `queried = fresh + late + decode_errors + presumed_lost + outstanding()`.
+    /// `queried = fresh + late + decode_errors + lost + expired + outstanding()`.
     pub fn outstanding(&self) -> usize {
         self.tags.iter().map(|t| t.held.iter().filter(|h| h.is_some()).count()).sum()
     }
@@ -310,13 +333,23 @@ impl<C: Clock> Robot<C> {
             replies[i].as_of_cycle = this_cycle;
             tags.current = None;
             tags.answered = false;
-            for held in tags.held.iter_mut().take(ntags as usize) {
-                if held.is_some_and(|h| now.saturating_sub(h.sent_ns) >= window) {
-                    *held = None;
-                    report.presumed_lost += 1;
+            // Only a servo that answered nothing since a request went out gets that request
+            // presumed lost: any answer after it settled it already (its own, or a newer one).
+            // Given up after this cycle's frames are read, not now: a reply that came in since
+            // the last cycle (after a long period, say) is still taken as that request's answer.
+            let last_answer_ns = tags.last_answer_ns;
+            tags.expiring = 0;
+            for (t, held) in tags.held.iter().enumerate().take(ntags as usize) {
+                if held.is_some_and(|h| now.saturating_sub(h.sent_ns.max(last_answer_ns)) >= window) {
+                    tags.expiring |= 1 << t;
                 }
             }
-            let free = (0..ntags).map(|k| (tags.next + k) % ntags).find(|&t| tags.held[t as usize].is_none());
+            // Tags rise with the requests they tag: the reply's tag is in its CAN id, and when
+            // a servo holds several replies the lowest id goes first, so rising tags keep its
+            // replies in the order of its requests (which is what lets a newer answer prove an
+            // older request lost). Back to the first tag only when nothing is outstanding.
+            let above = tags.held[..ntags as usize].iter().rposition(Option::is_some).map_or(0, |t| t + 1);
+            let free = (above < ntags as usize).then_some(above as u8);
             let slot = &mut self.tx[ntx];
             let request = match free {
                 Some(t) => Request::Tagged(self.config.host_id + t),
@@ -330,7 +363,6 @@ impl<C: Clock> Robot<C> {
                     ntx += 1;
                     if let Some(t) = free {
                         tags.current = Some(t);
-                        tags.next = (t + 1) % ntags;
                         report.queried += 1;
                     } else {
                         report.unqueried += 1;
@@ -398,6 +430,15 @@ impl<C: Clock> Robot<C> {
                 }
             };
             tags.held[tag as usize] = None;
+            tags.last_answer_ns = r.at_ns;
+            // The servo answers in order: whatever it was asked before this request and has not
+            // answered by now never will be.
+            for held in tags.held.iter_mut().take(ntags as usize) {
+                if held.is_some_and(|h| h.cycle < request.cycle) {
+                    *held = None;
+                    report.lost += 1;
+                }
+            }
             let mut state = ServoState::default();
             if host::decode_reply(r.frame.payload(), &mut state).is_err() {
                 report.decode_errors += 1;
@@ -412,6 +453,13 @@ impl<C: Clock> Robot<C> {
                 reply.request_cycle = Some(request.cycle);
                 reply.received_ns = r.at_ns;
                 reply.fresh = request.cycle == this_cycle;
+            }
+        }
+        for tags in self.tags.iter_mut().take(n) {
+            for (t, held) in tags.held.iter_mut().enumerate().take(ntags as usize) {
+                if tags.expiring & (1 << t) != 0 && held.take().is_some() {
+                    report.expired += 1;
+                }
             }
         }
         for reply in replies.iter_mut().take(n) {
@@ -438,12 +486,19 @@ fn attribute(lookup: &[[u16; 128]], host_id: u8, ntags: u8, bus: usize, frame: &
     Some((idx as usize - 1, tag))
 }
 
+/// The CAN source of a command sent without a query. Without the reply bit a command's id
+/// is `source << 8 | servo`, and the lowest id wins the bus: from `host_id` such commands
+/// would outrank every servo's replies and, on a saturated bus, starve a late reply for as
+/// long as they keep coming. No servo has id 0x7F (the broadcast address), so from this
+/// source they rank below every reply. Nothing answers them.
+pub const UNQUERIED_SOURCE: u8 = 0x7F;
+
 /// How a request is sent.
 #[derive(Debug, Clone, Copy)]
 enum Request {
     /// With the query and the reply bit, from this source id.
     Tagged(u8),
-    /// The command alone: no query, no reply bit, from `host_id`.
+    /// The command alone: no query, no reply bit, from [`UNQUERIED_SOURCE`].
     Unqueried,
 }
 
@@ -468,7 +523,7 @@ fn encode_request(
 ) -> Result<bool, proto::EncodeError> {
     let (source, query) = match request {
         Request::Tagged(source) => (source, Some(&config.query)),
-        Request::Unqueried => (config.host_id, None),
+        Request::Unqueried => (UNQUERIED_SOURCE, None),
     };
     let mut buf = [0u8; 64];
     let len = {

@@ -111,10 +111,15 @@ pub enum EventKind {
     },
     /// The safe mode ended because the controller called [`Supervisor::rearm`].
     Rearmed,
-    /// A stop was requested (Ctrl-C / SIGTERM): the last cycle commanded the safe mode.
+    /// The run ended (its duration, or a stop was requested): the last cycle commanded the
+    /// safe mode.
     Shutdown,
     /// The watchdog of the servo expired (mode 11).
     WatchdogTimeout,
+    /// The servo was already in mode 11 (its watchdog expired before this run, e.g. after an
+    /// earlier host stopped commanding it) and was sent a stop, the only way out, before the
+    /// first command.
+    StaleTimeoutCleared,
     /// Something the simulator injected (named by the caller).
     Injected(&'static str),
 }
@@ -131,6 +136,7 @@ impl EventKind {
             EventKind::Rearmed => "rearmed",
             EventKind::Shutdown => "shutdown",
             EventKind::WatchdogTimeout => "watchdog_timeout",
+            EventKind::StaleTimeoutCleared => "stale_timeout_cleared",
             EventKind::Injected(what) => what,
         }
     }

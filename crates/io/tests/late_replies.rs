@@ -47,7 +47,11 @@ fn config(period_ns: u64) -> RobotConfig {
 }
 
 fn sim_bus(ids: &[u8], reply_delay_ns: u64) -> SimBus {
-    let mut bus = SimBus::new(BusConfig { reply_delay_ns, ..BusConfig::default() });
+    lossy_sim_bus(ids, reply_delay_ns, 0.0)
+}
+
+fn lossy_sim_bus(ids: &[u8], reply_delay_ns: u64, drop_rate: f64) -> SimBus {
+    let mut bus = SimBus::new(BusConfig { reply_delay_ns, drop_rate, fault_seed: 7, ..BusConfig::default() });
     for &id in ids {
         bus.add_servo(Servo::new(ServoConfig::new(id)));
     }
@@ -63,7 +67,8 @@ struct Ledger {
     queried: u64,
     unqueried: u64,
     late: u64,
-    presumed_lost: u64,
+    lost: u64,
+    expired: u64,
     decode_errors: u64,
     unattributed: u64,
 }
@@ -107,7 +112,8 @@ impl Ledger {
         self.queried += u64::from(report.queried);
         self.unqueried += u64::from(report.unqueried);
         self.late += u64::from(report.late);
-        self.presumed_lost += u64::from(report.presumed_lost);
+        self.lost += u64::from(report.lost);
+        self.expired += u64::from(report.expired);
         self.decode_errors += u64::from(report.decode_errors);
         self.unattributed += u64::from(report.unattributed);
     }
@@ -117,7 +123,7 @@ impl Ledger {
     fn balances<C: Clock>(&self, robot: &Robot<C>, context: &str) {
         assert_eq!(
             self.queried,
-            self.fresh + self.late + self.decode_errors + self.presumed_lost + robot.outstanding() as u64,
+            self.fresh + self.late + self.decode_errors + self.lost + self.expired + robot.outstanding() as u64,
             "{context}: {self:?}, outstanding {}",
             robot.outstanding()
         );
@@ -134,18 +140,32 @@ enum Pace {
 }
 
 fn run_in_virtual_time(reply_delay_ns: u64, pace: Pace, reply_tags: u8, cycles: u64) -> Ledger {
+    run_bus_in_virtual_time(Bus { servos: 3, reply_delay_ns, drop_rate: 0.0 }, pace, reply_tags, cycles)
+}
+
+/// One simulated bus of a robot.
+#[derive(Debug, Clone, Copy)]
+struct Bus {
+    servos: u8,
+    reply_delay_ns: u64,
+    drop_rate: f64,
+}
+
+fn run_bus_in_virtual_time(bus: Bus, pace: Pace, reply_tags: u8, cycles: u64) -> Ledger {
     const PERIOD_NS: u64 = 1_000_000;
     let clock = VirtualClock::new(0);
-    let buses: Vec<Box<dyn Transport>> = vec![Box::new(SimTransport::new(sim_bus(&[1, 2, 3], reply_delay_ns), "a"))];
-    let servos = (1..=3).map(|id| ServoSpec { bus: 0, id }).collect();
+    let ids: Vec<u8> = (1..=bus.servos).collect();
+    let sim = lossy_sim_bus(&ids, bus.reply_delay_ns, bus.drop_rate);
+    let buses: Vec<Box<dyn Transport>> = vec![Box::new(SimTransport::new(sim, "a"))];
+    let servos = ids.iter().map(|&id| ServoSpec { bus: 0, id }).collect();
     let config = RobotConfig { reply_tags, ..config(PERIOD_NS) };
     let mut robot = Robot::new(buses, servos, None, clock.clone(), config).unwrap();
-    let mut replies = [ServoReply::default(); 3];
+    let mut replies = vec![ServoReply::default(); ids.len()];
     let mut imu = Default::default();
     let mut ledger = Ledger::default();
-    let context = format!("reply delay {} µs, {pace:?}, {reply_tags} tags", reply_delay_ns / 1000);
+    let context = format!("{bus:?}, {pace:?}, {reply_tags} tags");
     for k in 0..cycles {
-        let commands = [command_for(robot.cycle_index() + 1); 3];
+        let commands = vec![command_for(robot.cycle_index() + 1); ids.len()];
         let report = robot.cycle(&commands, &mut replies, &mut imu);
         ledger.check(&report, &replies, &context);
         if let Pace::Periodic = pace {
@@ -178,14 +198,54 @@ fn replies_are_attributed_to_their_own_request_across_the_deadline_in_virtual_ti
 }
 
 #[test]
+fn replies_many_cycles_late_crowded_buses_and_lossy_wires_are_attributed_exactly() {
+    // Replies later than any cycle (up to 30 ms at 1 kHz), a bus with more servos than a
+    // period can carry (six at 1 kHz need 1.4 ms), and wires that lose frames: every state
+    // handed out answers exactly the request it claims to, and every request is accounted for.
+    let mut runs = Vec::new();
+    for delay_ms in [0u64, 1, 2, 5, 9, 10, 11, 15, 20, 30] {
+        runs.push(Bus { servos: 3, reply_delay_ns: delay_ms * 1_000_000, drop_rate: 0.0 });
+    }
+    for servos in [4u8, 5, 6] {
+        runs.push(Bus { servos, reply_delay_ns: 0, drop_rate: 0.0 });
+        runs.push(Bus { servos, reply_delay_ns: 11_000_000, drop_rate: 0.0 });
+    }
+    for drop_rate in [0.01, 0.1, 0.3] {
+        runs.push(Bus { servos: 3, reply_delay_ns: 0, drop_rate });
+        runs.push(Bus { servos: 3, reply_delay_ns: 2_000_000, drop_rate });
+    }
+    let (mut lost, mut late, mut fresh) = (0, 0, 0);
+    for bus in runs {
+        for tags in [1, 8] {
+            for pace in [Pace::Periodic, Pace::BackToBack] {
+                if bus.servos > 4 && matches!(pace, Pace::BackToBack) {
+                    // Back to back, five or six servos ask more of the bus than it carries,
+                    // for ever: the lowest-priority servo's replies can then be starved by the
+                    // others' for longer than the late-reply window (100 ms), the one case the
+                    // scheme cannot settle (see io::robot). `rtloop run` warns before it starts
+                    // when the model says a cycle does not fit its period.
+                    continue;
+                }
+                let ledger = run_bus_in_virtual_time(bus, pace, tags, 400);
+                assert_eq!(ledger.unattributed, 0, "{bus:?} {pace:?} {tags} tags: {ledger:?}");
+                (lost, late, fresh) = (lost + ledger.lost, late + ledger.late, fresh + ledger.fresh);
+            }
+        }
+    }
+    assert!(lost > 0 && late > 0 && fresh > 0, "every path ran: lost {lost}, late {late}, fresh {fresh}");
+}
+
+#[test]
 fn a_reply_just_past_the_deadline_comes_back_fresh_in_the_next_cycle_with_tags() {
     // With 0.5 ms of extra turnaround the last replies miss their cycle's 0.9 ms deadline and
     // land early in the next cycle. With reply tags each late answer is set aside as late and
     // the next cycle still waits for, and gets, its own.
-    let ledger = run_in_virtual_time(500_000, Pace::BackToBack, 4, 100);
+    let ledger = run_in_virtual_time(500_000, Pace::BackToBack, 8, 100);
     assert!(ledger.late > 0, "{ledger:?}");
     assert!(ledger.fresh > 0, "{ledger:?}");
-    assert_eq!(ledger.unqueried, 0, "four tags cover one late reply per servo: {ledger:?}");
+    // Tags rise while a reply is outstanding and start again only when none is: a servo
+    // late every cycle climbs through its 8 tags and waits one cycle unqueried, at most.
+    assert!(ledger.unqueried <= 3 * (100 / 8 + 1), "{ledger:?}");
 }
 
 #[test]
@@ -215,12 +275,15 @@ fn a_servo_that_never_answers_is_queried_again_after_the_window() {
         clock.wait_until_ns((k + 1) * 1_000_000);
     }
     ledger.balances(&robot, "absent servo");
-    // Two tags: asked in cycles 1 and 2 (at 0 and 1 ms); cycles 3-5 start less than 5 ms after
-    // those requests went out, so the absent servo is only commanded; cycles 6 and 7 (5 and
-    // 6 ms) find the requests of cycles 1 and 2 presumed lost and ask again, and so on.
-    let expected = [true, true, false, false, false, true, true, false, false, false, true, true];
+    // Two tags: asked in cycles 1 and 2 (at 0 and 1 ms) with tags 0 and 1; the servo answers
+    // nothing, so later cycles only command it. The request of cycle 1 is given up at the end
+    // of cycle 6 (5 ms: a reply read during that cycle would still have counted), the one of
+    // cycle 2 at the end of cycle 7 — and tag 0 may not be reused while the newer request on
+    // tag 1 is outstanding (a lower tag would overtake its reply on the bus). Cycles 8 and 9
+    // ask again, and so on.
+    let expected = [true, true, false, false, false, false, false, true, true, false, false, false];
     assert_eq!(queried_absent, expected);
-    assert!(ledger.presumed_lost >= 2, "{ledger:?}");
+    assert!(ledger.expired >= 2, "{ledger:?}");
 }
 
 #[test]

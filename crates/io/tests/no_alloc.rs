@@ -84,7 +84,7 @@ fn cycles_with_late_lost_and_unqueried_servos_never_allocate() {
         testkit::start_counting();
         for _ in 0..3000 {
             let r = robot.cycle(&commands, &mut replies, &mut imu);
-            (late, lost, unqueried) = (late + r.late, lost + r.presumed_lost, unqueried + r.unqueried);
+            (late, lost, unqueried) = (late + r.late, lost + r.lost + r.expired, unqueried + r.unqueried);
             clock.advance_ns(1_000_000);
         }
         let allocations = testkit::stop_counting();

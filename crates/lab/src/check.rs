@@ -1,12 +1,15 @@
-//! The ranges of the lab's numbers, and the one-sentence refusals of values outside them.
+//! The ranges of the lab's numbers and what its output paths may be, and the one-sentence
+//! refusals of everything else.
 //!
 //! The command line ([`crate::cli`]) checks every flag with these before anything is
-//! measured; the experiment functions check their own inputs with the same functions, so a
-//! library caller gets the same refusal. Each refusal names the flag as the user typed it and
-//! the valid range, e.g. "--rate NaN is out of range: give 0.1..=100000 (Hz)".
+//! measured; the experiment functions (and the output writers) check their own inputs with
+//! the same functions, so a library caller gets the same refusal. Each refusal names the flag
+//! as the user typed it and what to give, e.g. "--rate NaN is out of range: give
+//! 0.1..=100000 (Hz)".
 //!
-//! What it must never do: accept NaN, an infinity, zero where zero means nothing, or a value
-//! that overflows later arithmetic (µs → ns, samples → memory).
+//! What it must never do: accept NaN, an infinity, zero where zero means nothing, a value
+//! that overflows later arithmetic (µs → ns, samples → memory), or an output path whose
+//! writing would replace an existing file without `--force`, or anything but a regular file.
 
 use std::fmt::Display;
 use std::ops::RangeInclusive;
@@ -63,8 +66,10 @@ pub fn samples_in_all(samples: usize, runs: usize, runs_are: &str) -> Result<(),
         Ok(())
     } else {
         Err(format!(
-            "--samples {samples} for {runs} runs ({runs_are}) is {total} samples in all: keep --samples × runs \
-             within {MAX_SAMPLES_IN_ALL}"
+            "--samples {samples} for {} ({runs_are}) is {} in all: keep --samples × runs within \
+             {MAX_SAMPLES_IN_ALL}",
+            crate::report::count(runs as u64, "run", "runs"),
+            crate::report::count(total as u64, "sample", "samples"),
         ))
     }
 }
@@ -133,9 +138,13 @@ pub fn server_seconds(flag: &str, seconds: f64) -> Result<f64, String> {
 }
 
 /// An output file the experiment will write when it is done: its directory must exist now,
-/// and it must not be a directory itself, so a typo fails before the measurement rather than
-/// after it. `extension`, when given, is required (case-insensitive).
-pub fn output_file(flag: &str, path: &Path, extension: Option<&str>) -> Result<(), String> {
+/// and the path must be free — or, with `force` (`--force`), a regular file to replace — so a
+/// typo or an occupied name fails before the measurement rather than after it. Nothing but a
+/// regular file is ever replaced, `force` or not: not a symbolic link (which the user may
+/// mean to keep), a device node, a FIFO, a socket or a directory. `extension`, when given, is
+/// required (case-insensitive). [`crate::report::create_output`] checks again when it writes.
+pub fn output_file(flag: &str, path: &Path, extension: Option<&str>, force: bool) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
     if let Some(ext) = extension {
         let matches = path.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case(ext));
         if !matches {
@@ -146,8 +155,39 @@ pub fn output_file(flag: &str, path: &Path, extension: Option<&str>) -> Result<(
             ));
         }
     }
-    if path.is_dir() {
-        return Err(format!("{flag} {} is a directory: give a file name", path.display()));
+    // Links not followed: what is at the path itself is what a rename would replace.
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) => {
+            let kind = meta.file_type();
+            if kind.is_dir() {
+                return Err(format!("{flag} {} is a directory: give a file name", path.display()));
+            }
+            let never_replaced = if kind.is_symlink() {
+                Some("a symbolic link")
+            } else if kind.is_char_device() || kind.is_block_device() {
+                Some("a device node")
+            } else if kind.is_fifo() {
+                Some("a FIFO")
+            } else if kind.is_socket() {
+                Some("a socket")
+            } else if !kind.is_file() {
+                Some("not a regular file")
+            } else {
+                None
+            };
+            if let Some(what) = never_replaced {
+                return Err(format!(
+                    "{flag} {} is {what}, which the lab never replaces (not even with --force): give the path of a \
+                     new or regular file",
+                    path.display()
+                ));
+            }
+            if !force {
+                return Err(exists_without_force(flag, path));
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("{flag} {}: cannot look at it: {e}", path.display())),
     }
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -157,4 +197,27 @@ pub fn output_file(flag: &str, path: &Path, extension: Option<&str>) -> Result<(
         return Err(format!("{flag} {}: the directory {} does not exist", path.display(), parent.display()));
     }
     Ok(())
+}
+
+/// `--csv` and `--plot` must name different files (the second would replace the first).
+pub fn distinct_outputs(csv: Option<&Path>, plot: Option<&Path>) -> Result<(), String> {
+    match (csv, plot) {
+        (Some(csv), Some(plot)) if csv == plot => {
+            Err(format!("--csv and --plot both name {}: give each its own file", csv.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A process id given on the command line (`--parent-pid`): 1 up to the kernel's pid type.
+pub fn pid(flag: &str, pid: u32) -> Result<libc::pid_t, String> {
+    libc::pid_t::try_from(pid)
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| out_of_range(flag, pid, format!("1..={} (a process id)", libc::pid_t::MAX)))
+}
+
+/// The refusal of an output path that exists when `--force` was not given.
+pub fn exists_without_force(flag: &str, path: &Path) -> String {
+    format!("{flag} {} already exists: give another path, or --force to replace it", path.display())
 }

@@ -6,10 +6,13 @@
 //! output paths, the load the machine can carry), then turns them into [`CommonOptions`], runs
 //! the experiment, gathers the conditions, renders the report and writes the CSV and plot when
 //! asked. With `--json` the last line of the returned text is the JSON object, so notes about
-//! written files come before it.
+//! written files come before it. A measurement that ran but does not measure what was asked
+//! (replies were missing) comes back as a [`Report`] with a `failure`: the caller prints the
+//! report, then the sentence, and exits 1.
 //!
 //! What it must never do: print by itself (the caller prints what [`run`] returns), measure
-//! anything before every flag was checked, or silently accept (or ignore) a flag value.
+//! anything before every flag was checked, silently accept (or ignore) a flag value, or let a
+//! failed measurement pass for a result.
 
 use crate::check;
 use crate::conditions::Conditions;
@@ -72,6 +75,10 @@ pub struct CommonArgs {
     /// Draw a histogram (one run) or a side-by-side plot (several runs) to FILE.png.
     #[arg(long, value_name = "FILE.png")]
     pub plot: Option<PathBuf>,
+    /// Let --csv and --plot replace an existing regular file (never a link, device, FIFO,
+    /// socket or directory).
+    #[arg(long)]
+    pub force: bool,
     /// Do not show a progress bar (it is only shown on a terminal anyway).
     #[arg(long)]
     pub no_progress: bool,
@@ -150,11 +157,12 @@ impl CommonArgs {
         check::samples("--samples", self.samples)?;
         crate::load::Capacity::of_this_machine().check(self.load)?;
         if let Some(path) = &self.csv {
-            check::output_file("--csv", path, None)?;
+            check::output_file("--csv", path, None, self.force)?;
         }
         if let Some(path) = &self.plot {
-            check::output_file("--plot", path, Some("png"))?;
+            check::output_file("--plot", path, Some("png"), self.force)?;
         }
+        check::distinct_outputs(self.csv.as_deref(), self.plot.as_deref())?;
         Ok(CommonOptions {
             rt,
             load: self.load,
@@ -215,7 +223,8 @@ pub enum LabCommand {
         #[arg(long, default_value_t = 64)]
         size: usize,
     },
-    /// Duration of the full rtloop cycle against the simulator, an fdcanusb or UDP.
+    /// Duration of the full rtloop cycle against the simulator, an fdcanusb or UDP (exit 1
+    /// when any reply was missing: the figures then time waits, not cycles).
     Cycle {
         #[command(flatten)]
         common: CommonArgs,
@@ -260,6 +269,14 @@ pub enum LabCommand {
         /// Serve this long, seconds.
         #[arg(long, default_value_t = 60.0)]
         seconds: f64,
+        /// End after this long without a datagram, seconds (it also ends when the process
+        /// that started it is gone).
+        #[arg(long, default_value_t = crate::udp::SERVER_IDLE_LIMIT.as_secs_f64())]
+        idle_seconds: f64,
+        /// Also end when process PID is gone (the lab gives its own pid). It always ends when
+        /// the parent it started with is gone.
+        #[arg(long, value_name = "PID")]
+        parent_pid: Option<u32>,
         /// Echo to anyone who can reach BIND, even outside loopback and the lab's namespaces.
         #[arg(long)]
         allow_remote: bool,
@@ -283,9 +300,26 @@ where
     Ok(parsed)
 }
 
-/// Run a lab command and return what to print (with `--json`, its last line is the JSON).
-/// Every flag is checked before anything is measured.
-pub fn run(cmd: LabCommand) -> Result<String, String> {
+/// What a lab command produced.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Report {
+    /// What to print on stdout (with `--json`, its last line is the JSON object).
+    pub text: String,
+    /// Why the measurement failed although it ran and its figures are in `text` (e.g. replies
+    /// were missing), as one sentence for stderr; the command then exits 1.
+    pub failure: Option<String>,
+}
+
+impl From<String> for Report {
+    fn from(text: String) -> Report {
+        Report { text, failure: None }
+    }
+}
+
+/// Run a lab command and return what to print (with `--json`, its last line is the JSON) and
+/// whether the measurement failed. Every flag is checked before anything is measured; an
+/// error is one sentence (a flag, or a measurement that could not run).
+pub fn run(cmd: LabCommand) -> Result<Report, String> {
     match cmd {
         LabCommand::Wakeup { common, period_us } => {
             let options = common.options()?;
@@ -329,27 +363,29 @@ pub fn run(cmd: LabCommand) -> Result<String, String> {
             finish(&common, &options, &outcome)
         }
         LabCommand::Compare { samples, sizes, json } => {
-            crate::compare::compare(&crate::compare::CompareOptions { samples, sizes, json })
+            crate::compare::compare(&crate::compare::CompareOptions { samples, sizes, json }).map(Report::from)
         }
-        LabCommand::Doctor { json } => Ok(crate::doctor::run(json)),
-        LabCommand::UdpEchoServer { bind, method, seconds, allow_remote } => {
-            crate::udp::serve_echo(&bind, &method, seconds, allow_remote).map(|_| String::new())
+        LabCommand::Doctor { json } => Ok(crate::doctor::run(json).into()),
+        LabCommand::UdpEchoServer { bind, method, seconds, idle_seconds, parent_pid, allow_remote } => {
+            let lifetime = crate::udp::ServerLifetime { seconds, idle_seconds, parent_pid };
+            crate::udp::serve_echo(&bind, &method, lifetime, allow_remote).map(|_| Report::default())
         }
     }
 }
 
 /// Write the CSV and plot when asked, then render the report (notes about the files first,
-/// so a JSON line stays last).
-fn finish(args: &CommonArgs, options: &CommonOptions, outcome: &Outcome) -> Result<String, String> {
+/// so a JSON line stays last). The files are written for a failed measurement too: they are
+/// what a user looks at to see why.
+fn finish(args: &CommonArgs, options: &CommonOptions, outcome: &Outcome) -> Result<Report, String> {
     let mut notes = String::new();
     if let Some(path) = &args.csv {
-        write_csv(outcome, path)?;
+        write_csv(outcome, path, args.force)?;
         notes.push_str(&format!("raw samples written to {}\n", path.display()));
     }
     if let Some(path) = &args.plot {
-        crate::plot::plot(outcome, path)?;
+        crate::plot::plot(outcome, path, args.force)?;
         notes.push_str(&format!("plot written to {}\n", path.display()));
     }
     let conditions = Conditions::gather(options);
-    Ok(notes + &render(outcome, &conditions, args.json))
+    Ok(Report { text: notes + &render(outcome, &conditions, args.json), failure: outcome.failure.clone() })
 }

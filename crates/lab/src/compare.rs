@@ -11,16 +11,19 @@
 //! so they can be tested on captured outputs.
 //!
 //! What it must never do: fail because a tool is missing (it says how to install it and still
-//! reports our side), leave a `sockperf sr` server running (a guard kills it), talk to
-//! anything but loopback, or measure before every option was checked.
+//! reports our side), leave cyclictest or sockperf running after it ends, however it ends (they
+//! are started through [`crate::child`]: the kernel kills them when the lab dies, a guard on
+//! every other path), talk to anything but loopback, or measure before every option was
+//! checked.
 
+use crate::child::Tied;
 use crate::report::{CommonOptions, Summary};
 use crate::udp::{RecvMethod, UdpEchoOptions};
 use rt::setup::{Policy, RtSettings};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::net::UdpSocket;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// What `compare` runs.
@@ -309,12 +312,12 @@ fn run_cyclictest(samples: usize) -> Result<(Figures, Option<String>), String> {
     if !tool_exists("cyclictest") {
         return Err("cyclictest is not installed: apt-get install rt-tests".to_string());
     }
-    let out = Command::new("cyclictest")
+    let mut command = Command::new("cyclictest");
+    command
         .args(["-m", "-p", &PRIORITY.to_string(), "-i", &PERIOD_US.to_string(), "-l", &samples.to_string(), "-q"])
         .args(["-h", &CYCLICTEST_HISTOGRAM_US.to_string()])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run cyclictest: {e}"))?;
+        .stdin(Stdio::null());
+    let out = crate::child::output(&mut command).map_err(|e| format!("cannot run cyclictest: {e}"))?;
     if !out.status.success() {
         return Err(format!("cyclictest failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
     }
@@ -390,16 +393,6 @@ pub fn parse_cyclictest(output: &str) -> Result<Figures, String> {
     Ok(figures)
 }
 
-/// Kills and reaps the `sockperf sr` server when dropped.
-struct ServerGuard(Child);
-
-impl Drop for ServerGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// `program args…`, under `chrt -f 90` when we can (root and chrt present), so the tool runs
 /// with the same policy and priority as our side.
 fn realtime_command(program: &str, args: &[&str]) -> (Command, bool) {
@@ -425,13 +418,9 @@ fn run_sockperf(size: usize) -> Result<(Figures, Option<String>), String> {
     let port = free_udp_port()?;
     let port_arg = port.to_string();
     let (mut server, _) = realtime_command("sockperf", &["sr", "--ip", "127.0.0.1", "--port", &port_arg]);
-    let child = server
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start sockperf sr: {e}"))?;
-    let mut server = ServerGuard(child);
+    server.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    // Killed when the guard drops (every return below), or by the kernel if the lab dies.
+    let mut server = Tied::spawn(&mut server).map_err(|e| format!("cannot start sockperf sr: {e}"))?;
     wait_for_udp_listener(&mut server, port)?;
     let size_arg = size.to_string();
     let seconds = SOCKPERF_SECONDS.to_string();
@@ -439,7 +428,7 @@ fn run_sockperf(size: usize) -> Result<(Figures, Option<String>), String> {
         "sockperf",
         &["pp", "-i", "127.0.0.1", "-p", &port_arg, "-m", &size_arg, "-t", &seconds, "--full-rtt"],
     );
-    let out = client.stdin(Stdio::null()).output().map_err(|e| format!("cannot run sockperf pp: {e}"))?;
+    let out = crate::child::output(client.stdin(Stdio::null())).map_err(|e| format!("cannot run sockperf pp: {e}"))?;
     drop(server);
     if !out.status.success() {
         return Err(format!("sockperf pp failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
@@ -459,10 +448,10 @@ fn free_udp_port() -> Result<u16, String> {
 }
 
 /// Wait until something is bound to `port` (binding it ourselves fails), or the server died.
-fn wait_for_udp_listener(server: &mut ServerGuard, port: u16) -> Result<(), String> {
+fn wait_for_udp_listener(server: &mut Tied, port: u16) -> Result<(), String> {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(3) {
-        if let Ok(Some(status)) = server.0.try_wait() {
+        if let Ok(Some(status)) = server.try_wait() {
             return Err(format!("sockperf sr exited at once ({status})"));
         }
         if UdpSocket::bind(("127.0.0.1", port)).is_err() {

@@ -9,13 +9,20 @@
 //! ends in "query-only" and the conditions carry `commands: query-only`, because a cycle that
 //! also sends position commands has longer frames and takes longer.
 //!
-//! What it must never do: command motion or torque, allocate or print between cycles, count a
-//! cycle with missing replies as if it were complete without saying so, or let a figure pass
-//! for a full command cycle.
+//! A cycle whose replies did not all come times the wait for them, not a cycle: an
+//! experiment in which any reply was missing is a failed measurement ([`Outcome::failure`]).
+//! Its figures still print (they show what the waits cost), under a `FAILED:` line, with the
+//! counts (`expected_replies`, `missing_replies`, `timed_out_cycles`, `bus_failures`) in the
+//! JSON conditions, and `rtloop lab cycle` exits 1.
+//!
+//! What it must never do: command motion or torque, allocate or print between cycles, report
+//! a cycle experiment with missing replies as a result, or let a figure pass for a full
+//! command cycle.
 
-use crate::report::{apply_rt, measure_on_thread, CommonOptions, Measured, Outcome, Run};
+use crate::report::{apply_rt, count, measure_on_thread, CommonOptions, Measured, Outcome, Run};
 use io::{MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Servo ids of the built-in simulated quadruped.
 const QUADRUPED_IDS: std::ops::RangeInclusive<u8> = 1..=12;
@@ -82,20 +89,80 @@ pub fn cycle(common: &CommonOptions, transport: &str, servos: &str, rate_hz: f64
     let ids = parse_servo_ids(servos)?;
     io::uri::parse(transport).map_err(|e| format!("--transport: {}", e.0))?;
     let (settings, transport_owned, ids_owned) = (common.clone(), transport.to_string(), ids.clone());
+    let tally = Arc::new(Tally::default());
+    let tally_in_thread = Arc::clone(&tally);
     let (samples_ns, warnings) = measure_on_thread(common, "cycle", move |done| {
-        measure(&settings, &transport_owned, &ids_owned, period_ns, done)
+        measure(&settings, &transport_owned, &ids_owned, period_ns, done, &tally_in_thread)
     })?;
     let busy = if busy_wait_us > 0 { format!(", busy-wait {busy_wait_us} us") } else { String::new() };
-    let label = format!("cycle {transport}, {} servos, {rate_hz} Hz{busy}, {COMMANDS}", ids.len());
+    let servos = count(ids.len() as u64, "servo", "servos");
+    let label = format!("cycle {transport}, {servos}, {rate_hz} Hz{busy}, {COMMANDS}");
+    let cycles = samples_ns.len() as u64;
+    let expected = cycles * ids.len() as u64;
+    let [missing, timed_out, bus_failures] =
+        [&tally.missing, &tally.timed_out, &tally.bus_failures].map(|n| n.load(Ordering::Relaxed));
+    let failure = (missing > 0).then(|| {
+        let what = if missing == expected {
+            format!("none of the {} came", count(expected, "expected reply", "expected replies"))
+        } else {
+            format!("{missing} of {expected} expected replies did not come")
+        };
+        let who = match ids.len() {
+            1 => format!("servo {} answers", id_list(&ids)),
+            _ => format!("servos {} answer", id_list(&ids)),
+        };
+        format!(
+            "{what} ({}: {} timed out, {}), so the figures time waits for replies, not complete cycles; check that \
+             {who} on {transport}",
+            count(cycles, "cycle", "cycles"),
+            timed_out,
+            count(bus_failures, "bus failure", "bus failures"),
+        )
+    });
     Ok(Outcome {
         experiment: "cycle".into(),
         runs: vec![Run { label, size: None, method: None, samples_ns }],
         warnings,
         setup: vec![("commands".into(), COMMANDS.into())],
+        counts: vec![
+            ("expected_replies".into(), expected),
+            ("missing_replies".into(), missing),
+            ("timed_out_cycles".into(), timed_out),
+            ("bus_failures".into(), bus_failures),
+        ],
+        failure,
     })
 }
 
-fn measure(common: &CommonOptions, transport: &str, ids: &[u8], period_ns: u64, done: &AtomicUsize) -> Measured {
+/// The ids as the user would write them: "1", "1,2,5" or "1-12".
+fn id_list(ids: &[u8]) -> String {
+    match (ids.first(), ids.last()) {
+        (Some(first), Some(last)) if ids.len() > 2 && usize::from(last - first) + 1 == ids.len() => {
+            format!("{first}-{last}")
+        }
+        _ => ids.iter().map(u8::to_string).collect::<Vec<_>>().join(","),
+    }
+}
+
+/// What the measuring thread counted, stored once after its last cycle.
+#[derive(Default)]
+struct Tally {
+    /// Replies that did not come (or came late), over all cycles.
+    missing: AtomicU64,
+    /// Cycles whose deadline passed before every reply was in.
+    timed_out: AtomicU64,
+    /// Bus failures: one per bus per cycle in which that bus failed.
+    bus_failures: AtomicU64,
+}
+
+fn measure(
+    common: &CommonOptions,
+    transport: &str,
+    ids: &[u8],
+    period_ns: u64,
+    done: &AtomicUsize,
+    tally: &Tally,
+) -> Measured {
     let mut warnings = apply_rt(common)?;
     let mut robot = build_robot(transport, ids)?;
     let n = robot.servos().len();
@@ -117,22 +184,29 @@ fn measure(common: &CommonOptions, transport: &str, ids: &[u8], period_ns: u64, 
         samples_ns.push(report.stats.duration_ns());
         missing += report.missing as u64;
         timed_out += report.stats.timed_out as u64;
-        failed_buses += report.stats.failed_buses as u64;
+        // A bitmask of the buses that failed: each one counts.
+        failed_buses += u64::from(report.stats.failed_buses.count_ones());
         done.store(i + 1, Ordering::Relaxed);
     }
+    tally.missing.store(missing, Ordering::Relaxed);
+    tally.timed_out.store(timed_out, Ordering::Relaxed);
+    tally.bus_failures.store(failed_buses, Ordering::Relaxed);
     let stats = periodic.stats();
     if missing > 0 || timed_out > 0 || failed_buses > 0 {
         warnings.push(format!(
-            "{missing} missing replies, {timed_out} timed-out cycles, {failed_buses} bus failures over {} cycles",
-            common.samples
+            "{}, {}, {} over {}",
+            count(missing, "missing reply", "missing replies"),
+            count(timed_out, "timed-out cycle", "timed-out cycles"),
+            count(failed_buses, "bus failure", "bus failures"),
+            count(common.samples as u64, "cycle", "cycles"),
         ));
     }
     if stats.overruns > 0 {
         warnings.push(format!(
-            "{} cycles overran the {} us period ({} periods skipped)",
-            stats.overruns,
+            "{} overran the {} us period ({} skipped)",
+            count(stats.overruns, "cycle", "cycles"),
             period_ns / 1000,
-            stats.skipped_periods
+            count(stats.skipped_periods, "period", "periods"),
         ));
     }
     Ok((samples_ns, warnings))

@@ -14,7 +14,8 @@
 //!
 //! What it must never do: measure a side whose real-time settings were not applied (or hide
 //! a refusal), hang when the other side is gone (every wait of the raiser has a timeout, and
-//! a child is killed and reaped on every path), or leave file descriptors or mappings behind.
+//! a child is killed and reaped on every path; the kernel kills it when the lab dies, see
+//! [`crate::child`]), or leave file descriptors or mappings behind.
 
 use crate::report::{apply_rt, progress_bar, CommonOptions, Outcome, Run};
 use std::fmt;
@@ -578,6 +579,8 @@ fn fork_responder(
     back: &Channel,
     total: usize,
 ) -> Result<libc::pid_t, String> {
+    // SAFETY: getpid has no preconditions and cannot fail.
+    let parent = unsafe { libc::getpid() };
     // SAFETY: the child only runs code that is safe after fork in practice: glibc's malloc
     // resets its locks in the child, and the child never touches stdout/stderr locks, other
     // threads' state or the Rust runtime's exit path (it leaves with _exit).
@@ -585,6 +588,12 @@ fn fork_responder(
     match pid {
         -1 => Err(format!("fork failed: {}", std::io::Error::last_os_error())),
         0 => {
+            // Die with the lab (this thread, which reaps the child, ends only after it): a
+            // responder of a SIGKILLed lab would otherwise wait for its next event forever.
+            if crate::child::die_with_parent(parent).is_err() {
+                // SAFETY: as below; the parent is gone, so nobody waits for this child.
+                unsafe { libc::_exit(3) }
+            }
             let ok = apply_rt(common).is_ok();
             if !ok {
                 shared.setup_failed.store(1, Ordering::Release);

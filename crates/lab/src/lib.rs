@@ -9,15 +9,16 @@
 //! [`conditions`] that shaped them; [`compare`] runs cyclictest and sockperf beside our
 //! figures, and [`doctor`] checks the system's real-time readiness. [`cli`] is the command
 //! line that ties them together; [`check`] holds the ranges every flag is checked against
-//! before anything is measured.
+//! before anything is measured; [`child`] ties the programs the lab starts to its life.
 //!
 //! What it must never do: measure on a thread whose real-time settings it did not apply (or
 //! report as applied), hide a refused setting, measure before every option was checked, or
-//! leave load threads, network namespaces or temporary files behind.
+//! leave load threads, child processes, network namespaces or temporary files behind.
 
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod check;
+pub mod child;
 pub mod cli;
 pub mod compare;
 pub mod conditions;

@@ -109,8 +109,8 @@ impl Capacity {
         let why = if self.max_by_cpus() <= self.max_by_memory() {
             let cpus = self.cpus.max(1);
             format!(
-                "at most {WORKERS_PER_CPU} workers per CPU, and this process may use {cpus} CPU{}",
-                if cpus == 1 { "" } else { "s" }
+                "at most {WORKERS_PER_CPU} workers per CPU, and this process may use {}",
+                crate::report::count(cpus as u64, "CPU", "CPUs")
             )
         } else {
             format!(
@@ -176,10 +176,10 @@ impl Leftovers {
         let mut out = Vec::new();
         if !self.removed.is_empty() {
             let pids: Vec<String> = self.pids.iter().map(u32::to_string).collect();
+            let runs = if pids.len() == 1 { "a killed lab run (pid" } else { "killed lab runs (pids" };
             out.push(format!(
-                "removed {} temporary load item{} left by killed lab runs (pid {}) from {}",
-                self.removed.len(),
-                if self.removed.len() == 1 { "" } else { "s" },
+                "removed {} left by {runs} {}) from {}",
+                crate::report::count(self.removed.len() as u64, "temporary load item", "temporary load items"),
                 pids.join(", "),
                 base.display()
             ));

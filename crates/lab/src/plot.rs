@@ -9,8 +9,8 @@
 //! installed); without it the plot is drawn without any text rather than failing.
 //!
 //! The image is drawn in memory, encoded with `output::png`, and written like the CSV
-//! ([`crate::report::create_output`]): under a fresh name beside `path`, renamed over it when
-//! complete, so a symlink at `path` is replaced, never written through.
+//! ([`crate::report::create_output`]): under a fresh name beside `path`, renamed onto it when
+//! complete; an existing `path` only with `force`, and only when it is a regular file.
 //!
 //! What it must never do: fail for want of a font, write anything but a PNG to `path`, or
 //! leave a half-written file.
@@ -37,8 +37,8 @@ fn colour(i: usize) -> RGBColor {
 }
 
 /// Draw `outcome` to `path` (PNG): a histogram for one run, overlaid histograms and
-/// percentile bars for several.
-pub fn plot(outcome: &Outcome, path: &Path) -> Result<(), String> {
+/// percentile bars for several. `force`: an existing regular file at `path` may be replaced.
+pub fn plot(outcome: &Outcome, path: &Path, force: bool) -> Result<(), String> {
     let runs: Vec<_> = outcome.runs.iter().filter(|r| !r.samples_ns.is_empty()).collect();
     if runs.is_empty() {
         return Err("nothing to plot: no run has samples".into());
@@ -60,15 +60,15 @@ pub fn plot(outcome: &Outcome, path: &Path) -> Result<(), String> {
         }
         root.present().map_err(|e| fail(e.to_string()))?;
     }
-    write_png(path, &rgb, width, height)
+    write_png(path, &rgb, width, height, force)
 }
 
 /// Encode 8-bit RGB pixels as a PNG file at `path`.
-fn write_png(path: &Path, rgb: &[u8], width: u32, height: u32) -> Result<(), String> {
-    let mut out = crate::report::create_output(path)?;
+fn write_png(path: &Path, rgb: &[u8], width: u32, height: u32, force: bool) -> Result<(), String> {
+    let mut out = crate::report::create_output("--plot", path, force)?;
     let fail = |e: output::png::EncodingError| format!("cannot write {}: {e}", path.display());
     output::png::encode_rgb(rgb, (width, height), std::io::BufWriter::new(out.file())).map_err(fail)?;
-    out.commit().map_err(|e| e.to_string())
+    out.commit().map_err(|e| crate::report::output_error("--plot", path, e))
 }
 
 type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;

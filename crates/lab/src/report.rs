@@ -7,9 +7,14 @@
 //! draws them as log-spaced buckets, [`render`] prints a whole outcome (with `--json`, the
 //! last line is one JSON object) and [`write_csv`] exports the raw samples.
 //! [`CommonOptions`], [`apply_rt`] and [`progress_bar`] are what every experiment shares.
+//! An outcome whose figures do not measure what was asked (a cycle experiment in which
+//! replies were missing) carries a [`Outcome::failure`]: the report says so on its second
+//! line and in the JSON, and the command exits 1.
 //!
 //! What it must never do: run on a measuring thread's hot path (everything here allocates),
-//! drop a warning, or print anything after the JSON line when JSON was asked for.
+//! drop a warning, present a failed measurement as a result, print anything after the JSON
+//! line when JSON was asked for, or write an output over anything but a regular file the
+//! user allowed it to replace (`--force`).
 
 use crate::conditions::Conditions;
 use serde::Serialize;
@@ -43,6 +48,19 @@ pub struct Outcome {
     /// (e.g. `network`: `netns`, `commands`: `query-only`): printed on the head line and
     /// added to the JSON `conditions`.
     pub setup: Vec<(String, String)>,
+    /// Counts the figures depend on (e.g. `expected_replies`, `missing_replies`), added to
+    /// the JSON `conditions` as numbers.
+    pub counts: Vec<(String, u64)>,
+    /// Why the figures do not measure what was asked (e.g. replies were missing), as one
+    /// sentence; `None` for a sound measurement. Printed under the head line, in the JSON
+    /// (`failure`), and by the command on stderr before it exits 1.
+    pub failure: Option<String>,
+}
+
+/// `n` with the noun that agrees with it: `count(1, "servo", "servos")` is "1 servo",
+/// `count(0, …)` "0 servos".
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// The options every experiment takes.
@@ -247,9 +265,13 @@ pub fn render(outcome: &Outcome, conditions: &Conditions, json: bool) -> String 
     let mut out = String::new();
     let setup: String = outcome.setup.iter().map(|(k, v)| format!(", {k} {v}")).collect();
     let _ = writeln!(out, "{} — {}{setup}", outcome.experiment, conditions.one_line());
+    if let Some(failure) = &outcome.failure {
+        // Before the figures, so nobody reads them first.
+        let _ = writeln!(out, "FAILED: {failure}");
+    }
     let summaries: Vec<Summary> = outcome.runs.iter().map(|r| Summary::of(&r.samples_ns)).collect();
     for (run, s) in outcome.runs.iter().zip(&summaries) {
-        let _ = writeln!(out, "\n{} ({} samples)", run.label, s.samples);
+        let _ = writeln!(out, "\n{} ({})", run.label, count(s.samples as u64, "sample", "samples"));
         let _ = writeln!(
             out,
             "  min {}  mean {}  std {}  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}  (us)",
@@ -277,6 +299,9 @@ pub fn render(outcome: &Outcome, conditions: &Conditions, json: bool) -> String 
             for (k, v) in &outcome.setup {
                 map.insert(k.clone(), v.clone().into());
             }
+            for (k, v) in &outcome.counts {
+                map.insert(k.clone(), (*v).into());
+            }
         }
         let mut object = if outcome.runs.len() == 1 {
             let run = &outcome.runs[0];
@@ -296,6 +321,7 @@ pub fn render(outcome: &Outcome, conditions: &Conditions, json: bool) -> String 
             map.insert("experiment".into(), outcome.experiment.clone().into());
             map.insert("conditions".into(), conditions_json);
             map.insert("warnings".into(), outcome.warnings.clone().into());
+            map.insert("failure".into(), outcome.failure.clone().into());
         }
         let _ = writeln!(out, "{object}");
     }
@@ -326,11 +352,11 @@ fn comparison_table(outcome: &Outcome, summaries: &[Summary]) -> String {
 }
 
 /// Write every raw sample as CSV: `label,size,method,sample_us`, one line per sample after
-/// the header. Labels and methods containing commas or quotes are quoted. The file is written
-/// under a fresh name in the same directory and then renamed over `path`, so a symlink at
-/// `path` is replaced, never written through, and a failed write leaves no half file.
-pub fn write_csv(outcome: &Outcome, path: &Path) -> Result<(), String> {
-    let mut out = create_output(path)?;
+/// the header. Labels and methods containing commas or quotes are quoted. The file goes in
+/// place only when complete, and never over anything but a regular file with `force`
+/// ([`create_output`]).
+pub fn write_csv(outcome: &Outcome, path: &Path, force: bool) -> Result<(), String> {
+    let mut out = create_output("--csv", path, force)?;
     let mut w = std::io::BufWriter::new(out.file());
     let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
     writeln!(w, "label,size,method,sample_us").map_err(fail)?;
@@ -344,15 +370,26 @@ pub fn write_csv(outcome: &Outcome, path: &Path) -> Result<(), String> {
     }
     w.flush().map_err(fail)?;
     drop(w);
-    out.commit().map_err(|e| e.to_string())
+    out.commit().map_err(|e| output_error("--csv", path, e))
 }
 
-/// The lab's output at `path` (CSV or PNG): written to a new, exclusively created file beside
-/// it and renamed over it when complete ([`output::OutputFile`]), so a symlink at `path` is
-/// replaced, never written through, and a failed write leaves no half file. A lab output
-/// may replace an earlier one: experiments are re-run into the same file.
-pub fn create_output(path: &Path) -> Result<output::OutputFile, String> {
-    output::OutputFile::create(path, None, true).map_err(|e| e.to_string())
+/// The lab's output at `path` (CSV or PNG, given as `flag`): written to a new, exclusively
+/// created file beside it and renamed onto `path` when complete ([`output::OutputFile`]), so
+/// a failed write leaves no half file. `path` must not exist, or with `force` be a regular
+/// file ([`crate::check::output_file`], checked again here because the measurement took a
+/// while): never a link, a device, a FIFO, a socket or a directory.
+pub fn create_output(flag: &str, path: &Path, force: bool) -> Result<output::OutputFile, String> {
+    crate::check::output_file(flag, path, None, force)?;
+    output::OutputFile::create(path, None, force).map_err(|e| output_error(flag, path, e))
+}
+
+/// One sentence for an output that could not be created or put in place.
+pub fn output_error(flag: &str, path: &Path, error: output::OutputError) -> String {
+    match error {
+        // Appeared after the check: the same sentence the check gives.
+        output::OutputError::Exists { .. } => crate::check::exists_without_force(flag, path),
+        e => e.to_string(),
+    }
 }
 
 /// Quote a CSV field if it needs it (RFC 4180).

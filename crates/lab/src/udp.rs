@@ -17,18 +17,28 @@
 //! recognised by comparing this process's network namespace with those under /run/netns), or
 //! when explicitly allowed (`--allow-remote`).
 //!
-//! What it must never do: leave a namespace or veth behind (a guard removes them on return,
-//! on error, on panic and after Ctrl-C), send to any address but loopback or the namespace it
-//! created itself, serve beyond loopback and its own namespaces unless told to, or hang when
-//! an echo is lost (every wait has a timeout).
+//! The namespaced server dies with the lab however the lab ends: it is started through
+//! [`crate::child`] (the kernel kills it when the lab dies, a guard on every other path), and
+//! it ends by itself when the process that started it is gone, after [`SERVER_IDLE_LIMIT`]
+//! without a datagram, and at its `--seconds` deadline. A run killed with SIGKILL still leaves
+//! its namespace and veth (nothing of ours runs then): the next `--netns` run removes every
+//! `rtloop-lab-<pid>` namespace whose process is gone, with its veth and any process still in
+//! it, and says so in its warnings.
+//!
+//! What it must never do: leave a namespace, veth or server behind (a guard removes them on
+//! return, on error, on panic and after Ctrl-C; the next run removes those of a killed run),
+//! send to any address but loopback or the namespace it created itself, serve beyond loopback
+//! and its own namespaces unless told to, or hang when an echo is lost (every wait has a
+//! timeout).
 
+use crate::child::Tied;
 use crate::report::{apply_rt, CommonOptions, Outcome, Run};
 use rt::periodic::now_ns;
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -43,6 +53,11 @@ const ECHO_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How often a waiting server looks at its stop flag and deadline.
 const SERVER_POLL: Duration = Duration::from_millis(100);
+
+/// The echo server process (`rtloop lab udp-echo-server`) ends after this long without a
+/// datagram: the client sends without pause while it measures and gives up on a lost echo
+/// after [`ECHO_TIMEOUT`], so a server idle this long serves nobody.
+pub const SERVER_IDLE_LIMIT: Duration = Duration::from_secs(10);
 
 /// How long to wait for a freshly started server to answer its first datagram.
 const SERVER_READY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -137,7 +152,7 @@ pub fn udp_echo(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<Outcome
     let label_suffix = if opts.netns { ", netns" } else { "" };
     // The namespace (if any) is set up before the load starts, so `ip` commands are not slowed
     // down by it; it is dropped last, after the load stopped.
-    let namespace = if opts.netns { Some(Namespace::create()?) } else { None };
+    let namespace = if opts.netns { Some(Namespace::create(&mut outcome.warnings)?) } else { None };
     let mut load = crate::load::Load::start(common.load)?;
 
     for &method in &opts.methods {
@@ -191,23 +206,79 @@ pub fn udp_echo(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<Outcome
     Ok(outcome)
 }
 
+/// How long the echo server process lives at most.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ServerLifetime {
+    /// It ends this long after it started, seconds (`--seconds`).
+    pub seconds: f64,
+    /// It ends after this long without a datagram, seconds (`--idle-seconds`; the lab's own
+    /// server uses [`SERVER_IDLE_LIMIT`]).
+    pub idle_seconds: f64,
+    /// It also ends when this process is gone (`--parent-pid`; the lab gives its own, so a
+    /// server that starts after the lab died ends at once). It always ends when the parent it
+    /// started with is gone.
+    pub parent_pid: Option<u32>,
+}
+
 /// Echo every datagram received on `bind` back to its sender, waiting with `method`, until
-/// `seconds` have passed. The server of `rtloop lab udp-echo-server`. It binds loopback, or
-/// any address inside one of the lab's own network namespaces; anything else only with
+/// the `lifetime` is over or the process that started this one is gone (this process was given
+/// to another parent). The server of `rtloop lab udp-echo-server`. It binds loopback, or any
+/// address inside one of the lab's own network namespaces; anything else only with
 /// `allow_remote`, because it answers whoever writes to it.
-pub fn serve_echo(bind: &str, method: &str, seconds: f64, allow_remote: bool) -> Result<(), String> {
+pub fn serve_echo(bind: &str, method: &str, lifetime: ServerLifetime, allow_remote: bool) -> Result<(), String> {
     let addr: SocketAddr =
         bind.parse().map_err(|e| format!("--bind '{bind}' is not an address like 127.0.0.1:9000: {e}"))?;
     let method: RecvMethod = method.parse().map_err(|e| format!("--method: {e}"))?;
-    crate::check::server_seconds("--seconds", seconds)?;
+    let seconds = crate::check::server_seconds("--seconds", lifetime.seconds)?;
+    let idle_seconds = crate::check::server_seconds("--idle-seconds", lifetime.idle_seconds)?;
     if !allow_remote && !addr.ip().is_loopback() && !in_own_namespace() {
         return Err(format!(
             "refusing to serve on {addr}, which other hosts can reach: bind 127.0.0.1 or pass --allow-remote"
         ));
     }
     let socket = UdpSocket::bind(addr).map_err(|e| format!("cannot bind the echo server to {addr}: {e}"))?;
-    let deadline_ns = now_ns().saturating_add((seconds * 1e9) as u64);
-    serve_on(&socket, method, deadline_ns, &AtomicBool::new(false))
+    let lab = lifetime.parent_pid.map(|pid| crate::check::pid("--parent-pid", pid)).transpose()?;
+    let until = ServeUntil {
+        deadline_ns: now_ns().saturating_add((seconds * 1e9) as u64),
+        idle_ns: (idle_seconds * 1e9) as u64,
+        // SAFETY: getppid has no preconditions and cannot fail. Parent 1 (init) cannot go.
+        parent: Some(unsafe { libc::getppid() }).filter(|&p| p != 1),
+        lab,
+    };
+    if until.parent_gone() {
+        // Started after its parent died (or for a parent it never had): nobody to serve.
+        return Ok(());
+    }
+    serve_on(&socket, method, &until, &AtomicBool::new(false))
+}
+
+/// When a server loop ends, besides its stop flag and an interrupt.
+struct ServeUntil {
+    /// The monotonic time it ends, ns.
+    deadline_ns: u64,
+    /// It ends after this long without a datagram, ns (`u64::MAX`: never).
+    idle_ns: u64,
+    /// It ends when this process is no longer its parent (`None`: never).
+    parent: Option<libc::pid_t>,
+    /// It ends when this process is gone (`None`: never).
+    lab: Option<libc::pid_t>,
+}
+
+impl ServeUntil {
+    /// A server thread of this process: it ends with its stop flag only.
+    const FOREVER: ServeUntil = ServeUntil { deadline_ns: u64::MAX, idle_ns: u64::MAX, parent: None, lab: None };
+
+    /// The parent it started with, or the process it serves, is gone.
+    fn parent_gone(&self) -> bool {
+        // SAFETY: getppid has no preconditions and cannot fail.
+        let orphaned = self.parent.is_some_and(|p| unsafe { libc::getppid() } != p);
+        let lab_gone = self.lab.is_some_and(|pid| {
+            // SAFETY: signal 0 only asks whether the process exists; nothing is sent.
+            let rc = unsafe { libc::kill(pid, 0) };
+            rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        });
+        orphaned || lab_gone
+    }
 }
 
 /// True when this process runs in one of the lab's own network namespaces (`rtloop-lab-*`
@@ -238,8 +309,9 @@ fn validate(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<(), String>
 }
 
 /// How long a namespaced server child lives at most: generous (5 ms per round trip plus
-/// setup), because the guard kills it as soon as the client is done anyway; the limit only
-/// matters if this process dies without running its guard.
+/// setup), because the guard kills it as soon as the client is done. The last of its bounds:
+/// before it, the kernel kills it when this process dies, and it ends by itself when its
+/// parent is gone or after [`SERVER_IDLE_LIMIT`] without a datagram.
 fn server_lifetime_seconds(samples: usize, sizes: usize) -> f64 {
     (30.0 + samples.saturating_mul(sizes) as f64 * 0.005).min(crate::check::SERVER_MAX_SECONDS)
 }
@@ -360,18 +432,29 @@ impl Epoll {
     }
 }
 
-/// The server loop: echo until the deadline, the stop flag or an interrupt.
-fn serve_on(socket: &UdpSocket, method: RecvMethod, deadline_ns: u64, stop: &AtomicBool) -> Result<(), String> {
+/// The server loop: echo until the stop flag, an interrupt, or what `until` says.
+fn serve_on(socket: &UdpSocket, method: RecvMethod, until: &ServeUntil, stop: &AtomicBool) -> Result<(), String> {
     let receiver = Receiver::new(socket, method, SERVER_POLL).map_err(|e| format!("echo server setup: {e}"))?;
     let mut buf = vec![0u8; MAX_UDP_PAYLOAD + 1];
-    while !stop.load(Ordering::Relaxed) && !INTERRUPTED.load(Ordering::Relaxed) && now_ns() < deadline_ns {
+    // Idleness and the parent are looked at only when a wait times out (every SERVER_POLL
+    // without a datagram), so an echo never pays for them.
+    let (mut served, mut served_before, mut active_ns) = (0u64, 0u64, now_ns());
+    while !stop.load(Ordering::Relaxed) && !INTERRUPTED.load(Ordering::Relaxed) && now_ns() < until.deadline_ns {
         match receiver.recv_from(&mut buf) {
             Ok(Some((len, from))) => {
                 // A send error (the client went away: ECONNREFUSED from an earlier ICMP) must
                 // not end the server; the next datagram is answered normally.
                 let _ = socket.send_to(&buf[..len], from);
+                served += 1;
             }
-            Ok(None) => {}
+            Ok(None) => {
+                let now = now_ns();
+                if served != served_before {
+                    (served_before, active_ns) = (served, now);
+                } else if now.saturating_sub(active_ns) >= until.idle_ns || until.parent_gone() {
+                    break;
+                }
+            }
             // The ICMP "port unreachable" of an echo sent to a client that already closed
             // surfaces here on Linux; it is not a server failure.
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
@@ -389,7 +472,7 @@ struct Server {
 
 enum ServerKind {
     Thread { stop: Arc<AtomicBool>, handle: Option<std::thread::JoinHandle<Result<(), String>>> },
-    Process(ChildGuard),
+    Process(Tied),
 }
 
 impl Server {
@@ -432,7 +515,7 @@ impl Server {
                 match bound {
                     Ok((socket, local)) => {
                         let _ = ready_tx.send(Ok(local));
-                        serve_on(&socket, method, u64::MAX, &thread_stop)
+                        serve_on(&socket, method, &ServeUntil::FOREVER, &thread_stop)
                     }
                     Err(e) => {
                         let _ = ready_tx.send(Err(e.clone()));
@@ -458,8 +541,8 @@ impl Server {
                 }
                 Ok(())
             }
-            ServerKind::Process(child) => match child.0.as_mut().map(|c| c.try_wait()) {
-                Some(Ok(Some(status))) => Err(format!("the echo server process exited early ({status})")),
+            ServerKind::Process(child) => match child.try_wait() {
+                Ok(Some(status)) => Err(format!("the echo server process exited early ({status})")),
                 _ => Ok(()),
             },
         }
@@ -488,18 +571,6 @@ impl Drop for Server {
             if let Some(h) = handle.take() {
                 let _ = h.join();
             }
-        }
-    }
-}
-
-/// Kills and reaps a child process when dropped.
-struct ChildGuard(Option<Child>);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
         }
     }
 }
@@ -644,17 +715,20 @@ struct Namespace {
 }
 
 impl Namespace {
-    fn create() -> Result<Namespace, String> {
+    /// Create this process's namespace and veth pair, after removing those of killed runs
+    /// (one sentence per removal goes to `notes`).
+    fn create(notes: &mut Vec<String>) -> Result<Namespace, String> {
         // SAFETY: geteuid has no preconditions and cannot fail.
         if unsafe { libc::geteuid() } != 0 {
             return Err("--netns creates a network namespace and a veth pair, which needs root: \
                         run as root (sudo) or drop --netns"
                 .to_string());
         }
-        if Command::new("ip").arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+        if crate::child::tie(Command::new("ip").arg("-V").stdout(Stdio::null()).stderr(Stdio::null())).status().is_err()
+        {
             return Err("--netns needs the `ip` command (apt-get install iproute2), or drop --netns".to_string());
         }
-        remove_stale_namespaces();
+        notes.extend(remove_stale_namespaces());
         let pid = std::process::id();
         let subnet = free_subnet(pid)?;
         let signals = InterruptHandlers::install()?;
@@ -722,10 +796,16 @@ impl Namespace {
             method.as_str(),
             "--seconds",
             &format!("{seconds:.0}"),
+            // The server watches for this process to be gone, whatever happens to `ip`.
+            "--parent-pid",
+            &std::process::id().to_string(),
         ]);
         command.stdin(Stdio::null()).stdout(Stdio::null());
-        let child = command.spawn().map_err(|e| format!("cannot start the echo server in {}: {e}", self.name))?;
-        Ok(Server { addr, kind: ServerKind::Process(ChildGuard(Some(child))) })
+        // Started from the thread that runs the experiment and stops the server, so the
+        // parent-death signal fires only when the lab itself ends.
+        let child =
+            Tied::spawn(&mut command).map_err(|e| format!("cannot start the echo server in {}: {e}", self.name))?;
+        Ok(Server { addr, kind: ServerKind::Process(child) })
     }
 }
 
@@ -740,7 +820,8 @@ impl Drop for Namespace {
 
 /// Run `ip ARGS`, with its stderr in the error.
 fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip").args(args).stdin(Stdio::null()).output().map_err(|e| format!("cannot run ip: {e}"))?;
+    let out = crate::child::output(Command::new("ip").args(args).stdin(Stdio::null()))
+        .map_err(|e| format!("cannot run ip: {e}"))?;
     if out.status.success() {
         Ok(())
     } else {
@@ -748,24 +829,58 @@ fn ip(args: &[&str]) -> Result<(), String> {
     }
 }
 
-/// Remove `rtloop-lab-<pid>` namespaces whose process is gone (killed with SIGKILL, where no
-/// guard could run), with their veth pair.
-fn remove_stale_namespaces() {
-    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else { return };
+/// Remove the `rtloop-lab-<pid>` namespaces whose lab process is gone (killed with SIGKILL,
+/// where no guard could run): first kill every process still inside (an echo server of an
+/// older rtloop, which did not end by itself), because deleting a namespace only unmounts its
+/// name and leaves the processes in it running; then delete the veth pair and the namespace.
+/// Returns one sentence per namespace: what was removed, or what could not be.
+fn remove_stale_namespaces() -> Vec<String> {
+    let Ok(out) = crate::child::output(Command::new("ip").args(["netns", "list"])) else { return Vec::new() };
+    let mut notes = Vec::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let name = line.split_whitespace().next().unwrap_or("");
         let Some(pid) = name.strip_prefix(NAMESPACE_PREFIX).and_then(|p| p.parse::<u32>().ok()) else { continue };
-        if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = ip(&["link", "del", &format!("rtlab{pid}h")]);
-            let _ = ip(&["netns", "del", name]);
+        if pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
         }
+        let killed = kill_processes_in(name);
+        let _ = ip(&["link", "del", &format!("rtlab{pid}h")]);
+        let processes = match killed {
+            0 => String::new(),
+            n => format!(" and killed {} still in it", crate::report::count(n as u64, "process", "processes")),
+        };
+        notes.push(match ip(&["netns", "del", name]) {
+            Ok(()) => format!("removed network namespace {name} left by a killed lab run (pid {pid}){processes}"),
+            Err(e) => format!("could not remove network namespace {name} left by a killed lab run: {e}"),
+        });
     }
+    notes
+}
+
+/// SIGKILL every process in the network namespace `name` and wait (up to a second) until
+/// they are gone; returns how many there were.
+fn kill_processes_in(name: &str) -> usize {
+    let pids_in = || -> Vec<libc::pid_t> {
+        crate::child::output(Command::new("ip").args(["netns", "pids", name]))
+            .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect())
+            .unwrap_or_default()
+    };
+    let pids = pids_in();
+    for &pid in &pids {
+        // SAFETY: kill takes no pointers; the pid was listed in the namespace just now.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let give_up = std::time::Instant::now() + Duration::from_secs(1);
+    while !pids.is_empty() && !pids_in().is_empty() && std::time::Instant::now() < give_up {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    pids.len()
 }
 
 /// A third octet x such that 10.200.x.0/30 is not already configured on this host.
 fn free_subnet(pid: u32) -> Result<u8, String> {
-    let out =
-        Command::new("ip").args(["-4", "-o", "addr", "show"]).output().map_err(|e| format!("cannot run ip: {e}"))?;
+    let out = crate::child::output(Command::new("ip").args(["-4", "-o", "addr", "show"]))
+        .map_err(|e| format!("cannot run ip: {e}"))?;
     let in_use = String::from_utf8_lossy(&out.stdout).into_owned();
     let first = (pid % 250) as u8 + 1;
     (0..250u32)

@@ -31,7 +31,7 @@ pub fn wakeup(common: &CommonOptions, period_us: u64) -> Result<Outcome, String>
         experiment: "wakeup".into(),
         runs: vec![Run { label, size: None, method: None, samples_ns }],
         warnings,
-        setup: Vec::new(),
+        ..Outcome::default()
     })
 }
 

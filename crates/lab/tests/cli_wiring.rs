@@ -103,7 +103,7 @@ fn wakeup_through_the_cli_writes_json_csv_and_plot() {
         "--plot",
         png.to_str().unwrap(),
     ]);
-    let out = run(cmd).unwrap();
+    let out = run(cmd).unwrap().text;
     let v: serde_json::Value = serde_json::from_str(out.lines().next_back().unwrap()).unwrap();
     assert_eq!(v["samples"], 200);
     assert_eq!(v["experiment"], "wakeup");
@@ -118,7 +118,7 @@ fn wakeup_through_the_cli_writes_json_csv_and_plot() {
 
 #[test]
 fn cycle_against_the_simulator_through_the_cli() {
-    let out = run(parse(&["cycle", "--samples", "50", "--rate", "500", "--json", "--no-progress"])).unwrap();
+    let out = run(parse(&["cycle", "--samples", "50", "--rate", "500", "--json", "--no-progress"])).unwrap().text;
     let v: serde_json::Value = serde_json::from_str(out.lines().next_back().unwrap()).unwrap();
     assert_eq!(v["samples"], 50);
     assert_eq!(v["experiment"], "cycle");

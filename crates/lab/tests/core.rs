@@ -83,7 +83,7 @@ fn render_json_single_run() {
         experiment: "wakeup".into(),
         runs: vec![run("wakeup 1000 us period", None, None, vec![1000, 2000, 3000])],
         warnings: vec!["scheduler: refused".into()],
-        setup: vec![],
+        ..Outcome::default()
     };
     let text = render(&outcome, &sample_conditions(), true);
     assert!(text.contains("wakeup 1000 us period") && text.contains("p99.9"), "{text}");
@@ -113,7 +113,7 @@ fn render_json_several_runs() {
             run("busy-poll 64 B", Some(64), Some("busy-poll"), vec![4_000, 5_000, 6_000]),
         ],
         warnings: vec![],
-        setup: vec![],
+        ..Outcome::default()
     };
     let text = render(&outcome, &sample_conditions(), true);
     let v = last_json(&text);
@@ -140,10 +140,10 @@ fn csv_has_a_header_and_one_line_per_sample() {
             run("pipe, threads", Some(8), Some("pipe"), vec![7, 8, 9]),
         ],
         warnings: vec![],
-        setup: vec![],
+        ..Outcome::default()
     };
     let path = temp_path("samples.csv");
-    write_csv(&outcome, &path).unwrap();
+    write_csv(&outcome, &path, false).unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::remove_file(&path).unwrap();
     let lines: Vec<&str> = text.lines().collect();
@@ -203,10 +203,10 @@ fn plot_writes_png_for_one_and_several_runs() {
         experiment: "wakeup".into(),
         runs: vec![run("wakeup", None, None, spread(3_000).collect())],
         warnings: vec![],
-        setup: vec![],
+        ..Outcome::default()
     };
     let path = temp_path("one.png");
-    lab::plot::plot(&one, &path).unwrap();
+    lab::plot::plot(&one, &path, false).unwrap();
     assert_png(&path);
     std::fs::remove_file(&path).unwrap();
 
@@ -218,14 +218,14 @@ fn plot_writes_png_for_one_and_several_runs() {
             run("busy-poll 64 B", Some(64), Some("busy-poll"), spread(4_000).collect()),
         ],
         warnings: vec![],
-        setup: vec![],
+        ..Outcome::default()
     };
     let path = temp_path("several.png");
-    lab::plot::plot(&several, &path).unwrap();
+    lab::plot::plot(&several, &path, false).unwrap();
     assert_png(&path);
     std::fs::remove_file(&path).unwrap();
 
-    assert!(lab::plot::plot(&Outcome::default(), &temp_path("empty.png")).is_err());
+    assert!(lab::plot::plot(&Outcome::default(), &temp_path("empty.png"), false).is_err());
 }
 
 #[test]

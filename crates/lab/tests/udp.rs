@@ -113,7 +113,19 @@ fn bad_options_are_refused_before_anything_runs() {
 
 #[test]
 fn serve_echo_rejects_bad_arguments() {
-    assert!(lab::udp::serve_echo("not-an-address", "blocking", 1.0, false).unwrap_err().contains("not-an-address"));
-    assert!(lab::udp::serve_echo("127.0.0.1:0", "poll", 1.0, false).unwrap_err().contains("poll"));
-    assert!(lab::udp::serve_echo("127.0.0.1:0", "blocking", 0.0, false).is_err());
+    let lifetime =
+        |seconds: f64, idle_seconds: f64| lab::udp::ServerLifetime { seconds, idle_seconds, parent_pid: None };
+    let second = lifetime(1.0, 1.0);
+    assert!(lab::udp::serve_echo("not-an-address", "blocking", second, false).unwrap_err().contains("not-an-address"));
+    assert!(lab::udp::serve_echo("127.0.0.1:0", "poll", second, false).unwrap_err().contains("poll"));
+    assert!(lab::udp::serve_echo("127.0.0.1:0", "blocking", lifetime(0.0, 1.0), false).is_err());
+    for idle in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        let err = lab::udp::serve_echo("127.0.0.1:0", "blocking", lifetime(1.0, idle), false).unwrap_err();
+        assert!(err.contains("--idle-seconds"), "{idle}: {err}");
+    }
+    for pid in [0, u32::MAX] {
+        let orphan = lab::udp::ServerLifetime { parent_pid: Some(pid), ..second };
+        let err = lab::udp::serve_echo("127.0.0.1:0", "blocking", orphan, false).unwrap_err();
+        assert!(err.contains(&format!("--parent-pid {pid} is out of range")), "{err}");
+    }
 }

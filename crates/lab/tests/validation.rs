@@ -12,7 +12,7 @@ use lab::load::{Capacity, Load};
 /// The refusal of `args`: one sentence, naming `flag`, with no Rust Debug output in it.
 fn refusal(args: &[&str], flag: &str) -> String {
     let err = match run(parse(args)) {
-        Ok(out) => panic!("{args:?} was accepted and measured:\n{out}"),
+        Ok(out) => panic!("{args:?} was accepted and measured:\n{}", out.text),
         Err(e) => e,
     };
     assert!(err.contains(flag), "{args:?}: the refusal does not name {flag}: {err}");
@@ -111,24 +111,40 @@ fn udp_echo_defaults_to_an_ephemeral_port() {
     // Behaviour: with the old fixed port taken, the default still measures.
     let _taken = std::net::UdpSocket::bind("127.0.0.1:7777");
     let out = run(parse(&["udp-echo", "--samples", "20", "--sizes", "16", "--methods", "blocking", "--no-progress"]))
-        .expect("udp-echo with the default port");
+        .expect("udp-echo with the default port")
+        .text;
     assert!(out.contains("udp-echo 16 B blocking"), "{out}");
     // An explicit port is still honoured.
     let LabCommand::UdpEcho { port, .. } = parse(&["udp-echo", "--port", "9123"]) else { panic!() };
     assert_eq!(port, 9123);
 }
 
+/// An echo server's lifetime of a moment.
+fn brief() -> lab::udp::ServerLifetime {
+    lab::udp::ServerLifetime { seconds: 0.2, idle_seconds: 10.0, parent_pid: None }
+}
+
 #[test]
 fn the_echo_server_serves_loopback_unless_told_otherwise() {
     // Loopback, for a moment: fine.
-    lab::udp::serve_echo("127.0.0.1:0", "blocking", 0.2, false).expect("loopback echo server");
+    lab::udp::serve_echo("127.0.0.1:0", "blocking", brief(), false).expect("loopback echo server");
     // Every interface: refused unless asked for explicitly.
-    let err = lab::udp::serve_echo("0.0.0.0:0", "blocking", 0.2, false).unwrap_err();
+    let err = lab::udp::serve_echo("0.0.0.0:0", "blocking", brief(), false).unwrap_err();
     assert!(err.contains("--allow-remote"), "{err}");
     assert!(!err.contains('\n'), "{err}");
-    lab::udp::serve_echo("0.0.0.0:0", "blocking", 0.2, true).expect("explicitly allowed");
+    lab::udp::serve_echo("0.0.0.0:0", "blocking", brief(), true).expect("explicitly allowed");
     // The same through the command line.
     let err = refusal(&["udp-echo-server", "--bind", "0.0.0.0:0", "--seconds", "0.2"], "--allow-remote");
     assert!(err.contains("0.0.0.0"), "{err}");
     run(parse(&["udp-echo-server", "--bind", "127.0.0.1:0", "--seconds", "0.2"])).expect("loopback via the CLI");
+}
+
+#[test]
+fn csv_and_plot_may_not_share_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let both = dir.path().join("both.png");
+    let both = both.to_str().unwrap();
+    let err = refusal(&["wakeup", "--samples", "10", "--csv", both, "--plot", both, "--no-progress"], "--csv");
+    assert!(err.contains("--plot both name") && err.contains("give each its own file"), "{err}");
+    assert!(!std::path::Path::new(both).exists());
 }

@@ -6,7 +6,6 @@
 //! in-process simulator (no SPI or USB hop between host and bus), and the IMU read costs
 //! nothing extra because the cycle reads it while the replies are on the wires.
 
-use crate::motion::Motion;
 use io::{RobotConfig, ServoCommand, ServoSpec};
 use proto::CanFdFrame;
 use serde_json::json;
@@ -22,7 +21,9 @@ pub const IN_PROCESS_HOST_PER_FRAME_NS: u64 = 1_000;
 pub fn run_command_frame(id: u8) -> Option<CanFdFrame> {
     let config = RobotConfig::default();
     let mut commands = [ServoCommand::Query; 1];
-    Motion::default().fill(2.0, &mut commands);
+    let mut motion = crate::run::motion_of(&crate::config::RunConfig::default());
+    motion.set_start([0.0].into_iter());
+    motion.fill(2.0, &mut commands);
     let mut command = CanFdFrame::default();
     let spec = ServoSpec { bus: 0, id };
     io::robot::encode_command(&config, spec, &commands[0], &mut command).ok()?;

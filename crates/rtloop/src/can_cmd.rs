@@ -216,7 +216,7 @@ pub fn run(req: &CanRequest) -> Result<Outcome, String> {
         let now = clock.now_ns();
         if now - window_start >= 1_000_000_000 {
             // Progress only: a reader that went away must not stop the loop.
-            let _ = crate::stdout::line(format!(
+            let _ = crate::console::line(format!(
                 "{:.1} Hz  ({cycles} cycles, {timeouts} timeouts, {bus_error_cycles} bus errors)",
                 window_cycles as f64 * 1e9 / (now - window_start) as f64
             ));

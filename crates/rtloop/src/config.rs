@@ -17,13 +17,13 @@
 //! | `motion.frequency_hz` | 0 … 5 Hz |
 //! | `gains.kp_scale`, `gains.kd_scale` | 0 … 1 |
 //! | `gains.maximum_torque` | above 0, at most 100 N·m |
-//! | `gains.watchdog_timeout_s` | 0.01 … 10 s, or absent (the servo's own default, 0.1 s on moteus) |
-//! | `safety.missing_limit` | 0 (never) … 1 000 000 cycles |
+//! | `gains.watchdog_timeout_s` | 0.01 … 10 s (0.1 s by default; always sent) |
+//! | `safety.missing_limit` | 1 … 1 000 000 cycles (no "never": `on_fault = "ignore"` records without acting) |
 //! | `safety.recovery_cycles` | 1 … 1 000 000 cycles |
 //! | `realtime.busy_wait_us` | 0 … one period |
 //! | `realtime.priority` | 1 … 99 with fifo or rr, 0 with other or deadline |
 //! | `faults.drop_rate`, `faults.corrupt_rate` | 0 … 1 |
-//! | `faults.reply_delay_us` | 0 … 10 000 000 µs |
+//! | `faults.reply_delay_us` | 0 … 50 000 µs (half the late-reply window) |
 //! | `faults.overheat` times | 0 … 31 536 000 s |
 //! | `faults.seed` | 0 … 9 223 372 036 854 775 807, or absent (random, printed in the summary) |
 //! | `sim.start_position_rev` | −1 … 1 rev |
@@ -97,9 +97,10 @@ pub struct GainsConfig {
     /// Torque limit, N·m.
     pub maximum_torque: f64,
     /// Watchdog timeout sent with every command (register 0x027), s, 0.01 to
-    /// [`MAX_WATCHDOG_TIMEOUT_S`]; absent = the servo's default (0.1 s on moteus). Never 0,
-    /// NaN or infinite: moteus reads 0 as "the default" and NaN as "no watchdog at all".
-    pub watchdog_timeout_s: Option<f64>,
+    /// [`MAX_WATCHDOG_TIMEOUT_S`], 0.1 by default. Always sent: the servo's own default may have
+    /// been configured off, and moteus reads 0 as "the default" and NaN as "no watchdog at
+    /// all", so neither is accepted.
+    pub watchdog_timeout_s: f64,
 }
 
 /// Safety policy.
@@ -108,7 +109,8 @@ pub struct GainsConfig {
 pub struct SafetyToml {
     /// stop | zero-velocity | ignore.
     pub on_fault: String,
-    /// Consecutive missing replies that count as a failed servo (0 = never).
+    /// A servo whose newest answer is this many cycles old has failed (1 … 1 000 000; a
+    /// servo that stops answering is always noticed: `on_fault = "ignore"` only records it).
     pub missing_limit: u32,
     /// Mode commanded by the last cycle on Ctrl-C / SIGTERM: stop | zero-velocity | brake.
     pub shutdown: String,
@@ -188,7 +190,12 @@ impl Default for MotionConfig {
 
 impl Default for GainsConfig {
     fn default() -> Self {
-        GainsConfig { kp_scale: 1.0, kd_scale: 1.0, maximum_torque: 4.0, watchdog_timeout_s: None }
+        GainsConfig {
+            kp_scale: 1.0,
+            kd_scale: 1.0,
+            maximum_torque: 4.0,
+            watchdog_timeout_s: DEFAULT_WATCHDOG_TIMEOUT_S,
+        }
     }
 }
 
@@ -238,12 +245,17 @@ pub const MAX_DURATION_S: f64 = 31_536_000.0;
 /// resolution the run sends, and moteus reads 0 as "use the configured default".
 pub const MIN_WATCHDOG_TIMEOUT_S: f64 = 0.01;
 
+/// The watchdog timeout `rtloop run` sends with every command unless told otherwise, s (the
+/// moteus default, sent explicitly so that a servo configured without one still has one).
+pub const DEFAULT_WATCHDOG_TIMEOUT_S: f64 = 0.1;
+
 /// Longest watchdog timeout a command may carry, s: a host that dies leaves its servos
 /// holding position at most this long before they latch mode 11.
-pub const MAX_WATCHDOG_TIMEOUT_S: f64 = 10.0;
+pub use crate::numbers::MAX_WATCHDOG_TIMEOUT_S;
 
-/// Longest injected reply delay, µs (10 s, the longest period).
-pub const MAX_REPLY_DELAY_US: u64 = 10_000_000;
+/// Longest injected reply delay, µs: half the robot's late-reply window (100 ms), within
+/// which a late reply is always attributed to its own request (see `io::robot`).
+pub const MAX_REPLY_DELAY_US: u64 = 50_000;
 
 /// Largest seed: TOML integers are signed 64-bit, so a printed seed always reads back.
 pub const MAX_SEED: u64 = i64::MAX as u64;
@@ -260,16 +272,13 @@ pub struct OverheatSpec {
 /// Parse `ID@SECONDS`.
 pub fn parse_overheat(text: &str) -> Result<OverheatSpec, String> {
     let (id, at) = text.split_once('@').ok_or_else(|| {
-        format!("--fault {text}: expected ID@SECONDS, e.g. --fault 5@1 (servo 5 overheats after 1 s)")
+        format!("fault injection {text:?} (--fault or [faults] overheat): expected ID@SECONDS, e.g. 5@1 (servo 5 overheats after 1 s)")
     })?;
-    let id: u8 = id
-        .trim()
-        .parse()
-        .ok()
-        .filter(|i| (1..=127).contains(i))
-        .ok_or_else(|| format!("--fault {text}: '{id}' is not a servo id (1-127)"))?;
+    let id: u8 = id.trim().parse().ok().filter(|i| (1..=127).contains(i)).ok_or_else(|| {
+        format!("fault injection {text:?} (--fault or [faults] overheat): '{id}' is not a servo id (1-127)")
+    })?;
     let at_s: f64 = at.trim().parse().ok().filter(|s: &f64| (0.0..=MAX_DURATION_S).contains(s)).ok_or_else(|| {
-        format!("--fault {text}: '{at}' is not a time in seconds from 0 to {MAX_DURATION_S} (one year)")
+        format!("fault injection {text:?} (--fault or [faults] overheat): '{at}' is not a time in seconds from 0 to {MAX_DURATION_S} (one year)")
     })?;
     Ok(OverheatSpec { id, at_s })
 }
@@ -370,12 +379,6 @@ impl RunConfig {
         for line in text.lines() {
             out.push_str(line);
             out.push('\n');
-            if line == "[gains]" && self.gains.watchdog_timeout_s.is_none() {
-                out.push_str(
-                    "# watchdog_timeout_s: absent, so every servo uses its own default (0.1 s on moteus); \
-                     set 0.01 to 10 s to send one with every command\n",
-                );
-            }
             if line == "[faults]" && self.faults.seed.is_none() {
                 out.push_str(
                     "# seed: absent, so every run draws a random one (printed in the summary as injected.seed); \
@@ -450,19 +453,21 @@ impl RunConfig {
                 names.show("gains.maximum_torque", &show_number(self.gains.maximum_torque))
             ));
         }
-        if let Some(w) = self.gains.watchdog_timeout_s {
+        {
+            let w = self.gains.watchdog_timeout_s;
             range(
                 "gains.watchdog_timeout_s",
                 w,
                 MIN_WATCHDOG_TIMEOUT_S,
                 MAX_WATCHDOG_TIMEOUT_S,
-                "0.01 to 10 s, or leave it out for the servo's default (0.1 s on moteus): 0, NaN and infinity \
-                 would switch the watchdog off or to the default",
+                "0.01 to 10 s: 0, NaN and infinity would hand the watchdog to the servo's own setting or switch \
+                 it off",
             )?;
         }
-        if self.safety.missing_limit > 1_000_000 {
+        if !(1..=1_000_000).contains(&self.safety.missing_limit) {
             return Err(format!(
-                "{} is out of range: give 0 (never) to 1000000 cycles",
+                "{} is out of range: give 1 to 1000000 cycles (a servo that stops answering is always noticed; \
+                 on_fault = \"ignore\" only records it)",
                 names.show("safety.missing_limit", &self.safety.missing_limit)
             ));
         }
@@ -691,6 +696,7 @@ mod tests {
         }
         let integers = [
             ("safety", "missing_limit", "1000001"),
+            ("safety", "missing_limit", "0"),
             ("safety", "recovery_cycles", "0"),
             ("realtime", "busy_wait_us", "1001"),
             ("faults", "reply_delay_us", "18446744073709552"),
@@ -733,14 +739,11 @@ mod tests {
     #[test]
     fn print_config_shows_what_absent_watchdog_and_seed_mean_and_reads_back() {
         let text = RunConfig::default().to_toml();
-        assert!(
-            text.contains("[gains]\n# watchdog_timeout_s: absent, so every servo uses its own default (0.1 s"),
-            "{text}"
-        );
+        assert!(text.contains("watchdog_timeout_s = 0.1"), "{text}");
         assert!(text.contains("# seed: absent, so every run draws a random one"), "{text}");
         assert_eq!(RunConfig::from_toml(&text).unwrap(), RunConfig::default());
         let mut c = RunConfig::default();
-        c.gains.watchdog_timeout_s = Some(0.5);
+        c.gains.watchdog_timeout_s = 0.5;
         c.faults.seed = Some(MAX_SEED);
         let text = c.to_toml();
         assert!(text.contains("watchdog_timeout_s = 0.5") && !text.contains("# watchdog_timeout_s"), "{text}");

@@ -58,6 +58,9 @@ pub fn encode(kind: CommandKind, req: &EncodeRequest) -> Result<String, String> 
     if kind != CommandKind::Position && req.resolution.is_some() {
         return Err("--resolution applies to the registers of a `position` command only".into());
     }
+    if kind == CommandKind::Position {
+        crate::numbers::check_position_registers(&req.command, crate::numbers::Watchdog::AnyEncodable)?;
+    }
     let query = QueryFormat::default();
     let want_reply = req.query || kind == CommandKind::Query;
     let q = want_reply.then_some(&query);

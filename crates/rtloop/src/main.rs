@@ -4,10 +4,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use io::ServoCommand;
 use proto::host::PositionCommand;
 use proto::Resolution;
+use rtloop::console;
 use rtloop::frame_cmd::{self, CommandKind, EncodeRequest};
 use rtloop::robot_spec::RobotSpec;
 use rtloop::run::{self, RunOptions};
-use rtloop::stdout;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -303,7 +303,7 @@ struct RunArgs {
     /// Simulated buses: probability that a frame is bit-flipped on the wire.
     #[arg(long, value_name = "P")]
     corrupt_rate: Option<f64>,
-    /// Simulated buses: extra servo turnaround, µs (0 to 10000000).
+    /// Simulated buses: extra servo turnaround, µs (0 to 50000: half the late-reply window).
     #[arg(long, value_name = "N")]
     reply_delay_us: Option<u64>,
     /// Simulated buses: seed of the fault generators (each bus derives its own), to repeat a
@@ -439,7 +439,8 @@ struct RegisterArgs {
     /// Torque limit, N·m.
     #[arg(long, allow_negative_numbers = true)]
     maximum_torque: Option<f64>,
-    /// Watchdog timeout for this command, s (0 = servo default, NaN = none).
+    /// Watchdog timeout for this command, s: 0 (the servo's default) or 0.01 to 10; `frame encode`
+    /// also encodes NaN ("none"), which `servo` refuses: it never leaves a servo without one.
     #[arg(long, allow_negative_numbers = true)]
     watchdog_timeout: Option<f64>,
     /// Velocity limit, rev/s.
@@ -490,7 +491,7 @@ fn main() -> ExitCode {
     match dispatch(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
-            eprintln!("rtloop: {msg}");
+            console::note(format!("rtloop: {msg}"));
             ExitCode::from(2)
         }
     }
@@ -501,11 +502,11 @@ fn main() -> ExitCode {
 fn finish_device_command(outcome: rtloop::servo_cmd::Outcome) -> Result<(), String> {
     use std::io::Write;
     if !outcome.stdout.is_empty() {
-        stdout::line(&outcome.stdout)?;
+        console::line(&outcome.stdout)?;
     }
     let Some(failure) = outcome.failure else { return Ok(()) };
     let _ = std::io::stdout().flush();
-    eprintln!("rtloop: {failure}");
+    console::note(format!("rtloop: {failure}"));
     std::process::exit(i32::from(rtloop::servo_cmd::EXIT_DEVICE_FAILED))
 }
 
@@ -514,27 +515,27 @@ fn dispatch(cmd: Command) -> Result<(), String> {
         Command::Run(a) => {
             let config = a.config()?;
             if a.print_config {
-                return stdout::text(config.to_toml());
+                return console::text(config.to_toml());
             }
             let opts = RunOptions { config, progress: !a.quiet, log: a.log.clone() };
             let summary = run::run(&opts)?;
             let mut out = std::io::stdout().lock();
-            stdout::tolerate_closed_reader(run::print_summary(&summary, &mut out))?;
+            console::tolerate_closed_reader(run::print_summary(&summary, &mut out))?;
             use std::io::Write;
             if a.json {
                 let line = serde_json::to_string(&summary).map_err(|e| e.to_string())?;
-                stdout::tolerate_closed_reader(writeln!(out, "{line}"))?;
+                console::tolerate_closed_reader(writeln!(out, "{line}"))?;
             }
             let code = summary.exit_code();
             if code != 0 {
                 // A completed run that lost servos or engaged its safety policy: the summary is
                 // out; the exit status says it (see `rtloop run --help`).
-                stdout::tolerate_closed_reader(out.flush())?;
+                console::tolerate_closed_reader(out.flush())?;
                 let first = summary.problems.first().map_or("the run was degraded", String::as_str);
                 match summary.problems.len() {
-                    0 | 1 => eprintln!("rtloop run: {first}"),
-                    2 => eprintln!("rtloop run: {first}; and 1 more problem (see the summary)"),
-                    n => eprintln!("rtloop run: {first}; and {} more problems (see the summary)", n - 1),
+                    0 | 1 => console::note(format!("rtloop run: {first}")),
+                    2 => console::note(format!("rtloop run: {first}; and 1 more problem (see the summary)")),
+                    n => console::note(format!("rtloop run: {first}; and {} more problems (see the summary)", n - 1)),
                 }
                 std::process::exit(code.into());
             }
@@ -542,7 +543,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
         }
         Command::Budget { json } => {
             let text = if json { rtloop::budget::render_json() } else { rtloop::budget::render_table() };
-            stdout::line(text)
+            console::line(text)
         }
         Command::Frame(FrameCommand::Encode(a)) => {
             let kind = match a.kind {
@@ -562,7 +563,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                     Res::Float => Resolution::Float,
                 }),
             };
-            stdout::line(frame_cmd::encode(kind, &req)?)
+            console::line(frame_cmd::encode(kind, &req)?)
         }
         Command::Sim(a) => {
             let buses =
@@ -574,7 +575,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                 no_wire_time: a.no_wire_time,
                 busy_poll: a.busy_poll,
             })?;
-            stdout::line(text)
+            console::line(text)
         }
         Command::Servo(a) => {
             let uri = io::uri::parse(&a.transport).map_err(|e| format!("--transport {}: {e}", a.transport))?;
@@ -628,13 +629,18 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             finish_device_command(rtloop::can_cmd::run(&req)?)
         }
         Command::Lab(cmd) => {
-            let text = lab::cli::run(cmd)?;
+            let report = lab::cli::run(cmd)?;
             // The JSON object, when asked for, must be the very last line.
-            let text = text.trim_end();
-            if text.is_empty() {
-                return Ok(());
+            let text = report.text.trim_end();
+            if !text.is_empty() {
+                console::line(text)?;
             }
-            stdout::line(text)
+            if let Some(failure) = report.failure {
+                // A measurement that ran but failed (replies missing): figures printed, exit 1.
+                console::note(format!("rtloop lab: {failure}"));
+                std::process::exit(1);
+            }
+            Ok(())
         }
         Command::Log(cmd) => {
             use rtloop::log_cmd;
@@ -656,14 +662,14 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                 }
             };
             for warning in &outcome.warnings {
-                eprintln!("rtloop log {what}: warning: {warning}");
+                console::note(format!("rtloop log {what}: warning: {warning}"));
             }
             if !outcome.text.is_empty() {
-                stdout::line(&outcome.text)?;
+                console::line(&outcome.text)?;
             }
             // A failure that still printed its report (export --json): exit 2 all the same.
             outcome.failure.map_or(Ok(()), Err)
         }
-        Command::Frame(FrameCommand::Decode { hexdata }) => stdout::line(frame_cmd::decode(&hexdata)?),
+        Command::Frame(FrameCommand::Decode { hexdata }) => console::line(frame_cmd::decode(&hexdata)?),
     }
 }

@@ -1,5 +1,9 @@
 //! The demonstration motion of `rtloop run`: stand up, then a slow sinusoid on every joint.
 //!
+//! Every joint starts its stand-up ramp where it was measured to be: a joint whose position
+//! has not been measured yet (its servo has not answered) is only queried, never moved, and
+//! starts its own ramp from the position it reports once it answers.
+//!
 //! Must never allocate: [`Motion::fill`] runs on the real-time thread every cycle and
 //! writes into the caller's command array.
 
@@ -28,8 +32,13 @@ pub struct Motion {
     /// Watchdog timeout sent with every command (register 0x027), s; `None` = the servo's
     /// configured default.
     pub watchdog_timeout: Option<f64>,
-    start: [f64; 64],
+    /// Where each joint was first measured (NaN: not yet), and when (s).
+    start: [f64; MAX_JOINTS],
+    start_t: [f64; MAX_JOINTS],
 }
+
+/// Joints a motion drives.
+pub const MAX_JOINTS: usize = 64;
 
 impl Default for Motion {
     fn default() -> Self {
@@ -41,7 +50,8 @@ impl Default for Motion {
             kp_scale: 1.0,
             kd_scale: 1.0,
             watchdog_timeout: None,
-            start: [0.0; 64],
+            start: [f64::NAN; MAX_JOINTS],
+            start_t: [0.0; MAX_JOINTS],
         }
     }
 }
@@ -52,20 +62,43 @@ fn smoothstep(x: f64) -> (f64, f64) {
 }
 
 impl Motion {
-    /// Remember where each joint starts (NaN positions count as 0).
+    /// Where each joint starts, measured before the first command (time 0). A NaN position
+    /// is "not measured": that joint is not moved until [`Motion::learn_start`] knows it.
     pub fn set_start(&mut self, positions: impl Iterator<Item = f64>) {
-        for (slot, p) in self.start.iter_mut().zip(positions) {
-            *slot = if p.is_finite() { p } else { 0.0 };
+        for (i, p) in positions.enumerate().take(MAX_JOINTS) {
+            self.start[i] = if p.is_finite() { p } else { f64::NAN };
+            self.start_t[i] = 0.0;
         }
     }
 
-    /// The target of joint `i` at `t` seconds: (position, velocity).
-    pub fn target(&self, i: usize, t: f64) -> (f64, f64) {
+    /// Joint `i` was measured at `position` at time `t`: if its start was not known yet, its
+    /// stand-up ramp starts there and then. Cheap and allocation-free: call it every cycle.
+    pub fn learn_start(&mut self, i: usize, position: f64, t: f64) {
+        if let Some(start) = self.start.get_mut(i) {
+            if start.is_nan() && position.is_finite() {
+                *start = position;
+                self.start_t[i] = t;
+            }
+        }
+    }
+
+    /// Whether joint `i`'s start is known (it may be moved).
+    pub fn started(&self, i: usize) -> bool {
+        self.start.get(i).is_some_and(|p| !p.is_nan())
+    }
+
+    /// The target of joint `i` at `t` seconds: (position, velocity); `None` while its start
+    /// is unknown.
+    pub fn target(&self, i: usize, t: f64) -> Option<(f64, f64)> {
         let stand = STAND_POSE[i % 3];
+        let p0 = *self.start.get(i)?;
+        if p0.is_nan() {
+            return None;
+        }
+        let t = t - self.start_t[i];
         if t < self.stand_s {
-            let p0 = self.start.get(i).copied().unwrap_or(0.0);
             let (s, ds) = smoothstep(t / self.stand_s);
-            (p0 + (stand - p0) * s, (stand - p0) * ds / self.stand_s)
+            Some((p0 + (stand - p0) * s, (stand - p0) * ds / self.stand_s))
         } else {
             // Neighbouring joints are phase-shifted so the legs do not move in lockstep.
             let phase = i as f64 * TAU / 12.0;
@@ -75,14 +108,18 @@ impl Motion {
             let (fade, dfade) = smoothstep(ts);
             let s = (w * ts + phase).sin() - phase.sin();
             let ds = w * (w * ts + phase).cos();
-            (stand + self.amplitude_rev * fade * s, self.amplitude_rev * (fade * ds + dfade * s))
+            Some((stand + self.amplitude_rev * fade * s, self.amplitude_rev * (fade * ds + dfade * s)))
         }
     }
 
-    /// Write every servo's command for time `t` into `out`.
+    /// Write every servo's command for time `t` into `out` (a query for a joint whose start
+    /// is not known: it is not moved).
     pub fn fill(&self, t: f64, out: &mut [ServoCommand]) {
         for (i, cmd) in out.iter_mut().enumerate() {
-            let (position, velocity) = self.target(i, t);
+            let Some((position, velocity)) = self.target(i, t) else {
+                *cmd = ServoCommand::Query;
+                continue;
+            };
             *cmd = ServoCommand::Position(PositionCommand {
                 position: Some(position),
                 velocity: Some(velocity),
@@ -106,17 +143,34 @@ mod tests {
         let mut m = Motion::default();
         m.set_start([0.3; 12].into_iter());
         for i in 0..12 {
-            let (p0, _) = m.target(i, 0.0);
+            let (p0, _) = m.target(i, 0.0).unwrap();
             assert!((p0 - 0.3).abs() < 1e-12);
-            let (a, va) = m.target(i, m.stand_s - 1e-9);
-            let (b, vb) = m.target(i, m.stand_s + 1e-9);
+            let (a, va) = m.target(i, m.stand_s - 1e-9).unwrap();
+            let (b, vb) = m.target(i, m.stand_s + 1e-9).unwrap();
             assert!((a - b).abs() < 1e-6, "joint {i}: {a} vs {b}");
             assert!((va - vb).abs() < 1e-3, "joint {i}: {va} vs {vb}");
             // Bounded by the amplitude around the stand pose.
             for k in 0..100 {
-                let (p, _) = m.target(i, m.stand_s + k as f64 * 0.1);
+                let (p, _) = m.target(i, m.stand_s + k as f64 * 0.1).unwrap();
                 assert!((p - STAND_POSE[i % 3]).abs() <= 2.0 * m.amplitude_rev + 1e-9);
             }
         }
+    }
+
+    #[test]
+    fn a_joint_not_measured_is_only_queried_until_it_is_then_ramps_from_there() {
+        let mut m = Motion::default();
+        m.set_start([0.5, f64::NAN].into_iter());
+        let mut out = [ServoCommand::Stop; 2];
+        m.fill(0.0, &mut out);
+        assert!(matches!(out[0], ServoCommand::Position(p) if p.position == Some(0.5)));
+        assert_eq!(out[1], ServoCommand::Query, "never commanded to a made-up position");
+        m.learn_start(1, 0.4, 0.25);
+        m.learn_start(1, 9.0, 0.30); // only the first measurement counts
+        m.fill(0.25, &mut out);
+        assert!(matches!(out[1], ServoCommand::Position(p) if p.position == Some(0.4) && p.velocity == Some(0.0)));
+        // Its ramp takes the full stand time from when it was learned.
+        let (p, _) = m.target(1, 0.25 + m.stand_s).unwrap();
+        assert!((p - STAND_POSE[1]).abs() < 1e-9);
     }
 }

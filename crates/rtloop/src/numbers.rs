@@ -56,6 +56,57 @@ pub fn register_from_user(flag: &str, value: f64, non_negative: bool, nan_means:
     Err(format!("{flag} {value} is out of range: give {range}{nan}, at most {limit:.1e} in size"))
 }
 
+/// Longest watchdog timeout a command may ask of a servo, s: longer is no watchdog at all.
+pub const MAX_WATCHDOG_TIMEOUT_S: f64 = 10.0;
+
+/// What a command's watchdog register may say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watchdog {
+    /// The servo's own default (0) or 0.01 to [`MAX_WATCHDOG_TIMEOUT_S`]: nothing that
+    /// switches it off (`rtloop servo`, `rtloop run`).
+    AlwaysOn,
+    /// Any value the protocol carries, NaN ("none") included: `rtloop frame encode` builds
+    /// bytes as the moteus clients do and sends nothing.
+    AnyEncodable,
+}
+
+/// Range-check the registers of a position command (flags `--position` …): finite values a
+/// float register can carry (the moteus Python client refuses larger ones too), no negative
+/// gains or limits, NaN only where it means something, and a watchdog as `watchdog` says.
+pub fn check_position_registers(cmd: &proto::host::PositionCommand, watchdog: Watchdog) -> Result<(), String> {
+    let checks: [(&str, Option<f64>, bool, Option<&str>); 8] = [
+        ("--position", cmd.position, false, Some("hold the current position")),
+        ("--velocity", cmd.velocity, false, None),
+        ("--feedforward-torque", cmd.feedforward_torque, false, None),
+        ("--kp-scale", cmd.kp_scale, true, None),
+        ("--kd-scale", cmd.kd_scale, true, None),
+        ("--maximum-torque", cmd.maximum_torque, true, None),
+        ("--velocity-limit", cmd.velocity_limit, true, None),
+        ("--accel-limit", cmd.accel_limit, true, None),
+    ];
+    for (flag, value, non_negative, nan_means) in checks {
+        if let Some(v) = value {
+            register_from_user(flag, v, non_negative, nan_means)?;
+        }
+    }
+    if let Some(t) = cmd.watchdog_timeout {
+        match watchdog {
+            Watchdog::AnyEncodable => {
+                register_from_user("--watchdog-timeout", t, true, Some("no watchdog"))?;
+            }
+            Watchdog::AlwaysOn
+                if t == 0.0 || (crate::config::MIN_WATCHDOG_TIMEOUT_S..=MAX_WATCHDOG_TIMEOUT_S).contains(&t) => {}
+            Watchdog::AlwaysOn => {
+                return Err(format!(
+                    "--watchdog-timeout {t} would leave the servo without a working watchdog: give 0 (the servo's \
+                     default) or 0.01 to {MAX_WATCHDOG_TIMEOUT_S} s"
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// "1 year", "2 hours" …: a round limit as people say it.
 fn in_words(seconds: f64) -> String {
     const UNITS: [(f64, &str); 4] = [(365.0 * 86400.0, "year"), (86400.0, "day"), (3600.0, "hour"), (60.0, "minute")];

@@ -41,6 +41,12 @@ use std::time::{Duration, Instant};
 /// Most servos the control-thread messages carry (fixed-size, so the rings never allocate).
 pub const MAX_SERVOS: usize = 32;
 
+/// Query cycles at most before the first command, to measure where every joint is.
+const START_QUERIES: usize = 10;
+
+/// Queries at most after the shutdown cycle, to read back what the servos did with it.
+const READ_BACK_QUERIES: usize = 3;
+
 /// Telemetry ring size: cycles the log writer may fall behind before messages are dropped
 /// (and counted): half a second at 1 kHz.
 pub const LOG_RING_MESSAGES: usize = 512;
@@ -107,6 +113,8 @@ pub struct Progress {
 /// The final state of one servo as the host last saw it, and what it was last told.
 #[derive(Debug, Clone, Serialize)]
 pub struct FinalServo {
+    /// Servo id.
+    pub id: u8,
     /// Bus number (1-based).
     pub bus: u8,
     /// The last command this servo was sent: position, stop, zero-velocity, brake or query.
@@ -172,8 +180,10 @@ pub struct ReplyAccounting {
     pub queried: u64,
     /// Replies that answered an earlier cycle's request.
     pub late: u64,
-    /// Requests given up after the late-reply window.
-    pub presumed_lost: u64,
+    /// Requests known lost: the servo answered a newer one first (it answers in order).
+    pub lost: u64,
+    /// Requests given up: the servo answered nothing within the late-reply window.
+    pub expired: u64,
     /// Servo-cycles commanded without a query, an earlier reply still outstanding.
     pub unqueried: u64,
     /// Replies that matched no outstanding request (a duplicate, or later than the window).
@@ -186,7 +196,8 @@ impl ReplyAccounting {
     fn add(&mut self, r: &io::CycleReport) {
         self.queried += u64::from(r.queried);
         self.late += u64::from(r.late);
-        self.presumed_lost += u64::from(r.presumed_lost);
+        self.lost += u64::from(r.lost);
+        self.expired += u64::from(r.expired);
         self.unqueried += u64::from(r.unqueried);
         self.unattributed += u64::from(r.unattributed);
         self.decode_errors += u64::from(r.decode_errors);
@@ -263,8 +274,8 @@ pub struct RunSummary {
     pub model_cycle_us: f64,
     /// The run ended early on Ctrl-C / SIGTERM (after one safe-mode cycle).
     pub interrupted: bool,
-    /// Cycles run after the loop (not in `cycles`, but logged like every cycle): after Ctrl-C,
-    /// the shutdown cycle and the query that reads its result back (2), else 0.
+    /// Cycles run after the loop (not in `cycles`, but logged like every cycle): the shutdown
+    /// cycle and the queries that read its result back (2 to 4).
     pub shutdown_cycles: u64,
     /// Control-thread commands that arrived too late for their cycle (the previous ones
     /// were reused), and state messages the control thread had not taken yet.
@@ -279,9 +290,10 @@ pub struct RunSummary {
     pub realtime: RealtimeSummary,
     /// The telemetry log, when one was written.
     pub log: Option<LogSummary>,
-    /// Final state per servo id.
+    /// Final state per servo: keyed by its id (`"5"`), or by id and bus number (`"5@2"`) when
+    /// the same id lives on several buses.
     #[serde(rename = "final")]
-    pub final_state: BTreeMap<u8, FinalServo>,
+    pub final_state: BTreeMap<String, FinalServo>,
 }
 
 impl RunSummary {
@@ -392,7 +404,7 @@ pub fn motion_of(config: &RunConfig) -> Motion {
     m.maximum_torque = config.gains.maximum_torque;
     m.kp_scale = config.gains.kp_scale;
     m.kd_scale = config.gains.kd_scale;
-    m.watchdog_timeout = config.gains.watchdog_timeout_s;
+    m.watchdog_timeout = Some(config.gains.watchdog_timeout_s);
     m
 }
 
@@ -433,10 +445,33 @@ fn run_loop(
     let mut state = StateMsg { start: false, tick: 0, position: [0.0; MAX_SERVOS], velocity: [0.0; MAX_SERVOS] };
 
     // Learn where the joints are before moving them, and hand that to the control law
-    // before its first command.
-    accounting.add(&robot.cycle(&queries, &mut replies, &mut imu));
+    // before its first command: a few query cycles, until every servo has answered (a joint
+    // still unmeasured then is not moved until it answers; see `Motion`).
+    for _ in 0..START_QUERIES {
+        accounting.add(&robot.cycle(&queries, &mut replies, &mut imu));
+        if replies.iter().all(|r| r.request_cycle.is_some()) || stop() {
+            break;
+        }
+    }
+    // A servo found in mode 11 (its watchdog expired before this run: an earlier host stopped
+    // commanding it) ignores every command but a stop: send it one before the first command,
+    // and say so; this run did not cause it. Faults (mode 1) are left for the supervisor.
+    if replies.iter().any(|r| r.state.mode == Some(11)) {
+        let clear: Vec<ServoCommand> = replies
+            .iter()
+            .map(|r| if r.state.mode == Some(11) { ServoCommand::Stop } else { ServoCommand::Query })
+            .collect();
+        accounting.add(&robot.cycle(&clear, &mut replies, &mut imu));
+        for (i, c) in clear.iter().enumerate() {
+            if *c == ServoCommand::Stop {
+                supervisor.record(clock.now_ns(), servos.get(i).copied(), EventKind::StaleTimeoutCleared);
+            }
+        }
+        // A reply shows the state from before its own frame's command: read the result.
+        accounting.add(&robot.cycle(&queries, &mut replies, &mut imu));
+    }
     for (a, r) in answered.iter_mut().zip(&replies) {
-        *a |= r.fresh;
+        *a |= r.request_cycle.is_some();
     }
     match &mut law {
         ControlLaw::Inline(motion) => motion.set_start(replies.iter().map(|r| r.state.position)),
@@ -498,7 +533,15 @@ fn run_loop(
         }
         let t = tick.deadline_ns.saturating_sub(start) as f64 * 1e-9;
         match &mut law {
-            ControlLaw::Inline(motion) => motion.fill(t, &mut commands),
+            ControlLaw::Inline(motion) => {
+                // A joint not measured before the start is not moved until it answers.
+                for (i, r) in replies.iter().enumerate() {
+                    if !motion.started(i) {
+                        motion.learn_start(i, r.state.position, t);
+                    }
+                }
+                motion.fill(t, &mut commands)
+            }
             ControlLaw::Thread { from_control, .. } => {
                 // Take the newest commands; older ones are stale by now.
                 let mut got = false;
@@ -516,7 +559,7 @@ fn run_loop(
         let now = clock.now_ns();
         supervisor.check(now, &servos, &replies);
         for (a, r) in answered.iter_mut().zip(&replies) {
-            *a |= r.fresh;
+            *a |= r.request_cycle.is_some();
         }
         if let Some(log) = logger.as_mut() {
             let dt = report.stats.duration_ns();
@@ -548,19 +591,25 @@ fn run_loop(
         progress.overruns.store(lp.stats().overruns, Ordering::Relaxed);
     }
     let mut shutdown_cycles = 0;
-    if interrupted {
-        // One last cycle that leaves every healthy servo in the safe mode, logged like any
-        // other, then one query: a reply shows the state from before its own frame's
-        // command, so only the next one shows what the servos did with the safe mode.
+    {
+        // However the run ends — its duration, Ctrl-C, SIGTERM, SIGHUP — one last cycle
+        // leaves every healthy servo in the safe mode (rather than to its watchdog, which
+        // latches mode 11 that only a stop leaves), logged like any other, then queries: a
+        // reply shows the state from before its own frame's command, so only a later one
+        // shows what the servos did with the safe mode. Up to three, until every servo has
+        // answered one (a reply can miss a cycle on a busy machine).
         supervisor.shutdown(shutdown, &mut commands);
-        for (index, phase) in (lp.next_index()..).zip(0..2) {
+        for (index, phase) in (lp.next_index()..).zip(0..1 + READ_BACK_QUERIES) {
+            if phase >= 2 && replies.iter().all(|r| r.fresh) {
+                break;
+            }
             let sent = if phase == 0 { &commands } else { &queries };
             let woke = clock.now_ns();
             let report = robot.cycle(sent, &mut replies, &mut imu);
             accounting.add(&report);
             shutdown_cycles += 1;
             for (a, r) in answered.iter_mut().zip(&replies) {
-                *a |= r.fresh;
+                *a |= r.request_cycle.is_some();
             }
             if phase == 0 {
                 supervisor.record(clock.now_ns(), None, EventKind::Shutdown);
@@ -645,7 +694,12 @@ fn control_thread(
         match newest {
             Some(s) => {
                 out.tick = s.tick + 1;
-                motion.fill(out.tick as f64 * period, &mut out.commands[..n]);
+                let t = out.tick as f64 * period;
+                // A joint not measured before the start is not moved until it answers.
+                for (i, &p) in s.position[..n].iter().enumerate() {
+                    motion.learn_start(i, p, t);
+                }
+                motion.fill(t, &mut out.commands[..n]);
                 let _ = to_cycle.push(out);
             }
             None if from_cycle.is_abandoned() => return,
@@ -682,8 +736,7 @@ fn model_warning(config: &RunConfig) -> Option<String> {
     if !config.sim.wire_time && robot.all_simulated() {
         return None;
     }
-    let model = crate::budget::model_for(&robot);
-    let predicted_ns = sim::model::predict(&model).total_ns;
+    let predicted_ns = sim::model::predict(&model_of_run(config)).total_ns;
     let period_ns = config.period_ns();
     if predicted_ns <= period_ns {
         return None;
@@ -704,10 +757,8 @@ fn model_warning(config: &RunConfig) -> Option<String> {
 
 /// The warning when the servos' watchdog would expire between two commands, or `None`.
 fn watchdog_warning(config: &RunConfig) -> Option<String> {
-    let (timeout_s, whose) = match config.gains.watchdog_timeout_s {
-        Some(t) => (t, "[gains] watchdog_timeout_s"),
-        None => (0.1, "the moteus default"),
-    };
+    let timeout_s = config.gains.watchdog_timeout_s;
+    let whose = "[gains] watchdog_timeout_s";
     let period_s = config.period_ns() as f64 * 1e-9;
     (timeout_s <= period_s).then(|| {
         format!(
@@ -740,11 +791,11 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
         if strict {
             return Err(format!("--strict: {w}"));
         }
-        eprintln!("rtloop run: warning: {w}");
+        crate::console::note(format!("rtloop run: warning: {w}"));
         warnings.push(w);
     }
     if let Some(w) = watchdog_warning(&config) {
-        eprintln!("rtloop run: warning: {w}");
+        crate::console::note(format!("rtloop run: warning: {w}"));
         warnings.push(w);
     }
     let seed = config.faults.seed.unwrap_or_else(crate::config::random_seed);
@@ -781,7 +832,7 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
             Ok(held) => Some(held),
             Err(e) if strict => return Err(format!("--strict: {e}")),
             Err(e) => {
-                eprintln!("rtloop run: warning: {e}");
+                crate::console::note(format!("rtloop run: warning: {e}"));
                 warnings.push(e);
                 None
             }
@@ -863,7 +914,7 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
         Err(_) => return Err("the cycle thread ended before it started".into()),
     };
     for w in &applied.warnings {
-        eprintln!("rtloop run: warning: {w}");
+        crate::console::note(format!("rtloop run: warning: {w}"));
     }
     if opts.progress {
         print_progress(&progress, &config, config.periods());
@@ -887,9 +938,29 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
     };
     let mut summary = summarize(&config, &servos, &bus_numbers, buses, result, &applied, seed);
     summary.log = log;
+    // A run that kept far below its rate is not "lost servos", but it did not do what was
+    // asked: say so.
+    if summary.cycles >= 2 && summary.rate_hz < 0.9 * summary.target_rate_hz {
+        warnings.push(format!(
+            "achieved {:.0} Hz of the {} Hz asked ({} overruns, {} periods skipped): this machine or these buses \
+             cannot keep the rate; see cycle_us and wakeup_us, or lower --rate",
+            summary.rate_hz, summary.target_rate_hz, summary.overruns, summary.skipped_periods
+        ));
+    }
     summary.warnings = warnings;
     summary.realtime.cpu_dma_latency_held = cpu_dma_latency_held;
     Ok(summary)
+}
+
+/// The cycle-time model of this run: CAN-FD wire time, unless every bus is simulated without
+/// it (`--no-wire-time`), where frames take no time and only the host costs remain.
+fn model_of_run(config: &RunConfig) -> sim::model::CycleModel {
+    let robot = config.robot();
+    let model = crate::budget::model_for(&robot);
+    if config.sim.wire_time || !robot.all_simulated() {
+        return model;
+    }
+    sim::model::CycleModel { nominal_bitrate: u32::MAX, data_bitrate: u32::MAX, turnaround_ns: 0, ..model }
 }
 
 /// "servo 5 on bus 2" (the same id may live on several buses).
@@ -977,10 +1048,14 @@ fn summarize(
     let finished = result.periodic.cycles + result.shutdown_cycles > 0;
     for ((spec, reply), command) in servos.iter().zip(&result.replies).zip(&result.last_commands) {
         let s = &reply.state;
+        let bus = bus_numbers.get(spec.bus).copied().unwrap_or(0);
+        let shared = servos.iter().filter(|o| o.id == spec.id).count() > 1;
+        let key = if shared { format!("{}@{bus}", spec.id) } else { spec.id.to_string() };
         final_state.insert(
-            spec.id,
+            key,
             FinalServo {
-                bus: bus_numbers.get(spec.bus).copied().unwrap_or(0),
+                id: spec.id,
+                bus,
                 commanded: if finished { command_name(command) } else { "query" },
                 fresh: reply.fresh,
                 mode: s.mode,
@@ -1067,7 +1142,7 @@ fn summarize(
         imu_samples: result.imu_samples,
         cycle_us: p.cycle,
         wakeup_us: p.wakeup,
-        model_cycle_us: sim::model::predict(&crate::budget::model_for(&config.robot())).total_ns as f64 / 1000.0,
+        model_cycle_us: sim::model::predict(&model_of_run(config)).total_ns as f64 / 1000.0,
         interrupted: result.interrupted,
         shutdown_cycles: result.shutdown_cycles,
         control_late: result.control_late,
@@ -1139,12 +1214,13 @@ pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()
         count(s.servos, "servo", "servos"),
         count(s.buses, "CAN-FD bus", "CAN-FD buses")
     )?;
+    // A rate needs two wakeups: with fewer there is none to report.
+    let achieved = if s.cycles >= 2 { format!("{:.2} Hz", s.rate_hz) } else { "no rate (one cycle)".into() };
     writeln!(
         out,
-        "  cycles {}  in {:.3} s  achieved {:.2} Hz (target {:.2}){}",
+        "  cycles {}  in {:.3} s  achieved {achieved} (target {:.2}){}",
         s.cycles,
         s.elapsed_s,
-        s.rate_hz,
         s.target_rate_hz,
         if s.interrupted { "  — interrupted, safe mode commanded" } else { "" }
     )?;
@@ -1154,12 +1230,12 @@ pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()
         s.overruns, s.skipped_periods, s.missing_replies, s.timeouts, s.transport_errors
     )?;
     let a = &s.reply_accounting;
-    if a.late + a.presumed_lost + a.unqueried + a.unattributed + a.decode_errors > 0 {
+    if a.late + a.lost + a.expired + a.unqueried + a.unattributed + a.decode_errors > 0 {
         writeln!(
             out,
-            "  replies      {} late (kept as the answer to their own request, never fresh)  {} presumed lost  \
-             {} unqueried  {} unattributed  {} undecodable",
-            a.late, a.presumed_lost, a.unqueried, a.unattributed, a.decode_errors
+            "  replies      {} late (kept as the answer to their own request, never fresh)  {} lost  \
+             {} expired  {} unqueried  {} unattributed  {} undecodable",
+            a.late, a.lost, a.expired, a.unqueried, a.unattributed, a.decode_errors
         )?;
     }
     let p = |x: &Percentiles| format!("p50 {:7.1}  p99 {:7.1}  max {:7.1} µs", x.p50, x.p99, x.max);
@@ -1213,12 +1289,14 @@ pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()
         "    {:>3} {:>3} {:<13} {:>4} {:>9} {:>9} {:>5}",
         "id", "bus", "commanded", "mode", "pos rev", "vel rev/s", "fault"
     )?;
-    for (id, f) in &s.final_state {
+    let mut rows: Vec<&FinalServo> = s.final_state.values().collect();
+    rows.sort_by_key(|f| (f.id, f.bus));
+    for f in rows {
         let num = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.4}"));
         writeln!(
             out,
             "    {:>3} {:>3} {:<13} {:>4} {:>9} {:>9} {:>5}{}",
-            id,
+            f.id,
             f.bus,
             f.commanded,
             f.mode.map_or("-".into(), |m| m.to_string()),

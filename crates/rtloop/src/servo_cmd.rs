@@ -11,10 +11,12 @@
 //! Must never: report a state that did not come back, or exit 0 when a reply was missing.
 //! A missing reply is an error that says which servo, which bus and what to check.
 
-use crate::numbers::{millis_from_user, register_from_user, seconds_from_user, MAX_DURATION_S, MAX_TIMEOUT_MS};
+use crate::numbers::{
+    check_position_registers, millis_from_user, seconds_from_user, Watchdog, MAX_DURATION_S, MAX_TIMEOUT_MS,
+};
 use crate::robot_spec::{BusSpec, RobotSpec};
 use io::{BusUri, Clock, MonotonicClock, RobotConfig, ServoCommand, ServoReply, TransportCounters, TransportError};
-use proto::host::{PositionCommand, PositionResolution, QueryFormat, ServoState};
+use proto::host::{PositionResolution, QueryFormat, ServoState};
 use proto::register::Mode;
 use serde_json::{json, Value};
 
@@ -162,27 +164,6 @@ pub fn state_line(id: u8, uri: &BusUri, s: &ServoState) -> String {
     line
 }
 
-/// Range-check the registers of a position command (flags `--position` …).
-fn check_registers(cmd: &PositionCommand) -> Result<(), String> {
-    let checks: [(&str, Option<f64>, bool, Option<&str>); 9] = [
-        ("--position", cmd.position, false, Some("hold the current position")),
-        ("--velocity", cmd.velocity, false, None),
-        ("--feedforward-torque", cmd.feedforward_torque, false, None),
-        ("--kp-scale", cmd.kp_scale, true, None),
-        ("--kd-scale", cmd.kd_scale, true, None),
-        ("--maximum-torque", cmd.maximum_torque, true, None),
-        ("--watchdog-timeout", cmd.watchdog_timeout, true, Some("no watchdog")),
-        ("--velocity-limit", cmd.velocity_limit, true, None),
-        ("--accel-limit", cmd.accel_limit, true, None),
-    ];
-    for (flag, value, non_negative, nan_means) in checks {
-        if let Some(v) = value {
-            register_from_user(flag, v, non_negative, nan_means)?;
-        }
-    }
-    Ok(())
-}
-
 /// Run it. `Err` is a mistake in the request or a device that cannot be opened (exit 2);
 /// an [`Outcome`] with a failure is a command that ran without getting its replies (exit 1).
 pub fn run(req: &ServoRequest) -> Result<Outcome, String> {
@@ -195,7 +176,7 @@ pub fn run(req: &ServoRequest) -> Result<Outcome, String> {
         _ => None,
     };
     if let ServoCommand::Position(cmd) = &req.command {
-        check_registers(cmd)?;
+        check_position_registers(cmd, Watchdog::AlwaysOn)?;
     }
     let spec = RobotSpec { buses: vec![BusSpec { bus: 1, uri: req.uri.clone(), servos: vec![req.id] }] };
     let mut config = RobotConfig {
@@ -273,8 +254,10 @@ pub fn run(req: &ServoRequest) -> Result<Outcome, String> {
         if failed != bus_down {
             bus_down = failed;
             match report.stats.bus_errors[0] {
-                Some(e) if failed => eprintln!("rtloop servo: {}; retrying", explain_bus_error(&req.uri, e)),
-                _ => eprintln!("rtloop servo: bus {}: back", req.uri),
+                Some(e) if failed => {
+                    crate::console::note(format!("rtloop servo: {}; retrying", explain_bus_error(&req.uri, e)))
+                }
+                _ => crate::console::note(format!("rtloop servo: bus {}: back", req.uri)),
             }
         }
         let now = clock.now_ns();
@@ -282,7 +265,7 @@ pub fn run(req: &ServoRequest) -> Result<Outcome, String> {
             let rate = window_count as f64 * 1e9 / (now - window_start) as f64;
             if !req.json {
                 // Progress only: a reader that went away must not stop the loop.
-                let _ = crate::stdout::line(format!(
+                let _ = crate::console::line(format!(
                     "{rate:.1} Hz  ({transactions} replies, {missing} missing, {errors} bus errors)"
                 ));
             }

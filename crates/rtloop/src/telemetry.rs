@@ -26,9 +26,10 @@ pub struct ServoLog {
     /// The state below answers this cycle's request.
     pub fresh: bool,
     /// Cycles between the request the state answers and this one (0 when fresh; a late
-    /// reply is logged with its true age, never as fresh); `u32::MAX` before the servo
+    /// reply is logged with its true age, never as fresh); absent (null) before the servo
     /// first answered.
-    pub state_age_cycles: u32,
+    #[serde(serialize_with = "tlog::schema::typed_option")]
+    pub state_age_cycles: Option<u32>,
     /// Commanded mode (0 stop, 10 position, 12 zero velocity, 15 brake; 255 = query only).
     pub command_mode: u8,
     /// Commanded position, rev (NaN = not sent).
@@ -147,7 +148,7 @@ impl LogMsg {
                 id: servos[i].id,
                 bus: bus_numbers.get(servos[i].bus).copied().unwrap_or(0),
                 fresh: replies[i].fresh,
-                state_age_cycles: replies[i].age().map_or(u32::MAX, |a| a.min(u64::from(u32::MAX - 1)) as u32),
+                state_age_cycles: replies[i].age().map(|a| u32::try_from(a).unwrap_or(u32::MAX)),
                 command_mode: mode,
                 command_position: position,
                 command_velocity: velocity,

@@ -41,7 +41,9 @@ fn run_json_reports_every_servo_and_every_period() {
     assert_eq!(fin.len(), 12);
     for id in 1..=12 {
         let s = &fin[&id.to_string()];
-        assert_eq!(s["mode"], 10, "servo {id}: {s}");
+        // The run ends with the shutdown cycle (zero velocity by default) and reads it back.
+        assert_eq!(s["commanded"], "zero-velocity", "servo {id}: {s}");
+        assert_eq!(s["mode"], 12, "servo {id}: {s}");
         assert_eq!(s["fault"], 0, "servo {id}: {s}");
         assert!(s["position"].as_f64().unwrap().abs() < 0.5, "servo {id}: {s}");
     }
@@ -194,4 +196,14 @@ fn a_reader_that_goes_away_ends_nothing() {
     drop(reader);
     let o = std::process::Command::new(support::rtloop_bin()).args(["budget"]).stdout(writer).output().unwrap();
     assert!(o.status.success(), "{:?}: {}", o.status, stderr(&o));
+    // A full stderr loses the message, not the exit status (no panic, exit 101).
+    if let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") {
+        let status = std::process::Command::new(support::rtloop_bin())
+            .args(["servo", "--transport", "udp:127.0.0.1:1", "--id", "1", "query"])
+            .stderr(full)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(1), "nothing listens: exit 1, even with nowhere to say so");
+    }
 }

@@ -91,6 +91,12 @@ fn numbers_out_of_range_are_refused_with_the_flag_and_the_range() {
         (&["servo", "--transport", "sim", "position", "--velocity", "nan"], "--velocity"),
         (&["servo", "--transport", "sim", "position", "--kp-scale", "-1"], "--kp-scale"),
         (&["servo", "--transport", "sim", "position", "--watchdog-timeout=-inf"], "--watchdog-timeout"),
+        (&["servo", "--transport", "sim", "position", "--watchdog-timeout", "nan"], "without a working watchdog"),
+        (&["servo", "--transport", "sim", "position", "--watchdog-timeout", "1e9"], "without a working watchdog"),
+        (
+            &["frame", "encode", "position", "--position", "1e39"],
+            "--position 1000000000000000000000000000000000000000 is out of range",
+        ),
         (&["servo", "--transport", "sim", "position", "--maximum-torque", "1e39"], "--maximum-torque"),
         (&["servo", "--transport", "sim", "--id", "0", "query"], "--id 0"),
         (&["can", "--transport", "sim", "--write-can", "1,8001,1300,r", "--timeout-ms", "inf"], "--timeout-ms"),

@@ -63,7 +63,7 @@ fn ctrl_c_and_sigterm_end_a_slow_run_at_once_with_the_shutdown_cycle() {
         let j = last_json(&out);
         assert_eq!(j["interrupted"], true, "{j}");
         assert_eq!(j["cycles"], 1, "{j}");
-        assert_eq!(j["shutdown_cycles"], 2, "{j}");
+        assert!((2..=4).contains(&j["shutdown_cycles"].as_u64().unwrap()), "{j}");
         assert!(j["events"].as_array().unwrap().iter().any(|e| e["kind"] == "shutdown"), "{j}");
     }
 }
@@ -171,7 +171,10 @@ fn a_rate_the_model_says_the_bus_cannot_keep_is_warned_about_and_strict_refuses_
 fn a_watchdog_shorter_than_the_period_is_warned_about() {
     let o = rtloop(&["run", "--rate", "5", "--duration", "0.1", "--quiet"]);
     let e = stderr(&o);
-    assert!(e.contains("the servos' watchdog (0.1 s, the moteus default) is not longer than the 0.2 s period"), "{e}");
+    assert!(
+        e.contains("the servos' watchdog (0.1 s, [gains] watchdog_timeout_s) is not longer than the 0.2 s period"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -181,7 +184,10 @@ fn fault_injection_has_a_printed_seed_and_every_event_names_its_bus() {
     assert!(j["injected"]["seed"].as_u64().is_some(), "{j}");
     let events = j["events"].as_array().unwrap();
     assert!(events.iter().any(|e| e["kind"] == "injected_frame_drops"), "{j}");
-    for e in events.iter().filter(|e| e["kind"] != "safe_mode_engaged" && e["kind"] != "recovered") {
+    // Robot-wide events name no bus; every other one does.
+    for e in
+        events.iter().filter(|e| !["safe_mode_engaged", "recovered", "shutdown"].contains(&e["kind"].as_str().unwrap()))
+    {
         assert!(e["bus"].as_u64().is_some_and(|b| (1..=4).contains(&b)), "{e}");
     }
     let buses: std::collections::BTreeSet<u64> = events.iter().filter_map(|e| e["bus"].as_u64()).collect();
@@ -280,4 +286,156 @@ fn a_real_time_run_holds_cpu_dma_latency_at_zero_as_cyclictest_does() {
     assert_eq!(last_json(&o)["realtime"]["cpu_dma_latency_held"], false, "--cpu-dma-latency off");
     let o = rtloop(&["run", "--duration", "0.1", "--json", "--quiet"]);
     assert_eq!(last_json(&o)["realtime"]["cpu_dma_latency_held"], false, "SCHED_OTHER: not held by default");
+}
+
+#[test]
+fn a_joint_whose_start_was_not_measured_is_never_stepped_to_a_made_up_position() {
+    // Joints start at 0.5 rev on wires that lose 30 % of frames: some servos miss the start
+    // queries. No joint may ever be commanded far from where it was (its first position
+    // command must be its measured start), inline or with a control thread.
+    let cfg = ConfigFile::new("lossy-start", "[sim]\nstart_position_rev = 0.5\n");
+    for (seed, thread) in [("1", false), ("2", false), ("3", true), ("4", true)] {
+        let log = unique_path("lossy-start").with_extension("tlog");
+        let log_s = log.to_str().unwrap();
+        let mut args =
+            vec!["run", "--config", cfg.path(), "--drop-rate", "0.3", "--seed", seed, "--on-fault", "ignore"];
+        args.extend(["--duration", "0.3", "--log", log_s, "--quiet"]);
+        if thread {
+            args.push("--control-thread");
+        }
+        let _ = rtloop(&args);
+        let dump = rtloop(&["log", "dump", log_s, "--record", "cycle"]);
+        let _ = std::fs::remove_file(&log);
+        let text = String::from_utf8_lossy(&dump.stdout).into_owned();
+        let mut first_command: Vec<Option<f64>> = vec![None; 12];
+        for line in text.lines() {
+            let cycle: Value = serde_json::from_str(line).unwrap();
+            for (i, s) in cycle["value"]["servo"].as_array().unwrap().iter().enumerate() {
+                if s["command_mode"] == 10 && first_command[i].is_none() {
+                    first_command[i] = s["command_position"].as_f64();
+                }
+            }
+        }
+        for (i, p) in first_command.iter().enumerate() {
+            let p = p.unwrap_or_else(|| panic!("seed {seed}: joint {i} was never commanded"));
+            assert!(
+                (p - 0.5).abs() < 0.01,
+                "seed {seed}, control thread {thread}: joint {i} first commanded {p}, not its start 0.5"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_run_that_reaches_its_duration_leaves_the_servos_in_the_safe_mode_and_the_next_run_starts_clean() {
+    // Two runs against the same simulated servos behind UDP: the first ends at its duration
+    // with the shutdown cycle (not by letting the watchdog latch mode 11); a servo left in
+    // mode 11 by an older host is stopped before the first command, and the run is not
+    // blamed for it.
+    let port = free_udp_port().to_string();
+    let addr = format!("127.0.0.1:{port}");
+    let mut sim = SimProcess::start(&["--udp", &addr, "--servos", "1-3"]);
+    let bus = format!("1=udp:{addr}");
+    let run = || rtloop(&["run", "--bus", &bus, "--ids", "1=1-3", "--duration", "0.5", "--json", "--quiet"]);
+    let first = run();
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let j = last_json(&first);
+    assert!((2..=4).contains(&j["shutdown_cycles"].as_u64().unwrap()), "{j}");
+    for id in 1..=3 {
+        assert_eq!(j["final"][id.to_string()]["mode"], 12, "{j}");
+    }
+    // Zero velocity is watched by the servo's watchdog too: with no host commanding them
+    // any more, the servos latch mode 11 (a damped hold) a watchdog period later. The next
+    // run stops them before its first command, says so, and is not blamed for it.
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let second = run();
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "a timeout left by an earlier host is not this run's problem: {}",
+        stderr(&second)
+    );
+    let j = last_json(&second);
+    let events = j["events"].as_array().unwrap();
+    let cleared: Vec<&Value> = events.iter().filter(|e| e["kind"] == "stale_timeout_cleared").collect();
+    assert_eq!(cleared.len(), 3, "{j}");
+    assert!(events.iter().all(|e| e["kind"] != "watchdog_timeout"), "{j}");
+    assert_eq!(j["status"], "ok", "{j}");
+    // With --shutdown stop the servos are left in mode 0, which no watchdog watches.
+    let stopped =
+        rtloop(&["run", "--bus", &bus, "--ids", "1=1-3", "--duration", "0.3", "--shutdown", "stop", "--quiet"]);
+    assert!(stopped.status.success(), "{}", stderr(&stopped));
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let third = last_json(&run());
+    assert!(third["events"].as_array().unwrap().iter().all(|e| e["kind"] != "stale_timeout_cleared"), "{third}");
+    sim.stop();
+}
+
+#[test]
+fn servos_that_answer_only_late_are_answering_and_every_servo_has_its_final_state() {
+    // Every reply comes about nine cycles late: the servos answer (late), nobody "never
+    // answered", and the late replies are counted as such.
+    let o = rtloop(&[
+        "run",
+        "--bus",
+        "1=sim",
+        "--ids",
+        "1=1-2",
+        "--reply-delay-us",
+        "9000",
+        "--duration",
+        "0.5",
+        "--json",
+        "--quiet",
+    ]);
+    let j = last_json(&o);
+    assert_eq!(o.status.code(), Some(0), "{j}");
+    assert!(j["problems"].as_array().unwrap().is_empty(), "{j}");
+    assert!(j["reply_accounting"]["late"].as_u64().unwrap() > 100, "{j}");
+    // The same id on two buses is two servos: both are in `final`.
+    let o = rtloop(&[
+        "run",
+        "--bus",
+        "1=sim",
+        "--bus",
+        "2=sim",
+        "--ids",
+        "1=1,2",
+        "--ids",
+        "2=1,2",
+        "--duration",
+        "0.2",
+        "--json",
+    ]);
+    let j = last_json(&o);
+    let keys: Vec<&String> = j["final"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["1@1", "1@2", "2@1", "2@2"], "{j}");
+    assert_eq!(j["final"]["1@2"]["bus"], 2, "{j}");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let rows = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()) && l.contains("zero-velocity"))
+        .count();
+    assert_eq!(rows, 4, "{text}");
+}
+
+#[test]
+fn the_model_of_a_run_without_wire_time_has_no_wire_time() {
+    let o = rtloop(&[
+        "run",
+        "--bus",
+        "1=sim",
+        "--ids",
+        "1=1-3",
+        "--no-wire-time",
+        "--duration",
+        "0.05",
+        "--json",
+        "--quiet",
+    ]);
+    let j = last_json(&o);
+    let model = j["model_cycle_us"].as_f64().unwrap();
+    assert!(model < 20.0, "three frames with no wire time: host costs only, not {model} µs: {j}");
+    let o = rtloop(&["run", "--bus", "1=sim", "--ids", "1=1-3", "--duration", "0.05", "--json", "--quiet"]);
+    assert!(last_json(&o)["model_cycle_us"].as_f64().unwrap() > 700.0);
 }

@@ -14,7 +14,8 @@ fn seconds_to_timeout(config: &RunConfig, give_up_s: f64) -> Option<f64> {
     let clock = VirtualClock::new(1_000_000_000);
     let spec = RobotSpec { buses: vec![BusSpec { bus: 1, uri: io::BusUri::Sim, servos: vec![1] }] };
     let mut robot = spec.build(clock.clone(), io::RobotConfig::default(), io::open::OpenOptions::default()).unwrap();
-    let motion = rtloop::run::motion_of(config);
+    let mut motion = rtloop::run::motion_of(config);
+    motion.set_start([0.0].into_iter());
     let mut commands = [ServoCommand::Query];
     let mut replies = [ServoReply::default()];
     let mut imu = Default::default();
@@ -50,7 +51,7 @@ fn no_watchdog_value_switches_the_watchdog_off() {
                 assert_eq!(e.lines().count(), 1, "{e}");
             }
             Ok(config) => {
-                let timeout = config.gains.watchdog_timeout_s.unwrap();
+                let timeout = config.gains.watchdog_timeout_s;
                 assert!(timeout > 0.0 && timeout <= MAX_WATCHDOG_TIMEOUT_S, "{v} accepted");
                 let took = seconds_to_timeout(&config, timeout + 0.5)
                     .unwrap_or_else(|| panic!("watchdog_timeout_s = {v}: the servo never timed out"));
@@ -61,11 +62,17 @@ fn no_watchdog_value_switches_the_watchdog_off() {
 }
 
 #[test]
-fn absent_means_the_servo_default_which_is_a_watchdog_too() {
+fn absent_is_an_explicit_tenth_of_a_second_even_on_a_servo_configured_without_one() {
     let config = RunConfig::from_toml("").unwrap();
-    assert_eq!(config.gains.watchdog_timeout_s, None);
+    assert_eq!(config.gains.watchdog_timeout_s, 0.1);
     let took = seconds_to_timeout(&config, 1.0).expect("the 0.1 s default applies");
     assert!((0.09..=0.12).contains(&took), "{took}");
+    // Every command carries it: a servo whose own default is "no watchdog" still gets one.
+    let mut motion = rtloop::run::motion_of(&config);
+    motion.set_start([0.0].into_iter());
+    let mut commands = [ServoCommand::Query];
+    motion.fill(0.0, &mut commands);
+    assert!(matches!(commands[0], ServoCommand::Position(p) if p.watchdog_timeout == Some(0.1)), "{commands:?}");
 }
 
 #[test]
