@@ -24,7 +24,8 @@ enum Command {
     ///
     /// Exit status: 0 when every servo answered and the safety policy never engaged (a run
     /// ended by Ctrl-C included); 1 when the run completed but lost servos (one never
-    /// answered, or stopped answering) or a servo faulted or the safety policy took over —
+    /// answered, or stopped answering), a servo faulted, the safety policy took over, or the
+    /// --log file is missing messages —
     /// the summary (and --json) still prints, with the reasons under `problems`; 2 for a
     /// usage or setup error (one sentence on stderr, no summary).
     Run(Box<RunArgs>),

@@ -83,14 +83,50 @@ pub struct RunOptions {
 pub struct LogSummary {
     /// The file.
     pub path: String,
-    /// Messages written.
+    /// Messages in the file (every byte of them reached it).
     pub written: u64,
     /// Messages dropped because the writer fell behind (ring full).
     pub dropped: u64,
-    /// Messages lost to write errors (disk full, …).
+    /// Messages the writer took but that are not in the file (a write failed).
+    pub lost: u64,
+    /// Failed write operations (disk full, …); not a message count, see `lost`.
     pub write_errors: u64,
+    /// What the first failed write said.
+    pub first_error: Option<String>,
+    /// The closing stats record, index and flush reached the file.
+    pub complete: bool,
     /// File size, bytes.
     pub bytes: u64,
+}
+
+impl LogSummary {
+    /// One sentence when the log is not everything the run handed it, else `None`: a log
+    /// exists to be trusted, so a gap in it makes the run degraded (exit 1).
+    pub fn problem(&self) -> Option<String> {
+        let total = self.written + self.dropped + self.lost;
+        let mut gaps = Vec::new();
+        if self.dropped > 0 {
+            gaps.push(format!("{} dropped because the writer fell behind", self.dropped));
+        }
+        if self.lost > 0 {
+            gaps.push(format!("{} lost to write errors", self.lost));
+        }
+        if gaps.is_empty() && self.complete && self.write_errors == 0 {
+            return None;
+        }
+        let why = self.first_error.as_deref().map(|e| format!(" (first error: {e})")).unwrap_or_default();
+        let gaps = if gaps.is_empty() { String::new() } else { format!(": {}", gaps.join(", ")) };
+        let end = if self.complete { "" } else { "; its closing record did not reach the file" };
+        let fix = if self.dropped > 0 && self.lost == 0 {
+            "log to a faster disk or lower --rate"
+        } else {
+            "check the free space and the disk"
+        };
+        Some(format!(
+            "the log {} holds {} of the {total} messages of the run{gaps}{end}{why}: {fix}",
+            self.path, self.written
+        ))
+    }
 }
 
 /// Live counters shared with the main thread (atomics only: no lock on the loop thread).
@@ -236,7 +272,7 @@ pub struct RunSummary {
     /// "ok", or "degraded" when `problems` is not empty (then `rtloop run` exits 1).
     pub status: &'static str,
     /// What went wrong, one sentence each: servos that never answered or were lost, faults,
-    /// the safety policy taking over. Empty for a good run.
+    /// the safety policy taking over, a log that is missing messages. Empty for a good run.
     pub problems: Vec<String>,
     /// Warnings given before the loop started (e.g. the model's cycle time exceeds the period).
     pub warnings: Vec<String>,
@@ -930,13 +966,20 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
                 path: path.display().to_string(),
                 written: st.written,
                 dropped: st.dropped,
+                lost: st.lost,
                 write_errors: st.write_errors,
+                first_error: st.first_error,
+                complete: st.complete,
                 bytes: st.bytes,
             })
         }
         _ => None,
     };
     let mut summary = summarize(&config, &servos, &bus_numbers, buses, result, &applied, seed);
+    if let Some(problem) = log.as_ref().and_then(LogSummary::problem) {
+        summary.problems.push(problem);
+        summary.status = "degraded";
+    }
     summary.log = log;
     // A run that kept far below its rate is not "lost servos", but it did not do what was
     // asked: say so.
@@ -1256,10 +1299,11 @@ pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()
     if let Some(l) = &s.log {
         writeln!(
             out,
-            "  log          {}: {} messages, {} dropped, {} write errors, {:.1} MB",
+            "  log          {}: {} messages, {} dropped, {} lost, {} write errors, {:.1} MB",
             l.path,
             l.written,
             l.dropped,
+            l.lost,
             l.write_errors,
             l.bytes as f64 / 1e6
         )?;
@@ -1318,4 +1362,34 @@ pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LogSummary;
+
+    fn log(written: u64, dropped: u64, lost: u64, complete: bool) -> LogSummary {
+        LogSummary {
+            path: "run.tlog".into(),
+            written,
+            dropped,
+            lost,
+            write_errors: lost,
+            first_error: (lost > 0).then(|| "No space left on device".into()),
+            complete,
+            bytes: 1,
+        }
+    }
+
+    #[test]
+    fn a_log_with_every_message_is_no_problem_and_any_gap_is_one_sentence() {
+        assert_eq!(log(100, 0, 0, true).problem(), None);
+        let dropped = log(90, 10, 0, true).problem().unwrap();
+        assert!(dropped.contains("holds 90 of the 100") && dropped.contains("10 dropped"), "{dropped}");
+        assert!(dropped.contains("faster disk"), "{dropped}");
+        let lost = log(90, 0, 10, false).problem().unwrap();
+        assert!(lost.contains("10 lost to write errors") && lost.contains("No space left"), "{lost}");
+        assert!(lost.contains("closing record") && lost.contains("free space"), "{lost}");
+        assert!(log(100, 0, 0, false).problem().is_some(), "an unclosed log is a problem even with every message");
+    }
 }

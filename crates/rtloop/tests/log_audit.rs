@@ -391,5 +391,15 @@ fn on_a_full_disk_the_run_counts_only_what_reached_the_log() {
     assert_eq!(log["written"].as_u64(), Some(in_file), "written counts what is in the file: {log}");
     assert_eq!(log["bytes"].as_u64(), Some(on_disk), "{log}");
     assert!(log["write_errors"].as_u64().unwrap() > 0, "{log}");
+    assert!(log["lost"].as_u64().unwrap() > 0, "{log}");
+    assert!(log["first_error"].as_str().unwrap().contains("No space left"), "{log}");
+    // A log with a gap is a degraded run: exit 1, the reason in one sentence.
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(summary["status"], "degraded", "{summary}");
+    let problem =
+        summary["problems"].as_array().unwrap().iter().filter_map(Value::as_str).find(|p| p.contains("the log"));
+    let problem = problem.unwrap_or_else(|| panic!("no log problem in {summary}"));
+    assert!(problem.contains("lost to write errors") && problem.contains("free space"), "{problem}");
+    assert!(stderr(&o).contains("the log"), "{}", stderr(&o));
     assert!(std::fs::read_dir(&small).unwrap().next().is_none(), "the tmpfs went with its namespace");
 }

@@ -99,7 +99,7 @@ impl<M> RtLogger<M> {
 }
 
 /// Final counts of a logging session: `written + dropped + lost` is every message logged.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct LogStats {
     /// Messages in the file: their handler succeeded and every byte it wrote reached the
     /// file.
@@ -117,6 +117,18 @@ pub struct LogStats {
     /// The stats record, the index (when enabled) and the final flush reached the file: the
     /// log is closed and complete (`lost` can still be non-zero: see there).
     pub complete: bool,
+    /// What the first failed write operation said (e.g. "No space left on device"), to tell
+    /// the user why the counts above are not all `written`.
+    pub first_error: Option<String>,
+}
+
+impl LogStats {
+    fn count_write_error(&mut self, error: &TlogError) {
+        self.write_errors += 1;
+        if self.first_error.is_none() {
+            self.first_error = Some(error.to_string());
+        }
+    }
 }
 
 /// The `rtloop_log_stats` record: the counts as of the end of the log.
@@ -209,9 +221,9 @@ where
         if since.elapsed() >= FLUSH_INTERVAL {
             match writer.flush() {
                 Ok(()) => unflushed_since = None,
-                Err(_) => {
+                Err(e) => {
                     // Counted; the next attempt waits another interval.
-                    stats.write_errors += 1;
+                    stats.count_write_error(&e);
                     unflushed_since = Some(Instant::now());
                 }
             }
@@ -228,8 +240,8 @@ where
             // never backs up behind a broken disk.
             match handler(&mut writer, msg) {
                 Ok(()) => landing.accepted(writer.bytes_written()),
-                Err(_) => {
-                    stats.write_errors += 1;
+                Err(e) => {
+                    stats.count_write_error(&e);
                     stats.lost += 1;
                 }
             }
@@ -257,12 +269,12 @@ where
     // Stamped with the data's latest time: the time of closing would stretch the log's span.
     let stamp = writer.latest_timestamp_us().unwrap_or_else(now_us);
     let mut complete = true;
-    if writer.write(&stats_handle, stamp, &record).is_err() {
-        stats.write_errors += 1;
+    if let Err(e) = writer.write(&stats_handle, stamp, &record) {
+        stats.count_write_error(&e);
         complete = false;
     }
-    if writer.finish().is_err() {
-        stats.write_errors += 1;
+    if let Err(e) = writer.finish() {
+        stats.count_write_error(&e);
         complete = false;
     }
     landing.settle(&writer, &mut stats, shared);
