@@ -213,8 +213,20 @@ fn check_destination(dest: &Path, input: Option<FileIdentity>) -> Result<bool, O
 
 /// What a file that is neither a regular file nor a directory is ("a FIFO (named pipe)", …).
 fn special_kind(kind: std::fs::FileType) -> Option<&'static str> {
-    if kind.is_file() || kind.is_dir() {
+    if kind.is_dir() {
         None
+    } else {
+        not_a_regular_file(kind)
+    }
+}
+
+/// What a file is when it is not a regular file ("a directory", "a FIFO (named pipe)", …),
+/// for messages that refuse to read or write it; `None` for a regular file.
+pub fn not_a_regular_file(kind: std::fs::FileType) -> Option<&'static str> {
+    if kind.is_file() {
+        None
+    } else if kind.is_dir() {
+        Some("a directory")
     } else if kind.is_char_device() {
         Some("a character device")
     } else if kind.is_block_device() {

@@ -174,36 +174,15 @@ struct Directory {
 /// comes, and opening a device can act on it. The open itself does not block either
 /// (`O_NONBLOCK`, in case the path changes in between), and what was opened is checked again.
 pub fn open_file(path: &Path) -> Result<File, TlogError> {
-    if let Some(kind) = not_a_file(&std::fs::metadata(path)?) {
+    if let Some(kind) = output::file::not_a_regular_file(std::fs::metadata(path)?.file_type()) {
         return Err(TlogError::NotAFile { kind });
     }
     // O_NONBLOCK changes nothing for a regular file's reads.
     let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
-    if let Some(kind) = not_a_file(&file.metadata()?) {
+    if let Some(kind) = output::file::not_a_regular_file(file.metadata()?.file_type()) {
         return Err(TlogError::NotAFile { kind });
     }
     Ok(file)
-}
-
-/// What the file is, when it is not a regular file ("a FIFO (named pipe)", …).
-fn not_a_file(metadata: &std::fs::Metadata) -> Option<&'static str> {
-    use std::os::unix::fs::FileTypeExt;
-    let kind = metadata.file_type();
-    if kind.is_file() {
-        None
-    } else if kind.is_dir() {
-        Some("a directory")
-    } else if kind.is_fifo() {
-        Some("a FIFO (named pipe)")
-    } else if kind.is_char_device() {
-        Some("a character device")
-    } else if kind.is_block_device() {
-        Some("a block device")
-    } else if kind.is_socket() {
-        Some("a socket")
-    } else {
-        Some("a special file")
-    }
 }
 
 impl FileReader {
@@ -217,7 +196,7 @@ impl FileReader {
     /// a regular file is refused ([`TlogError::NotAFile`]).
     pub fn from_file(file: File) -> Result<Self, TlogError> {
         let metadata = file.metadata()?;
-        if let Some(kind) = not_a_file(&metadata) {
+        if let Some(kind) = output::file::not_a_regular_file(metadata.file_type()) {
             return Err(TlogError::NotAFile { kind });
         }
         Self::new(Source::File { file, len: metadata.len() })
