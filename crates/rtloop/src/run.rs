@@ -661,8 +661,12 @@ fn run_loop(
     }
     // --- end of real-time section ---
     (hooks.leave_rt)();
+    let mut periodic = lp.stats();
+    // The last cycle's overrun may skip periods that lie past the end of the run: they were
+    // never part of it, and `cycles + skipped_periods` is the run's period count at most.
+    periodic.skipped_periods = periodic.skipped_periods.min(total_periods.saturating_sub(periodic.cycles));
     LoopResult {
-        periodic: lp.stats(),
+        periodic,
         missing,
         accounting,
         timeouts,
