@@ -13,18 +13,14 @@ pub use lab;
 pub use proto;
 pub use sim;
 
-pub mod budget;
-pub mod can_cmd;
+#[doc(hidden)]
+pub mod cli;
 pub mod config;
-pub mod console;
-pub mod frame_cmd;
-pub mod log_cmd;
+pub mod controller;
 pub mod motion;
-pub mod numbers;
+mod numbers;
 pub mod robot_spec;
 pub mod run;
-pub mod servo_cmd;
-pub mod signals;
-pub mod sim_cmd;
-pub mod stats;
-pub mod telemetry;
+mod signals;
+mod stats;
+mod telemetry;

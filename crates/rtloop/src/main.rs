@@ -4,8 +4,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use io::ServoCommand;
 use proto::host::PositionCommand;
 use proto::Resolution;
-use rtloop::console;
-use rtloop::frame_cmd::{self, CommandKind, EncodeRequest};
+use rtloop::cli::console;
+use rtloop::cli::frame::{self, CommandKind, EncodeRequest};
 use rtloop::robot_spec::RobotSpec;
 use rtloop::run::{self, RunOptions};
 use std::process::ExitCode;
@@ -500,7 +500,7 @@ fn main() -> ExitCode {
 
 /// Print what `servo` or `can` has to say; when something it expected failed, say so on
 /// stderr and exit with status 1 (2 stays for command-line mistakes, through `main`).
-fn finish_device_command(outcome: rtloop::servo_cmd::Outcome) -> Result<(), String> {
+fn finish_device_command(outcome: rtloop::cli::servo::Outcome) -> Result<(), String> {
     use std::io::Write;
     if !outcome.stdout.is_empty() {
         console::line(&outcome.stdout)?;
@@ -508,7 +508,7 @@ fn finish_device_command(outcome: rtloop::servo_cmd::Outcome) -> Result<(), Stri
     let Some(failure) = outcome.failure else { return Ok(()) };
     let _ = std::io::stdout().flush();
     console::note(format!("rtloop: {failure}"));
-    std::process::exit(i32::from(rtloop::servo_cmd::EXIT_DEVICE_FAILED))
+    std::process::exit(i32::from(rtloop::cli::servo::EXIT_DEVICE_FAILED))
 }
 
 fn dispatch(cmd: Command) -> Result<(), String> {
@@ -543,7 +543,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             Ok(())
         }
         Command::Budget { json } => {
-            let text = if json { rtloop::budget::render_json() } else { rtloop::budget::render_table() };
+            let text = if json { rtloop::cli::budget::render_json() } else { rtloop::cli::budget::render_table() };
             console::line(text)
         }
         Command::Frame(FrameCommand::Encode(a)) => {
@@ -564,12 +564,12 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                     Res::Float => Resolution::Float,
                 }),
             };
-            console::line(frame_cmd::encode(kind, &req)?)
+            console::line(frame::encode(kind, &req)?)
         }
         Command::Sim(a) => {
             let buses =
-                rtloop::sim_cmd::plan(a.fdcanusb.as_deref(), a.udp.as_deref(), a.servos.as_deref(), &a.buses, &a.ids)?;
-            let text = rtloop::sim_cmd::run(&rtloop::sim_cmd::SimRequest {
+                rtloop::cli::sim::plan(a.fdcanusb.as_deref(), a.udp.as_deref(), a.servos.as_deref(), &a.buses, &a.ids)?;
+            let text = rtloop::cli::sim::run(&rtloop::cli::sim::SimRequest {
                 buses,
                 allow_remote: a.allow_remote,
                 duration_s: a.duration,
@@ -592,7 +592,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                 Kind::Stop => ServoCommand::Stop,
                 Kind::ZeroVelocity => ServoCommand::ZeroVelocity,
             };
-            let req = rtloop::servo_cmd::ServoRequest {
+            let req = rtloop::cli::servo::ServoRequest {
                 uri,
                 id: a.id,
                 command,
@@ -603,7 +603,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                 busy_poll: a.busy_poll,
                 crc: a.crc,
             };
-            finish_device_command(rtloop::servo_cmd::run(&req)?)
+            finish_device_command(rtloop::cli::servo::run(&req)?)
         }
         Command::Can(a) => {
             let mut buses = std::collections::BTreeMap::new();
@@ -617,8 +617,8 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                 }
             }
             let writes =
-                a.write_can.iter().map(|w| rtloop::can_cmd::parse_write_can(w)).collect::<Result<Vec<_>, _>>()?;
-            let req = rtloop::can_cmd::CanRequest {
+                a.write_can.iter().map(|w| rtloop::cli::can::parse_write_can(w)).collect::<Result<Vec<_>, _>>()?;
+            let req = rtloop::cli::can::CanRequest {
                 buses,
                 writes,
                 reads: a.read_can.clone(),
@@ -627,7 +627,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                 timeout_ms: a.timeout_ms,
                 sim_servos: a.sim_servos.clone(),
             };
-            finish_device_command(rtloop::can_cmd::run(&req)?)
+            finish_device_command(rtloop::cli::can::run(&req)?)
         }
         Command::Lab(cmd) => {
             let report = lab::cli::run(cmd)?;
@@ -644,7 +644,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             Ok(())
         }
         Command::Log(cmd) => {
-            use rtloop::log_cmd;
+            use rtloop::cli::log as log_cmd;
             let (what, outcome) = match cmd {
                 LogCommand::Info { file, json } => {
                     ("info", log_cmd::Outcome { text: log_cmd::info(&file, json)?, ..Default::default() })
@@ -671,6 +671,6 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             // A failure that still printed its report (export --json): exit 2 all the same.
             outcome.failure.map_or(Ok(()), Err)
         }
-        Command::Frame(FrameCommand::Decode { hexdata }) => console::line(frame_cmd::decode(&hexdata)?),
+        Command::Frame(FrameCommand::Decode { hexdata }) => console::line(frame::decode(&hexdata)?),
     }
 }

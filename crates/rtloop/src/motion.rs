@@ -7,6 +7,7 @@
 //! Must never allocate: [`Motion::fill`] runs on the real-time thread every cycle and
 //! writes into the caller's command array.
 
+use crate::controller::{Controller, Flow, Output, State};
 use io::ServoCommand;
 use proto::host::PositionCommand;
 use std::f64::consts::TAU;
@@ -131,6 +132,25 @@ impl Motion {
                 ..Default::default()
             });
         }
+    }
+}
+
+impl Controller for Motion {
+    type Telemetry = ();
+
+    fn start(&mut self, state: &State<'_>) {
+        self.set_start(state.servos.iter().map(|s| if s.age_cycles.is_some() { s.state.position } else { f64::NAN }));
+    }
+
+    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Flow {
+        // A joint not measured before the start is not moved until it answers.
+        for (i, s) in state.servos.iter().enumerate() {
+            if s.age_cycles.is_some() {
+                self.learn_start(i, s.state.position, state.time_s);
+            }
+        }
+        self.fill(state.time_s, out.commands());
+        Flow::Continue
     }
 }
 

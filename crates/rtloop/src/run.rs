@@ -24,6 +24,7 @@
 //! it with a counting allocator); lose an event or a period silently.
 
 use crate::config::{parse_shutdown, RunConfig};
+use crate::controller::{Controller, CycleFigures, Flow, Output, ServoStatus, State};
 use crate::motion::Motion;
 use crate::stats::Percentiles;
 use crate::telemetry::{CycleLog, LogMsg, LogSink};
@@ -310,6 +311,8 @@ pub struct RunSummary {
     pub model_cycle_us: f64,
     /// The run ended early on Ctrl-C / SIGTERM (after one safe-mode cycle).
     pub interrupted: bool,
+    /// The controller ended the run ([`crate::controller::Flow::Stop`]).
+    pub ended_by_controller: bool,
     /// Cycles run after the loop (not in `cycles`, but logged like every cycle): the shutdown
     /// cycle and the queries that read its result back (2 to 4).
     pub shutdown_cycles: u64,
@@ -360,29 +363,94 @@ fn command_name(c: &ServoCommand) -> &'static str {
     }
 }
 
-/// State the cycle thread hands the control thread each cycle.
+/// Most events one cycle hands a control thread (more in one cycle are still in the summary
+/// and the log; the controller sees the first ones).
+const EVENTS_PER_MESSAGE: usize = 8;
+
+/// State the cycle thread hands the control thread each cycle (fixed size: no allocation).
 #[derive(Clone, Copy)]
 struct StateMsg {
-    /// The joints as first measured, before any command: the control law starts from here.
-    start: bool,
-    tick: u64,
-    position: [f64; MAX_SERVOS],
-    velocity: [f64; MAX_SERVOS],
+    time_s: f64,
+    cycle: u64,
+    servos_len: usize,
+    servos: [ServoStatus; MAX_SERVOS],
+    imu: sim::ImuSample,
+    last_cycle: CycleFigures,
+    safe_mode: bool,
+    events_len: usize,
+    events: [io::safety::Event; EVENTS_PER_MESSAGE],
 }
 
-/// Commands the control thread hands back, for the tick after `tick`.
+impl StateMsg {
+    fn new() -> Self {
+        let none = io::safety::Event { at_ns: 0, servo: None, kind: EventKind::Shutdown };
+        StateMsg {
+            time_s: 0.0,
+            cycle: 0,
+            servos_len: 0,
+            servos: [ServoStatus::default(); MAX_SERVOS],
+            imu: sim::ImuSample::default(),
+            last_cycle: CycleFigures::default(),
+            safe_mode: false,
+            events_len: 0,
+            events: [none; EVENTS_PER_MESSAGE],
+        }
+    }
+
+    fn copy_from(&mut self, state: &State<'_>) {
+        self.time_s = state.time_s;
+        self.cycle = state.cycle;
+        self.servos_len = state.servos.len().min(MAX_SERVOS);
+        self.servos[..self.servos_len].copy_from_slice(&state.servos[..self.servos_len]);
+        self.imu = *state.imu;
+        self.last_cycle = *state.last_cycle;
+        self.safe_mode = state.safe_mode;
+        self.events_len = state.events.len().min(EVENTS_PER_MESSAGE);
+        self.events[..self.events_len].copy_from_slice(&state.events[..self.events_len]);
+    }
+
+    fn state(&self) -> State<'_> {
+        State {
+            time_s: self.time_s,
+            cycle: self.cycle,
+            servos: &self.servos[..self.servos_len],
+            imu: &self.imu,
+            last_cycle: &self.last_cycle,
+            safe_mode: self.safe_mode,
+            events: &self.events[..self.events_len],
+        }
+    }
+}
+
+/// Commands the control thread hands back, for the cycle after `cycle`.
 #[derive(Clone, Copy)]
-struct CommandMsg {
-    tick: u64,
+struct CommandMsg<T> {
+    cycle: u64,
     commands: [ServoCommand; MAX_SERVOS],
+    telemetry: Option<T>,
+    rearm: bool,
+    flow: Flow,
+}
+
+/// What the control thread is told.
+#[derive(Clone, Copy)]
+enum ToControl {
+    /// The first measured state: call `start`.
+    Start(StateMsg),
+    /// A cycle's state: call `cycle`.
+    Cycle(StateMsg),
+    /// The run is over: call `stop`.
+    Stop(StateMsg),
 }
 
 /// Where the commands come from.
-enum ControlLaw {
-    /// Computed on the cycle thread (boxed: built once, before the real-time section).
-    Inline(Box<Motion>),
-    /// Computed on a control thread; rings in both directions.
-    Thread { to_control: rtrb::Producer<StateMsg>, from_control: rtrb::Consumer<CommandMsg> },
+enum ControlLaw<C: Controller> {
+    /// The controller runs on the cycle thread (boxed: built once, before the real-time
+    /// section, so moving it around never copies a large controller).
+    Inline(Box<C>),
+    /// The controller runs on a control thread; rings of fixed-size `Copy` messages in both
+    /// directions, so sending never allocates.
+    Thread { to_control: rtrb::Producer<ToControl>, from_control: rtrb::Consumer<CommandMsg<C::Telemetry>> },
 }
 
 /// Hooks around the real-time section, so a test can count allocations on this thread and
@@ -411,6 +479,7 @@ struct LoopResult {
     imu_samples: u64,
     control_late: u64,
     interrupted: bool,
+    ended_by_controller: bool,
     shutdown_cycles: u64,
     replies: Vec<ServoReply>,
     /// The last command each servo was sent.
@@ -449,14 +518,58 @@ fn secs_to_ns(s: f64) -> u64 {
     (s * 1e9).round().clamp(0.0, u64::MAX as f64) as u64
 }
 
+/// Robot exchange numbers ([`io::CycleReport::cycle`]) of the last periods, to tell a
+/// controller which period's request a state answers. Fixed size: no allocation.
+struct PeriodOfExchange {
+    slots: [(u64, u64); Self::SLOTS],
+}
+
+impl PeriodOfExchange {
+    const SLOTS: usize = 1024;
+
+    fn new() -> Self {
+        PeriodOfExchange { slots: [(u64::MAX, 0); Self::SLOTS] }
+    }
+
+    fn note(&mut self, exchange: u64, period: u64) {
+        self.slots[(exchange % Self::SLOTS as u64) as usize] = (exchange, period);
+    }
+
+    fn period(&self, exchange: u64) -> Option<u64> {
+        let (e, p) = self.slots[(exchange % Self::SLOTS as u64) as usize];
+        (e == exchange).then_some(p)
+    }
+}
+
+/// What the controller sees of each servo, from the robot's replies.
+fn fill_statuses(
+    out: &mut [ServoStatus],
+    replies: &[ServoReply],
+    servos: &[ServoSpec],
+    bus_numbers: &[u8],
+    periods: &PeriodOfExchange,
+) {
+    for ((o, r), s) in out.iter_mut().zip(replies).zip(servos) {
+        *o = ServoStatus {
+            id: s.id,
+            bus: bus_numbers.get(s.bus).copied().unwrap_or(0),
+            state: r.state,
+            fresh: r.fresh,
+            age_cycles: r.age(),
+            from_cycle: r.request_cycle.and_then(|c| periods.period(c)),
+            missing_streak: r.missing_streak,
+        };
+    }
+}
+
 /// The real-time half of the run. Everything between the `enter_rt` and `leave_rt` hooks
 /// must not allocate, lock or block (tests/rt_no_alloc.rs).
-fn run_loop(
+fn run_loop<C: Controller>(
     setup: CycleSetup,
     progress: &Progress,
     hooks: &Hooks,
-    mut law: ControlLaw,
-    mut logger: Option<tlog::realtime::RtLogger<LogMsg>>,
+    mut law: ControlLaw<C>,
+    mut logger: Option<tlog::realtime::RtLogger<LogMsg<C::Telemetry>>>,
 ) -> LoopResult {
     let CycleSetup { mut robot, config, shutdown, overrun, bus_numbers } = setup;
     let n = robot.servos().len();
@@ -470,19 +583,25 @@ fn run_loop(
         recovery: config.recovery().unwrap_or_default(),
     };
     let mut supervisor = Supervisor::new(safety, n, 1024);
+    // What the controller asked for (kept from cycle to cycle), and what was sent once the
+    // supervisor had its say.
+    let mut wanted = vec![ServoCommand::Query; n];
     let mut commands = vec![ServoCommand::Query; n];
     let queries = vec![ServoCommand::Query; n];
     let mut replies = vec![ServoReply::default(); n];
+    let mut statuses = vec![ServoStatus::default(); n];
+    let mut periods = Box::new(PeriodOfExchange::new());
     let mut answered = vec![false; n];
     let mut imu = sim::ImuSample::default();
+    let mut figures = CycleFigures::default();
     let (mut missing, mut timeouts, mut terr, mut imu_samples, mut control_late) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut accounting = ReplyAccounting::default();
     let stop = || crate::signals::stop_requested() || hooks.stop.load(Ordering::Relaxed);
-    let mut state = StateMsg { start: false, tick: 0, position: [0.0; MAX_SERVOS], velocity: [0.0; MAX_SERVOS] };
+    let mut telemetry: Option<C::Telemetry> = None;
+    let mut events_seen;
 
-    // Learn where the joints are before moving them, and hand that to the control law
-    // before its first command: a few query cycles, until every servo has answered (a joint
-    // still unmeasured then is not moved until it answers; see `Motion`).
+    // Learn where the joints are before moving them, and hand that to the controller
+    // before its first command: a few query cycles, until every servo has answered.
     for _ in 0..START_QUERIES {
         accounting.add(&robot.cycle(&queries, &mut replies, &mut imu));
         if replies.iter().all(|r| r.request_cycle.is_some()) || stop() {
@@ -509,27 +628,25 @@ fn run_loop(
     for (a, r) in answered.iter_mut().zip(&replies) {
         *a |= r.request_cycle.is_some();
     }
-    match &mut law {
-        ControlLaw::Inline(motion) => motion.set_start(replies.iter().map(|r| r.state.position)),
-        ControlLaw::Thread { to_control, from_control } => {
-            state.start = true;
-            for (i, r) in replies.iter().enumerate().take(MAX_SERVOS) {
-                state.position[i] = r.state.position;
-                state.velocity[i] = r.state.velocity;
-            }
-            let _ = to_control.push(state);
-            state.start = false;
-            // Not real-time yet: wait for the commands of tick 0, computed from that start.
-            let give_up = Instant::now() + CONTROL_START_TIMEOUT;
-            loop {
-                if let Ok(msg) = from_control.pop() {
-                    commands.copy_from_slice(&msg.commands[..n]);
-                    break;
-                }
-                if Instant::now() > give_up || stop() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_micros(50));
+    fill_statuses(&mut statuses, &replies, &servos, &bus_numbers, &periods);
+    {
+        let events = supervisor.events();
+        events_seen = events.len();
+        let first = State {
+            time_s: 0.0,
+            cycle: 0,
+            servos: &statuses,
+            imu: &imu,
+            last_cycle: &figures,
+            safe_mode: supervisor.tripped_at().is_some(),
+            events,
+        };
+        match &mut law {
+            ControlLaw::Inline(controller) => controller.start(&first),
+            ControlLaw::Thread { to_control, .. } => {
+                let mut msg = StateMsg::new();
+                msg.copy_from(&first);
+                let _ = to_control.push(ToControl::Start(msg));
             }
         }
     }
@@ -548,8 +665,10 @@ fn run_loop(
     let busy_wait_ns = config.realtime.busy_wait_us.saturating_mul(1000);
     let mut lp = PeriodicLoop::new(period_ns, PeriodicOptions { busy_wait_ns, overrun, start_ns: Some(start) });
     let mut interrupted = false;
+    let mut ended_by_controller = false;
     let mut cycle_log = CycleLog::default();
     let mut events_logged = 0usize;
+    let mut first_command_pending = true;
 
     (hooks.enter_rt)();
     // --- real-time section: no allocation, no locks, no I/O below this line ---
@@ -567,53 +686,90 @@ fn run_loop(
             // Overruns skipped past the end of the run.
             break;
         }
-        let t = tick.deadline_ns.saturating_sub(start) as f64 * 1e-9;
-        match &mut law {
-            ControlLaw::Inline(motion) => {
-                // A joint not measured before the start is not moved until it answers.
-                for (i, r) in replies.iter().enumerate() {
-                    if !motion.started(i) {
-                        motion.learn_start(i, r.state.position, t);
-                    }
-                }
-                motion.fill(t, &mut commands)
+        let events = supervisor.events();
+        let state = State {
+            time_s: tick.deadline_ns.saturating_sub(start) as f64 * 1e-9,
+            cycle: tick.index,
+            servos: &statuses,
+            imu: &imu,
+            last_cycle: &figures,
+            safe_mode: supervisor.tripped_at().is_some(),
+            events: events.get(events_seen..).unwrap_or(&[]),
+        };
+        events_seen = events.len();
+        let mut rearm = false;
+        let flow = match &mut law {
+            ControlLaw::Inline(controller) => {
+                let mut out = Output::new(&mut wanted, &mut telemetry);
+                let flow = controller.cycle(&state, &mut out);
+                rearm = out.rearm_requested();
+                flow
             }
-            ControlLaw::Thread { from_control, .. } => {
-                // Take the newest commands; older ones are stale by now.
-                let mut got = false;
-                while let Ok(msg) = from_control.pop() {
-                    commands.copy_from_slice(&msg.commands[..n]);
-                    got = true;
+            ControlLaw::Thread { to_control, from_control } => {
+                // Take the newest commands (older ones are stale by now); the first cycle
+                // waits for the commands computed from the measured start, as the inline
+                // controller's are.
+                let mut got = None;
+                if first_command_pending {
+                    let give_up = clock.now_ns().saturating_add(CONTROL_START_TIMEOUT.as_nanos() as u64);
+                    while got.is_none() && clock.now_ns() < give_up && !stop() {
+                        got = from_control.pop().ok();
+                        std::hint::spin_loop();
+                    }
+                    first_command_pending = false;
                 }
-                if !got && tick.index > 0 {
+                while let Ok(msg) = from_control.pop() {
+                    got = Some(msg);
+                }
+                let mut flow = Flow::Continue;
+                match got {
+                    Some(msg) => {
+                        wanted.copy_from_slice(&msg.commands[..n]);
+                        telemetry = msg.telemetry;
+                        rearm = msg.rearm;
+                        flow = msg.flow;
+                    }
+                    None if tick.index > 0 => control_late += 1,
+                    None => {}
+                }
+                let mut msg = StateMsg::new();
+                msg.copy_from(&state);
+                if to_control.push(ToControl::Cycle(msg)).is_err() {
                     control_late += 1;
                 }
+                flow
             }
+        };
+        if rearm {
+            supervisor.rearm(clock.now_ns());
         }
+        commands.copy_from_slice(&wanted);
         supervisor.apply(&mut commands);
         let report = robot.cycle(&commands, &mut replies, &mut imu);
         let now = clock.now_ns();
+        periods.note(report.cycle, tick.index);
         supervisor.check(now, &servos, &replies);
         for (a, r) in answered.iter_mut().zip(&replies) {
             *a |= r.request_cycle.is_some();
         }
+        fill_statuses(&mut statuses, &replies, &servos, &bus_numbers, &periods);
+        let dt = report.stats.duration_ns();
+        figures = CycleFigures {
+            wakeup_ns: tick.late_ns(),
+            duration_ns: dt,
+            missing: report.missing,
+            late: report.late,
+            timed_out: report.stats.timed_out,
+        };
         if let Some(log) = logger.as_mut() {
-            let dt = report.stats.duration_ns();
-            LogMsg::fill_cycle(&mut cycle_log, &tick, dt, &report, &servos, &bus_numbers, &commands, &replies, &imu);
+            cycle_log.fill(&tick, dt, &report, &servos, &bus_numbers, &commands, &replies, &imu);
             log.log(LogMsg::Cycle(cycle_log));
+            if let Some(value) = telemetry.take() {
+                log.log(LogMsg::Custom { at_ns: tick.woke_ns, value });
+            }
             events_logged = log_events(log, &supervisor, events_logged, &bus_numbers);
         }
-        if let ControlLaw::Thread { to_control, .. } = &mut law {
-            state.tick = tick.index;
-            for (i, r) in replies.iter().enumerate().take(MAX_SERVOS) {
-                state.position[i] = r.state.position;
-                state.velocity[i] = r.state.velocity;
-            }
-            if to_control.push(state).is_err() {
-                control_late += 1;
-            }
-        }
-        let dt = report.stats.duration_ns();
+        telemetry = None;
         missing += report.missing as u64;
         accounting.add(&report);
         timeouts += report.stats.timed_out as u64;
@@ -625,6 +781,10 @@ fn run_loop(
         progress.max_cycle_ns.fetch_max(dt, Ordering::Relaxed);
         lp.end_cycle();
         progress.overruns.store(lp.stats().overruns, Ordering::Relaxed);
+        if flow == Flow::Stop {
+            ended_by_controller = true;
+            break;
+        }
     }
     let mut shutdown_cycles = 0;
     {
@@ -642,6 +802,7 @@ fn run_loop(
             let sent = if phase == 0 { &commands } else { &queries };
             let woke = clock.now_ns();
             let report = robot.cycle(sent, &mut replies, &mut imu);
+            periods.note(report.cycle, index);
             accounting.add(&report);
             shutdown_cycles += 1;
             for (a, r) in answered.iter_mut().zip(&replies) {
@@ -653,7 +814,7 @@ fn run_loop(
             if let Some(log) = logger.as_mut() {
                 let tick = Tick { index, deadline_ns: woke, woke_ns: woke };
                 let dt = report.stats.duration_ns();
-                LogMsg::fill_cycle(&mut cycle_log, &tick, dt, &report, &servos, &bus_numbers, sent, &replies, &imu);
+                cycle_log.fill(&tick, dt, &report, &servos, &bus_numbers, sent, &replies, &imu);
                 log.log(LogMsg::Cycle(cycle_log));
                 events_logged = log_events(log, &supervisor, events_logged, &bus_numbers);
             }
@@ -661,6 +822,27 @@ fn run_loop(
     }
     // --- end of real-time section ---
     (hooks.leave_rt)();
+    fill_statuses(&mut statuses, &replies, &servos, &bus_numbers, &periods);
+    {
+        let events = supervisor.events();
+        let last = State {
+            time_s: clock.now_ns().saturating_sub(start) as f64 * 1e-9,
+            cycle: lp.next_index(),
+            servos: &statuses,
+            imu: &imu,
+            last_cycle: &figures,
+            safe_mode: supervisor.tripped_at().is_some(),
+            events: events.get(events_seen..).unwrap_or(&[]),
+        };
+        match &mut law {
+            ControlLaw::Inline(controller) => controller.stop(&last),
+            ControlLaw::Thread { to_control, .. } => {
+                let mut msg = StateMsg::new();
+                msg.copy_from(&last);
+                let _ = to_control.push(ToControl::Stop(msg));
+            }
+        }
+    }
     let mut periodic = lp.stats();
     // The last cycle's overrun may skip periods that lie past the end of the run: they were
     // never part of it, and `cycles + skipped_periods` is the run's period count at most.
@@ -674,6 +856,7 @@ fn run_loop(
         imu_samples,
         control_late,
         interrupted,
+        ended_by_controller,
         shutdown_cycles,
         replies,
         last_commands: commands,
@@ -685,8 +868,8 @@ fn run_loop(
 }
 
 /// Hand the supervisor's events from `from` on to the log; returns how many are logged.
-fn log_events(
-    log: &mut tlog::realtime::RtLogger<LogMsg>,
+fn log_events<T>(
+    log: &mut tlog::realtime::RtLogger<LogMsg<T>>,
     supervisor: &Supervisor,
     from: usize,
     bus_numbers: &[u8],
@@ -702,48 +885,61 @@ fn log_events(
     events.len()
 }
 
-/// The control thread: the measured start first, then newest state in, commands for the
-/// next tick out, until the cycle thread hangs up. Not real-time itself; it must only keep up.
-fn control_thread(
-    mut motion: Motion,
-    rate_hz: f64,
+/// The control thread: the measured start first, then the newest state in and the
+/// controller's commands for the next cycle out, until the run is over. Not real-time
+/// itself; it must only keep up.
+fn control_thread<C: Controller>(
+    mut controller: C,
     n: usize,
-    mut from_cycle: rtrb::Consumer<StateMsg>,
-    mut to_cycle: rtrb::Producer<CommandMsg>,
-) {
-    let period = 1.0 / rate_hz;
-    // The first message is where the joints are before any command: the stand-up ramp
-    // starts there, not at 0.
-    let first = loop {
-        match from_cycle.pop() {
-            Ok(s) if s.start => break s,
-            Ok(_) => continue,
-            Err(_) if from_cycle.is_abandoned() => return,
-            Err(_) => std::thread::sleep(Duration::from_micros(50)),
-        }
+    period_s: f64,
+    mut from_cycle: rtrb::Consumer<ToControl>,
+    mut to_cycle: rtrb::Producer<CommandMsg<C::Telemetry>>,
+) -> C {
+    let mut out = CommandMsg {
+        cycle: 0,
+        commands: [ServoCommand::Query; MAX_SERVOS],
+        telemetry: None,
+        rearm: false,
+        flow: Flow::Continue,
     };
-    motion.set_start(first.position[..n].iter().copied());
-    let mut out = CommandMsg { tick: 0, commands: [ServoCommand::Query; MAX_SERVOS] };
-    motion.fill(0.0, &mut out.commands[..n]);
-    let _ = to_cycle.push(out);
+    let mut command = |controller: &mut C, state: &State<'_>| {
+        out.cycle = state.cycle;
+        out.telemetry = None;
+        let mut output = Output::new(&mut out.commands[..n], &mut out.telemetry);
+        out.flow = controller.cycle(state, &mut output);
+        out.rearm = output.rearm_requested();
+        let _ = to_cycle.push(out);
+    };
     loop {
         let mut newest = None;
-        while let Ok(s) = from_cycle.pop() {
-            newest = Some(s);
+        let mut heard = false;
+        while let Ok(m) = from_cycle.pop() {
+            heard = true;
+            match m {
+                // The start is never skipped: the commands of cycle 0 come from it.
+                ToControl::Start(s) => {
+                    let state = s.state();
+                    controller.start(&state);
+                    command(&mut controller, &state);
+                }
+                ToControl::Cycle(s) => newest = Some(s),
+                ToControl::Stop(s) => {
+                    controller.stop(&s.state());
+                    return controller;
+                }
+            }
         }
         match newest {
+            // The state read in cycle k gives the commands of cycle k + 1.
             Some(s) => {
-                out.tick = s.tick + 1;
-                let t = out.tick as f64 * period;
-                // A joint not measured before the start is not moved until it answers.
-                for (i, &p) in s.position[..n].iter().enumerate() {
-                    motion.learn_start(i, p, t);
-                }
-                motion.fill(t, &mut out.commands[..n]);
-                let _ = to_cycle.push(out);
+                let mut next = s;
+                next.cycle = s.cycle + 1;
+                next.time_s = s.time_s + period_s;
+                command(&mut controller, &next.state());
             }
-            None if from_cycle.is_abandoned() => return,
-            None => std::thread::sleep(Duration::from_micros(50)),
+            None if !heard && from_cycle.is_abandoned() => return controller,
+            None if !heard => std::thread::sleep(Duration::from_micros(50)),
+            None => {}
         }
     }
 }
@@ -809,13 +1005,19 @@ fn watchdog_warning(config: &RunConfig) -> Option<String> {
     })
 }
 
-/// Run and return the summary; real-time warnings are printed on stderr as they happen.
+/// Run the demonstration motion and return the summary; real-time warnings are printed on
+/// stderr as they happen.
 pub fn run(opts: &RunOptions) -> Result<RunSummary, String> {
     run_with_hooks(opts, Hooks::default())
 }
 
 /// [`run`] with hooks around the real-time section.
 pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, String> {
+    execute(opts, hooks, motion_of(&opts.config))
+}
+
+/// Run `controller` on the robot `opts` describe: the engine behind [`crate::Runtime`].
+pub fn execute<C: Controller + 'static>(opts: &RunOptions, hooks: Hooks, controller: C) -> Result<RunSummary, String> {
     let config = opts.config.clone();
     config.validate()?;
     let settings = rt_settings(&config)?;
@@ -831,11 +1033,11 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
         if strict {
             return Err(format!("--strict: {w}"));
         }
-        crate::console::note(format!("rtloop run: warning: {w}"));
+        crate::cli::console::note(format!("rtloop run: warning: {w}"));
         warnings.push(w);
     }
     if let Some(w) = watchdog_warning(&config) {
-        crate::console::note(format!("rtloop run: warning: {w}"));
+        crate::cli::console::note(format!("rtloop run: warning: {w}"));
         warnings.push(w);
     }
     let seed = config.faults.seed.unwrap_or_else(crate::config::random_seed);
@@ -872,7 +1074,7 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
             Ok(held) => Some(held),
             Err(e) if strict => return Err(format!("--strict: {e}")),
             Err(e) => {
-                crate::console::note(format!("rtloop run: warning: {e}"));
+                crate::cli::console::note(format!("rtloop run: warning: {e}"));
                 warnings.push(e);
                 None
             }
@@ -884,9 +1086,8 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
     let progress = Arc::new(Progress::default());
     let thread_progress = Arc::clone(&progress);
     let (warn_tx, warn_rx) = std::sync::mpsc::channel::<Result<rt::setup::Applied, rt::setup::RtError>>();
-    let motion = motion_of(&config);
     let control = config.realtime.control_thread;
-    let rate = config.rate_hz;
+    let period_s = config.period_ns() as f64 * 1e-9;
     let thread_config = config.clone();
     let thread_bus_numbers = bus_numbers.clone();
     let main_thread = std::thread::current();
@@ -896,7 +1097,8 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
         Some(path) => {
             let mut writer = tlog::writer::FileWriter::create(path)
                 .map_err(|e| format!("cannot create the log {}: {e}", path.display()))?;
-            let mut sink = LogSink::register(&mut writer).map_err(|e| format!("log {}: {e}", path.display()))?;
+            let mut sink = LogSink::<C::Telemetry>::register(&mut writer, C::TELEMETRY_RECORD)
+                .map_err(|e| format!("log {}: {e}", path.display()))?;
             let (logger, thread) = tlog::realtime::spawn(LOG_RING_MESSAGES, writer, move |w, m| sink.write(w, m))
                 .map_err(|e| format!("log {}: {e}", path.display()))?;
             (Some(logger), Some(thread))
@@ -916,15 +1118,15 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
             }
             let setup = CycleSetup { robot, config: thread_config, shutdown, overrun, bus_numbers: thread_bus_numbers };
             let (law, control_handle) = if control {
-                let (to_control, from_cycle) = rtrb::RingBuffer::<StateMsg>::new(4);
-                let (to_cycle, from_control) = rtrb::RingBuffer::<CommandMsg>::new(4);
+                let (to_control, from_cycle) = rtrb::RingBuffer::<ToControl>::new(4);
+                let (to_cycle, from_control) = rtrb::RingBuffer::<CommandMsg<C::Telemetry>>::new(4);
                 let h = std::thread::Builder::new()
                     .name("rtloop-control".into())
-                    .spawn(move || control_thread(motion, rate, n, from_cycle, to_cycle))
+                    .spawn(move || control_thread(controller, n, period_s, from_cycle, to_cycle))
                     .ok();
                 (ControlLaw::Thread { to_control, from_control }, h)
             } else {
-                (ControlLaw::Inline(Box::new(motion)), None)
+                (ControlLaw::Inline(Box::new(controller)), None)
             };
             let r = run_loop(setup, &thread_progress, &hooks, law, logger);
             if let Some(h) = control_handle {
@@ -954,7 +1156,7 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
         Err(_) => return Err("the cycle thread ended before it started".into()),
     };
     for w in &applied.warnings {
-        crate::console::note(format!("rtloop run: warning: {w}"));
+        crate::cli::console::note(format!("rtloop run: warning: {w}"));
     }
     if opts.progress {
         print_progress(&progress, &config, config.periods());
@@ -1003,7 +1205,7 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
 /// it (`--no-wire-time`), where frames take no time and only the host costs remain.
 fn model_of_run(config: &RunConfig) -> sim::model::CycleModel {
     let robot = config.robot();
-    let model = crate::budget::model_for(&robot);
+    let model = crate::cli::budget::model_for(&robot);
     if config.sim.wire_time || !robot.all_simulated() {
         return model;
     }
@@ -1190,6 +1392,7 @@ fn summarize(
         cycle_us: p.cycle,
         wakeup_us: p.wakeup,
         model_cycle_us: sim::model::predict(&model_of_run(config)).total_ns as f64 / 1000.0,
+        ended_by_controller: result.ended_by_controller,
         interrupted: result.interrupted,
         shutdown_cycles: result.shutdown_cycles,
         control_late: result.control_late,

@@ -89,7 +89,7 @@ pub struct CycleLog {
 /// into the ring): boxing it would allocate on the real-time thread.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Copy)]
-pub enum LogMsg {
+pub enum LogMsg<T = ()> {
     /// One cycle.
     Cycle(CycleLog),
     /// An event (fault, missing servo, safe mode, shutdown, …).
@@ -103,13 +103,20 @@ pub enum LogMsg {
         /// Event name.
         kind: &'static str,
     },
+    /// The controller's own telemetry for one cycle.
+    Custom {
+        /// Monotonic time of the cycle's wakeup, ns.
+        at_ns: u64,
+        /// What the controller recorded.
+        value: T,
+    },
 }
 
-impl LogMsg {
+impl CycleLog {
     /// Fill a cycle message from this cycle's commands and replies (no allocation).
     #[allow(clippy::too_many_arguments)]
-    pub fn fill_cycle(
-        out: &mut CycleLog,
+    pub fn fill(
+        &mut self,
         tick: &rt::periodic::Tick,
         cycle_ns: u64,
         report: &io::CycleReport,
@@ -119,6 +126,7 @@ impl LogMsg {
         replies: &[io::ServoReply],
         imu: &sim::ImuSample,
     ) {
+        let out = self;
         out.woke_ns = tick.woke_ns;
         out.index = tick.index;
         out.wakeup_ns = tick.woke_ns.saturating_sub(tick.deadline_ns);
@@ -255,29 +263,33 @@ pub fn epoch_offset_us() -> i64 {
 }
 
 /// The writer-thread side: record handles and a reusable record.
-pub struct LogSink {
+pub struct LogSink<T = ()> {
     cycle: RecordHandle<CycleRecord>,
     event: RecordHandle<EventLogRecord>,
+    /// The controller's record; `None` for a zero-sized telemetry type (nothing to record).
+    custom: Option<RecordHandle<T>>,
     epoch_offset_us: i64,
     scratch: CycleRecord,
 }
 
-impl LogSink {
-    /// Register the records on `writer`.
-    pub fn register<W: std::io::Write>(writer: &mut FileWriter<W>) -> Result<Self, tlog::format::TlogError> {
-        Ok(LogSink {
-            cycle: writer.register::<CycleRecord>("cycle")?,
-            event: writer.register::<EventLogRecord>("event")?,
-            epoch_offset_us: epoch_offset_us(),
-            scratch: CycleRecord::default(),
-        })
+impl<T: Serialize + Default> LogSink<T> {
+    /// Register the records on `writer`; the controller's as `custom_name` (unless its
+    /// telemetry type is zero-sized, like `()`).
+    pub fn register<W: std::io::Write>(
+        writer: &mut FileWriter<W>,
+        custom_name: &str,
+    ) -> Result<Self, tlog::format::TlogError> {
+        let cycle = writer.register::<CycleRecord>("cycle")?;
+        let event = writer.register::<EventLogRecord>("event")?;
+        let custom = if std::mem::size_of::<T>() == 0 { None } else { Some(writer.register::<T>(custom_name)?) };
+        Ok(LogSink { cycle, event, custom, epoch_offset_us: epoch_offset_us(), scratch: CycleRecord::default() })
     }
 
     /// Write one message.
     pub fn write<W: std::io::Write>(
         &mut self,
         w: &mut FileWriter<W>,
-        msg: LogMsg,
+        msg: LogMsg<T>,
     ) -> Result<(), tlog::format::TlogError> {
         match msg {
             LogMsg::Cycle(c) => {
@@ -302,6 +314,11 @@ impl LogSink {
                 // An event is what a crash log is read for: put it in the file now rather
                 // than within the writer's flush interval.
                 w.flush()?;
+            }
+            LogMsg::Custom { at_ns, value } => {
+                if let Some(handle) = &self.custom {
+                    w.write(handle, self.epoch_offset_us + (at_ns / 1000) as i64, &value)?;
+                }
             }
         }
         Ok(())

@@ -122,9 +122,14 @@ pub fn run(req: &SimRequest) -> Result<String, String> {
     crate::signals::install();
     for spec in &req.buses {
         let ids: Vec<String> = spec.servos.iter().map(u8::to_string).collect();
-        crate::console::line(format!("rtloop sim: bus {} at {} with servos {}", spec.bus, spec.uri, ids.join(",")))?;
+        crate::cli::console::line(format!(
+            "rtloop sim: bus {} at {} with servos {}",
+            spec.bus,
+            spec.uri,
+            ids.join(",")
+        ))?;
     }
-    crate::console::line("rtloop sim: serving; Ctrl-C to stop")?;
+    crate::cli::console::line("rtloop sim: serving; Ctrl-C to stop")?;
     let stop = crate::signals::stop_flag();
     if let Some(d) = duration {
         std::thread::spawn(move || {

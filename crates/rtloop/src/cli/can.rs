@@ -3,16 +3,16 @@
 //! printing `CAN bus,id,data` for every frame received; `--run` loops and prints the rate.
 //!
 //! Exit status, as for `rtloop servo`: 0 when every expected reply arrived and every bus
-//! worked; 1 ([`crate::servo_cmd::EXIT_DEVICE_FAILED`]) when a reply was missing (a timeout)
+//! worked; 1 ([`crate::cli::servo::EXIT_DEVICE_FAILED`]) when a reply was missing (a timeout)
 //! or a bus failed; 2 for a wrong command line or a device that cannot be opened.
 //!
 //! Must never: send a frame it could not parse exactly (a malformed `--write-can` is one
 //! message naming the field), or exit 0 when an expected reply did not come.
 
-use crate::frame_cmd::parse_hex;
+use crate::cli::frame::parse_hex;
+use crate::cli::servo::{device_refusal, explain_bus_error, Outcome};
 use crate::numbers::{millis_from_user, seconds_from_user, MAX_DURATION_S, MAX_TIMEOUT_MS};
 use crate::robot_spec::parse_id_list;
-use crate::servo_cmd::{device_refusal, explain_bus_error, Outcome};
 use io::{BusUri, Clock, CycleOptions, Cycler, MonotonicClock, RxFrame, Transport, TransportCounters, TxFrame};
 use proto::frame::ArbitrationId;
 use proto::CanFdFrame;
@@ -211,12 +211,12 @@ pub fn run(req: &CanRequest) -> Result<Outcome, String> {
         if last.failed_buses != 0 {
             bus_error_cycles += 1;
             bus_error = bus_error.or_else(|| first_bus_error(&last));
-            std::thread::sleep(crate::servo_cmd::FAILED_BUS_RETRY);
+            std::thread::sleep(crate::cli::servo::FAILED_BUS_RETRY);
         }
         let now = clock.now_ns();
         if now - window_start >= 1_000_000_000 {
             // Progress only: a reader that went away must not stop the loop.
-            let _ = crate::console::line(format!(
+            let _ = crate::cli::console::line(format!(
                 "{:.1} Hz  ({cycles} cycles, {timeouts} timeouts, {bus_error_cycles} bus errors)",
                 window_cycles as f64 * 1e9 / (now - window_start) as f64
             ));

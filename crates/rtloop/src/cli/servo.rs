@@ -255,9 +255,9 @@ pub fn run(req: &ServoRequest) -> Result<Outcome, String> {
             bus_down = failed;
             match report.stats.bus_errors[0] {
                 Some(e) if failed => {
-                    crate::console::note(format!("rtloop servo: {}; retrying", explain_bus_error(&req.uri, e)))
+                    crate::cli::console::note(format!("rtloop servo: {}; retrying", explain_bus_error(&req.uri, e)))
                 }
-                _ => crate::console::note(format!("rtloop servo: bus {}: back", req.uri)),
+                _ => crate::cli::console::note(format!("rtloop servo: bus {}: back", req.uri)),
             }
         }
         let now = clock.now_ns();
@@ -265,7 +265,7 @@ pub fn run(req: &ServoRequest) -> Result<Outcome, String> {
             let rate = window_count as f64 * 1e9 / (now - window_start) as f64;
             if !req.json {
                 // Progress only: a reader that went away must not stop the loop.
-                let _ = crate::console::line(format!(
+                let _ = crate::cli::console::line(format!(
                     "{rate:.1} Hz  ({transactions} replies, {missing} missing, {errors} bus errors)"
                 ));
             }

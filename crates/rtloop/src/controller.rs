@@ -1,0 +1,221 @@
+//! Your control law: the [`Controller`] trait, what it sees each cycle ([`State`]) and what it
+//! writes ([`Output`]).
+//!
+//! The runtime ([`crate::Runtime`]) owns the real-time thread, the clock, the buses, the
+//! safety supervisor and the log; a controller only turns state into commands.
+//!
+//! # Lifecycle
+//!
+//! | method | when | thread | may allocate, block, print? |
+//! |---|---|---|---|
+//! | your constructor | before [`crate::Runtime::run`] | yours | yes |
+//! | [`Controller::start`] | once, after the servos were first queried, before the first command | the cycle thread, before its real-time section | yes |
+//! | [`Controller::cycle`] | once per period, with this cycle's state; its commands go out in the same cycle | the cycle thread, real-time | **no**: no allocation, no lock, no I/O, no formatting |
+//! | [`Controller::stop`] | once, after the last cycle and the shutdown cycle | the cycle thread, after its real-time section | yes |
+//!
+//! Arming is explicit: before `start` no servo is commanded; a servo the controller leaves
+//! at [`ServoCommand::Query`] (the default each cycle starts from its previous command) is
+//! only queried.
+//!
+//! # Guarantees
+//!
+//! * A state is never stale while claiming to be fresh: each [`ServoStatus`] says whether it
+//!   answers this cycle's request (`fresh`) and, if not, how many cycles old it is.
+//! * The safety supervisor overrides the controller's commands after `cycle` returns (a
+//!   faulted or silent servo, the configured safe mode); [`State::safe_mode`] says when.
+//! * Custom telemetry ([`Output::record`]) reaches the log or is counted as dropped; it never
+//!   makes the real-time thread wait.
+//!
+//! Must never: allocate or block on behalf of the controller inside the real-time section.
+
+pub use io::safety::{Event, EventKind};
+pub use io::ServoCommand;
+pub use proto::host::{PositionCommand, ServoState};
+pub use sim::ImuSample;
+
+use serde::Serialize;
+
+/// One servo as the controller sees it in one cycle.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServoStatus {
+    /// CAN id.
+    pub id: u8,
+    /// Bus number (as configured: `[[bus]] bus = N`).
+    pub bus: u8,
+    /// The newest state the servo reported: mode, position (rev), velocity (rev/s), torque
+    /// (N·m), currents (A), voltage (V), temperatures (°C), fault, … (NaN / `None`: not
+    /// reported). Kept from an earlier cycle when this cycle's reply is missing.
+    pub state: ServoState,
+    /// `state` answers the newest request: the previous cycle's (for [`Controller::start`],
+    /// the last query before the run).
+    pub fresh: bool,
+    /// How many requests older than the newest one `state` answers: 0 when fresh; `None`
+    /// until the servo first answered.
+    pub age_cycles: Option<u64>,
+    /// The cycle ([`State::cycle`]) whose request `state` answers; `None` until the servo
+    /// first answered, or while it answers a query sent before the first cycle.
+    pub from_cycle: Option<u64>,
+    /// Consecutive requests this servo has not answered (0 when fresh).
+    pub missing_streak: u32,
+}
+
+impl ServoStatus {
+    /// The servo reports a fault (mode 1, or a non-zero fault code).
+    pub fn faulted(&self) -> bool {
+        self.state.mode == Some(1) || self.state.fault.is_some_and(|f| f != 0)
+    }
+}
+
+/// Figures of the previous cycle (zero before the first).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CycleFigures {
+    /// How late the previous cycle woke, ns.
+    pub wakeup_ns: u64,
+    /// How long its bus exchange took, ns.
+    pub duration_ns: u64,
+    /// Servos that did not answer it.
+    pub missing: u32,
+    /// Late replies (to earlier requests) that arrived in it.
+    pub late: u32,
+    /// It gave up waiting for replies at its deadline.
+    pub timed_out: bool,
+}
+
+/// What a controller sees at the start of one cycle.
+#[derive(Debug, Clone, Copy)]
+pub struct State<'a> {
+    /// Seconds since the first period of the run (the period's deadline, not when the
+    /// thread happened to wake).
+    pub time_s: f64,
+    /// The period index (0 for the first command).
+    pub cycle: u64,
+    /// Every servo, in the robot's order (bus by bus, as configured).
+    pub servos: &'a [ServoStatus],
+    /// The IMU (pi3hat frame: +x forward, +y right, +z down); `present` says if it answered.
+    pub imu: &'a ImuSample,
+    /// The previous cycle's figures.
+    pub last_cycle: &'a CycleFigures,
+    /// The safety supervisor has taken over: the commands written now are replaced by the
+    /// configured safe mode until it recovers (see `safety.recovery`).
+    pub safe_mode: bool,
+    /// Events recorded since the previous call (faults, servos that stopped answering, the
+    /// safe mode engaging or recovering, …), oldest first.
+    pub events: &'a [Event],
+}
+
+/// Where a controller writes this cycle's commands and, optionally, its telemetry.
+pub struct Output<'a, T> {
+    commands: &'a mut [ServoCommand],
+    telemetry: &'a mut Option<T>,
+    rearm: bool,
+}
+
+impl<'a, T> Output<'a, T> {
+    /// Build an output over `commands` (one per servo) and a telemetry slot; the runtime does
+    /// this for you, tests of a controller may too.
+    pub fn new(commands: &'a mut [ServoCommand], telemetry: &'a mut Option<T>) -> Self {
+        Output { commands, telemetry, rearm: false }
+    }
+
+    /// The commands, one per servo in [`State::servos`] order. They hold the previous
+    /// cycle's commands when `cycle` is called (a position command stays in force until
+    /// replaced); [`ServoCommand::Query`] commands nothing this cycle.
+    pub fn commands(&mut self) -> &mut [ServoCommand] {
+        self.commands
+    }
+
+    /// Set servo `index`'s command; an index past the last servo is ignored.
+    pub fn set(&mut self, index: usize, command: ServoCommand) {
+        if let Some(c) = self.commands.get_mut(index) {
+            *c = command;
+        }
+    }
+
+    /// Record `value` in the log as this cycle's item of the controller's record
+    /// ([`Controller::TELEMETRY_RECORD`]). At most one per cycle (the last one wins);
+    /// without a log, or when the writer has fallen behind, it is dropped and counted.
+    pub fn record(&mut self, value: T) {
+        *self.telemetry = Some(value);
+    }
+
+    /// End the safe mode now (when [`State::safe_mode`] is set): the controller has dealt
+    /// with what tripped it. With `safety.recovery = "latched"` (the default) this is the
+    /// only way motion resumes; recorded as a `rearmed` event. A servo still faulted stays
+    /// only queried.
+    pub fn rearm_safety(&mut self) {
+        self.rearm = true;
+    }
+
+    /// Whether [`rearm_safety`](Self::rearm_safety) was called.
+    pub fn rearm_requested(&self) -> bool {
+        self.rearm
+    }
+}
+
+/// Continue the run, or end it now (with the shutdown cycle, as at the end of the duration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Flow {
+    /// Run the next cycle.
+    #[default]
+    Continue,
+    /// End the run after this cycle.
+    Stop,
+}
+
+/// A control law run by [`crate::Runtime`] once per cycle on the real-time thread.
+///
+/// See the [module docs](self) for the lifecycle. A controller is `Send`: it is built on
+/// your thread and moved to the cycle thread.
+///
+/// ```
+/// use rtloop::controller::{Controller, Flow, Output, PositionCommand, ServoCommand, State};
+///
+/// /// Hold every joint where it started.
+/// struct Hold {
+///     start: [f64; 32],
+/// }
+///
+/// impl Controller for Hold {
+///     type Telemetry = ();
+///
+///     fn start(&mut self, state: &State<'_>) {
+///         for (p, s) in self.start.iter_mut().zip(state.servos) {
+///             *p = s.state.position;
+///         }
+///     }
+///
+///     fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Flow {
+///         for (i, _) in state.servos.iter().enumerate() {
+///             let hold = PositionCommand { position: Some(self.start[i]), velocity: Some(0.0), ..Default::default() };
+///             out.set(i, ServoCommand::Position(hold));
+///         }
+///         Flow::Continue
+///     }
+/// }
+/// ```
+pub trait Controller: Send {
+    /// What the controller records each cycle with [`Output::record`] (its targets,
+    /// estimator state, gains, …), written to the log as the record
+    /// [`TELEMETRY_RECORD`](Self::TELEMETRY_RECORD). `Copy` so that handing it to the log
+    /// writer never allocates; `()` when the controller records nothing.
+    type Telemetry: Serialize + Default + Copy + Send + 'static;
+
+    /// The log record name of [`Telemetry`](Self::Telemetry).
+    const TELEMETRY_RECORD: &'static str = "controller";
+
+    /// The first measured state, before the first command (`cycle` is 0, `time_s` 0): learn
+    /// where the joints are. A servo that has not answered yet has `from_cycle == None`.
+    fn start(&mut self, state: &State<'_>) {
+        let _ = state;
+    }
+
+    /// One cycle: read `state`, write `out`. Real-time: must not allocate, lock, block or
+    /// format. Return [`Flow::Stop`] to end the run.
+    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, Self::Telemetry>) -> Flow;
+
+    /// The run has ended (duration, signal, [`Flow::Stop`], or the stop flag) and the
+    /// servos were left in the safe mode; `state` is the last one read.
+    fn stop(&mut self, state: &State<'_>) {
+        let _ = state;
+    }
+}
