@@ -91,7 +91,8 @@ pub struct State<'a> {
     pub cycle: u64,
     /// Every servo, in the robot's order (bus by bus, as configured).
     pub servos: &'a [ServoStatus],
-    /// The IMU (pi3hat frame: +x forward, +y right, +z down); `present` says if it answered.
+    /// The newest IMU sample (pi3hat frame: +x forward, +y right, +z down); all zeros on a
+    /// robot without one.
     pub imu: &'a ImuSample,
     /// The previous cycle's figures.
     pub last_cycle: &'a CycleFigures,

@@ -1,15 +1,54 @@
-//! # rtloop — real-time control of moteus servos, measured
+//! # rtloop — your control law, real-time, on moteus servos
 //!
-//! The public facade of the workspace: the protocol codec ([`proto`]), the simulator
-//! ([`sim`]), the transports and multi-bus cycle ([`io`]), and the pieces of the `rtloop`
-//! command that other programs may want to reuse: the periodic run loop ([`run`]), the demo
-//! motion ([`motion`]) and latency statistics ([`stats`]).
+//! Write a [`Controller`]; [`Runtime`] runs it once per cycle on a real-time thread that
+//! commands and queries every servo on every bus, with a safety supervisor, a watchdog on
+//! every servo, a telemetry log and honest figures. The same controller runs on the built-in
+//! simulated robot and on real buses: only the [`RobotSpec`] changes.
 //!
-//! What it must never do: hide a failure. Every command prints one clear message for a user
-//! mistake and exits non-zero; the run loop counts every overrun and every missing reply.
+//! ```
+//! use rtloop::{Controller, Flow, Output, PositionCommand, Runtime, ServoCommand, State};
+//!
+//! /// Ramp every joint from where it was measured to 0.1 rev over one second, then hold.
+//! struct Raise { from: [f64; 32] }
+//!
+//! impl Controller for Raise {
+//!     type Telemetry = ();
+//!     fn start(&mut self, state: &State<'_>) {
+//!         for (from, servo) in self.from.iter_mut().zip(state.servos) {
+//!             *from = servo.state.position;
+//!         }
+//!     }
+//!     fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Flow {
+//!         let k = state.time_s.min(1.0);
+//!         for (i, from) in self.from.iter().enumerate().take(state.servos.len()) {
+//!             let position = Some(from + (0.1 - from) * k);
+//!             out.set(i, ServoCommand::Position(PositionCommand { position, velocity: Some(0.0), ..Default::default() }));
+//!         }
+//!         Flow::Continue
+//!     }
+//! }
+//!
+//! let summary = Runtime::new().rate_hz(500.0).duration_s(0.2).run(Raise { from: [0.0; 32] })?;
+//! assert_eq!(summary.status, "ok", "{:?}", summary.problems);
+//! # Ok::<(), rtloop::RunError>(())
+//! ```
+//!
+//! ## Where things are
+//! * [`controller`]: the [`Controller`] trait, its lifecycle table, [`State`] and [`Output`].
+//! * [`runtime`]: [`Runtime`], the builder that runs a controller; [`summary`] holds what a
+//!   run reports ([`RunSummary`]; `rtloop run --json` prints it).
+//! * [`config`] and [`robot_spec`]: the settings and robots `rtloop run` reads from TOML.
+//! * [`motion`]: the demonstration motion of `rtloop run`, itself a [`Controller`].
+//! * The layers below, for those who want them: the protocol codec ([`proto`]), the
+//!   simulator ([`sim`]) and the transports and multi-bus cycle ([`io`]).
+//!
+//! What it must never do: hide a failure. A stale reply is never handed over as fresh, every
+//! missing reply and overrun is counted, a log with gaps says so, and a run that lost servos
+//! ends with `status: "degraded"`.
+
+#![deny(missing_docs)]
 
 pub use io;
-pub use lab;
 pub use proto;
 pub use sim;
 
@@ -20,7 +59,24 @@ pub mod controller;
 pub mod motion;
 mod numbers;
 pub mod robot_spec;
+#[doc(hidden)]
 pub mod run;
+pub mod runtime;
 mod signals;
+
+/// What a run reports: [`RunSummary`] and its parts (`rtloop run --json` prints it as one
+/// line).
+pub mod summary {
+    pub use crate::run::{
+        print_summary, EventRecord, FinalServo, InjectedSummary, LogSummary, RealtimeSummary, ReplyAccounting,
+        RunSummary, EXIT_DEGRADED, MAX_SERVOS,
+    };
+    pub use crate::stats::Percentiles;
+}
 mod stats;
 mod telemetry;
+
+pub use controller::{Controller, Flow, Output, PositionCommand, ServoCommand, ServoStatus, State};
+pub use robot_spec::RobotSpec;
+pub use run::RunSummary;
+pub use runtime::{RunError, Runtime};

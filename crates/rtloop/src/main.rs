@@ -7,7 +7,8 @@ use proto::Resolution;
 use rtloop::cli::console;
 use rtloop::cli::frame::{self, CommandKind, EncodeRequest};
 use rtloop::robot_spec::RobotSpec;
-use rtloop::run::{self, RunOptions};
+use rtloop::summary::print_summary;
+use rtloop::Runtime;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -518,10 +519,15 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             if a.print_config {
                 return console::text(config.to_toml());
             }
-            let opts = RunOptions { config, progress: !a.quiet, log: a.log.clone() };
-            let summary = run::run(&opts)?;
+            // The demonstration motion is a controller like any other.
+            let motion = rtloop::motion::Motion::from_config(&config);
+            let mut runtime = Runtime::from_config(config).progress(!a.quiet);
+            if let Some(log) = &a.log {
+                runtime = runtime.log(log);
+            }
+            let summary = runtime.run(motion).map_err(|e| e.0)?;
             let mut out = std::io::stdout().lock();
-            console::tolerate_closed_reader(run::print_summary(&summary, &mut out))?;
+            console::tolerate_closed_reader(print_summary(&summary, &mut out))?;
             use std::io::Write;
             if a.json {
                 let line = serde_json::to_string(&summary).map_err(|e| e.to_string())?;

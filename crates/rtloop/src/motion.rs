@@ -63,6 +63,21 @@ fn smoothstep(x: f64) -> (f64, f64) {
 }
 
 impl Motion {
+    /// The motion (and the gains every command carries) a run configuration asks for: its
+    /// `[motion]` and `[gains]` tables.
+    pub fn from_config(config: &crate::config::RunConfig) -> Self {
+        Motion {
+            stand_s: config.motion.stand_s,
+            amplitude_rev: config.motion.amplitude_rev,
+            frequency_hz: config.motion.frequency_hz,
+            maximum_torque: config.gains.maximum_torque,
+            kp_scale: config.gains.kp_scale,
+            kd_scale: config.gains.kd_scale,
+            watchdog_timeout: Some(config.gains.watchdog_timeout_s),
+            ..Motion::default()
+        }
+    }
+
     /// Where each joint starts, measured before the first command (time 0). A NaN position
     /// is "not measured": that joint is not moved until [`Motion::learn_start`] knows it.
     pub fn set_start(&mut self, positions: impl Iterator<Item = f64>) {

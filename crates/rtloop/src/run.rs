@@ -502,15 +502,7 @@ pub struct CycleSetup {
 
 /// The demonstration motion (and the gains every command carries) a configuration asks for.
 pub fn motion_of(config: &RunConfig) -> Motion {
-    let mut m = Motion::default();
-    m.stand_s = config.motion.stand_s;
-    m.amplitude_rev = config.motion.amplitude_rev;
-    m.frequency_hz = config.motion.frequency_hz;
-    m.maximum_torque = config.gains.maximum_torque;
-    m.kp_scale = config.gains.kp_scale;
-    m.kd_scale = config.gains.kd_scale;
-    m.watchdog_timeout = Some(config.gains.watchdog_timeout_s);
-    m
+    Motion::from_config(config)
 }
 
 /// Seconds (validated: 0 to one year) as nanoseconds, saturating.

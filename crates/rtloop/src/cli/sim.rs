@@ -5,7 +5,7 @@
 //! Must never: serve on an address other hosts can reach unless told to
 //! (`--allow-remote`); replace anything at a `--fdcanusb` path but a stale link of a killed
 //! simulator (the rules are in [`io::serve::pty`]); or start with a number it cannot honour
-//! (every flag is range-checked first, see [`crate::numbers`]).
+//! (every flag is range-checked first, see `numbers`).
 
 use crate::numbers::{seconds_from_user, MAX_DURATION_S};
 use crate::robot_spec::parse_id_list;

@@ -1,0 +1,202 @@
+//! [`Runtime`]: runs your [`Controller`] on a robot, in real time, and reports how it went.
+//!
+//! It owns everything but the control law: the robot's buses (simulated or real), the
+//! real-time cycle thread (policy, priority, affinity, mlockall, absolute deadlines), the
+//! safety supervisor (faults, silent servos, the safe mode, the shutdown cycle, the servos'
+//! watchdog), the telemetry log and the figures. `rtloop run` is one user of it.
+//!
+//! Must never: start a run with a value it has not range-checked, or let a run end without
+//! its shutdown cycle.
+
+use crate::config::{FaultsConfig, RealtimeConfig, RunConfig, SafetyToml, SimConfig};
+use crate::controller::Controller;
+use crate::robot_spec::RobotSpec;
+use crate::run::{Hooks, RunOptions, RunSummary};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// Why a run could not start (or its log could not be closed): one sentence saying what is
+/// wrong and how to fix it. A run that started and lost servos is not an error: see
+/// [`RunSummary::problems`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunError(pub String);
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RunError {}
+
+impl From<String> for RunError {
+    fn from(s: String) -> Self {
+        RunError(s)
+    }
+}
+
+/// Runs a [`Controller`] on a robot at a fixed rate until the duration ends, a signal
+/// (Ctrl-C, SIGTERM, SIGHUP) arrives, the [stop flag](Runtime::stop_flag) is set, or the
+/// controller returns [`Flow::Stop`](crate::controller::Flow::Stop).
+///
+/// Built from defaults (the simulated quadruped: 12 servos on 4 CAN-FD buses with real wire
+/// timing and an IMU, 1 kHz, 10 s), from a [`RunConfig`], or from the TOML file `rtloop run
+/// --config` reads; every setting is range-checked when the run starts.
+///
+/// ```
+/// use rtloop::{Runtime, RobotSpec};
+///
+/// let runtime = Runtime::new()
+///     .robot(RobotSpec::default_quadruped())
+///     .rate_hz(500.0)
+///     .duration_s(0.1);
+/// let summary = runtime.run(rtloop::motion::Motion::default())?;
+/// assert_eq!(summary.status, "ok");
+/// # Ok::<(), rtloop::RunError>(())
+/// ```
+pub struct Runtime {
+    options: RunOptions,
+    hooks: Hooks,
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Runtime::new()
+    }
+}
+
+impl Runtime {
+    /// The defaults: the built-in simulated quadruped, 1 kHz for 10 s, no log, the
+    /// scheduling policy of the calling process, the safety policy `zero-velocity`.
+    pub fn new() -> Self {
+        Runtime::from_config(RunConfig::default())
+    }
+
+    /// Everything from a [`RunConfig`] (what `rtloop run --print-config` shows).
+    pub fn from_config(config: RunConfig) -> Self {
+        Runtime { options: RunOptions { config, progress: false, log: None }, hooks: Hooks::default() }
+    }
+
+    /// Everything from the TOML text `rtloop run --config` reads (unknown keys and
+    /// out-of-range values are errors).
+    pub fn from_toml(text: &str) -> Result<Self, RunError> {
+        let config = RunConfig::from_toml(text)?;
+        config.validate()?;
+        Ok(Runtime::from_config(config))
+    }
+
+    /// [`from_toml`](Self::from_toml) on a file.
+    pub fn from_toml_file(path: impl AsRef<std::path::Path>) -> Result<Self, RunError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| RunError(format!("cannot read the config {}: {e}", path.display())))?;
+        Runtime::from_toml(&text).map_err(|e| RunError(format!("{}: {e}", path.display())))
+    }
+
+    /// The robot: its buses and servos ([`RobotSpec::default_quadruped`], a spec built from
+    /// `--bus`/`--ids`-like flags with [`RobotSpec::from_flags`], or [`RobotSpec::from_toml`]).
+    pub fn robot(mut self, robot: RobotSpec) -> Self {
+        self.options.config.buses = robot.buses;
+        self
+    }
+
+    /// The loop rate, Hz (0.1 … 100 000).
+    pub fn rate_hz(mut self, rate_hz: f64) -> Self {
+        self.options.config.rate_hz = rate_hz;
+        self
+    }
+
+    /// How long to run, s (above 0, at most one year).
+    pub fn duration_s(mut self, duration_s: f64) -> Self {
+        self.options.config.duration_s = duration_s;
+        self
+    }
+
+    /// The real-time settings of the cycle thread (policy, priority, CPUs, mlockall, busy
+    /// wait, overrun policy, a control thread for the controller, `/dev/cpu_dma_latency`).
+    pub fn realtime(mut self, realtime: RealtimeConfig) -> Self {
+        self.options.config.realtime = realtime;
+        self
+    }
+
+    /// Run the controller on its own thread rather than on the cycle thread: a slow cycle of
+    /// the controller then costs it a cycle (its previous commands are reused, counted in
+    /// [`RunSummary::control_late`]) instead of delaying the buses.
+    pub fn control_thread(mut self, on: bool) -> Self {
+        self.options.config.realtime.control_thread = on;
+        self
+    }
+
+    /// The safety policy: what the healthy servos do when one faults or goes silent, after
+    /// how many cycles a silent servo has failed, how the safe mode ends, and the mode the
+    /// shutdown cycle commands.
+    pub fn safety(mut self, safety: SafetyToml) -> Self {
+        self.options.config.safety = safety;
+        self
+    }
+
+    /// The watchdog timeout every position command carries, s (0.01 … 10; it cannot be
+    /// switched off): a servo not commanded for this long stops by itself (mode 11).
+    pub fn watchdog_timeout_s(mut self, seconds: f64) -> Self {
+        self.options.config.gains.watchdog_timeout_s = seconds;
+        self
+    }
+
+    /// Faults the simulated buses inject (dropped and corrupted frames, reply delays,
+    /// overheating servos, the seed).
+    pub fn faults(mut self, faults: FaultsConfig) -> Self {
+        self.options.config.faults = faults;
+        self
+    }
+
+    /// Simulated-bus physics (wire time, where the joints start).
+    pub fn sim(mut self, sim: SimConfig) -> Self {
+        self.options.config.sim = sim;
+        self
+    }
+
+    /// Record every cycle (and the controller's telemetry) to this TLOG0003 file; it must
+    /// not exist yet.
+    pub fn log(mut self, path: impl Into<PathBuf>) -> Self {
+        self.options.log = Some(path.into());
+        self
+    }
+
+    /// Print a progress line on stderr while running.
+    pub fn progress(mut self, on: bool) -> Self {
+        self.options.progress = on;
+        self
+    }
+
+    /// The configuration so far.
+    pub fn config(&self) -> &RunConfig {
+        &self.options.config
+    }
+
+    /// The configuration, to change any setting the builder has no method for.
+    pub fn config_mut(&mut self) -> &mut RunConfig {
+        &mut self.options.config
+    }
+
+    /// A flag that ends the run (with its shutdown cycle) when set, from any thread, as
+    /// Ctrl-C does.
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.hooks.stop)
+    }
+
+    /// Functions called on the cycle thread right before its real-time section and right
+    /// after it (for instrumentation: the tests count allocations between the two).
+    pub fn on_realtime_section(mut self, enter: impl Fn() + Send + 'static, leave: impl Fn() + Send + 'static) -> Self {
+        self.hooks.enter_rt = Box::new(enter);
+        self.hooks.leave_rt = Box::new(leave);
+        self
+    }
+
+    /// Run `controller` and return the summary `rtloop run` prints. Warnings (a refused
+    /// real-time request, a rate the model says the buses cannot keep) are printed on stderr
+    /// as they happen and are in [`RunSummary::warnings`].
+    pub fn run<C: Controller + 'static>(self, controller: C) -> Result<RunSummary, RunError> {
+        crate::run::execute(&self.options, self.hooks, controller).map_err(RunError)
+    }
+}
