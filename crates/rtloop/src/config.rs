@@ -66,11 +66,15 @@ pub struct SimConfig {
     /// Where every simulated joint is at power-up, rev (0): real robots rarely start at
     /// zero, and the control law must start from where the joints are.
     pub start_position_rev: f64,
+    /// Lockstep: simulated time advances by exactly one period per cycle, as fast as the
+    /// controller (or an agent) allows, instead of following the wall clock. The same
+    /// inputs give the same run and the same log. Simulated buses only.
+    pub lockstep: bool,
 }
 
 impl Default for SimConfig {
     fn default() -> Self {
-        SimConfig { wire_time: true, start_position_rev: 0.0 }
+        SimConfig { wire_time: true, start_position_rev: 0.0, lockstep: false }
     }
 }
 

@@ -315,6 +315,11 @@ struct RunArgs {
     /// Simulated buses take no wire time and servos answer at once (measures the host).
     #[arg(long)]
     no_wire_time: bool,
+    /// Simulated time: each cycle advances the simulated robot by exactly one period, as
+    /// fast as the control law (or the --agent) allows; the same inputs give the same log.
+    /// Simulated buses only; the fault seed defaults to 0.
+    #[arg(long)]
+    lockstep: bool,
 }
 
 impl RunArgs {
@@ -387,6 +392,9 @@ impl RunArgs {
         }
         if self.no_wire_time {
             c.sim.wire_time = false;
+        }
+        if self.lockstep {
+            c.sim.lockstep = true;
         }
         c.validate_flags()?;
         Ok(c)

@@ -30,7 +30,7 @@ use crate::stats::Percentiles;
 use crate::telemetry::{CycleLog, LogMsg, LogSink};
 use io::safety::{EventKind, SafetyConfig, Supervisor};
 use io::{Clock, MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec};
-use rt::periodic::{OverrunPolicy, PeriodicLoop, PeriodicOptions, Tick};
+use rt::periodic::{OverrunPolicy, PeriodicLoop, PeriodicOptions, Tick, TimeSource};
 use rt::setup::{Policy, RtSettings};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -311,6 +311,12 @@ pub struct RunSummary {
     pub model_cycle_us: f64,
     /// The run ended early on Ctrl-C / SIGTERM (after one safe-mode cycle).
     pub interrupted: bool,
+    /// Lockstep: time was simulated (one period per cycle, as fast as the controller
+    /// allowed); `elapsed_s`, `rate_hz`, the latencies and the event times are simulated.
+    pub lockstep: bool,
+    /// Wall-clock seconds the loop took (in lockstep, far less than `elapsed_s` when the
+    /// controller keeps up).
+    pub wall_s: f64,
     /// The controller ended the run ([`crate::controller::Flow::Stop`]).
     pub ended_by_controller: bool,
     /// Cycles run after the loop (not in `cycles`, but logged like every cycle): the shutdown
@@ -470,7 +476,7 @@ impl Default for Hooks {
     }
 }
 
-struct LoopResult {
+struct LoopResult<K: Clock> {
     periodic: rt::periodic::LoopStats,
     missing: u64,
     accounting: ReplyAccounting,
@@ -480,6 +486,7 @@ struct LoopResult {
     control_late: u64,
     interrupted: bool,
     ended_by_controller: bool,
+    wall_s: f64,
     shutdown_cycles: u64,
     replies: Vec<ServoReply>,
     /// The last command each servo was sent.
@@ -488,12 +495,12 @@ struct LoopResult {
     answered: Vec<bool>,
     supervisor: Supervisor,
     start_ns: u64,
-    robot: Robot<MonotonicClock>,
+    robot: Robot<K>,
 }
 
 /// Everything the cycle thread needs, prepared before it starts.
-pub struct CycleSetup {
-    robot: Robot<MonotonicClock>,
+pub struct CycleSetup<K: Clock> {
+    robot: Robot<K>,
     config: RunConfig,
     shutdown: ServoCommand,
     overrun: OverrunPolicy,
@@ -556,17 +563,18 @@ fn fill_statuses(
 
 /// The real-time half of the run. Everything between the `enter_rt` and `leave_rt` hooks
 /// must not allocate, lock or block (tests/rt_no_alloc.rs).
-fn run_loop<C: Controller>(
-    setup: CycleSetup,
+fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
+    setup: CycleSetup<K>,
+    time: T,
     progress: &Progress,
     hooks: &Hooks,
     mut law: ControlLaw<C>,
     mut logger: Option<tlog::realtime::RtLogger<LogMsg<C::Telemetry>>>,
-) -> LoopResult {
+) -> LoopResult<K> {
     let CycleSetup { mut robot, config, shutdown, overrun, bus_numbers } = setup;
     let n = robot.servos().len();
     let servos: Vec<ServoSpec> = robot.servos().to_vec();
-    let clock = *robot.cycler().clock();
+    let clock = robot.cycler().clock().clone();
     let period_ns = config.period_ns();
     let total_periods = config.periods();
     let safety = SafetyConfig {
@@ -655,13 +663,18 @@ fn run_loop<C: Controller>(
         }
     }
     let busy_wait_ns = config.realtime.busy_wait_us.saturating_mul(1000);
-    let mut lp = PeriodicLoop::new(period_ns, PeriodicOptions { busy_wait_ns, overrun, start_ns: Some(start) });
+    let mut lp = PeriodicLoop::with_time_source(
+        period_ns,
+        PeriodicOptions { busy_wait_ns, overrun, start_ns: Some(start) },
+        time,
+    );
     let mut interrupted = false;
     let mut ended_by_controller = false;
     let mut cycle_log = CycleLog::default();
     let mut events_logged = 0usize;
     let mut first_command_pending = true;
 
+    let wall_start = Instant::now();
     (hooks.enter_rt)();
     // --- real-time section: no allocation, no locks, no I/O below this line ---
     loop {
@@ -814,6 +827,7 @@ fn run_loop<C: Controller>(
     }
     // --- end of real-time section ---
     (hooks.leave_rt)();
+    let wall_s = wall_start.elapsed().as_secs_f64();
     fill_statuses(&mut statuses, &replies, &servos, &bus_numbers, &periods);
     {
         let events = supervisor.events();
@@ -849,6 +863,7 @@ fn run_loop<C: Controller>(
         control_late,
         interrupted,
         ended_by_controller,
+        wall_s,
         shutdown_cycles,
         replies,
         last_commands: commands,
@@ -1008,8 +1023,46 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
     execute(opts, hooks, motion_of(&opts.config))
 }
 
+/// Simulated time for a lockstep run: the loop's sleeps move the robot's virtual clock.
+struct VirtualTime(io::VirtualClock);
+
+impl TimeSource for VirtualTime {
+    fn now_ns(&mut self) -> u64 {
+        self.0.now_ns()
+    }
+
+    fn sleep_until_ns(&mut self, deadline_ns: u64) {
+        self.0.wait_until_ns(deadline_ns);
+    }
+}
+
+/// The fault seed of a run without `faults.seed`: random, except in lockstep, where the
+/// same inputs must give the same run.
+const LOCKSTEP_SEED: u64 = 0;
+
 /// Run `controller` on the robot `opts` describe: the engine behind [`crate::Runtime`].
 pub fn execute<C: Controller + 'static>(opts: &RunOptions, hooks: Hooks, controller: C) -> Result<RunSummary, String> {
+    if opts.config.sim.lockstep {
+        if !opts.config.robot().all_simulated() {
+            return Err("lockstep runs only on simulated buses (its time is simulated): drop --lockstep, or \
+                        use sim buses"
+                .into());
+        }
+        // Starts at 0: the log's stamps are simulated time, the same in every run.
+        let clock = io::VirtualClock::new(0);
+        execute_on(opts, hooks, controller, clock.clone(), VirtualTime(clock))
+    } else {
+        execute_on(opts, hooks, controller, MonotonicClock::default(), rt::periodic::Monotonic)
+    }
+}
+
+fn execute_on<C, K, T>(opts: &RunOptions, hooks: Hooks, controller: C, clock: K, time: T) -> Result<RunSummary, String>
+where
+    C: Controller + 'static,
+    K: Clock + Clone + Send + 'static,
+    T: TimeSource + Send + 'static,
+{
+    let lockstep = opts.config.sim.lockstep;
     let config = opts.config.clone();
     config.validate()?;
     let settings = rt_settings(&config)?;
@@ -1032,7 +1085,8 @@ pub fn execute<C: Controller + 'static>(opts: &RunOptions, hooks: Hooks, control
         crate::cli::console::note(format!("rtloop run: warning: {w}"));
         warnings.push(w);
     }
-    let seed = config.faults.seed.unwrap_or_else(crate::config::random_seed);
+    let seed =
+        config.faults.seed.unwrap_or_else(|| if lockstep { LOCKSTEP_SEED } else { crate::config::random_seed() });
     let mut robot_config = RobotConfig::default();
     // Never let one cycle run into the next period, nor keep Ctrl-C waiting.
     robot_config.cycle.timeout_ns = (config.period_ns() / 10 * 9).clamp(50_000, MAX_CYCLE_TIMEOUT_NS);
@@ -1046,7 +1100,7 @@ pub fn execute<C: Controller + 'static>(opts: &RunOptions, hooks: Hooks, control
     };
     sim_bus.validate()?;
     let open = io::open::OpenOptions { sim_bus, ..Default::default() };
-    let mut robot = robot_spec.build(MonotonicClock::default(), robot_config, open)?;
+    let mut robot = robot_spec.build(clock, robot_config, open)?;
     let servos: Vec<ServoSpec> = robot.servos().to_vec();
     if config.sim.start_position_rev != 0.0 {
         for s in &servos {
@@ -1091,6 +1145,10 @@ pub fn execute<C: Controller + 'static>(opts: &RunOptions, hooks: Hooks, control
                 .map_err(|e| format!("cannot create the log {}: {e}", path.display()))?;
             let mut sink = LogSink::<C::Telemetry>::register(&mut writer, C::TELEMETRY_RECORD)
                 .map_err(|e| format!("log {}: {e}", path.display()))?;
+            if lockstep {
+                // Simulated time from 0: stamps that do not depend on when the run happened.
+                sink.set_epoch_offset_us(0);
+            }
             let (logger, thread) = tlog::realtime::spawn(LOG_RING_MESSAGES, writer, move |w, m| sink.write(w, m))
                 .map_err(|e| format!("log {}: {e}", path.display()))?;
             (Some(logger), Some(thread))
@@ -1099,7 +1157,7 @@ pub fn execute<C: Controller + 'static>(opts: &RunOptions, hooks: Hooks, control
     };
     let handle = std::thread::Builder::new()
         .name("rtloop-cycle".into())
-        .spawn(move || -> Option<LoopResult> {
+        .spawn(move || -> Option<LoopResult<K>> {
             let applied = rt::setup::apply_to_current_thread(&settings);
             let ok = applied.is_ok();
             let _ = warn_tx.send(applied);
@@ -1120,7 +1178,7 @@ pub fn execute<C: Controller + 'static>(opts: &RunOptions, hooks: Hooks, control
             } else {
                 (ControlLaw::Inline(Box::new(controller)), None)
             };
-            let r = run_loop(setup, &thread_progress, &hooks, law, logger);
+            let r = run_loop(setup, time, &thread_progress, &hooks, law, logger);
             if let Some(h) = control_handle {
                 let _ = h.join();
             }
@@ -1214,9 +1272,9 @@ fn servo_name(id: Option<u8>, bus: Option<u8>) -> String {
 }
 
 /// What went wrong in a run, one sentence each (empty: nothing).
-fn problems_of(
+fn problems_of<K: Clock>(
     events: &[EventRecord],
-    result: &LoopResult,
+    result: &LoopResult<K>,
     servos: &[ServoSpec],
     bus_numbers: &[u8],
     on_fault: &str,
@@ -1276,12 +1334,12 @@ fn problems_of(
     problems
 }
 
-fn summarize(
+fn summarize<K: Clock>(
     config: &RunConfig,
     servos: &[ServoSpec],
     bus_numbers: &[u8],
     buses: usize,
-    mut result: LoopResult,
+    mut result: LoopResult<K>,
     applied: &rt::setup::Applied,
     seed: u64,
 ) -> RunSummary {
@@ -1385,6 +1443,8 @@ fn summarize(
         wakeup_us: p.wakeup,
         model_cycle_us: sim::model::predict(&model_of_run(config)).total_ns as f64 / 1000.0,
         ended_by_controller: result.ended_by_controller,
+        lockstep: config.sim.lockstep,
+        wall_s: result.wall_s,
         interrupted: result.interrupted,
         shutdown_cycles: result.shutdown_cycles,
         control_late: result.control_late,

@@ -285,6 +285,13 @@ impl<T: Serialize + Default> LogSink<T> {
         Ok(LogSink { cycle, event, custom, epoch_offset_us: epoch_offset_us(), scratch: CycleRecord::default() })
     }
 
+    /// What is added to the loop's clock (µs) to stamp a record: by default the offset of
+    /// wall-clock time from the monotonic clock; 0 for a lockstep run, whose clock is
+    /// simulated time from 0.
+    pub fn set_epoch_offset_us(&mut self, offset_us: i64) {
+        self.epoch_offset_us = offset_us;
+    }
+
     /// Write one message.
     pub fn write<W: std::io::Write>(
         &mut self,
