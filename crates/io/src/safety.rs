@@ -122,6 +122,9 @@ pub enum EventKind {
     StaleTimeoutCleared,
     /// Something the simulator injected (named by the caller).
     Injected(&'static str),
+    /// Something the control law reported (named by it: an agent timing out, a command
+    /// refused, …).
+    Controller(&'static str),
 }
 
 impl EventKind {
@@ -137,7 +140,7 @@ impl EventKind {
             EventKind::Shutdown => "shutdown",
             EventKind::WatchdogTimeout => "watchdog_timeout",
             EventKind::StaleTimeoutCleared => "stale_timeout_cleared",
-            EventKind::Injected(what) => what,
+            EventKind::Injected(what) | EventKind::Controller(what) => what,
         }
     }
 }

@@ -109,13 +109,18 @@ pub struct Output<'a, T> {
     commands: &'a mut [ServoCommand],
     telemetry: &'a mut Option<T>,
     rearm: bool,
+    events: [(Option<usize>, &'static str); MAX_EVENTS_PER_CYCLE],
+    events_len: usize,
 }
+
+/// Events a controller can report in one cycle ([`Output::event`]); more are ignored.
+pub const MAX_EVENTS_PER_CYCLE: usize = 4;
 
 impl<'a, T> Output<'a, T> {
     /// Build an output over `commands` (one per servo) and a telemetry slot; the runtime does
     /// this for you, tests of a controller may too.
     pub fn new(commands: &'a mut [ServoCommand], telemetry: &'a mut Option<T>) -> Self {
-        Output { commands, telemetry, rearm: false }
+        Output { commands, telemetry, rearm: false, events: [(None, ""); MAX_EVENTS_PER_CYCLE], events_len: 0 }
     }
 
     /// The commands, one per servo in [`State::servos`] order. They hold the previous
@@ -150,6 +155,26 @@ impl<'a, T> Output<'a, T> {
     /// Whether [`rearm_safety`](Self::rearm_safety) was called.
     pub fn rearm_requested(&self) -> bool {
         self.rearm
+    }
+
+    /// Report an event (`name` like `"agent_timeout"`), about servo `servo` (an index into
+    /// [`State::servos`]) or the whole robot (`None`): it goes into the run's events, the
+    /// summary and the log like the supervisor's own. At most
+    /// [`MAX_EVENTS_PER_CYCLE`] per cycle; returns false when it was one too many.
+    pub fn event(&mut self, servo: Option<usize>, name: &'static str) -> bool {
+        match self.events.get_mut(self.events_len) {
+            Some(slot) => {
+                *slot = (servo, name);
+                self.events_len += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The events reported this cycle.
+    pub fn events(&self) -> &[(Option<usize>, &'static str)] {
+        &self.events[..self.events_len]
     }
 }
 

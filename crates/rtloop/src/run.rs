@@ -24,7 +24,7 @@
 //! it with a counting allocator); lose an event or a period silently.
 
 use crate::config::{parse_shutdown, RunConfig};
-use crate::controller::{Controller, CycleFigures, Flow, Output, ServoStatus, State};
+use crate::controller::{Controller, CycleFigures, Flow, Output, ServoStatus, State, MAX_EVENTS_PER_CYCLE};
 use crate::motion::Motion;
 use crate::stats::Percentiles;
 use crate::telemetry::{CycleLog, LogMsg, LogSink};
@@ -436,6 +436,8 @@ struct CommandMsg<T> {
     telemetry: Option<T>,
     rearm: bool,
     flow: Flow,
+    events_len: usize,
+    events: [(Option<usize>, &'static str); MAX_EVENTS_PER_CYCLE],
 }
 
 /// What the control thread is told.
@@ -703,11 +705,15 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
         };
         events_seen = events.len();
         let mut rearm = false;
+        let mut reported = [(None, ""); MAX_EVENTS_PER_CYCLE];
+        let mut reported_len = 0;
         let flow = match &mut law {
             ControlLaw::Inline(controller) => {
                 let mut out = Output::new(&mut wanted, &mut telemetry);
                 let flow = controller.cycle(&state, &mut out);
                 rearm = out.rearm_requested();
+                reported_len = out.events().len();
+                reported[..reported_len].copy_from_slice(out.events());
                 flow
             }
             ControlLaw::Thread { to_control, from_control } => {
@@ -733,6 +739,8 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
                         telemetry = msg.telemetry;
                         rearm = msg.rearm;
                         flow = msg.flow;
+                        reported_len = msg.events_len;
+                        reported[..reported_len].copy_from_slice(&msg.events[..msg.events_len]);
                     }
                     None if tick.index > 0 => control_late += 1,
                     None => {}
@@ -745,8 +753,12 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
                 flow
             }
         };
+        let now = clock.now_ns();
+        for &(servo, name) in &reported[..reported_len] {
+            supervisor.record(now, servo.and_then(|i| servos.get(i).copied()), EventKind::Controller(name));
+        }
         if rearm {
-            supervisor.rearm(clock.now_ns());
+            supervisor.rearm(now);
         }
         commands.copy_from_slice(&wanted);
         supervisor.apply(&mut commands);
@@ -908,6 +920,8 @@ fn control_thread<C: Controller>(
         telemetry: None,
         rearm: false,
         flow: Flow::Continue,
+        events_len: 0,
+        events: [(None, ""); MAX_EVENTS_PER_CYCLE],
     };
     let mut command = |controller: &mut C, state: &State<'_>| {
         out.cycle = state.cycle;
@@ -915,6 +929,8 @@ fn control_thread<C: Controller>(
         let mut output = Output::new(&mut out.commands[..n], &mut out.telemetry);
         out.flow = controller.cycle(state, &mut output);
         out.rearm = output.rearm_requested();
+        out.events_len = output.events().len();
+        out.events[..out.events_len].copy_from_slice(output.events());
         let _ = to_cycle.push(out);
     };
     loop {
