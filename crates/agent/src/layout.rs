@@ -338,7 +338,8 @@ const _: () = {
 };
 
 /// Plain data: any bit pattern is a valid value, no implicit padding, 8-byte aligned, a
-/// whole number of 8-byte words, and (for blocks) word 0 is the seqlock sequence.
+/// whole number of 8-byte words. (The two blocks also have their seqlock sequence in
+/// word 0; the crate's seqlock is only ever used with them.)
 ///
 /// # Safety
 /// Implement only for `#[repr(C)]` types made of integers and floats (and arrays and
@@ -358,6 +359,10 @@ unsafe impl Plain for Header {}
 unsafe impl Plain for StateBlock {}
 // SAFETY: integers and floats, explicit padding, size 3904, align 8 (asserted above).
 unsafe impl Plain for CommandBlock {}
+// SAFETY: integers and floats, no padding (4 + 4 + 14 × 8), size 120, align 8 (asserted above).
+unsafe impl Plain for RawServoCommand {}
+// SAFETY: integers and floats, explicit padding, size 96, align 8 (asserted above).
+unsafe impl Plain for RawServoState {}
 
 impl RawServoState {
     /// A servo that has not answered: every value absent.
@@ -482,4 +487,19 @@ impl CommandBlock {
     pub fn empty() -> CommandBlock {
         CommandBlock::zeroed()
     }
+}
+
+/// The bytes of a plain value (its exact in-segment representation).
+pub fn bytes_of<T: Plain>(value: &T) -> &[u8] {
+    // SAFETY: `T: Plain` has no padding, so all `size_of::<T>()` bytes are initialised; the
+    // slice borrows `value`.
+    unsafe { core::slice::from_raw_parts((value as *const T).cast::<u8>(), size_of::<T>()) }
+}
+
+/// A plain value from the first `size_of::<T>()` bytes of `bytes` (`None` when shorter).
+pub fn from_bytes<T: Plain>(bytes: &[u8]) -> Option<T> {
+    let bytes = bytes.get(..size_of::<T>())?;
+    // SAFETY: `bytes` holds `size_of::<T>()` bytes; any bit pattern is a valid `T: Plain`;
+    // `read_unaligned` copes with any alignment.
+    Some(unsafe { bytes.as_ptr().cast::<T>().read_unaligned() })
 }
