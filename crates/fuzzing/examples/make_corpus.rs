@@ -185,5 +185,40 @@ fn main() {
         // The same log cut in the middle of a block, as after SIGKILL.
         put(target, "all_writer_options_cut", &bytes[..bytes.len() * 2 / 3]);
     }
+    agent_seeds();
     println!("seeds written under {}", corpus("").display());
+}
+
+/// Command blocks of the agent protocol: the C example agent's stand pose, every kind, and
+/// a hostile mix (NaN, infinities, out of range, unknown kind and bits, overrides).
+fn agent_seeds() {
+    use agent::layout::{bytes_of, field, kind, CommandBlock, RawServoCommand};
+    let stand = |c: &mut RawServoCommand| {
+        c.kind = kind::POSITION;
+        c.present = field::POSITION | field::VELOCITY | field::KP_SCALE | field::KD_SCALE | field::WATCHDOG_TIMEOUT;
+        (c.position, c.velocity, c.kp_scale, c.kd_scale, c.watchdog_timeout) = (0.0, 0.0, 1.0, 1.0, 0.1);
+    };
+    let mut block = CommandBlock::empty();
+    (block.seq, block.for_cycle, block.heartbeat, block.servo_count) = (2, 41, 42, 12);
+    block.servos.iter_mut().take(12).for_each(stand);
+    put("agent_command", "stand_pose", bytes_of(&block));
+
+    let mut block = CommandBlock::empty();
+    for (i, c) in block.servos.iter_mut().enumerate() {
+        c.kind = i as u32 % 6;
+    }
+    put("agent_command", "every_kind", bytes_of(&block));
+
+    let mut block = CommandBlock::empty();
+    let values = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e300, -0.0, 11.0, 0.5, 1e-300];
+    for (i, c) in block.servos.iter_mut().enumerate() {
+        c.kind = if i == 31 { 99 } else { kind::POSITION };
+        c.present = if i == 30 { u32::MAX } else { 1 << (i % 14) };
+        for f in 0..14 {
+            c.set(f, values[(i + f) % values.len()]);
+        }
+        c.present = if i == 30 { u32::MAX } else { 1 << (i % 14) };
+    }
+    put("agent_command", "hostile_mix", bytes_of(&block));
+    put("agent_command", "empty", &[]);
 }

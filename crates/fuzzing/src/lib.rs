@@ -41,6 +41,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("tlog_reader", tlog_reader),
     ("tlog_export", tlog_export),
     ("tlog_plot", tlog_plot),
+    ("agent_command", agent_command),
 ];
 
 /// The subframe parser: it ends, stops for good after an error, and every register
@@ -352,5 +353,42 @@ pub fn tlog_plot(data: &[u8]) {
         let options = tlog::plot::PlotOptions { size: (320, 240), one_axis };
         let _ = tlog::plot::plot(&reader, &names, &options, &mut Vec::new());
         let _ = tlog::plot::plot(&reader, &names[1..], &options, &mut Vec::new());
+    }
+}
+
+/// The agent protocol's command validation (`agent::validate`), as the spine applies it to
+/// a command block a hostile agent wrote: the input is the block's bytes (zero-padded or
+/// cut to its size), every servo slot is validated with the default limits and with the
+/// overrides allowed, and whatever is accepted must be finite (NaN only for `position`,
+/// meaning hold) and within the limits.
+pub fn agent_command(data: &[u8]) {
+    use agent::layout::{from_bytes, CommandBlock};
+    use agent::{validate, Limits, ValidCommand};
+    let mut bytes = [0u8; size_of::<CommandBlock>()];
+    let n = data.len().min(bytes.len());
+    bytes[..n].copy_from_slice(&data[..n]);
+    let Some(block) = from_bytes::<CommandBlock>(&bytes) else { unreachable!("the buffer is the block's size") };
+    let strict = Limits::default();
+    let lenient = Limits { allow_overrides: true, ..strict };
+    for raw in &block.servos {
+        for limits in [&strict, &lenient] {
+            let Ok(ValidCommand::Position(p)) = validate(raw, limits) else { continue };
+            let fields = p.as_array();
+            for (i, value) in fields.iter().enumerate() {
+                let Some(x) = *value else { continue };
+                assert!(x.is_finite() || (i == 0 && x.is_nan()), "field {i} accepted as {x}");
+                assert!(raw.present & (1 << i) != 0, "field {i} accepted without its present bit");
+            }
+            let within = |x: Option<f64>, lo: f64, hi: f64| x.is_none_or(|x| x >= lo && x <= hi);
+            assert!(p.position.is_none_or(|x| x.is_nan() || (x >= limits.position_min && x <= limits.position_max)));
+            assert!(within(p.velocity, -limits.max_velocity, limits.max_velocity));
+            assert!(within(p.feedforward_torque, -limits.max_torque, limits.max_torque));
+            assert!(within(p.maximum_torque, 0.0, limits.max_torque));
+            assert!(within(p.watchdog_timeout, limits.watchdog_min_s, limits.watchdog_max_s));
+            if !limits.allow_overrides {
+                assert!(p.fixed_voltage_override.is_none() && p.fixed_current_override.is_none());
+                assert!(p.ignore_position_bounds.is_none());
+            }
+        }
     }
 }

@@ -87,4 +87,5 @@ replay_tests!(
     tlog_reader,
     tlog_export,
     tlog_plot,
+    agent_command,
 );

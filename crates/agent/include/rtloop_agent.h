@@ -1,0 +1,559 @@
+/*
+ * rtloop_agent.h — the rtloop spine/agent shared-memory protocol, for C11 agents.
+ *
+ * The spine (rtloop's real-time loop) creates /dev/shm/rtloop-NAME, publishes the robot's
+ * state there every cycle, and applies the latest command this agent writes. Layout,
+ * seqlock, liveness and arming are specified in docs/agent-protocol.md; this header is the
+ * same layout (checked by _Static_assert, and by a test of the Rust crate that compares
+ * these offsets with its own) plus inline helpers:
+ *
+ *   rtloop_agent_attach     open and check the segment, register this agent
+ *   rtloop_agent_read_state copy the newest state out (seqlock reader)
+ *   rtloop_agent_write_command  write a.command with the next heartbeat (seqlock writer)
+ *   rtloop_agent_rearm      echo the spine's arm token when it waits to be armed
+ *   rtloop_agent_spine_gone whether the spine ended, removed the segment or died
+ *   rtloop_agent_detach     unregister and unmap
+ *
+ * Define _POSIX_C_SOURCE (200809L or later) before including any system header, or include
+ * this header first. Needs glibc 2.34+ or -lrt for shm_open.
+ */
+#ifndef RTLOOP_AGENT_H
+#define RTLOOP_AGENT_H
+
+#if !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L
+#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define RTLOOP_AGENT_VERSION 1u
+#define RTLOOP_MAX_SERVOS 32
+#define RTLOOP_FIELD_COUNT 14
+/* "RTLOOPAG" read as a little-endian uint64. */
+#define RTLOOP_MAGIC 0x4741504F4F4C5452ull
+#define RTLOOP_FROZEN_PREFIX 88
+
+/* state.status */
+enum {
+    RTLOOP_STATUS_NONE = 0,
+    RTLOOP_STATUS_WAITING = 1,   /* not armed yet: echo arm_token to arm */
+    RTLOOP_STATUS_FOLLOWING = 2, /* commands are followed */
+    RTLOOP_STATUS_SAFE = 3,      /* agent timed out: echo the new arm_token to re-arm */
+    RTLOOP_STATUS_SHUTTING_DOWN = 4,
+    RTLOOP_STATUS_ENDED = 5 /* the spine is gone: exit */
+};
+
+/* servo command kind */
+enum {
+    RTLOOP_KIND_QUERY = 0,
+    RTLOOP_KIND_STOP = 1,
+    RTLOOP_KIND_ZERO_VELOCITY = 2,
+    RTLOOP_KIND_BRAKE = 3,
+    RTLOOP_KIND_POSITION = 4
+};
+
+/* servo command `present` bits */
+enum {
+    RTLOOP_F_POSITION = 1u << 0,
+    RTLOOP_F_VELOCITY = 1u << 1,
+    RTLOOP_F_FEEDFORWARD_TORQUE = 1u << 2,
+    RTLOOP_F_KP_SCALE = 1u << 3,
+    RTLOOP_F_KD_SCALE = 1u << 4,
+    RTLOOP_F_MAXIMUM_TORQUE = 1u << 5,
+    RTLOOP_F_STOP_POSITION = 1u << 6,
+    RTLOOP_F_WATCHDOG_TIMEOUT = 1u << 7,
+    RTLOOP_F_VELOCITY_LIMIT = 1u << 8,
+    RTLOOP_F_ACCEL_LIMIT = 1u << 9,
+    RTLOOP_F_FIXED_VOLTAGE_OVERRIDE = 1u << 10,
+    RTLOOP_F_ILIMIT_SCALE = 1u << 11,
+    RTLOOP_F_FIXED_CURRENT_OVERRIDE = 1u << 12,
+    RTLOOP_F_IGNORE_POSITION_BOUNDS = 1u << 13
+};
+
+typedef struct {
+    uint32_t id;
+    uint32_t bus;
+} rtloop_servo_info;
+
+typedef struct {
+    uint64_t magic; /* accessed atomically */
+    uint32_t version;
+    uint32_t header_size;
+    uint32_t state_offset;
+    uint32_t state_size;
+    uint32_t command_offset;
+    uint32_t command_size;
+    uint64_t total_size;
+    uint32_t max_servos;
+    uint32_t servo_count;
+    double rate_hz;
+    uint64_t period_ns;
+    uint64_t timeout_ns;
+    uint32_t lockstep;
+    int32_t spine_pid;
+    int32_t agent_pid;      /* accessed atomically */
+    uint32_t agent_version; /* accessed atomically */
+    uint8_t reserved[40];
+    rtloop_servo_info servos[RTLOOP_MAX_SERVOS];
+} rtloop_header;
+
+typedef struct {
+    uint32_t present;
+    uint32_t reserved;
+    double quaternion[4]; /* w, x, y, z */
+    double rate_dps[3];
+    double accel_mps2[3];
+} rtloop_imu;
+
+typedef struct {
+    int32_t mode;  /* -1: absent */
+    int32_t fault; /* -1: absent */
+    uint8_t fresh;
+    uint8_t reserved[7];
+    int64_t request_cycle; /* -1: never answered */
+    int64_t age_cycles;    /* -1: never answered */
+    double position;       /* NaN: absent */
+    double velocity;
+    double torque;
+    double q_current;
+    double d_current;
+    double motor_temperature;
+    double temperature;
+    double voltage;
+} rtloop_servo_state;
+
+typedef struct {
+    uint64_t seq; /* seqlock; accessed atomically */
+    uint64_t cycle;
+    uint64_t time_ns;
+    uint64_t stamp_ns;
+    uint32_t status;
+    uint32_t servo_count;
+    uint64_t timeouts;
+    uint64_t rearms;
+    uint64_t arm_token;
+    uint64_t rejected;
+    uint64_t torn;
+    rtloop_imu imu;
+    uint8_t reserved[24];
+    rtloop_servo_state servos[RTLOOP_MAX_SERVOS];
+} rtloop_state;
+
+typedef struct {
+    uint32_t kind;
+    uint32_t present;
+    double position; /* NaN: hold the current position */
+    double velocity;
+    double feedforward_torque;
+    double kp_scale;
+    double kd_scale;
+    double maximum_torque;
+    double stop_position;
+    double watchdog_timeout;
+    double velocity_limit;
+    double accel_limit;
+    double fixed_voltage_override;
+    double ilimit_scale;
+    double fixed_current_override;
+    double ignore_position_bounds;
+} rtloop_servo_command;
+
+typedef struct {
+    uint64_t seq; /* seqlock; accessed atomically */
+    uint64_t for_cycle;
+    uint64_t heartbeat;
+    uint64_t arm_token;
+    uint32_t servo_count;
+    uint32_t reserved0;
+    uint8_t reserved[24];
+    rtloop_servo_command servos[RTLOOP_MAX_SERVOS];
+} rtloop_command;
+
+#define RTLOOP_STATE_OFFSET 384
+#define RTLOOP_COMMAND_OFFSET 3648
+#define RTLOOP_TOTAL_SIZE 7552
+
+_Static_assert(sizeof(rtloop_servo_info) == 8, "layout");
+_Static_assert(sizeof(rtloop_header) == 384, "layout");
+_Static_assert(sizeof(rtloop_imu) == 88, "layout");
+_Static_assert(sizeof(rtloop_servo_state) == 96, "layout");
+_Static_assert(sizeof(rtloop_state) == 3264, "layout");
+_Static_assert(sizeof(rtloop_servo_command) == 120, "layout");
+_Static_assert(sizeof(rtloop_command) == 3904, "layout");
+_Static_assert(sizeof(_Atomic uint64_t) == 8 && alignof(_Atomic uint64_t) == 8, "64-bit atomics");
+_Static_assert(sizeof(_Atomic int32_t) == 4 && sizeof(_Atomic uint32_t) == 4, "32-bit atomics");
+
+/* Every offset; a Rust test compares these lines with the crate's layout. */
+_Static_assert(offsetof(rtloop_servo_info, id) == 0, "layout");
+_Static_assert(offsetof(rtloop_servo_info, bus) == 4, "layout");
+_Static_assert(offsetof(rtloop_header, magic) == 0, "layout");
+_Static_assert(offsetof(rtloop_header, version) == 8, "layout");
+_Static_assert(offsetof(rtloop_header, header_size) == 12, "layout");
+_Static_assert(offsetof(rtloop_header, state_offset) == 16, "layout");
+_Static_assert(offsetof(rtloop_header, state_size) == 20, "layout");
+_Static_assert(offsetof(rtloop_header, command_offset) == 24, "layout");
+_Static_assert(offsetof(rtloop_header, command_size) == 28, "layout");
+_Static_assert(offsetof(rtloop_header, total_size) == 32, "layout");
+_Static_assert(offsetof(rtloop_header, max_servos) == 40, "layout");
+_Static_assert(offsetof(rtloop_header, servo_count) == 44, "layout");
+_Static_assert(offsetof(rtloop_header, rate_hz) == 48, "layout");
+_Static_assert(offsetof(rtloop_header, period_ns) == 56, "layout");
+_Static_assert(offsetof(rtloop_header, timeout_ns) == 64, "layout");
+_Static_assert(offsetof(rtloop_header, lockstep) == 72, "layout");
+_Static_assert(offsetof(rtloop_header, spine_pid) == 76, "layout");
+_Static_assert(offsetof(rtloop_header, agent_pid) == 80, "layout");
+_Static_assert(offsetof(rtloop_header, agent_version) == 84, "layout");
+_Static_assert(offsetof(rtloop_header, reserved) == 88, "layout");
+_Static_assert(offsetof(rtloop_header, servos) == 128, "layout");
+_Static_assert(offsetof(rtloop_imu, present) == 0, "layout");
+_Static_assert(offsetof(rtloop_imu, reserved) == 4, "layout");
+_Static_assert(offsetof(rtloop_imu, quaternion) == 8, "layout");
+_Static_assert(offsetof(rtloop_imu, rate_dps) == 40, "layout");
+_Static_assert(offsetof(rtloop_imu, accel_mps2) == 64, "layout");
+_Static_assert(offsetof(rtloop_servo_state, mode) == 0, "layout");
+_Static_assert(offsetof(rtloop_servo_state, fault) == 4, "layout");
+_Static_assert(offsetof(rtloop_servo_state, fresh) == 8, "layout");
+_Static_assert(offsetof(rtloop_servo_state, reserved) == 9, "layout");
+_Static_assert(offsetof(rtloop_servo_state, request_cycle) == 16, "layout");
+_Static_assert(offsetof(rtloop_servo_state, age_cycles) == 24, "layout");
+_Static_assert(offsetof(rtloop_servo_state, position) == 32, "layout");
+_Static_assert(offsetof(rtloop_servo_state, velocity) == 40, "layout");
+_Static_assert(offsetof(rtloop_servo_state, torque) == 48, "layout");
+_Static_assert(offsetof(rtloop_servo_state, q_current) == 56, "layout");
+_Static_assert(offsetof(rtloop_servo_state, d_current) == 64, "layout");
+_Static_assert(offsetof(rtloop_servo_state, motor_temperature) == 72, "layout");
+_Static_assert(offsetof(rtloop_servo_state, temperature) == 80, "layout");
+_Static_assert(offsetof(rtloop_servo_state, voltage) == 88, "layout");
+_Static_assert(offsetof(rtloop_state, seq) == 0, "layout");
+_Static_assert(offsetof(rtloop_state, cycle) == 8, "layout");
+_Static_assert(offsetof(rtloop_state, time_ns) == 16, "layout");
+_Static_assert(offsetof(rtloop_state, stamp_ns) == 24, "layout");
+_Static_assert(offsetof(rtloop_state, status) == 32, "layout");
+_Static_assert(offsetof(rtloop_state, servo_count) == 36, "layout");
+_Static_assert(offsetof(rtloop_state, timeouts) == 40, "layout");
+_Static_assert(offsetof(rtloop_state, rearms) == 48, "layout");
+_Static_assert(offsetof(rtloop_state, arm_token) == 56, "layout");
+_Static_assert(offsetof(rtloop_state, rejected) == 64, "layout");
+_Static_assert(offsetof(rtloop_state, torn) == 72, "layout");
+_Static_assert(offsetof(rtloop_state, imu) == 80, "layout");
+_Static_assert(offsetof(rtloop_state, reserved) == 168, "layout");
+_Static_assert(offsetof(rtloop_state, servos) == 192, "layout");
+_Static_assert(offsetof(rtloop_servo_command, kind) == 0, "layout");
+_Static_assert(offsetof(rtloop_servo_command, present) == 4, "layout");
+_Static_assert(offsetof(rtloop_servo_command, position) == 8, "layout");
+_Static_assert(offsetof(rtloop_servo_command, velocity) == 16, "layout");
+_Static_assert(offsetof(rtloop_servo_command, feedforward_torque) == 24, "layout");
+_Static_assert(offsetof(rtloop_servo_command, kp_scale) == 32, "layout");
+_Static_assert(offsetof(rtloop_servo_command, kd_scale) == 40, "layout");
+_Static_assert(offsetof(rtloop_servo_command, maximum_torque) == 48, "layout");
+_Static_assert(offsetof(rtloop_servo_command, stop_position) == 56, "layout");
+_Static_assert(offsetof(rtloop_servo_command, watchdog_timeout) == 64, "layout");
+_Static_assert(offsetof(rtloop_servo_command, velocity_limit) == 72, "layout");
+_Static_assert(offsetof(rtloop_servo_command, accel_limit) == 80, "layout");
+_Static_assert(offsetof(rtloop_servo_command, fixed_voltage_override) == 88, "layout");
+_Static_assert(offsetof(rtloop_servo_command, ilimit_scale) == 96, "layout");
+_Static_assert(offsetof(rtloop_servo_command, fixed_current_override) == 104, "layout");
+_Static_assert(offsetof(rtloop_servo_command, ignore_position_bounds) == 112, "layout");
+_Static_assert(offsetof(rtloop_command, seq) == 0, "layout");
+_Static_assert(offsetof(rtloop_command, for_cycle) == 8, "layout");
+_Static_assert(offsetof(rtloop_command, heartbeat) == 16, "layout");
+_Static_assert(offsetof(rtloop_command, arm_token) == 24, "layout");
+_Static_assert(offsetof(rtloop_command, servo_count) == 32, "layout");
+_Static_assert(offsetof(rtloop_command, reserved0) == 36, "layout");
+_Static_assert(offsetof(rtloop_command, reserved) == 40, "layout");
+_Static_assert(offsetof(rtloop_command, servos) == 64, "layout");
+
+/* An attached agent. `command` is the agent's own copy: fill it, then write it. */
+typedef struct {
+    int fd;
+    unsigned char *map; /* the segment, RTLOOP_TOTAL_SIZE bytes */
+    rtloop_header header; /* copied at attach */
+    rtloop_command command;
+    uint64_t command_seq; /* the writer's own sequence count (even) */
+    int32_t pid;
+} rtloop_agent;
+
+/* Return codes of rtloop_agent_attach. */
+enum {
+    RTLOOP_OK = 0,
+    RTLOOP_RETRY = 1, /* no spine yet, or still starting: try again shortly */
+    RTLOOP_ERROR = 2  /* refused: `err` says why */
+};
+
+#define RTLOOP_READ_TRIES 100000
+
+static inline _Atomic uint64_t *rtloop__seq(void *block) {
+    return (_Atomic uint64_t *)block;
+}
+
+/* Seqlock reader: copy the block of `words` 8-byte words at `src` to `dst`. Returns 0, or
+ * -1 if the writer was mid-write on every try. The payload is copied through volatile
+ * loads between the acquire load of seq and an acquire fence; see the protocol doc. */
+static inline int rtloop__read(const void *src, void *dst, size_t words, long tries) {
+    _Atomic uint64_t *seq = rtloop__seq((void *)src);
+    const volatile uint64_t *s = (const volatile uint64_t *)src;
+    uint64_t *d = (uint64_t *)dst;
+    for (long t = 0; t < tries; t++) {
+        uint64_t s1 = atomic_load_explicit(seq, memory_order_acquire);
+        if (s1 & 1u) {
+            continue;
+        }
+        for (size_t i = 1; i < words; i++) {
+            d[i] = s[i];
+        }
+        atomic_thread_fence(memory_order_acquire);
+        uint64_t s2 = atomic_load_explicit(seq, memory_order_relaxed);
+        if (s1 == s2) {
+            d[0] = s1;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Seqlock writer: `*count` is the writer's own (even) sequence. */
+static inline void rtloop__write(void *dst, const void *src, size_t words, uint64_t *count) {
+    _Atomic uint64_t *seq = rtloop__seq(dst);
+    volatile uint64_t *d = (volatile uint64_t *)dst;
+    const uint64_t *s = (const uint64_t *)src;
+    uint64_t n = *count & ~(uint64_t)1;
+    atomic_store_explicit(seq, n + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    for (size_t i = 1; i < words; i++) {
+        d[i] = s[i];
+    }
+    atomic_store_explicit(seq, n + 2, memory_order_release);
+    *count = n + 2;
+}
+
+static inline int rtloop__name_ok(const char *name) {
+    size_t n = strlen(name);
+    if (n == 0 || n > 64) {
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        int ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+        if (!ok) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static inline int rtloop__pid_dead(int32_t pid) {
+    return pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Attach to /dev/shm/rtloop-NAME. On RTLOOP_RETRY or RTLOOP_ERROR, `err` holds one sentence. */
+static inline int rtloop_agent_attach(rtloop_agent *a, const char *name, char *err, size_t errlen) {
+    memset(a, 0, sizeof *a);
+    a->fd = -1;
+    if (!rtloop__name_ok(name)) {
+        snprintf(err, errlen, "agent name \"%s\" is invalid: use 1 to 64 characters from A-Z, a-z, 0-9, '_' and '-'",
+                 name);
+        return RTLOOP_ERROR;
+    }
+    char path[80];
+    snprintf(path, sizeof path, "/rtloop-%s", name);
+    int fd = shm_open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ENOENT) {
+            snprintf(err, errlen,
+                     "no spine is running with agent name %s (/dev/shm/rtloop-%s does not exist); start `rtloop run --agent %s` first",
+                     name, name, name);
+            return RTLOOP_RETRY;
+        }
+        snprintf(err, errlen, "cannot open /dev/shm/rtloop-%s: %s", name, strerror(e));
+        return RTLOOP_ERROR;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        snprintf(err, errlen, "cannot inspect /dev/shm/rtloop-%s: %s", name, strerror(errno));
+        close(fd);
+        return RTLOOP_ERROR;
+    }
+    if (st.st_size == 0) {
+        snprintf(err, errlen, "the spine is still creating /dev/shm/rtloop-%s; retry in a moment", name);
+        close(fd);
+        return RTLOOP_RETRY;
+    }
+    if (st.st_size < RTLOOP_FROZEN_PREFIX) {
+        snprintf(err, errlen, "/dev/shm/rtloop-%s is %lld bytes, smaller than an rtloop agent segment (%d); check the agent name",
+                 name, (long long)st.st_size, RTLOOP_TOTAL_SIZE);
+        close(fd);
+        return RTLOOP_ERROR;
+    }
+    size_t len = (size_t)st.st_size < RTLOOP_TOTAL_SIZE ? (size_t)st.st_size : RTLOOP_TOTAL_SIZE;
+    void *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) {
+        snprintf(err, errlen, "cannot map /dev/shm/rtloop-%s: %s", name, strerror(errno));
+        close(fd);
+        return RTLOOP_ERROR;
+    }
+    rtloop_header *h = (rtloop_header *)map;
+    int rc = RTLOOP_ERROR;
+    uint64_t magic = atomic_load_explicit((_Atomic uint64_t *)&h->magic, memory_order_acquire);
+    if (magic == 0) {
+        snprintf(err, errlen, "the spine is still creating /dev/shm/rtloop-%s; retry in a moment", name);
+        rc = RTLOOP_RETRY;
+        goto fail;
+    }
+    if (magic != RTLOOP_MAGIC) {
+        snprintf(err, errlen, "/dev/shm/rtloop-%s is not an rtloop agent segment (wrong magic); check the agent name", name);
+        goto fail;
+    }
+    /* Say which version we speak before checking theirs, so the spine can report it. */
+    atomic_store_explicit((_Atomic uint32_t *)&h->agent_version, RTLOOP_AGENT_VERSION, memory_order_relaxed);
+    uint32_t version = atomic_load_explicit((_Atomic uint32_t *)&h->version, memory_order_relaxed);
+    if (version != RTLOOP_AGENT_VERSION) {
+        snprintf(err, errlen,
+                 "the spine speaks protocol version %u, this agent %u; rebuild the agent against the spine's rtloop_agent.h",
+                 version, RTLOOP_AGENT_VERSION);
+        goto fail;
+    }
+    if (len < RTLOOP_TOTAL_SIZE) {
+        snprintf(err, errlen, "/dev/shm/rtloop-%s is %lld bytes, smaller than an rtloop agent segment (%d); check the agent name",
+                 name, (long long)st.st_size, RTLOOP_TOTAL_SIZE);
+        goto fail;
+    }
+    {
+        const volatile uint64_t *src = (const volatile uint64_t *)map;
+        uint64_t *dst = (uint64_t *)&a->header;
+        for (size_t i = 0; i < sizeof(rtloop_header) / 8; i++) {
+            dst[i] = src[i];
+        }
+    }
+    atomic_thread_fence(memory_order_acquire);
+    {
+        const char *what = NULL;
+        uint64_t theirs = 0, ours = 0;
+#define RTLOOP__CHECK(field, expect, label)                                  \
+    if (!what && (uint64_t)a->header.field != (uint64_t)(expect)) {         \
+        what = label;                                                        \
+        theirs = (uint64_t)a->header.field;                                  \
+        ours = (uint64_t)(expect);                                           \
+    }
+        RTLOOP__CHECK(header_size, sizeof(rtloop_header), "header size")
+        RTLOOP__CHECK(state_offset, RTLOOP_STATE_OFFSET, "state offset")
+        RTLOOP__CHECK(state_size, sizeof(rtloop_state), "state size")
+        RTLOOP__CHECK(command_offset, RTLOOP_COMMAND_OFFSET, "command offset")
+        RTLOOP__CHECK(command_size, sizeof(rtloop_command), "command size")
+        RTLOOP__CHECK(total_size, RTLOOP_TOTAL_SIZE, "total size")
+        RTLOOP__CHECK(max_servos, RTLOOP_MAX_SERVOS, "servo capacity")
+#undef RTLOOP__CHECK
+        if (!what && a->header.servo_count > RTLOOP_MAX_SERVOS) {
+            what = "servo count";
+            theirs = a->header.servo_count;
+            ours = RTLOOP_MAX_SERVOS;
+        }
+        if (what) {
+            snprintf(err, errlen,
+                     "the spine's %s is %llu but this agent expects %llu; rebuild the agent against the spine's rtloop_agent.h",
+                     what, (unsigned long long)theirs, (unsigned long long)ours);
+            goto fail;
+        }
+    }
+    {
+        int32_t pid = (int32_t)getpid();
+        _Atomic int32_t *slot = (_Atomic int32_t *)&h->agent_pid;
+        int32_t cur = atomic_load_explicit(slot, memory_order_relaxed);
+        for (;;) {
+            if (cur != 0 && cur != pid && !rtloop__pid_dead(cur)) {
+                snprintf(err, errlen, "another agent (pid %d) is attached to rtloop-%s; stop it first", (int)cur, name);
+                goto fail;
+            }
+            if (atomic_compare_exchange_strong(slot, &cur, pid)) {
+                break;
+            }
+        }
+        a->pid = pid;
+    }
+    a->fd = fd;
+    a->map = (unsigned char *)map;
+    /* Continue the command block's sequence and heartbeat where they stand. */
+    {
+        rtloop_command current;
+        if (rtloop__read(a->map + RTLOOP_COMMAND_OFFSET, &current, sizeof current / 8, RTLOOP_READ_TRIES) == 0) {
+            a->command_seq = current.seq;
+            a->command.heartbeat = current.heartbeat;
+        } else {
+            uint64_t s = atomic_load_explicit(rtloop__seq(a->map + RTLOOP_COMMAND_OFFSET), memory_order_relaxed);
+            a->command_seq = (s + 1) & ~(uint64_t)1;
+        }
+    }
+    a->command.servo_count = a->header.servo_count;
+    return RTLOOP_OK;
+fail:
+    munmap(map, len);
+    close(fd);
+    return rc;
+}
+
+/* Copy the newest state into *out. Returns 0, or -1 (torn: the spine died mid-write). */
+static inline int rtloop_agent_read_state(const rtloop_agent *a, rtloop_state *out) {
+    return rtloop__read(a->map + RTLOOP_STATE_OFFSET, out, sizeof *out / 8, RTLOOP_READ_TRIES);
+}
+
+/* Write a->command with the next heartbeat (sets heartbeat and servo_count); returns the heartbeat. */
+static inline uint64_t rtloop_agent_write_command(rtloop_agent *a) {
+    a->command.heartbeat += 1;
+    a->command.servo_count = a->header.servo_count;
+    rtloop__write(a->map + RTLOOP_COMMAND_OFFSET, &a->command, sizeof a->command / 8, &a->command_seq);
+    return a->command.heartbeat;
+}
+
+/* If the spine waits to be armed (WAITING or SAFE) with a token the commands do not echo,
+ * echo it (the next write arms the spine) and return 1; otherwise 0. */
+static inline int rtloop_agent_rearm(rtloop_agent *a, const rtloop_state *s) {
+    if ((s->status == RTLOOP_STATUS_WAITING || s->status == RTLOOP_STATUS_SAFE) && s->arm_token != a->command.arm_token) {
+        a->command.arm_token = s->arm_token;
+        return 1;
+    }
+    return 0;
+}
+
+/* Nonzero when the spine is gone: 1 ended, 2 segment removed, 3 spine process dead. */
+static inline int rtloop_agent_spine_gone(const rtloop_agent *a, const rtloop_state *s) {
+    struct stat st;
+    if (s->status == RTLOOP_STATUS_ENDED) {
+        return 1;
+    }
+    if (fstat(a->fd, &st) == 0 && st.st_nlink == 0) {
+        return 2;
+    }
+    if (rtloop__pid_dead(a->header.spine_pid)) {
+        return 3;
+    }
+    return 0;
+}
+
+/* Unregister (clear agent_pid if it is ours), unmap, close. */
+static inline void rtloop_agent_detach(rtloop_agent *a) {
+    if (a->map) {
+        _Atomic int32_t *slot = (_Atomic int32_t *)&((rtloop_header *)a->map)->agent_pid;
+        int32_t me = a->pid;
+        atomic_compare_exchange_strong(slot, &me, 0);
+        munmap(a->map, RTLOOP_TOTAL_SIZE);
+        a->map = NULL;
+    }
+    if (a->fd >= 0) {
+        close(a->fd);
+        a->fd = -1;
+    }
+}
+
+#endif /* RTLOOP_AGENT_H */

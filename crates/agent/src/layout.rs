@@ -1,0 +1,505 @@
+//! The segment's binary layout: `#[repr(C)]`, little-endian, every padding byte an explicit
+//! field, every size and offset fixed at compile time.
+//!
+//! The segment is one [`Header`] at offset 0, one [`StateBlock`] at [`STATE_OFFSET`] (the
+//! spine writes it) and one [`CommandBlock`] at [`COMMAND_OFFSET`] (the agent writes it),
+//! [`TOTAL_SIZE`] bytes in all. `docs/agent-protocol.md` lists every field's offset; a test
+//! compares that table with these structs, and another the offsets the C header asserts.
+//!
+//! Every type here is plain data: integers and floats only (no `bool`, no enums), no
+//! implicit padding, 8-byte aligned, a multiple of 8 bytes long. So any bit pattern a hostile
+//! agent leaves is a valid value of the type, and a block can be copied word by word.
+
+#[cfg(not(target_endian = "little"))]
+compile_error!("the rtloop agent segment is little-endian; this target is big-endian");
+
+/// Protocol version: bumped on any change to the layout or the meaning of a field.
+pub const VERSION: u32 = 1;
+
+/// The first 8 bytes of every segment.
+pub const MAGIC_BYTES: [u8; 8] = *b"RTLOOPAG";
+
+/// [`MAGIC_BYTES`] read as a little-endian `u64` (how [`Header::magic`] holds it).
+pub const MAGIC: u64 = u64::from_le_bytes(MAGIC_BYTES);
+
+/// Servo slots in the segment (fixed capacity; [`Header::servo_count`] of them are in use).
+pub const MAX_SERVOS: usize = 32;
+
+/// Position-mode fields per servo command ([`RawServoCommand`] order, bit `i` of `present`).
+pub const FIELD_COUNT: usize = 14;
+
+/// Names of the position-mode fields, in bit order (`present` bit `i` = `FIELD_NAMES[i]`).
+pub const FIELD_NAMES: [&str; FIELD_COUNT] = [
+    "position",
+    "velocity",
+    "feedforward_torque",
+    "kp_scale",
+    "kd_scale",
+    "maximum_torque",
+    "stop_position",
+    "watchdog_timeout",
+    "velocity_limit",
+    "accel_limit",
+    "fixed_voltage_override",
+    "ilimit_scale",
+    "fixed_current_override",
+    "ignore_position_bounds",
+];
+
+/// Mask of the defined `present` bits.
+pub const FIELD_MASK: u32 = (1 << FIELD_COUNT) - 1;
+
+/// Spine status, [`StateBlock::status`].
+pub mod status {
+    /// Nothing published yet (a zeroed block).
+    pub const NONE: u32 = 0;
+    /// No agent has armed the spine yet: commands are not followed until one echoes the
+    /// published `arm_token`.
+    pub const WAITING: u32 = 1;
+    /// The spine follows the agent's commands.
+    pub const FOLLOWING: u32 = 2;
+    /// The agent's heartbeat stopped for longer than the timeout: the servos hold their safe
+    /// command until the agent echoes the new `arm_token`.
+    pub const SAFE: u32 = 3;
+    /// The run is stopping: commands are no longer followed.
+    pub const SHUTTING_DOWN: u32 = 4;
+    /// The spine has ended and removed the segment; the agent should exit.
+    pub const ENDED: u32 = 5;
+}
+
+/// Command kinds, [`RawServoCommand::kind`].
+pub mod kind {
+    /// No command this cycle: only query the servo.
+    pub const QUERY: u32 = 0;
+    /// Mode 0, stop (also clears a fault).
+    pub const STOP: u32 = 1;
+    /// Mode 12, hold zero velocity.
+    pub const ZERO_VELOCITY: u32 = 2;
+    /// Mode 15, brake.
+    pub const BRAKE: u32 = 3;
+    /// Mode 10, position control with the fields whose `present` bits are set.
+    pub const POSITION: u32 = 4;
+}
+
+/// Bits of [`RawServoCommand::present`].
+pub mod field {
+    #![allow(missing_docs)] // one bit per RawServoCommand field, same names
+    pub const POSITION: u32 = 1 << 0;
+    pub const VELOCITY: u32 = 1 << 1;
+    pub const FEEDFORWARD_TORQUE: u32 = 1 << 2;
+    pub const KP_SCALE: u32 = 1 << 3;
+    pub const KD_SCALE: u32 = 1 << 4;
+    pub const MAXIMUM_TORQUE: u32 = 1 << 5;
+    pub const STOP_POSITION: u32 = 1 << 6;
+    pub const WATCHDOG_TIMEOUT: u32 = 1 << 7;
+    pub const VELOCITY_LIMIT: u32 = 1 << 8;
+    pub const ACCEL_LIMIT: u32 = 1 << 9;
+    pub const FIXED_VOLTAGE_OVERRIDE: u32 = 1 << 10;
+    pub const ILIMIT_SCALE: u32 = 1 << 11;
+    pub const FIXED_CURRENT_OVERRIDE: u32 = 1 << 12;
+    pub const IGNORE_POSITION_BOUNDS: u32 = 1 << 13;
+}
+
+/// Where one servo lives: its moteus id and the robot's bus number.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServoInfo {
+    /// moteus CAN id, 1..=127.
+    pub id: u32,
+    /// Bus number, as the robot's configuration names it.
+    pub bus: u32,
+}
+
+/// The segment header, written once by the spine before it publishes [`Header::magic`];
+/// only `agent_pid` and `agent_version` change afterwards (the agent writes them, atomically).
+///
+/// Frozen across versions: `magic`, `version`, the sizes, `spine_pid`, `agent_pid` and
+/// `agent_version` keep their offsets (0 to 88) in every protocol version, so any agent can
+/// say which version it met and any spine which version tried to attach.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Header {
+    /// [`MAGIC`]: the bytes "RTLOOPAG". Stored last (release) when the segment is ready.
+    pub magic: u64,
+    /// [`VERSION`].
+    pub version: u32,
+    /// `size_of::<Header>()`, also the state block's offset.
+    pub header_size: u32,
+    /// Offset of the [`StateBlock`].
+    pub state_offset: u32,
+    /// `size_of::<StateBlock>()`.
+    pub state_size: u32,
+    /// Offset of the [`CommandBlock`].
+    pub command_offset: u32,
+    /// `size_of::<CommandBlock>()`.
+    pub command_size: u32,
+    /// Size of the whole segment.
+    pub total_size: u64,
+    /// [`MAX_SERVOS`]: the capacity of the servo arrays.
+    pub max_servos: u32,
+    /// Servos in use (slots `0..servo_count` of every servo array).
+    pub servo_count: u32,
+    /// Cycle rate of the spine, Hz.
+    pub rate_hz: f64,
+    /// Cycle period of the spine, ns.
+    pub period_ns: u64,
+    /// The agent liveness timeout, ns.
+    pub timeout_ns: u64,
+    /// 1: lockstep (the spine waits each cycle for a command with `for_cycle` = that
+    /// cycle); 0: free-running.
+    pub lockstep: u32,
+    /// The spine's process id.
+    pub spine_pid: i32,
+    /// The attached agent's process id, 0 for none (agent writes it, atomically).
+    pub agent_pid: i32,
+    /// The protocol version of the last agent that tried to attach, 0 for none (agent
+    /// writes it, atomically, before it checks `version`).
+    pub agent_version: u32,
+    /// Zero.
+    pub reserved: [u8; 40],
+    /// Slots `0..servo_count`: which servo each slot is.
+    pub servos: [ServoInfo; MAX_SERVOS],
+}
+
+/// The IMU in a [`StateBlock`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ImuBlock {
+    /// 1 when the robot has an IMU and the fields below hold its latest sample.
+    pub present: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// Attitude quaternion w, x, y, z.
+    pub quaternion: [f64; 4],
+    /// Body rates about x, y, z, °/s.
+    pub rate_dps: [f64; 3],
+    /// Linear acceleration x, y, z, m/s².
+    pub accel_mps2: [f64; 3],
+}
+
+/// One servo in a [`StateBlock`]. Floats are NaN when absent.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RawServoState {
+    /// moteus mode (0 stopped, 1 fault, 10 position, 11 timeout, ...), -1 when absent.
+    pub mode: i32,
+    /// Fault code, -1 when absent.
+    pub fault: i32,
+    /// 1 when the state answers this cycle's request.
+    pub fresh: u8,
+    /// Zero.
+    pub reserved: [u8; 7],
+    /// The cycle whose request the state answers, -1 before the servo first answered.
+    pub request_cycle: i64,
+    /// How many cycles old the state is (0 when fresh), -1 before the servo first answered.
+    pub age_cycles: i64,
+    /// Position, rev.
+    pub position: f64,
+    /// Velocity, rev/s.
+    pub velocity: f64,
+    /// Torque, N·m.
+    pub torque: f64,
+    /// Q-axis current, A.
+    pub q_current: f64,
+    /// D-axis current, A.
+    pub d_current: f64,
+    /// Motor temperature, °C.
+    pub motor_temperature: f64,
+    /// Board temperature, °C.
+    pub temperature: f64,
+    /// Supply voltage, V.
+    pub voltage: f64,
+}
+
+/// The state block: the spine publishes one per cycle, under the seqlock `seq`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StateBlock {
+    /// Seqlock sequence: odd while the spine writes the block.
+    pub seq: u64,
+    /// Cycle index.
+    pub cycle: u64,
+    /// Time since the run started, ns.
+    pub time_ns: u64,
+    /// Monotonic clock (CLOCK_MONOTONIC, ns) when the block was published.
+    pub stamp_ns: u64,
+    /// [`status`] of the spine.
+    pub status: u32,
+    /// Copy of [`Header::servo_count`].
+    pub servo_count: u32,
+    /// Agent timeouts so far.
+    pub timeouts: u64,
+    /// Armings so far (the first arming counts).
+    pub rearms: u64,
+    /// The token an agent echoes in [`CommandBlock::arm_token`] to arm the spine; changes
+    /// every time the spine stops following (never 0).
+    pub arm_token: u64,
+    /// Servo commands the spine refused (validation) so far.
+    pub rejected: u64,
+    /// Command reads the spine gave up on because the agent was mid-write (or left the
+    /// sequence odd) so far.
+    pub torn: u64,
+    /// The IMU.
+    pub imu: ImuBlock,
+    /// Zero.
+    pub reserved: [u8; 24],
+    /// Slots `0..servo_count` in use.
+    pub servos: [RawServoState; MAX_SERVOS],
+}
+
+/// One servo in a [`CommandBlock`]. Field `i` of the position-mode fields is sent only when
+/// bit `i` of `present` is set ([`field`]).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RawServoCommand {
+    /// [`kind`].
+    pub kind: u32,
+    /// Bit mask of the fields to send ([`field`]); must be 0 unless `kind` is position.
+    pub present: u32,
+    /// Target position, rev (NaN: hold the current position).
+    pub position: f64,
+    /// Target velocity, rev/s.
+    pub velocity: f64,
+    /// Feedforward torque, N·m.
+    pub feedforward_torque: f64,
+    /// kp scale.
+    pub kp_scale: f64,
+    /// kd scale.
+    pub kd_scale: f64,
+    /// Maximum torque, N·m.
+    pub maximum_torque: f64,
+    /// Stop position, rev.
+    pub stop_position: f64,
+    /// Watchdog timeout, s.
+    pub watchdog_timeout: f64,
+    /// Velocity limit, rev/s.
+    pub velocity_limit: f64,
+    /// Acceleration limit, rev/s².
+    pub accel_limit: f64,
+    /// Fixed-voltage override, V.
+    pub fixed_voltage_override: f64,
+    /// Current limit scale.
+    pub ilimit_scale: f64,
+    /// Fixed-current override, A.
+    pub fixed_current_override: f64,
+    /// Ignore position bounds (non-zero: ignore).
+    pub ignore_position_bounds: f64,
+}
+
+/// The command block: the agent writes it under the seqlock `seq`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CommandBlock {
+    /// Seqlock sequence: odd while the agent writes the block.
+    pub seq: u64,
+    /// The state cycle the agent computed this command from (lockstep waits for it).
+    pub for_cycle: u64,
+    /// Incremented with every command: a new value is a new command and proof of life.
+    pub heartbeat: u64,
+    /// The spine's published `arm_token`, echoed to arm it.
+    pub arm_token: u64,
+    /// Servo entries the agent filled: must equal [`Header::servo_count`].
+    pub servo_count: u32,
+    /// Zero.
+    pub reserved0: u32,
+    /// Zero.
+    pub reserved: [u8; 24],
+    /// Slots `0..servo_count` in use.
+    pub servos: [RawServoCommand; MAX_SERVOS],
+}
+
+/// Offset of the [`StateBlock`] in the segment.
+pub const STATE_OFFSET: usize = size_of::<Header>();
+/// Offset of the [`CommandBlock`] in the segment.
+pub const COMMAND_OFFSET: usize = STATE_OFFSET + size_of::<StateBlock>();
+/// Size of the whole segment.
+pub const TOTAL_SIZE: usize = COMMAND_OFFSET + size_of::<CommandBlock>();
+/// The frozen prefix of the header every version shares (through `agent_version`).
+pub const FROZEN_PREFIX: usize = 88;
+
+const _: () = {
+    assert!(size_of::<ServoInfo>() == 8);
+    assert!(size_of::<Header>() == 384);
+    assert!(size_of::<ImuBlock>() == 88);
+    assert!(size_of::<RawServoState>() == 96);
+    assert!(size_of::<StateBlock>() == 3264);
+    assert!(size_of::<RawServoCommand>() == 120);
+    assert!(size_of::<CommandBlock>() == 3904);
+    assert!(STATE_OFFSET == 384);
+    assert!(COMMAND_OFFSET == 3648);
+    assert!(TOTAL_SIZE == 7552);
+    assert!(core::mem::offset_of!(Header, agent_version) + 4 == FROZEN_PREFIX);
+    assert!(core::mem::offset_of!(Header, spine_pid) == 76);
+    assert!(core::mem::offset_of!(StateBlock, servos) == 192);
+    assert!(core::mem::offset_of!(CommandBlock, servos) == 64);
+    // Blocks start on cache lines, so the spine's and the agent's writes never share one.
+    assert!(STATE_OFFSET.is_multiple_of(64) && COMMAND_OFFSET.is_multiple_of(64));
+    assert!(align_of::<Header>() == 8 && align_of::<StateBlock>() == 8 && align_of::<CommandBlock>() == 8);
+};
+
+/// Plain data: any bit pattern is a valid value, no implicit padding, 8-byte aligned, a
+/// whole number of 8-byte words. (The two blocks also have their seqlock sequence in
+/// word 0; the crate's seqlock is only ever used with them.)
+///
+/// # Safety
+/// Implement only for `#[repr(C)]` types made of integers and floats (and arrays and
+/// structs of them) with every padding byte an explicit field, alignment 8 and size a
+/// multiple of 8.
+pub unsafe trait Plain: Copy + 'static {
+    /// An all-zero value.
+    fn zeroed() -> Self {
+        // SAFETY: `Plain` types accept every bit pattern, the all-zero one included.
+        unsafe { core::mem::zeroed() }
+    }
+}
+
+// SAFETY: integers only, explicit padding (`reserved`), size 384, align 8 (asserted above).
+unsafe impl Plain for Header {}
+// SAFETY: integers and floats, explicit padding, size 3264, align 8 (asserted above).
+unsafe impl Plain for StateBlock {}
+// SAFETY: integers and floats, explicit padding, size 3904, align 8 (asserted above).
+unsafe impl Plain for CommandBlock {}
+// SAFETY: integers and floats, no padding (4 + 4 + 14 × 8), size 120, align 8 (asserted above).
+unsafe impl Plain for RawServoCommand {}
+// SAFETY: integers and floats, explicit padding, size 96, align 8 (asserted above).
+unsafe impl Plain for RawServoState {}
+
+impl RawServoState {
+    /// A servo that has not answered: every value absent.
+    pub const ABSENT: RawServoState = RawServoState {
+        mode: -1,
+        fault: -1,
+        fresh: 0,
+        reserved: [0; 7],
+        request_cycle: -1,
+        age_cycles: -1,
+        position: f64::NAN,
+        velocity: f64::NAN,
+        torque: f64::NAN,
+        q_current: f64::NAN,
+        d_current: f64::NAN,
+        motor_temperature: f64::NAN,
+        temperature: f64::NAN,
+        voltage: f64::NAN,
+    };
+}
+
+impl ImuBlock {
+    /// No IMU: `present` 0, every value NaN.
+    pub const ABSENT: ImuBlock = ImuBlock {
+        present: 0,
+        reserved: 0,
+        quaternion: [f64::NAN; 4],
+        rate_dps: [f64::NAN; 3],
+        accel_mps2: [f64::NAN; 3],
+    };
+}
+
+impl RawServoCommand {
+    /// Query only, nothing sent.
+    pub const QUERY: RawServoCommand = RawServoCommand {
+        kind: kind::QUERY,
+        present: 0,
+        position: 0.0,
+        velocity: 0.0,
+        feedforward_torque: 0.0,
+        kp_scale: 0.0,
+        kd_scale: 0.0,
+        maximum_torque: 0.0,
+        stop_position: 0.0,
+        watchdog_timeout: 0.0,
+        velocity_limit: 0.0,
+        accel_limit: 0.0,
+        fixed_voltage_override: 0.0,
+        ilimit_scale: 0.0,
+        fixed_current_override: 0.0,
+        ignore_position_bounds: 0.0,
+    };
+
+    /// The 14 position-mode fields, in bit order.
+    pub fn fields(&self) -> [f64; FIELD_COUNT] {
+        [
+            self.position,
+            self.velocity,
+            self.feedforward_torque,
+            self.kp_scale,
+            self.kd_scale,
+            self.maximum_torque,
+            self.stop_position,
+            self.watchdog_timeout,
+            self.velocity_limit,
+            self.accel_limit,
+            self.fixed_voltage_override,
+            self.ilimit_scale,
+            self.fixed_current_override,
+            self.ignore_position_bounds,
+        ]
+    }
+
+    /// Field `i` (bit order) as a mutable reference, `None` past the last.
+    pub fn field_mut(&mut self, i: usize) -> Option<&mut f64> {
+        Some(match i {
+            0 => &mut self.position,
+            1 => &mut self.velocity,
+            2 => &mut self.feedforward_torque,
+            3 => &mut self.kp_scale,
+            4 => &mut self.kd_scale,
+            5 => &mut self.maximum_torque,
+            6 => &mut self.stop_position,
+            7 => &mut self.watchdog_timeout,
+            8 => &mut self.velocity_limit,
+            9 => &mut self.accel_limit,
+            10 => &mut self.fixed_voltage_override,
+            11 => &mut self.ilimit_scale,
+            12 => &mut self.fixed_current_override,
+            13 => &mut self.ignore_position_bounds,
+            _ => return None,
+        })
+    }
+
+    /// Set field `i` (bit order) and its `present` bit; ignored past the last field.
+    pub fn set(&mut self, i: usize, value: f64) {
+        if let Some(f) = self.field_mut(i) {
+            *f = value;
+            self.present |= 1 << i;
+        }
+    }
+}
+
+impl Default for RawServoCommand {
+    fn default() -> Self {
+        Self::QUERY
+    }
+}
+
+impl StateBlock {
+    /// A block with nothing published: status [`status::NONE`], every servo and the IMU absent.
+    pub fn empty() -> StateBlock {
+        let mut s = StateBlock::zeroed();
+        s.imu = ImuBlock::ABSENT;
+        s.servos = [RawServoState::ABSENT; MAX_SERVOS];
+        s
+    }
+}
+
+impl CommandBlock {
+    /// Every servo queried only, heartbeat 0.
+    pub fn empty() -> CommandBlock {
+        CommandBlock::zeroed()
+    }
+}
+
+/// The bytes of a plain value (its exact in-segment representation).
+pub fn bytes_of<T: Plain>(value: &T) -> &[u8] {
+    // SAFETY: `T: Plain` has no padding, so all `size_of::<T>()` bytes are initialised; the
+    // slice borrows `value`.
+    unsafe { core::slice::from_raw_parts((value as *const T).cast::<u8>(), size_of::<T>()) }
+}
+
+/// A plain value from the first `size_of::<T>()` bytes of `bytes` (`None` when shorter).
+pub fn from_bytes<T: Plain>(bytes: &[u8]) -> Option<T> {
+    let bytes = bytes.get(..size_of::<T>())?;
+    // SAFETY: `bytes` holds `size_of::<T>()` bytes; any bit pattern is a valid `T: Plain`;
+    // `read_unaligned` copes with any alignment.
+    Some(unsafe { bytes.as_ptr().cast::<T>().read_unaligned() })
+}

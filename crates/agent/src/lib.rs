@@ -1,0 +1,104 @@
+//! # rtloop-agent — the shared-memory protocol between the real-time loop and an agent
+//!
+//! What it is for: rtloop's real-time loop (the *spine*) publishes every cycle's robot
+//! state — servo replies, IMU, liveness — into a POSIX shared-memory segment
+//! `/dev/shm/rtloop-NAME`, and applies the latest command an external *agent* process, in
+//! any language, writes there. This crate is that protocol: the fixed binary layout
+//! ([`layout`]), the seqlock both sides use ([`seqlock`]), the spine's side ([`Spine`]: create,
+//! publish, poll, liveness and arming, validation, lockstep) and a Rust agent ([`Agent`]).
+//! `include/rtloop_agent.h` is the same protocol for C, `examples/agent.c` (workspace root)
+//! a complete C agent, and `docs/agent-protocol.md` the specification for any language.
+//!
+//! What it must never do:
+//! * **block the spine**: [`Spine::publish`] and [`Spine::poll_command`] are bounded, allocate
+//!   nothing, take no lock and make no system call; a stalled, slow or absent agent only
+//!   makes the spine go safe after the timeout. (Only [`Spine::wait_command_for`], for
+//!   lockstep runs, waits.)
+//! * **let a hostile agent corrupt the spine's memory or steer it past its limits**: the spine
+//!   only ever *copies out* of the shared mapping (atomic word loads) into its own memory,
+//!   never trusts a size, count or index read from it (capacities are compile-time
+//!   constants, the servo count is the spine's own), and validates every command field
+//!   ([`validate()`]) before anything is sent to a servo.
+//! * **follow an agent implicitly**: arming is always an explicit echo of the published arm
+//!   token, the first time and after every timeout.
+
+#![warn(missing_docs)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod agent;
+pub mod layout;
+pub mod seqlock;
+pub mod shm;
+pub mod spine;
+pub mod validate;
+
+pub use agent::{Agent, AttachError, SpineGone};
+pub use layout::{CommandBlock, Header, RawServoCommand, RawServoState, ServoInfo, StateBlock};
+pub use shm::{monotonic_ns, pid_dead, segment_path, validate_name, NameError};
+pub use spine::{Counters, Lockstep, Poll, Spine, SpineConfig, SpineError, VersionMismatch, DEFAULT_TIMEOUT_NS};
+pub use validate::{validate, CommandError, Limits, PositionFields, ValidCommand};
+
+/// Atomic views of the header's fields that change after publication, and whole-header
+/// copies made of atomic word accesses.
+mod header_atomics {
+    use crate::layout::Header;
+    use core::mem::offset_of;
+    use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+
+    /// # Safety
+    /// `base` points to a mapped header (at least `FROZEN_PREFIX` bytes) that outlives `'a`.
+    pub(crate) unsafe fn agent_pid<'a>(base: *mut u8) -> &'a AtomicI32 {
+        // SAFETY: in bounds and 4-aligned (offset 80 of a page-aligned mapping).
+        unsafe { AtomicI32::from_ptr(base.add(offset_of!(Header, agent_pid)).cast()) }
+    }
+
+    /// # Safety
+    /// As [`agent_pid`].
+    pub(crate) unsafe fn agent_version<'a>(base: *mut u8) -> &'a AtomicU32 {
+        // SAFETY: in bounds and 4-aligned (offset 84).
+        unsafe { AtomicU32::from_ptr(base.add(offset_of!(Header, agent_version)).cast()) }
+    }
+
+    /// # Safety
+    /// As [`agent_pid`].
+    pub(crate) unsafe fn version<'a>(base: *mut u8) -> &'a AtomicU32 {
+        // SAFETY: in bounds and 4-aligned (offset 8).
+        unsafe { AtomicU32::from_ptr(base.add(offset_of!(Header, version)).cast()) }
+    }
+
+    /// # Safety
+    /// As [`agent_pid`].
+    pub(crate) unsafe fn spine_pid<'a>(base: *mut u8) -> &'a AtomicI32 {
+        // SAFETY: in bounds and 4-aligned (offset 76).
+        unsafe { AtomicI32::from_ptr(base.add(offset_of!(Header, spine_pid)).cast()) }
+    }
+
+    /// Write the whole header with atomic word stores, the magic word last (release).
+    ///
+    /// # Safety
+    /// `base` points to a mapped, writable segment of at least `size_of::<Header>()` bytes.
+    pub(crate) unsafe fn store_header(base: *mut u8, header: &Header) {
+        let words = (header as *const Header).cast::<u64>();
+        let dst = base.cast::<AtomicU64>();
+        for i in 1..size_of::<Header>() / 8 {
+            // SAFETY: word `i` is inside both headers; `Header: Plain` has no padding.
+            unsafe { (*dst.add(i)).store(words.add(i).read(), Ordering::Relaxed) };
+        }
+        // SAFETY: word 0 is in bounds.
+        unsafe { (*dst).store(header.magic, Ordering::Release) };
+    }
+
+    /// Copy the whole header out with atomic word loads (after the magic's acquire load).
+    ///
+    /// # Safety
+    /// `base` points to a mapped segment of at least `size_of::<Header>()` bytes.
+    pub(crate) unsafe fn load_header(base: *mut u8, out: &mut Header) {
+        let src = base.cast::<AtomicU64>();
+        let dst = (out as *mut Header).cast::<u64>();
+        for i in 0..size_of::<Header>() / 8 {
+            // SAFETY: word `i` is inside both headers; any bit pattern is a valid `Header`.
+            unsafe { dst.add(i).write((*src.add(i)).load(Ordering::Acquire)) };
+        }
+    }
+}

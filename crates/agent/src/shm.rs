@@ -1,0 +1,147 @@
+//! POSIX shared memory: names, opening, mapping, liveness of a pid.
+
+use std::ffi::CString;
+use std::fmt;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
+
+/// Longest agent name.
+pub const MAX_NAME: usize = 64;
+
+/// The agent name is not 1 to [`MAX_NAME`] characters of `[A-Za-z0-9_-]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameError {
+    /// The refused name.
+    pub name: String,
+}
+
+impl fmt::Display for NameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "agent name {:?} is invalid: use 1 to {MAX_NAME} characters from A-Z, a-z, 0-9, '_' and '-'",
+            self.name
+        )
+    }
+}
+
+impl std::error::Error for NameError {}
+
+/// Check an agent name: 1 to 64 characters of `[A-Za-z0-9_-]`.
+pub fn validate_name(name: &str) -> Result<(), NameError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(NameError { name: name.to_string() })
+    }
+}
+
+/// The shm name of agent `name` (`/rtloop-NAME`), for `shm_open`.
+pub fn shm_name(name: &str) -> String {
+    format!("/rtloop-{name}")
+}
+
+/// Where Linux shows the segment of agent `name`: `/dev/shm/rtloop-NAME`.
+pub fn segment_path(name: &str) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/rtloop-{name}"))
+}
+
+pub(crate) fn c_name(name: &str) -> CString {
+    // A validated name has no NUL byte.
+    CString::new(shm_name(name)).unwrap_or_default()
+}
+
+/// `shm_open` with `flags` (O_NOFOLLOW and O_CLOEXEC added) and `mode`.
+pub(crate) fn open(name: &str, flags: libc::c_int, mode: libc::mode_t) -> io::Result<OwnedFd> {
+    let c = c_name(name);
+    // SAFETY: `c` is a NUL-terminated string that outlives the call.
+    let fd = unsafe { libc::shm_open(c.as_ptr(), flags | libc::O_NOFOLLOW | libc::O_CLOEXEC, mode as libc::c_uint) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by shm_open and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `shm_unlink` of agent `name`.
+pub(crate) fn unlink(name: &str) -> io::Result<()> {
+    let c = c_name(name);
+    // SAFETY: `c` is a NUL-terminated string that outlives the call.
+    if unsafe { libc::shm_unlink(c.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `fstat` of an open descriptor.
+pub(crate) fn fstat(fd: &OwnedFd) -> io::Result<libc::stat> {
+    // SAFETY: an all-zero `stat` is a valid value to overwrite.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: `fd` is open, `st` is a valid out-pointer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+/// Whether process `pid` is known to be gone: `kill(pid, 0)` fails with ESRCH. A pid we
+/// may not signal (EPERM) is alive; pid 0 or negative is "no process" and not reported
+/// dead (nobody to blame).
+pub fn pid_dead(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 performs the permission and existence checks only.
+    let r = unsafe { libc::kill(pid, 0) };
+    r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// This process's id.
+pub(crate) fn my_pid() -> i32 {
+    // SAFETY: getpid has no preconditions and cannot fail.
+    unsafe { libc::getpid() }
+}
+
+/// CLOCK_MONOTONIC, ns: the clock `stamp_ns` and the lockstep wait use.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
+/// A shared mapping, unmapped on drop.
+pub(crate) struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Mapping {
+    /// Map `len` bytes of `fd` shared, read-write or read-only.
+    pub(crate) fn new(fd: &OwnedFd, len: usize, writable: bool) -> io::Result<Mapping> {
+        let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+        // SAFETY: a fresh mapping at an address of the kernel's choosing; nothing aliases it yet.
+        let p = unsafe { libc::mmap(core::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping { ptr: p.cast(), len })
+    }
+
+    /// The first byte (page-aligned).
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned; nothing uses the mapping after
+        // its owner drops it.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}

@@ -1,0 +1,589 @@
+//! The spine's side: create the segment, publish state, poll and validate commands, keep
+//! the agent's liveness.
+//!
+//! Hot path ([`Spine::publish`], [`Spine::poll_command`], [`Spine::command_for`],
+//! [`Spine::note_rejected`], [`Spine::version_mismatch`]): no allocation, no lock, no system
+//! call, bounded work. Everything read from the mapping is first copied into the spine's own
+//! memory; nothing read from it is used as a size or an index.
+
+use crate::layout::{
+    status, CommandBlock, Header, ServoInfo, StateBlock, COMMAND_OFFSET, FROZEN_PREFIX, MAGIC, MAX_SERVOS,
+    STATE_OFFSET, TOTAL_SIZE, VERSION,
+};
+use crate::shm::{self, Mapping, NameError};
+use crate::validate::{validate, CommandError, Limits, ValidCommand};
+use crate::{header_atomics, seqlock};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::fmt;
+use std::io;
+use std::os::fd::OwnedFd;
+
+/// Default agent liveness timeout: 100 ms without a new heartbeat.
+pub const DEFAULT_TIMEOUT_NS: u64 = 100_000_000;
+
+/// Seqlock tries per [`Spine::poll_command`] before it reports [`Poll::Torn`]. Each try
+/// copies one block (about 4 KB): bounded, and short next to a cycle.
+pub const SPINE_READ_TRIES: u32 = 4;
+
+/// How to create the segment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpineConfig {
+    /// Agent name: the segment is `/dev/shm/rtloop-NAME`.
+    pub name: String,
+    /// The servos, in slot order (at most [`MAX_SERVOS`]).
+    pub servos: Vec<ServoInfo>,
+    /// Cycle rate, Hz.
+    pub rate_hz: f64,
+    /// Lockstep: the caller waits each cycle for the agent ([`Spine::wait_command_for`]).
+    pub lockstep: bool,
+    /// Agent liveness timeout, ns.
+    pub timeout_ns: u64,
+}
+
+impl SpineConfig {
+    /// A free-running spine for `servos` at `rate_hz`, default timeout.
+    pub fn new(name: &str, servos: &[ServoInfo], rate_hz: f64) -> Self {
+        SpineConfig {
+            name: name.to_string(),
+            servos: servos.to_vec(),
+            rate_hz,
+            lockstep: false,
+            timeout_ns: DEFAULT_TIMEOUT_NS,
+        }
+    }
+}
+
+/// Why the spine could not create its segment. Each displays as one sentence.
+#[derive(Debug)]
+pub enum SpineError {
+    /// The agent name is malformed.
+    Name(NameError),
+    /// More servos than the segment holds.
+    TooManyServos(usize),
+    /// The rate is not a positive finite number.
+    Rate(f64),
+    /// The timeout is zero.
+    Timeout,
+    /// A live spine owns the name.
+    Owned {
+        /// The agent name.
+        name: String,
+        /// The owner's pid.
+        pid: i32,
+    },
+    /// Something that is not a live or stale rtloop segment has the name.
+    Foreign {
+        /// The agent name.
+        name: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// A system call failed.
+    Io {
+        /// The agent name.
+        name: String,
+        /// What the spine was doing.
+        op: &'static str,
+        /// The error.
+        err: io::Error,
+    },
+}
+
+impl fmt::Display for SpineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SpineError::Name(e) => e.fmt(f),
+            SpineError::TooManyServos(n) => {
+                write!(f, "the robot has {n} servos but an agent segment holds at most {MAX_SERVOS}; use fewer servos")
+            }
+            SpineError::Rate(r) => write!(f, "rate {r} Hz is not a positive finite number; give a rate above 0"),
+            SpineError::Timeout => write!(f, "the agent timeout is 0; give a positive timeout"),
+            SpineError::Owned { name, pid } => {
+                write!(f, "another spine (pid {pid}) owns rtloop-{name}; stop it or pick another --agent name")
+            }
+            SpineError::Foreign { name, why } => write!(
+                f,
+                "/dev/shm/rtloop-{name} exists but {why}; remove it if it is yours, or pick another --agent name"
+            ),
+            SpineError::Io { name, op, err } => write!(f, "cannot {op} /dev/shm/rtloop-{name}: {err}"),
+        }
+    }
+}
+
+impl std::error::Error for SpineError {}
+
+/// What [`Spine::poll_command`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Poll {
+    /// A new command, followed: use [`Spine::command_for`].
+    Command,
+    /// A new command that echoed the arm token: the spine follows the agent from now on,
+    /// starting with this command.
+    Armed,
+    /// No new command. While following, the last command still applies (until the timeout).
+    Unchanged,
+    /// A new command that is not followed: the spine is waiting for arming, safe (and the
+    /// token did not match), or shutting down. It still counts as a heartbeat.
+    Ignored,
+    /// No consistent read in [`SPINE_READ_TRIES`] tries (counted in `torn`).
+    Torn,
+    /// The agent's heartbeat stopped for longer than the timeout: the spine went safe just
+    /// now and published a new arm token.
+    TimedOut,
+}
+
+/// What [`Spine::wait_command_for`] ended with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lockstep {
+    /// A followed command for the cycle arrived.
+    Command,
+    /// The stop flag was raised.
+    Stopped,
+    /// The attached agent's process is gone.
+    AgentGone,
+    /// Nothing usable within the timeout (the spine may have gone safe).
+    TimedOut,
+}
+
+/// An agent with another protocol version tried to attach (it refused itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VersionMismatch {
+    /// The agent's version.
+    pub agent: u32,
+    /// This spine's version.
+    pub spine: u32,
+}
+
+impl fmt::Display for VersionMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "agent speaks protocol version {}, this spine {}; rebuild the agent against this rtloop's rtloop_agent.h",
+            self.agent, self.spine
+        )
+    }
+}
+
+/// The spine's counters (also published in every state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counters {
+    /// Liveness timeouts.
+    pub timeouts: u64,
+    /// Armings, the first included.
+    pub rearms: u64,
+    /// Servo commands refused by validation ([`Spine::note_rejected`]).
+    pub rejected: u64,
+    /// Torn command reads.
+    pub torn: u64,
+    /// New commands seen (heartbeats).
+    pub commands: u64,
+}
+
+/// The spine's side of one segment. Dropping it publishes status `ENDED` and removes the
+/// segment.
+pub struct Spine {
+    name: String,
+    fd: OwnedFd,
+    map: Mapping,
+    header: Header,
+    state: Box<StateBlock>,
+    state_seq: u64,
+    /// The last command followed (valid while `status` is FOLLOWING).
+    command: Box<CommandBlock>,
+    /// Where reads land before they are judged.
+    scratch: Box<CommandBlock>,
+    status: u32,
+    seen_heartbeat: u64,
+    last_beat_ns: u64,
+    arm_token: u64,
+    rng: u64,
+    counters: Counters,
+    last_rejected_cycle: Option<u64>,
+    reported_version: u32,
+}
+
+// SAFETY: the mapping is owned by the Spine (unmapped only in its drop) and all accesses to
+// it go through `&mut self` or atomics, so moving the Spine to another thread is sound.
+unsafe impl Send for Spine {}
+
+fn splitmix(x: &mut u64) -> u64 {
+    *x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D4_9BB1_3311_33EB);
+    z ^ (z >> 31)
+}
+
+impl Spine {
+    /// Create `/dev/shm/rtloop-NAME` (exclusively, mode 0600), size and map it, and publish
+    /// the header and a first state (status `WAITING`). Returns a warning when it replaced a
+    /// stale segment left by a dead spine.
+    pub fn create(config: &SpineConfig) -> Result<(Spine, Option<String>), SpineError> {
+        let name = config.name.as_str();
+        shm::validate_name(name).map_err(SpineError::Name)?;
+        if config.servos.len() > MAX_SERVOS {
+            return Err(SpineError::TooManyServos(config.servos.len()));
+        }
+        if !(config.rate_hz.is_finite() && config.rate_hz > 0.0) {
+            return Err(SpineError::Rate(config.rate_hz));
+        }
+        if config.timeout_ns == 0 {
+            return Err(SpineError::Timeout);
+        }
+        let io_err = |op, err| SpineError::Io { name: name.to_string(), op, err };
+        let mut warning = None;
+        let fd = loop {
+            match shm::open(name, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, 0o600) {
+                Ok(fd) => break fd,
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) && warning.is_none() => {
+                    let pid = inspect_existing(name)?;
+                    shm::unlink(name).map_err(|e| io_err("remove the stale segment", e))?;
+                    warning = Some(format!(
+                        "removed the stale agent segment rtloop-{name} left by spine pid {pid}, which is no longer running"
+                    ));
+                }
+                Err(e) => return Err(io_err("create", e)),
+            }
+        };
+        // Whatever the umask: exactly 0600.
+        // SAFETY: `fd` is open.
+        if unsafe { libc::fchmod(std::os::fd::AsRawFd::as_raw_fd(&fd), 0o600) } != 0 {
+            let e = io::Error::last_os_error();
+            let _ = shm::unlink(name);
+            return Err(io_err("set the mode of", e));
+        }
+        // SAFETY: `fd` is open.
+        if unsafe { libc::ftruncate(std::os::fd::AsRawFd::as_raw_fd(&fd), TOTAL_SIZE as libc::off_t) } != 0 {
+            let e = io::Error::last_os_error();
+            let _ = shm::unlink(name);
+            return Err(io_err("size", e));
+        }
+        let map = match Mapping::new(&fd, TOTAL_SIZE, true) {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = shm::unlink(name);
+                return Err(io_err("map", e));
+            }
+        };
+        let period_ns = (1e9 / config.rate_hz).round().clamp(1.0, u64::MAX as f64) as u64;
+        let mut header = Header::zeroed_header();
+        header.magic = MAGIC;
+        header.version = VERSION;
+        header.header_size = size_of::<Header>() as u32;
+        header.state_offset = STATE_OFFSET as u32;
+        header.state_size = size_of::<StateBlock>() as u32;
+        header.command_offset = COMMAND_OFFSET as u32;
+        header.command_size = size_of::<CommandBlock>() as u32;
+        header.total_size = TOTAL_SIZE as u64;
+        header.max_servos = MAX_SERVOS as u32;
+        header.servo_count = config.servos.len() as u32;
+        header.rate_hz = config.rate_hz;
+        header.period_ns = period_ns;
+        header.timeout_ns = config.timeout_ns;
+        header.lockstep = u32::from(config.lockstep);
+        header.spine_pid = shm::my_pid();
+        header.servos[..config.servos.len()].copy_from_slice(&config.servos);
+
+        let mut rng = (header.spine_pid as u64) ^ shm::monotonic_ns() ^ (map.ptr() as u64).rotate_left(32);
+        let mut spine = Spine {
+            name: name.to_string(),
+            fd,
+            map,
+            header,
+            state: Box::new(StateBlock::empty()),
+            state_seq: 0,
+            command: Box::new(CommandBlock::empty()),
+            scratch: Box::new(CommandBlock::empty()),
+            status: status::WAITING,
+            seen_heartbeat: 0,
+            last_beat_ns: 0,
+            arm_token: 0,
+            rng: 0,
+            counters: Counters::default(),
+            last_rejected_cycle: None,
+            reported_version: 0,
+        };
+        spine.arm_token = next_token(&mut rng, 0);
+        spine.rng = rng;
+        // Touch every page now (ftruncate's pages are allocated on first write), write the
+        // header with magic last, then the first state.
+        // SAFETY: the mapping is TOTAL_SIZE bytes, ours, and nobody can have a view of its
+        // contents yet beyond the magic word, which stays 0 until the release store below.
+        unsafe {
+            for i in 1..TOTAL_SIZE / 8 {
+                (*spine.map.ptr().cast::<AtomicU64>().add(i)).store(0, Ordering::Relaxed);
+            }
+            header_atomics::store_header(spine.map.ptr(), &spine.header);
+        }
+        spine.state.servo_count = spine.header.servo_count;
+        spine.publish(0);
+        Ok((spine, warning))
+    }
+
+    /// The agent name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The header this spine published (its own copy).
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The spine's status ([`status`]).
+    pub fn status(&self) -> u32 {
+        self.status
+    }
+
+    /// Whether the spine follows the agent's commands.
+    pub fn following(&self) -> bool {
+        self.status == status::FOLLOWING
+    }
+
+    /// The current arm token (published in every state).
+    pub fn arm_token(&self) -> u64 {
+        self.arm_token
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// The state to publish next: fill `cycle`, `time_ns`, `imu` and `servos` before
+    /// [`Spine::publish`]. The spine's own fields (`status`, counters, `arm_token`,
+    /// `stamp_ns`, `servo_count`) are overwritten by `publish`.
+    pub fn state_mut(&mut self) -> &mut StateBlock {
+        &mut self.state
+    }
+
+    /// Publish the state (seqlock write), stamped `now_ns` (CLOCK_MONOTONIC). No allocation,
+    /// no system call; the agent never delays it.
+    pub fn publish(&mut self, now_ns: u64) {
+        let s = &mut *self.state;
+        s.stamp_ns = now_ns;
+        s.status = self.status;
+        s.servo_count = self.header.servo_count;
+        s.timeouts = self.counters.timeouts;
+        s.rearms = self.counters.rearms;
+        s.arm_token = self.arm_token;
+        s.rejected = self.counters.rejected;
+        s.torn = self.counters.torn;
+        // SAFETY: the state block is inside our mapping, 64-byte aligned, and the spine is
+        // its only writer (agents only read it; a hostile agent's writes there race only
+        // with atomics, never with a plain access).
+        unsafe { seqlock::write(self.map.ptr().add(STATE_OFFSET), &*self.state, &mut self.state_seq) };
+    }
+
+    /// Look for a new command at `now_ns` (the caller's monotonic clock) and keep the
+    /// agent's liveness: a consistent read whose heartbeat differs from the last one seen is
+    /// a new command. While following, a heartbeat older than the timeout sends the spine
+    /// safe. No allocation, no system call, at most [`SPINE_READ_TRIES`] block copies.
+    pub fn poll_command(&mut self, now_ns: u64) -> Poll {
+        // SAFETY: the command block is inside our mapping and 64-byte aligned; the agent
+        // writes it with atomics only (or, if hostile, with anything: we only copy words out).
+        let read = unsafe { seqlock::read(self.map.ptr().add(COMMAND_OFFSET), &mut *self.scratch, SPINE_READ_TRIES) };
+        let outcome = match read {
+            Err(seqlock::Torn) => {
+                self.counters.torn += 1;
+                Poll::Torn
+            }
+            Ok(_) if self.scratch.heartbeat == self.seen_heartbeat => Poll::Unchanged,
+            Ok(_) => {
+                self.seen_heartbeat = self.scratch.heartbeat;
+                self.counters.commands += 1;
+                match self.status {
+                    status::FOLLOWING => {
+                        self.take_command(now_ns);
+                        Poll::Command
+                    }
+                    status::WAITING | status::SAFE if self.scratch.arm_token == self.arm_token => {
+                        self.status = status::FOLLOWING;
+                        self.counters.rearms += 1;
+                        self.take_command(now_ns);
+                        Poll::Armed
+                    }
+                    _ => Poll::Ignored,
+                }
+            }
+        };
+        if self.status == status::FOLLOWING && now_ns.saturating_sub(self.last_beat_ns) > self.header.timeout_ns {
+            self.status = status::SAFE;
+            self.counters.timeouts += 1;
+            self.arm_token = next_token(&mut self.rng, self.arm_token);
+            return Poll::TimedOut;
+        }
+        outcome
+    }
+
+    fn take_command(&mut self, now_ns: u64) {
+        core::mem::swap(&mut self.command, &mut self.scratch);
+        self.last_beat_ns = now_ns;
+    }
+
+    /// The last command followed, while the spine follows the agent (`None` otherwise).
+    pub fn command(&self) -> Option<&CommandBlock> {
+        self.following().then_some(&*self.command)
+    }
+
+    /// Servo slot `servo`'s command, validated against `limits`, while the spine follows the
+    /// agent; `None` when it does not (the caller applies its safe command). On `Err` the
+    /// caller keeps the servo's safe command for this cycle and calls
+    /// [`Spine::note_rejected`].
+    pub fn command_for(&self, servo: usize, limits: &Limits) -> Option<Result<ValidCommand, CommandError>> {
+        let cmd = self.command()?;
+        let count = self.header.servo_count;
+        if servo >= count as usize {
+            return Some(Err(CommandError::NoSuchServo { index: servo, count }));
+        }
+        if cmd.servo_count != count {
+            return Some(Err(CommandError::ServoCount { got: cmd.servo_count, expected: count }));
+        }
+        // `servo < count <= MAX_SERVOS`: in bounds of our own copy.
+        Some(validate(&cmd.servos[servo], limits))
+    }
+
+    /// Count one refused servo command in `cycle`. Returns true when it starts a burst (no
+    /// refusal in the previous cycle): report an event then, once.
+    pub fn note_rejected(&mut self, cycle: u64) -> bool {
+        self.counters.rejected += 1;
+        let starts = !matches!(self.last_rejected_cycle, Some(c) if c == cycle || c.wrapping_add(1) == cycle);
+        self.last_rejected_cycle = Some(cycle);
+        starts
+    }
+
+    /// The run is stopping: status `SHUTTING_DOWN`, commands no longer followed (published
+    /// with the next state).
+    pub fn begin_shutdown(&mut self) {
+        self.status = status::SHUTTING_DOWN;
+    }
+
+    /// The pid of the attached agent, if one says it is attached.
+    pub fn agent_pid(&self) -> Option<i32> {
+        // SAFETY: the header is inside our mapping; agent_pid is only accessed atomically.
+        let pid = unsafe { header_atomics::agent_pid(self.map.ptr()) }.load(Ordering::Relaxed);
+        (pid != 0).then_some(pid)
+    }
+
+    /// An agent with another protocol version tried to attach since the last call: report
+    /// it once (one atomic load; no allocation).
+    pub fn version_mismatch(&mut self) -> Option<VersionMismatch> {
+        // SAFETY: the header is inside our mapping; agent_version is only accessed atomically.
+        let v = unsafe { header_atomics::agent_version(self.map.ptr()) }.load(Ordering::Relaxed);
+        if v == self.reported_version {
+            return None;
+        }
+        self.reported_version = v;
+        (v != 0 && v != VERSION).then_some(VersionMismatch { agent: v, spine: VERSION })
+    }
+
+    /// Lockstep: wait until a followed command with `for_cycle == cycle` arrives (polling
+    /// with the real monotonic clock, spinning briefly then sleeping 20 µs at a time), the
+    /// `stop` flag rises, the attached agent's process is gone, or no such command came
+    /// within the timeout. Blocks: for lockstep runs only, never on a real-time path.
+    pub fn wait_command_for(&mut self, cycle: u64, stop: &AtomicBool) -> Lockstep {
+        let start = shm::monotonic_ns();
+        let mut spins = 0u32;
+        loop {
+            let now = shm::monotonic_ns();
+            match self.poll_command(now) {
+                Poll::TimedOut => return Lockstep::TimedOut,
+                _ if self.following() && self.command.for_cycle == cycle => return Lockstep::Command,
+                _ => {}
+            }
+            if stop.load(Ordering::Relaxed) {
+                return Lockstep::Stopped;
+            }
+            if !self.following() && now.saturating_sub(start) > self.header.timeout_ns {
+                return Lockstep::TimedOut;
+            }
+            spins += 1;
+            if spins < 200 {
+                core::hint::spin_loop();
+                continue;
+            }
+            if spins.is_multiple_of(64) {
+                if let Some(pid) = self.agent_pid() {
+                    if shm::pid_dead(pid) {
+                        return Lockstep::AgentGone;
+                    }
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+    }
+}
+
+/// A fresh arm token: never 0, never `previous`.
+fn next_token(rng: &mut u64, previous: u64) -> u64 {
+    loop {
+        let t = splitmix(rng);
+        if t != 0 && t != previous {
+            return t;
+        }
+    }
+}
+
+/// An existing segment blocks creation: return the pid of the dead spine that left it
+/// (stale: the caller removes it), or the error that refuses creation.
+fn inspect_existing(name: &str) -> Result<i32, SpineError> {
+    let foreign = |why| SpineError::Foreign { name: name.to_string(), why };
+    let fd = match shm::open(name, libc::O_RDONLY, 0) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(foreign("is a symbolic link")),
+        Err(e) => return Err(SpineError::Io { name: name.to_string(), op: "inspect the existing", err: e }),
+    };
+    let st =
+        shm::fstat(&fd).map_err(|err| SpineError::Io { name: name.to_string(), op: "inspect the existing", err })?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(foreign("is not a regular file"));
+    }
+    if (st.st_size as u64) < FROZEN_PREFIX as u64 {
+        return Err(foreign("is too small to be an rtloop agent segment"));
+    }
+    let map = Mapping::new(&fd, FROZEN_PREFIX, false).map_err(|err| SpineError::Io {
+        name: name.to_string(),
+        op: "inspect the existing",
+        err,
+    })?;
+    // SAFETY: FROZEN_PREFIX bytes are mapped; both words are accessed atomically only.
+    let (magic, pid) = unsafe {
+        (
+            (*map.ptr().cast::<AtomicU64>()).load(Ordering::Acquire),
+            header_atomics::spine_pid(map.ptr()).load(Ordering::Relaxed),
+        )
+    };
+    if magic != MAGIC {
+        return Err(foreign("is not an rtloop agent segment (wrong magic)"));
+    }
+    if !shm::pid_dead(pid) {
+        return Err(SpineError::Owned { name: name.to_string(), pid });
+    }
+    Ok(pid)
+}
+
+impl Drop for Spine {
+    fn drop(&mut self) {
+        self.status = status::ENDED;
+        let now = shm::monotonic_ns();
+        self.publish(now);
+        // Remove the name only if it is still our segment (same inode).
+        let ours = match (shm::fstat(&self.fd), std::fs::metadata(shm::segment_path(&self.name))) {
+            (Ok(a), Ok(b)) => {
+                use std::os::unix::fs::MetadataExt;
+                a.st_ino == b.ino() && a.st_dev == b.dev()
+            }
+            _ => false,
+        };
+        if ours {
+            let _ = shm::unlink(&self.name);
+        }
+        // The mapping and the descriptor close with their own drops.
+    }
+}
+
+impl Header {
+    fn zeroed_header() -> Header {
+        <Header as crate::layout::Plain>::zeroed()
+    }
+}
