@@ -52,6 +52,7 @@ pub use io;
 pub use proto;
 pub use sim;
 
+pub mod agent;
 #[doc(hidden)]
 pub mod cli;
 pub mod config;

@@ -320,6 +320,20 @@ struct RunArgs {
     /// Simulated buses only; the fault seed defaults to 0.
     #[arg(long)]
     lockstep: bool,
+    /// Follow an agent process instead of the demo motion: publish every cycle's state to
+    /// /dev/shm/rtloop-NAME and apply the commands the agent writes there (protocol:
+    /// docs/agent-protocol.md; an agent in C: examples/agent.c). Until the agent arms, the
+    /// servos are only queried; an agent silent for longer than --agent-timeout-ms gets
+    /// --agent-on-timeout until it re-arms.
+    #[arg(long, value_name = "NAME")]
+    agent: Option<String>,
+    /// With --agent: how long the agent may go without a new command, ms (1 … 10000).
+    #[arg(long, value_name = "MS", default_value_t = 100.0)]
+    agent_timeout_ms: f64,
+    /// With --agent: what the servos get while the agent has timed out: zero-velocity,
+    /// stop or brake.
+    #[arg(long, value_name = "MODE", default_value = "zero-velocity")]
+    agent_on_timeout: String,
 }
 
 impl RunArgs {
@@ -520,6 +534,41 @@ fn finish_device_command(outcome: rtloop::cli::servo::Outcome) -> Result<(), Str
     std::process::exit(i32::from(rtloop::cli::servo::EXIT_DEVICE_FAILED))
 }
 
+/// `rtloop run --agent NAME`: the spine follows an agent process.
+fn run_agent(
+    runtime: Runtime,
+    config: &rtloop::config::RunConfig,
+    name: &str,
+    timeout_ms: f64,
+    on_timeout: &str,
+) -> Result<rtloop::RunSummary, String> {
+    use rtloop::agent::{AgentOptions, AgentSpine};
+    let mut options = AgentOptions::new(name);
+    options.timeout_s = timeout_ms * 1e-3;
+    options.on_timeout = rtloop::config::parse_shutdown(on_timeout)
+        .map_err(|_| format!("--agent-on-timeout {on_timeout}: give zero-velocity, stop or brake"))?;
+    options.lockstep = config.sim.lockstep;
+    options.watchdog_timeout_s = config.gains.watchdog_timeout_s;
+    options.limits.max_torque = config.gains.maximum_torque;
+    if !(timeout_ms.is_finite() && (1.0..=10_000.0).contains(&timeout_ms)) {
+        return Err(format!("--agent-timeout-ms {timeout_ms} is out of range: give 1 to 10000 ms"));
+    }
+    let robot = config.robot();
+    let servos: Vec<(u8, u8)> = robot.buses.iter().flat_map(|b| b.servos.iter().map(move |&id| (id, b.bus))).collect();
+    let (spine, figures, warning) = AgentSpine::create(options, &servos, config.rate_hz)?;
+    if let Some(w) = warning {
+        console::note(format!("rtloop run: warning: {w}"));
+    }
+    console::note(format!(
+        "rtloop run: waiting for agent '{name}' on {} (it arms by echoing the arm token){}",
+        rtloop::agent::segment_path(name).display(),
+        if config.sim.lockstep { "; lockstep: simulated time waits for it" } else { "" }
+    ));
+    let mut summary = runtime.run(spine).map_err(|e| e.0)?;
+    summary.agent = Some(figures.summary());
+    Ok(summary)
+}
+
 fn dispatch(cmd: Command) -> Result<(), String> {
     match cmd {
         Command::Run(a) => {
@@ -527,13 +576,15 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             if a.print_config {
                 return console::text(config.to_toml());
             }
-            // The demonstration motion is a controller like any other.
-            let motion = rtloop::motion::Motion::from_config(&config);
-            let mut runtime = Runtime::from_config(config).progress(!a.quiet);
+            let mut runtime = Runtime::from_config(config.clone()).progress(!a.quiet);
             if let Some(log) = &a.log {
                 runtime = runtime.log(log);
             }
-            let summary = runtime.run(motion).map_err(|e| e.0)?;
+            let summary = match &a.agent {
+                Some(name) => run_agent(runtime, &config, name, a.agent_timeout_ms, &a.agent_on_timeout)?,
+                // The demonstration motion is a controller like any other.
+                None => runtime.run(rtloop::motion::Motion::from_config(&config)).map_err(|e| e.0)?,
+            };
             let mut out = std::io::stdout().lock();
             console::tolerate_closed_reader(print_summary(&summary, &mut out))?;
             use std::io::Write;

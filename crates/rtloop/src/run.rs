@@ -335,6 +335,8 @@ pub struct RunSummary {
     pub realtime: RealtimeSummary,
     /// The telemetry log, when one was written.
     pub log: Option<LogSummary>,
+    /// What the agent did, when the run followed one (`rtloop run --agent`).
+    pub agent: Option<crate::agent::AgentSummary>,
     /// Final state per servo: keyed by its id (`"5"`), or by id and bus number (`"5@2"`) when
     /// the same id lives on several buses.
     #[serde(rename = "final")]
@@ -1327,6 +1329,17 @@ fn problems_of<K: Clock>(
                  its watchdog",
                 e.time
             ),
+            "agent_timeout" => format!(
+                "the agent went silent at {:.3} s: the servos were given the timeout command until it re-armed",
+                e.time
+            ),
+            "agent_command_refused" => format!(
+                "the spine refused the agent's command for {who} at {:.3} s (invalid or out of the limits); the servo \
+                 kept its safe command",
+                e.time
+            ),
+            "agent_gone" => format!("the agent exited at {:.3} s: the lockstep run ended there", e.time),
+            "agent_version_mismatch" => "an agent of another protocol version tried to attach".to_string(),
             "safe_mode_engaged" => {
                 format!("the safety policy engaged at {:.3} s and commanded {on_fault} to the healthy servos", e.time)
             }
@@ -1480,6 +1493,7 @@ fn summarize<K: Clock>(
             warnings: applied.warnings.iter().map(|w| w.to_string()).collect(),
         },
         final_state,
+        agent: None,
         log: None,
     }
 }

@@ -112,3 +112,56 @@ fn the_sliced_waits_of_a_slow_run_never_allocate() {
     assert!(!summary.interrupted);
     assert_eq!(allocations, 0, "the sliced waits allocated");
 }
+
+#[test]
+fn the_agent_spine_never_allocates_while_it_follows_an_agent() {
+    use rtloop::agent::{AgentOptions, AgentSpine};
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let name = format!("noalloc{}", std::process::id());
+    let robot = rtloop::RobotSpec::default_quadruped();
+    let servos: Vec<(u8, u8)> = robot.buses.iter().flat_map(|b| b.servos.iter().map(move |&id| (id, b.bus))).collect();
+    let (spine, figures, _) = AgentSpine::create(AgentOptions::new(&name), &servos, 1000.0).unwrap();
+    // An agent on another thread: arms, then holds every joint, with a burst of NaN commands
+    // for servo 3 so the refusal path runs too.
+    let agent_name = name.clone();
+    let agent = std::thread::spawn(move || {
+        let mut a = loop {
+            match agent::Agent::attach(&agent_name) {
+                Ok(a) => break a,
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(2)),
+            }
+        };
+        let mut last = u64::MAX;
+        while a.spine_gone().is_none() {
+            let Ok(state) = a.read_state() else { continue };
+            let (cycle, count) = (state.cycle, state.servo_count as usize);
+            if cycle == last {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+                continue;
+            }
+            last = cycle;
+            a.rearm_if_needed();
+            let c = a.command_mut();
+            c.for_cycle = cycle;
+            for s in &mut c.servos[..count] {
+                *s = agent::RawServoCommand::QUERY;
+                s.kind = agent::layout::kind::POSITION;
+                s.present = agent::layout::field::POSITION | agent::layout::field::VELOCITY;
+                s.position = 0.0;
+                // NaN position is moteus' "hold here"; a NaN velocity is refused.
+                s.velocity = if (300..400).contains(&cycle) { f64::NAN } else { 0.0 };
+            }
+            a.send();
+        }
+    });
+    ALLOCATIONS.store(0, Ordering::SeqCst);
+    let runtime = rtloop::Runtime::new()
+        .duration_s(1.0)
+        .on_realtime_section(testkit::start_counting, || ALLOCATIONS.store(testkit::stop_counting(), Ordering::SeqCst));
+    let summary = runtime.run(spine).unwrap();
+    agent.join().unwrap();
+    let f = figures.summary();
+    assert!(f.commands_applied > 300 && f.refused > 0, "{f:?}");
+    assert!(summary.cycles > 500, "{}", summary.cycles);
+    assert_eq!(ALLOCATIONS.load(Ordering::SeqCst), 0, "the spine allocated on the cycle thread");
+}

@@ -1,0 +1,315 @@
+//! The spine: a control law in another process (any language), over shared memory.
+//!
+//! [`AgentSpine`] is a [`Controller`] whose commands come from an agent process through the
+//! segment `/dev/shm/rtloop-NAME` (the protocol, byte by byte: `docs/agent-protocol.md`; the
+//! C header: `crates/agent/include/rtloop_agent.h`; an agent in C: `examples/agent.c`). Each
+//! cycle it publishes the state, takes the newest command the agent wrote, validates it
+//! servo by servo, and never waits for the agent — except in lockstep, where simulated time
+//! stands still until the agent has answered.
+//!
+//! * Arming is explicit: nothing the agent writes is followed until it echoes the published
+//!   arm token. Until then every servo is only queried.
+//! * Liveness: an agent that stops writing commands (crash, stall, SIGSTOP) for longer than
+//!   the timeout sends the servos to the safe command (zero velocity by default) with an
+//!   `agent_timeout` event; it is followed again once it echoes the new token
+//!   (`agent_rearmed`).
+//! * Bad input: a command that fails validation (NaN, out of the limits, an unknown kind,
+//!   …) is refused for that servo and cycle — the servo keeps its safe command — counted,
+//!   and reported as one `agent_command_refused` event per burst.
+//! * Every position command carries a watchdog: the agent's if it sent one (within the
+//!   limits), else the run's `[gains] watchdog_timeout_s`.
+//!
+//! Must never: block the real-time loop on the agent outside lockstep, allocate in
+//! [`Controller::cycle`], or send a servo anything that was not validated.
+
+use crate::controller::{Controller, Flow, Output, PositionCommand, ServoCommand, State};
+use agent::{Limits, Lockstep, ServoInfo, Spine, SpineConfig, ValidCommand};
+use serde::Serialize;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub use agent::{segment_path, DEFAULT_TIMEOUT_NS};
+
+/// How the spine treats its agent.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// The agent name: the segment is `/dev/shm/rtloop-NAME`.
+    pub name: String,
+    /// An agent silent for longer than this has timed out, s (0.001 … 10).
+    pub timeout_s: f64,
+    /// What the servos get while the agent has timed out: zero velocity (the default), stop
+    /// or brake.
+    pub on_timeout: ServoCommand,
+    /// What an agent's command may ask for.
+    pub limits: Limits,
+    /// The watchdog every position command carries when the agent sent none, s.
+    pub watchdog_timeout_s: f64,
+    /// Lockstep: wait each cycle for the agent's command computed from this cycle's state
+    /// (simulated robots only: the runtime's lockstep).
+    pub lockstep: bool,
+}
+
+impl AgentOptions {
+    /// The defaults for agent `name`: 100 ms timeout, zero velocity on timeout, the default
+    /// limits, a 0.1 s watchdog, free-running.
+    pub fn new(name: &str) -> Self {
+        AgentOptions {
+            name: name.to_string(),
+            timeout_s: DEFAULT_TIMEOUT_NS as f64 * 1e-9,
+            on_timeout: ServoCommand::ZeroVelocity,
+            limits: Limits::default(),
+            watchdog_timeout_s: crate::config::DEFAULT_WATCHDOG_TIMEOUT_S,
+            lockstep: false,
+        }
+    }
+}
+
+/// What the agent did, in the run summary (`agent` in `rtloop run --json`).
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct AgentSummary {
+    /// The agent name.
+    pub name: String,
+    /// Cycles whose commands came from a new command of the agent.
+    pub commands_applied: u64,
+    /// Cycles without a new command from the agent (its previous one was reused while it
+    /// was followed, or the safe command or a query was sent).
+    pub cycles_without_command: u64,
+    /// Liveness timeouts.
+    pub timeouts: u64,
+    /// Armings after a timeout (the first arming is not a re-arm).
+    pub rearms: u64,
+    /// Servo commands refused by validation.
+    pub refused: u64,
+    /// Command reads abandoned because the agent was mid-write.
+    pub torn: u64,
+}
+
+/// Counters the cycle thread updates and the caller reads after the run (atomics: no lock).
+#[derive(Debug, Default)]
+struct Figures {
+    applied: AtomicU64,
+    without: AtomicU64,
+    timeouts: AtomicU64,
+    armings: AtomicU64,
+    refused: AtomicU64,
+    torn: AtomicU64,
+}
+
+/// A handle to the spine's figures, valid after the run.
+#[derive(Debug, Clone)]
+pub struct AgentFigures {
+    name: String,
+    figures: Arc<Figures>,
+}
+
+impl AgentFigures {
+    /// The figures so far.
+    pub fn summary(&self) -> AgentSummary {
+        let f = &self.figures;
+        AgentSummary {
+            name: self.name.clone(),
+            commands_applied: f.applied.load(Ordering::Relaxed),
+            cycles_without_command: f.without.load(Ordering::Relaxed),
+            timeouts: f.timeouts.load(Ordering::Relaxed),
+            rearms: f.armings.load(Ordering::Relaxed).saturating_sub(1),
+            refused: f.refused.load(Ordering::Relaxed),
+            torn: f.torn.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The spine: a [`Controller`] that follows an agent process.
+pub struct AgentSpine {
+    spine: Spine,
+    options: AgentOptions,
+    figures: Arc<Figures>,
+    seen: agent::Counters,
+    stop: Arc<AtomicBool>,
+    /// The previous cycle refused a command: further refusals belong to the same burst.
+    refusing: bool,
+}
+
+impl AgentSpine {
+    /// Create the segment for `servos` (id, bus number; the robot's order) at `rate_hz`.
+    /// Returns the spine, a handle on its figures, and a warning when a stale segment of a
+    /// dead spine was replaced. An existing live spine of that name is refused in one
+    /// sentence.
+    pub fn create(
+        options: AgentOptions,
+        servos: &[(u8, u8)],
+        rate_hz: f64,
+    ) -> Result<(AgentSpine, AgentFigures, Option<String>), String> {
+        if !(options.timeout_s.is_finite() && (0.001..=10.0).contains(&options.timeout_s)) {
+            return Err(format!(
+                "agent timeout = {} s is out of range: give 0.001 to 10 s (--agent-timeout-ms 1 to 10000)",
+                options.timeout_s
+            ));
+        }
+        let infos: Vec<ServoInfo> =
+            servos.iter().map(|&(id, bus)| ServoInfo { id: u32::from(id), bus: u32::from(bus) }).collect();
+        let mut config = SpineConfig::new(&options.name, &infos, rate_hz);
+        config.lockstep = options.lockstep;
+        config.timeout_ns = (options.timeout_s * 1e9).round() as u64;
+        let (spine, warning) = Spine::create(&config).map_err(|e| e.to_string())?;
+        let figures = Arc::new(Figures::default());
+        let handle = AgentFigures { name: options.name.clone(), figures: Arc::clone(&figures) };
+        let stop = Arc::new(AtomicBool::new(false));
+        Ok((
+            AgentSpine { spine, options, figures, seen: agent::Counters::default(), stop, refusing: false },
+            handle,
+            warning,
+        ))
+    }
+
+    /// A flag that ends a lockstep wait for the agent (Ctrl-C does too).
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.stop)
+    }
+
+    fn publish(&mut self, state: &State<'_>) {
+        let block = self.spine.state_mut();
+        block.cycle = state.cycle;
+        block.time_ns = (state.time_s * 1e9).max(0.0) as u64;
+        block.imu.present = u32::from(state.imu.quaternion != [0.0; 4]);
+        block.imu.quaternion = state.imu.quaternion;
+        block.imu.rate_dps = state.imu.rate_dps;
+        block.imu.accel_mps2 = state.imu.accel_mps2;
+        for (raw, s) in block.servos.iter_mut().zip(state.servos) {
+            let st = &s.state;
+            raw.mode = st.mode.map_or(-1, i32::from);
+            raw.fault = st.fault.map_or(-1, i32::from);
+            raw.fresh = u8::from(s.fresh);
+            raw.request_cycle = s.from_cycle.map_or(-1, |c| c.min(i64::MAX as u64) as i64);
+            raw.age_cycles = s.age_cycles.map_or(-1, |c| c.min(i64::MAX as u64) as i64);
+            raw.position = st.position;
+            raw.velocity = st.velocity;
+            raw.torque = st.torque;
+            raw.q_current = st.q_current;
+            raw.d_current = st.d_current;
+            raw.motor_temperature = st.motor_temperature;
+            raw.temperature = st.temperature;
+            raw.voltage = st.voltage;
+        }
+        self.spine.publish(agent::monotonic_ns());
+    }
+
+    fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::Relaxed) || crate::signals::stop_requested()
+    }
+
+    /// The command a validated agent command becomes.
+    fn command_of(&self, valid: ValidCommand) -> ServoCommand {
+        match valid {
+            ValidCommand::Query => ServoCommand::Query,
+            ValidCommand::Stop => ServoCommand::Stop,
+            ValidCommand::ZeroVelocity => ServoCommand::ZeroVelocity,
+            ValidCommand::Brake => ServoCommand::Brake,
+            ValidCommand::Position(p) => ServoCommand::Position(PositionCommand {
+                position: p.position,
+                velocity: p.velocity,
+                feedforward_torque: p.feedforward_torque,
+                kp_scale: p.kp_scale,
+                kd_scale: p.kd_scale,
+                maximum_torque: p.maximum_torque,
+                stop_position: p.stop_position,
+                // Never without a watchdog.
+                watchdog_timeout: Some(p.watchdog_timeout.unwrap_or(self.options.watchdog_timeout_s)),
+                velocity_limit: p.velocity_limit,
+                accel_limit: p.accel_limit,
+                fixed_voltage_override: p.fixed_voltage_override,
+                ilimit_scale: p.ilimit_scale,
+                fixed_current_override: p.fixed_current_override,
+                ignore_position_bounds: p.ignore_position_bounds,
+            }),
+        }
+    }
+}
+
+impl Controller for AgentSpine {
+    type Telemetry = ();
+
+    fn start(&mut self, state: &State<'_>) {
+        self.publish(state);
+    }
+
+    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Flow {
+        self.publish(state);
+        let mut flow = Flow::Continue;
+        if self.options.lockstep {
+            // Simulated time stands still until the agent has answered this state.
+            loop {
+                match self.spine.wait_command_for(state.cycle, &self.stop) {
+                    Lockstep::Command => break,
+                    Lockstep::AgentGone => {
+                        out.event(None, "agent_gone");
+                        flow = Flow::Stop;
+                        break;
+                    }
+                    Lockstep::Stopped => {
+                        flow = Flow::Stop;
+                        break;
+                    }
+                    Lockstep::TimedOut if self.stop_requested() => {
+                        flow = Flow::Stop;
+                        break;
+                    }
+                    Lockstep::TimedOut => {}
+                }
+            }
+        } else {
+            self.spine.poll_command(agent::monotonic_ns());
+        }
+        let now = self.spine.counters();
+        let f = &self.figures;
+        if now.timeouts > self.seen.timeouts {
+            out.event(None, "agent_timeout");
+            f.timeouts.store(now.timeouts, Ordering::Relaxed);
+        }
+        if now.rearms > self.seen.rearms {
+            out.event(None, if self.seen.rearms == 0 { "agent_armed" } else { "agent_rearmed" });
+            f.armings.store(now.rearms, Ordering::Relaxed);
+        }
+        f.torn.store(now.torn, Ordering::Relaxed);
+        if self.spine.version_mismatch().is_some() {
+            out.event(None, "agent_version_mismatch");
+        }
+        let fresh_command = now.commands > self.seen.commands;
+        let following = self.spine.following();
+        let mut refused_now = false;
+        for i in 0..state.servos.len() {
+            let command = match self.spine.command_for(i, &self.options.limits) {
+                Some(Ok(valid)) => self.command_of(valid),
+                Some(Err(_)) => {
+                    // One event per burst: a burst ends with a cycle that refused nothing
+                    // (skipped periods do not end it).
+                    self.spine.note_rejected(state.cycle);
+                    if !self.refusing && !refused_now {
+                        out.event(Some(i), "agent_command_refused");
+                    }
+                    refused_now = true;
+                    self.options.on_timeout
+                }
+                // Not armed yet: the servos are only queried. Timed out or stopping: safe.
+                None if self.seen.rearms == 0 && now.rearms == 0 => ServoCommand::Query,
+                None => self.options.on_timeout,
+            };
+            out.set(i, command);
+        }
+        if following && fresh_command {
+            f.applied.fetch_add(1, Ordering::Relaxed);
+        } else {
+            f.without.fetch_add(1, Ordering::Relaxed);
+        }
+        self.refusing = refused_now;
+        f.refused.store(self.spine.counters().rejected, Ordering::Relaxed);
+        self.seen = self.spine.counters();
+        flow
+    }
+
+    fn stop(&mut self, state: &State<'_>) {
+        // The agent sees the run stopping; the segment goes (status ENDED) when the spine
+        // is dropped with this controller.
+        self.spine.begin_shutdown();
+        self.publish(state);
+    }
+}
