@@ -133,7 +133,7 @@ fn a_killed_agent_gets_zero_velocity_within_the_timeout_and_its_successor_rearms
     let index_at = |t: f64| (t * 1000.0).floor() as u64;
     let (timeout, rearm) = (index_at(event_time(&j, "agent_timeout")), index_at(event_time(&j, "agent_rearmed")));
     let cycles = command_modes(&log);
-    let last_agent = cycles.iter().filter(|c| c.1 < timeout && c.2.iter().all(|&m| m == 10)).next_back().unwrap().1;
+    let last_agent = cycles.iter().rfind(|c| c.1 < timeout && c.2.iter().all(|&m| m == 10)).unwrap().1;
     let first_safe = cycles.iter().find(|c| c.1 >= last_agent && c.2.iter().all(|&m| m == 12)).unwrap().1;
     eprintln!("agent killed: {} ms from its last command to zero velocity (timeout 100 ms)", first_safe - last_agent);
     assert!(
