@@ -9,6 +9,7 @@
  *
  *   rtloop_agent_attach     open and check the segment, register this agent
  *   rtloop_agent_read_state copy the newest state out (seqlock reader)
+ *   rtloop_agent_state_sequence the state's sequence now: unchanged = nothing new to read
  *   rtloop_agent_write_command  write a.command with the next heartbeat (seqlock writer)
  *   rtloop_agent_rearm      echo the spine's arm token when it waits to be armed
  *   rtloop_agent_spine_gone whether the spine ended, removed the segment or died
@@ -509,6 +510,12 @@ static inline int rtloop_agent_read_state(const rtloop_agent *a, rtloop_state *o
 }
 
 /* Write a->command with the next heartbeat (sets heartbeat and servo_count); returns the heartbeat. */
+/* The state block's sequence now (one atomic load): equal to the `seq` of the last state
+ * read, nothing new was published — poll this, and copy the block only when it moved. */
+static inline uint64_t rtloop_agent_state_sequence(const rtloop_agent *a) {
+    return atomic_load_explicit(rtloop__seq((void *)(a->map + RTLOOP_STATE_OFFSET)), memory_order_acquire);
+}
+
 static inline uint64_t rtloop_agent_write_command(rtloop_agent *a) {
     a->command.heartbeat += 1;
     a->command.servo_count = a->header.servo_count;

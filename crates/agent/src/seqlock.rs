@@ -76,6 +76,16 @@ pub(crate) unsafe fn read<T: Plain>(src: *const u8, dst: &mut T, tries: u32) -> 
     Err(Torn)
 }
 
+/// The block's sequence word as it is now (one acquire load): a reader that saw this even
+/// value at its last consistent read knows nothing changed since, without copying.
+///
+/// # Safety
+/// `src` points at the first (8-aligned) word of a mapped block.
+pub(crate) unsafe fn sequence(src: *const u8) -> u64 {
+    // SAFETY: the caller's contract: word 0 is in bounds and aligned.
+    unsafe { &*src.cast::<AtomicU64>() }.load(Ordering::Acquire)
+}
+
 /// Write a block into shared memory under the seqlock. `seq` is the writer's own count (an
 /// even number, the block's current sequence); it is advanced by 2. `src`'s own `seq` word is
 /// not copied.

@@ -25,6 +25,9 @@ pub const DEFAULT_TIMEOUT_NS: u64 = 100_000_000;
 /// copies one block (about 4 KB): bounded, and short next to a cycle.
 pub const SPINE_READ_TRIES: u32 = 4;
 
+/// Lockstep: how long [`Spine::wait_command_for`] spins before it sleeps between looks.
+pub const LOCKSTEP_SPIN_NS: u64 = 200_000;
+
 /// How to create the segment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpineConfig {
@@ -194,6 +197,8 @@ pub struct Spine {
     scratch: Box<CommandBlock>,
     status: u32,
     seen_heartbeat: u64,
+    /// Sequence of the command block at the last consistent read.
+    seen_seq: Option<u64>,
     last_beat_ns: u64,
     arm_token: u64,
     rng: u64,
@@ -296,6 +301,7 @@ impl Spine {
             scratch: Box::new(CommandBlock::empty()),
             status: status::WAITING,
             seen_heartbeat: 0,
+            seen_seq: None,
             last_beat_ns: 0,
             arm_token: 0,
             rng: 0,
@@ -380,10 +386,29 @@ impl Spine {
     /// a new command. While following, a heartbeat older than the timeout sends the spine
     /// safe. No allocation, no system call, at most [`SPINE_READ_TRIES`] block copies.
     pub fn poll_command(&mut self, now_ns: u64) -> Poll {
+        // SAFETY: the command block is inside our mapping and 64-byte aligned.
+        let seq = unsafe { seqlock::sequence(self.map.ptr().add(COMMAND_OFFSET)) };
+        // The sequence of the last consistent read, unchanged: no new command, and no copy
+        // (a copy while the agent writes would only slow both sides down).
+        let outcome = if Some(seq) == self.seen_seq { Poll::Unchanged } else { self.read_command(now_ns) };
+        if self.status == status::FOLLOWING && now_ns.saturating_sub(self.last_beat_ns) > self.header.timeout_ns {
+            self.status = status::SAFE;
+            self.counters.timeouts += 1;
+            self.arm_token = next_token(&mut self.rng, self.arm_token);
+            return Poll::TimedOut;
+        }
+        outcome
+    }
+
+    /// Copy the command block out (seqlock) and judge it.
+    fn read_command(&mut self, now_ns: u64) -> Poll {
         // SAFETY: the command block is inside our mapping and 64-byte aligned; the agent
         // writes it with atomics only (or, if hostile, with anything: we only copy words out).
         let read = unsafe { seqlock::read(self.map.ptr().add(COMMAND_OFFSET), &mut *self.scratch, SPINE_READ_TRIES) };
-        let outcome = match read {
+        if let Ok(s) = read {
+            self.seen_seq = Some(s);
+        }
+        match read {
             Err(seqlock::Torn) => {
                 self.counters.torn += 1;
                 Poll::Torn
@@ -406,14 +431,7 @@ impl Spine {
                     _ => Poll::Ignored,
                 }
             }
-        };
-        if self.status == status::FOLLOWING && now_ns.saturating_sub(self.last_beat_ns) > self.header.timeout_ns {
-            self.status = status::SAFE;
-            self.counters.timeouts += 1;
-            self.arm_token = next_token(&mut self.rng, self.arm_token);
-            return Poll::TimedOut;
         }
-        outcome
     }
 
     fn take_command(&mut self, now_ns: u64) {
@@ -478,14 +496,19 @@ impl Spine {
     }
 
     /// Lockstep: wait until a followed command with `for_cycle == cycle` arrives (polling
-    /// with the real monotonic clock, spinning briefly then sleeping 20 µs at a time), the
+    /// with the real monotonic clock, spinning for [`LOCKSTEP_SPIN_NS`] then sleeping 20 µs at a time), the
     /// `stop` flag rises, the attached agent's process is gone, or no such command came
     /// within the timeout. Blocks: for lockstep runs only, never on a real-time path.
     pub fn wait_command_for(&mut self, cycle: u64, stop: &AtomicBool) -> Lockstep {
         let start = shm::monotonic_ns();
         let mut spins = 0u32;
+        let mut now = start;
         loop {
-            let now = shm::monotonic_ns();
+            // Reading the clock costs more than a look at the command: every 64th look (a few
+            // µs apart while spinning), and after every sleep.
+            if spins.is_multiple_of(64) || now.saturating_sub(start) >= LOCKSTEP_SPIN_NS {
+                now = shm::monotonic_ns();
+            }
             match self.poll_command(now) {
                 Poll::TimedOut => return Lockstep::TimedOut,
                 _ if self.following() && self.command.for_cycle == cycle => return Lockstep::Command,
@@ -498,7 +521,9 @@ impl Spine {
                 return Lockstep::TimedOut;
             }
             spins += 1;
-            if spins < 200 {
+            // Spin for the first 200 µs (an agent on its own core answers well within that,
+            // and a sleep would cost more than the step), then sleep in short slices.
+            if now.saturating_sub(start) < LOCKSTEP_SPIN_NS {
                 core::hint::spin_loop();
                 continue;
             }

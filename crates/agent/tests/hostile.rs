@@ -23,7 +23,9 @@ fn armed_spine(servos: u32) -> Spine {
 /// A block that passes the seqlock and the heartbeat check, with `servos` filled in.
 fn block(spine: &Spine, heartbeat: u64, servos: &[RawServoCommand]) -> CommandBlock {
     let mut b = CommandBlock::empty();
-    b.seq = 1000;
+    // A new even sequence per block, as any writer's: the spine only reads a block whose
+    // sequence moved since its last read.
+    b.seq = 1000 + 2 * heartbeat;
     b.heartbeat = heartbeat;
     b.arm_token = spine.arm_token();
     b.servo_count = spine.header().servo_count;
