@@ -229,3 +229,34 @@ fn fault_tolerant_never_allocates_in_the_real_time_section_nor_when_reacting() {
     assert_eq!((report.servo_id, report.leg, report.parked, report.lowering), (5, 2, 2, 9), "{report:?}");
     assert_eq!(allocations, 0);
 }
+
+/// The guide's controller (docs/controllers.md), pasted into a new crate outside the
+/// workspace as the guide says: `cargo new`, `cargo add --path`, `cargo run`. Ignored by
+/// default: the new crate compiles rtloop and its dependencies with its own profile (about
+/// 2 min on 2 cores the first time; 5 s once built). `cargo test -p rtloop --test examples -- --ignored`.
+#[test]
+#[ignore = "builds rtloop again for a crate outside the workspace (about 2 min the first time)"]
+fn a_fresh_crate_runs_the_guides_controller() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let workspace = manifest.parent().and_then(Path::parent).expect("crates/rtloop in a workspace");
+    let guide = std::fs::read_to_string(workspace.join("docs/controllers.md")).unwrap();
+    let after = &guide[guide.find("<!-- mybot main.rs").expect("the marked block")..];
+    let code = after.split("```rust\n").nth(1).and_then(|b| b.split("\n```").next()).expect("a rust block");
+    let dir = tempfile::tempdir().unwrap();
+    let target = examples_dir().parent().and_then(Path::parent).expect("<target>").to_path_buf();
+    let cargo = |args: &[&str], cwd: &Path| {
+        let out = Command::new(env!("CARGO")).args(args).current_dir(cwd).env("CARGO_TARGET_DIR", &target).output();
+        let out = out.expect("run cargo");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "cargo {args:?}: {text}");
+        text
+    };
+    cargo(&["new", "--quiet", "mybot"], dir.path());
+    let bot = dir.path().join("mybot");
+    // The workspace's lock file: the same dependency versions, all already downloaded.
+    std::fs::copy(workspace.join("Cargo.lock"), bot.join("Cargo.lock")).unwrap();
+    cargo(&["add", "--offline", "--path", manifest.to_str().unwrap()], &bot);
+    std::fs::write(bot.join("src/main.rs"), code).unwrap();
+    let out = cargo(&["run", "--offline", "--quiet"], &bot);
+    assert!(out.contains("cycles at") && out.contains("status ok"), "{out}");
+}
