@@ -27,8 +27,9 @@ use std::sync::{Arc, Mutex};
 
 /// The most joints this controller drives (the runtime drives at most 32 servos).
 const MAX_JOINTS: usize = 32;
-/// The body lowered, per leg (abduction, hip, knee), rev.
+/// The body lowered, per leg (abduction, hip, knee), rev, reached in `LOWER_S` seconds.
 pub const CROUCH_POSE: [f64; 3] = [0.0, -0.15, 0.3];
+pub const LOWER_S: f64 = 1.0;
 
 /// What the controller did about the first fault it saw.
 #[derive(Debug, Clone, Copy, Default)]
@@ -40,10 +41,9 @@ pub struct FaultReport {
     /// Fault events seen in `state.events`, and cycles run since the fault.
     pub events: u32,
     pub cycles_after: u64,
-    /// Servos parked (same leg), lowering the body, and only queried.
+    /// Servos parked (the rest of the leg) and lowering the body.
     pub parked: usize,
     pub lowering: usize,
-    pub queried: usize,
     /// The faulted servo still reports its fault at the end: it was never cleared.
     pub still_faulted: bool,
 }
@@ -95,8 +95,8 @@ impl Controller for FaultTolerant {
         let Some(first) = self.first.as_mut() else { return self.motion.cycle(state, out) };
         first.events += fault_events as u32;
         first.cycles_after += 1;
-        let x = ((state.time_s - first.at_s) / 1.0).clamp(0.0, 1.0); // lower over one second
-        let s = x * x * (3.0 - 2.0 * x);
+        let x = ((state.time_s - first.at_s) / LOWER_S).clamp(0.0, 1.0);
+        let s = x * x * (3.0 - 2.0 * x); // smoothstep; its slope is 6x(1 − x)
         let leg_faulted = |leg: usize| self.faulted[3 * leg..(3 * leg + 3).min(n)].iter().any(|&f| f);
         for i in 0..n {
             let command = if self.faulted[i] {
@@ -108,7 +108,7 @@ impl Controller for FaultTolerant {
                 let position = from + (to - from) * s;
                 ServoCommand::Position(PositionCommand {
                     position: Some(position),
-                    velocity: Some((to - from) * 6.0 * x * (1.0 - x)),
+                    velocity: Some((to - from) * 6.0 * x * (1.0 - x) / LOWER_S),
                     maximum_torque: Some(self.motion.maximum_torque),
                     watchdog_timeout: Some(0.1),
                     ..Default::default()
@@ -140,16 +140,7 @@ impl FaultTolerant {
         }
         let n = out.commands().len().min(MAX_JOINTS);
         let parked = (0..n).filter(|&i| i != index && (i / 3 == leg || self.lower_from[i].is_nan())).count();
-        FaultReport {
-            servo_id: id,
-            code,
-            at_s,
-            leg: leg + 1,
-            parked,
-            lowering: n - 1 - parked,
-            queried: 1,
-            ..Default::default()
-        }
+        FaultReport { servo_id: id, code, at_s, leg: leg + 1, parked, lowering: n - 1 - parked, ..Default::default() }
     }
 }
 
