@@ -42,6 +42,9 @@ pub struct ServoStatus {
     pub id: u8,
     /// Bus number (as configured: `[[bus]] bus = N`).
     pub bus: u8,
+    /// Where its bus is in the robot's list of buses (0 for the first): what an
+    /// [`Event`]'s `servo.bus` names. [`State::servo_of`] does the matching.
+    pub bus_index: usize,
     /// The newest state the servo reported: mode, position (rev), velocity (rev/s), torque
     /// (N·m), currents (A), voltage (V), temperatures (°C), fault, … (NaN / `None`: not
     /// reported). Kept from an earlier cycle when this cycle's reply is missing.
@@ -102,6 +105,15 @@ pub struct State<'a> {
     /// Events recorded since the previous call (faults, servos that stopped answering, the
     /// safe mode engaging or recovering, …), oldest first.
     pub events: &'a [Event],
+}
+
+impl State<'_> {
+    /// The index in [`servos`](Self::servos) of the servo an event is about (`None` for a
+    /// robot-wide event).
+    pub fn servo_of(&self, event: &Event) -> Option<usize> {
+        let spec = event.servo?;
+        self.servos.iter().position(|s| s.id == spec.id && s.bus_index == spec.bus)
+    }
 }
 
 /// Where a controller writes this cycle's commands and, optionally, its telemetry.

@@ -521,6 +521,21 @@ fn secs_to_ns(s: f64) -> u64 {
     (s * 1e9).round().clamp(0.0, u64::MAX as f64) as u64
 }
 
+/// No position command leaves without a watchdog: one without a valid watchdog timeout
+/// (absent, NaN, 0 "servo default", or outside 0.01 … 10 s) gets the run's
+/// `[gains] watchdog_timeout_s`, so no control law can switch the servos' watchdog off.
+fn enforce_watchdog(commands: &mut [ServoCommand], watchdog_s: f64) {
+    for c in commands {
+        if let ServoCommand::Position(p) = c {
+            if !p.watchdog_timeout.is_some_and(|w| {
+                (crate::config::MIN_WATCHDOG_TIMEOUT_S..=crate::config::MAX_WATCHDOG_TIMEOUT_S).contains(&w)
+            }) {
+                p.watchdog_timeout = Some(watchdog_s);
+            }
+        }
+    }
+}
+
 /// Robot exchange numbers ([`io::CycleReport::cycle`]) of the last periods, to tell a
 /// controller which period's request a state answers. Fixed size: no allocation.
 struct PeriodOfExchange {
@@ -556,6 +571,7 @@ fn fill_statuses(
         *o = ServoStatus {
             id: s.id,
             bus: bus_numbers.get(s.bus).copied().unwrap_or(0),
+            bus_index: s.bus,
             state: r.state,
             fresh: r.fresh,
             age_cycles: r.age(),
@@ -603,6 +619,7 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
     let stop = || crate::signals::stop_requested() || hooks.stop.load(Ordering::Relaxed);
     let mut telemetry: Option<C::Telemetry> = None;
     let mut events_seen;
+    let watchdog_s = config.gains.watchdog_timeout_s;
 
     // Learn where the joints are before moving them, and hand that to the controller
     // before its first command: a few query cycles, until every servo has answered.
@@ -763,6 +780,7 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
             supervisor.rearm(now);
         }
         commands.copy_from_slice(&wanted);
+        enforce_watchdog(&mut commands, watchdog_s);
         supervisor.apply(&mut commands);
         let report = robot.cycle(&commands, &mut replies, &mut imu);
         let now = clock.now_ns();
@@ -1655,7 +1673,26 @@ pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()
 
 #[cfg(test)]
 mod tests {
-    use super::LogSummary;
+    use super::{enforce_watchdog, LogSummary};
+    use io::ServoCommand;
+    use proto::host::PositionCommand;
+
+    #[test]
+    fn no_controller_command_leaves_without_a_valid_watchdog() {
+        let with =
+            |w: Option<f64>| ServoCommand::Position(PositionCommand { watchdog_timeout: w, ..Default::default() });
+        let mut commands =
+            [with(None), with(Some(f64::NAN)), with(Some(0.0)), with(Some(20.0)), with(Some(0.5)), ServoCommand::Stop];
+        enforce_watchdog(&mut commands, 0.1);
+        let got: Vec<Option<f64>> = commands
+            .iter()
+            .map(|c| match c {
+                ServoCommand::Position(p) => p.watchdog_timeout,
+                _ => None,
+            })
+            .collect();
+        assert_eq!(got, [Some(0.1), Some(0.1), Some(0.1), Some(0.1), Some(0.5), None]);
+    }
 
     fn log(written: u64, dropped: u64, lost: u64, complete: bool) -> LogSummary {
         LogSummary {
