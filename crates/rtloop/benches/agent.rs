@@ -55,11 +55,23 @@ fn start_agent(bin: &Path, name: &str, busy: bool, cpu: Option<usize>) -> Child 
 }
 
 /// Round trips, ns: publish state k, spin until the agent's command for k is followed.
+/// Runs on a thread of its own, pinned to CPU 0 (the agent to CPU 1) when there are two.
 fn round_trips(agent_bin: &Path, busy: bool, count: usize, gap: Duration) -> hdrhistogram::Histogram<u64> {
+    let bin = agent_bin.to_path_buf();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::spawn(move || round_trips_on_this_thread(&bin, busy, count, gap, cpus)).join().unwrap()
+}
+
+fn round_trips_on_this_thread(
+    agent_bin: &Path,
+    busy: bool,
+    count: usize,
+    gap: Duration,
+    cpus: usize,
+) -> hdrhistogram::Histogram<u64> {
     let name = format!("bench{}-{}", std::process::id(), if busy { "busy" } else { "sleep" });
     let servos: Vec<ServoInfo> = (1..=12).map(|id| ServoInfo { id, bus: (id - 1) / 3 + 1 }).collect();
     let (mut spine, _) = Spine::create(&SpineConfig::new(&name, &servos, 1000.0)).expect("create the segment");
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (spine_cpu, agent_cpu) = if cpus >= 2 { (Some(0), Some(1)) } else { (None, None) };
     if let Some(c) = spine_cpu {
         pin_to(c);
@@ -99,7 +111,7 @@ fn round_trips(agent_bin: &Path, busy: bool, count: usize, gap: Duration) -> hdr
     hist
 }
 
-fn lockstep_steps_per_s(args: &[&str], agent_bin: Option<&Path>) -> f64 {
+fn lockstep_steps_per_s(args: &[&str], agent_bin: Option<&Path>, agent_cpu: Option<usize>) -> f64 {
     let name = format!("benchls{}", std::process::id());
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rtloop"));
     cmd.args(["run", "--lockstep", "--no-wire-time", "--duration", "20", "--quiet", "--json"]).args(args);
@@ -107,7 +119,7 @@ fn lockstep_steps_per_s(args: &[&str], agent_bin: Option<&Path>) -> f64 {
         cmd.args(["--agent", &name]);
     }
     let run = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
-    let agent = agent_bin.map(|b| start_agent(b, &name, true, None));
+    let agent = agent_bin.map(|b| start_agent(b, &name, true, agent_cpu));
     let out = run.wait_with_output().unwrap();
     if let Some(mut a) = agent {
         let _ = a.wait();
@@ -118,6 +130,11 @@ fn lockstep_steps_per_s(args: &[&str], agent_bin: Option<&Path>) -> f64 {
 }
 
 fn main() {
+    // As cyclictest and `rtloop run` with a real-time policy do: keep the CPUs out of deep
+    // idle states, so a sleeping agent's wakeups measure the protocol, not the idle states.
+    let held = rt::setup::CpuDmaLatency::hold_zero();
+    let two = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+    println!("/dev/cpu_dma_latency held at 0: {}", if held.is_ok() { "yes" } else { "no (not root?)" });
     let dir = tempfile::tempdir().unwrap();
     let Some(agent_bin) = compile_agent(dir.path()) else {
         println!("SKIPPED: needs a C compiler (cc) to build examples/agent.c");
@@ -147,6 +164,13 @@ fn main() {
     println!();
     println!("lockstep throughput, 12 simulated servos without wire time, 20 000 steps");
     println!("{:<44} {:>10}", "control law", "steps/s");
-    println!("{:<44} {:>10.0}", "demo motion (in the spine)", lockstep_steps_per_s(&[], None));
-    println!("{:<44} {:>10.0}", "C agent over shared memory", lockstep_steps_per_s(&[], Some(&agent_bin)));
+    println!("{:<44} {:>10.0}", "demo motion (in the spine)", lockstep_steps_per_s(&[], None, None));
+    println!("{:<44} {:>10.0}", "C agent, spine and agent unpinned", lockstep_steps_per_s(&[], Some(&agent_bin), None));
+    if two {
+        println!(
+            "{:<44} {:>10.0}",
+            "C agent, spine --cpu 0, agent on CPU 1",
+            lockstep_steps_per_s(&["--cpu", "0"], Some(&agent_bin), Some(1))
+        );
+    }
 }
