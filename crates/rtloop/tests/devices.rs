@@ -291,9 +291,9 @@ fn the_device_docs_name_only_commands_and_clients_that_work() {
         "crates/io/src/serve/mod.rs",
         "crates/io/src/serve/pty.rs",
         "crates/io/src/serve/runner.rs",
-        "crates/rtloop/src/sim_cmd.rs",
-        "crates/rtloop/src/servo_cmd.rs",
-        "crates/rtloop/src/can_cmd.rs",
+        "crates/rtloop/src/cli/sim.rs",
+        "crates/rtloop/src/cli/servo.rs",
+        "crates/rtloop/src/cli/can.rs",
     ];
     let mut checked = std::collections::BTreeSet::new();
     for file in files {
