@@ -125,8 +125,9 @@ pub struct AgentSpine {
     figures: Arc<Figures>,
     seen: agent::Counters,
     stop: Arc<AtomicBool>,
-    /// The previous cycle refused a command: further refusals belong to the same burst.
-    refusing: bool,
+    /// Cycles this spine has run: the cycle numbers the agent crate's burst rule counts in
+    /// (period indices jump over skipped periods, which must not end a burst).
+    cycles_run: u64,
 }
 
 impl AgentSpine {
@@ -155,7 +156,7 @@ impl AgentSpine {
         let handle = AgentFigures { name: options.name.clone(), figures: Arc::clone(&figures) };
         let stop = Arc::new(AtomicBool::new(false));
         Ok((
-            AgentSpine { spine, options, figures, seen: agent::Counters::default(), stop, refusing: false },
+            AgentSpine { spine, options, figures, seen: agent::Counters::default(), stop, cycles_run: 0 },
             handle,
             warning,
         ))
@@ -275,18 +276,15 @@ impl Controller for AgentSpine {
         }
         let fresh_command = now.commands > self.seen.commands;
         let following = self.spine.following();
-        let mut refused_now = false;
+        self.cycles_run += 1;
         for i in 0..state.servos.len() {
             let command = match self.spine.command_for(i, &self.options.limits) {
                 Some(Ok(valid)) => self.command_of(valid),
                 Some(Err(_)) => {
-                    // One event per burst: a burst ends with a cycle that refused nothing
-                    // (skipped periods do not end it).
-                    self.spine.note_rejected(state.cycle);
-                    if !self.refusing && !refused_now {
+                    // One event per burst: a burst ends with a cycle that refused nothing.
+                    if self.spine.note_rejected(self.cycles_run) {
                         out.event(Some(i), "agent_command_refused");
                     }
-                    refused_now = true;
                     self.options.on_timeout
                 }
                 // Not armed yet: the servos are only queried. Timed out or stopping: safe.
@@ -300,9 +298,8 @@ impl Controller for AgentSpine {
         } else {
             f.without.fetch_add(1, Ordering::Relaxed);
         }
-        self.refusing = refused_now;
-        f.refused.store(self.spine.counters().rejected, Ordering::Relaxed);
         self.seen = self.spine.counters();
+        f.refused.store(self.seen.rejected, Ordering::Relaxed);
         flow
     }
 
