@@ -174,44 +174,6 @@ fn the_same_agent_in_lockstep_twice_writes_the_same_log() {
     assert!(logs[0] == logs[1], "the lockstep logs differ ({} vs {} bytes)", logs[0].len(), logs[1].len());
 }
 
-/// An agent written with the `agent` crate that sends what `bad` makes of a hold command.
-fn hostile_agent(name: String, cycles: u64, bad: fn(&mut agent::RawServoCommand, u64)) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut a = loop {
-            match agent::Agent::attach(&name) {
-                Ok(a) => break a,
-                Err(e) if e.is_retryable() => std::thread::sleep(Duration::from_millis(5)),
-                Err(e) => panic!("{e}"),
-            }
-        };
-        let mut last = u64::MAX;
-        loop {
-            let Ok(state) = a.read_state() else { continue };
-            let (cycle, count) = (state.cycle, state.servo_count as usize);
-            if a.spine_gone().is_some() || cycle >= cycles {
-                return;
-            }
-            if cycle == last {
-                std::thread::sleep(Duration::from_micros(200));
-                continue;
-            }
-            last = cycle;
-            a.rearm_if_needed();
-            let c = a.command_mut();
-            c.for_cycle = cycle;
-            for s in &mut c.servos[..count] {
-                *s = agent::RawServoCommand::QUERY;
-                s.kind = agent::layout::kind::POSITION;
-                s.present = agent::layout::field::POSITION | agent::layout::field::VELOCITY;
-                s.position = 0.0;
-                s.velocity = 0.0;
-            }
-            bad(&mut c.servos[4], cycle);
-            a.send();
-        }
-    })
-}
-
 #[test]
 fn bad_commands_from_an_agent_never_reach_a_servo_and_are_counted() {
     let dir = Scratch::new("agent-hostile");
@@ -219,10 +181,10 @@ fn bad_commands_from_an_agent_never_reach_a_servo_and_are_counted() {
     let name = name("hostile");
     // Servo index 4 (id 5) gets three bursts of bad commands — NaN velocity, a position far
     // out of the limits, an unknown kind — with valid ones between; the others are held at 0.
-    let agent = hostile_agent(name.clone(), u64::MAX, |s, cycle| match cycle {
-        100..200 => s.velocity = f64::NAN,
-        300..400 => s.position = 1e9,
-        500..600 => s.kind = 99,
+    let agent = support::hold_agent(name.clone(), |i, s, cycle| match (i, cycle) {
+        (4, 100..200) => s.velocity = f64::NAN,
+        (4, 300..400) => s.position = 1e9,
+        (4, 500..600) => s.kind = 99,
         _ => {}
     });
     let o = spine(&["--agent", &name, "--duration", "1", "--log", log.to_str().unwrap()]).wait_with_output().unwrap();

@@ -4,6 +4,8 @@
 //! listen for Ctrl-C (sliced sleeps at slow rates, the wait for the end of the duration) or
 //! the shutdown cycle and its read-back query after a stop.
 
+mod support;
+
 use rtloop::config::RunConfig;
 use rtloop::run::{run_with_hooks, Hooks, RunOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -121,37 +123,12 @@ fn the_agent_spine_never_allocates_while_it_follows_an_agent() {
     let robot = rtloop::RobotSpec::default_quadruped();
     let servos: Vec<(u8, u8)> = robot.buses.iter().flat_map(|b| b.servos.iter().map(move |&id| (id, b.bus))).collect();
     let (spine, figures, _) = AgentSpine::create(AgentOptions::new(&name), &servos, 1000.0).unwrap();
-    // An agent on another thread: arms, then holds every joint, with a burst of NaN commands
-    // for servo 3 so the refusal path runs too.
-    let agent_name = name.clone();
-    let agent = std::thread::spawn(move || {
-        let mut a = loop {
-            match agent::Agent::attach(&agent_name) {
-                Ok(a) => break a,
-                Err(_) => std::thread::sleep(std::time::Duration::from_millis(2)),
-            }
-        };
-        let mut last = u64::MAX;
-        while a.spine_gone().is_none() {
-            let Ok(state) = a.read_state() else { continue };
-            let (cycle, count) = (state.cycle, state.servo_count as usize);
-            if cycle == last {
-                std::thread::sleep(std::time::Duration::from_micros(200));
-                continue;
-            }
-            last = cycle;
-            a.rearm_if_needed();
-            let c = a.command_mut();
-            c.for_cycle = cycle;
-            for s in &mut c.servos[..count] {
-                *s = agent::RawServoCommand::QUERY;
-                s.kind = agent::layout::kind::POSITION;
-                s.present = agent::layout::field::POSITION | agent::layout::field::VELOCITY;
-                s.position = 0.0;
-                // NaN position is moteus' "hold here"; a NaN velocity is refused.
-                s.velocity = if (300..400).contains(&cycle) { f64::NAN } else { 0.0 };
-            }
-            a.send();
+    // An agent on another thread: arms, then holds every joint, with a burst of NaN
+    // velocities (a NaN position is moteus' "hold here"; a NaN velocity is refused) so the
+    // refusal path runs too.
+    let agent = support::hold_agent(name.clone(), |_, s, cycle| {
+        if (300..400).contains(&cycle) {
+            s.velocity = f64::NAN;
         }
     });
     ALLOCATIONS.store(0, Ordering::SeqCst);

@@ -255,3 +255,41 @@ impl Drop for Scratch {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// An agent written with the `agent` crate, on a thread of its own: it attaches (waiting
+/// for the spine), arms, and for every new state holds every servo at 0 rev (position and
+/// velocity 0) after `shape(servo index, command, cycle)` has had its say — a test's way to
+/// send bad commands. It ends when the spine goes away.
+pub fn hold_agent(name: String, shape: fn(usize, &mut agent::RawServoCommand, u64)) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut a = loop {
+            match agent::Agent::attach(&name) {
+                Ok(a) => break a,
+                Err(e) if e.is_retryable() => std::thread::sleep(Duration::from_millis(2)),
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let mut last = u64::MAX;
+        while a.spine_gone().is_none() {
+            let Ok(state) = a.read_state() else { continue };
+            let (cycle, count) = (state.cycle, state.servo_count as usize);
+            if cycle == last {
+                std::thread::sleep(Duration::from_micros(200));
+                continue;
+            }
+            last = cycle;
+            a.rearm_if_needed();
+            let c = a.command_mut();
+            c.for_cycle = cycle;
+            for (i, s) in c.servos[..count].iter_mut().enumerate() {
+                *s = agent::RawServoCommand::QUERY;
+                s.kind = agent::layout::kind::POSITION;
+                s.present = agent::layout::field::POSITION | agent::layout::field::VELOCITY;
+                s.position = 0.0;
+                s.velocity = 0.0;
+                shape(i, s, cycle);
+            }
+            a.send();
+        }
+    })
+}
