@@ -511,11 +511,6 @@ pub struct CycleSetup<K: Clock> {
     bus_numbers: Vec<u8>,
 }
 
-/// The demonstration motion (and the gains every command carries) a configuration asks for.
-pub fn motion_of(config: &RunConfig) -> Motion {
-    Motion::from_config(config)
-}
-
 /// Seconds (validated: 0 to one year) as nanoseconds, saturating.
 fn secs_to_ns(s: f64) -> u64 {
     (s * 1e9).round().clamp(0.0, u64::MAX as f64) as u64
@@ -1056,7 +1051,7 @@ pub fn run(opts: &RunOptions) -> Result<RunSummary, String> {
 
 /// [`run`] with hooks around the real-time section.
 pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, String> {
-    execute(opts, hooks, motion_of(&opts.config))
+    execute(opts, hooks, Motion::from_config(&opts.config))
 }
 
 /// Simulated time for a lockstep run: the loop's sleeps move the robot's virtual clock.

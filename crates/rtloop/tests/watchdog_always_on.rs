@@ -14,7 +14,7 @@ fn seconds_to_timeout(config: &RunConfig, give_up_s: f64) -> Option<f64> {
     let clock = VirtualClock::new(1_000_000_000);
     let spec = RobotSpec { buses: vec![BusSpec { bus: 1, uri: io::BusUri::Sim, servos: vec![1] }] };
     let mut robot = spec.build(clock.clone(), io::RobotConfig::default(), io::open::OpenOptions::default()).unwrap();
-    let mut motion = rtloop::run::motion_of(config);
+    let mut motion = rtloop::motion::Motion::from_config(config);
     motion.set_start([0.0].into_iter());
     let mut commands = [ServoCommand::Query];
     let mut replies = [ServoReply::default()];
@@ -68,7 +68,7 @@ fn absent_is_an_explicit_tenth_of_a_second_even_on_a_servo_configured_without_on
     let took = seconds_to_timeout(&config, 1.0).expect("the 0.1 s default applies");
     assert!((0.09..=0.12).contains(&took), "{took}");
     // Every command carries it: a servo whose own default is "no watchdog" still gets one.
-    let mut motion = rtloop::run::motion_of(&config);
+    let mut motion = rtloop::motion::Motion::from_config(&config);
     motion.set_start([0.0].into_iter());
     let mut commands = [ServoCommand::Query];
     motion.fill(0.0, &mut commands);

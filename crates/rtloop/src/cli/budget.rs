@@ -21,7 +21,7 @@ pub const IN_PROCESS_HOST_PER_FRAME_NS: u64 = 1_000;
 pub fn run_command_frame(id: u8) -> Option<CanFdFrame> {
     let config = RobotConfig::default();
     let mut commands = [ServoCommand::Query; 1];
-    let mut motion = crate::run::motion_of(&crate::config::RunConfig::default());
+    let mut motion = crate::motion::Motion::from_config(&crate::config::RunConfig::default());
     motion.set_start([0.0].into_iter());
     motion.fill(2.0, &mut commands);
     let mut command = CanFdFrame::default();
