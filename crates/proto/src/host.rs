@@ -779,7 +779,13 @@ pub fn decode_reply(payload: &[u8], out: &mut ServoState) -> Result<(), DecodeEr
             Subframe::WriteError { .. } | Subframe::ReadError { .. } => {
                 out.errors = out.errors.saturating_add(1);
             }
-            Subframe::Write { .. } | Subframe::Read { .. } | Subframe::Stream { .. } | Subframe::Nop => {}
+            Subframe::Write { .. }
+            | Subframe::Read { .. }
+            | Subframe::Stream { .. }
+            | Subframe::Poll { .. }
+            | Subframe::FlowData { .. }
+            | Subframe::FlowPoll { .. }
+            | Subframe::Nop => {}
         }
     }
     Ok(())

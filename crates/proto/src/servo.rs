@@ -2,13 +2,19 @@
 //!
 //! What it is for: a simulated (or real) servo hands every request payload to [`serve`],
 //! which applies the writes and answers the reads through a [`RegisterServer`], producing
-//! exactly the reply subframes a moteus controller would. What it must never do: panic on
-//! any request, write past the 64-byte reply, allocate, or skip `end_of_frame` — writes
-//! that were applied stay applied even when the rest of the frame is malformed.
+//! exactly the reply subframes a moteus controller would — the diagnostic stream included:
+//! client data (0x40) goes to [`RegisterServer::client_data`], and every poll (0x42) gets
+//! its 0x41 answer, every flow-controlled poll (0x44) its 0x43 answer, empty when the
+//! server has nothing to say (a client waits for that answer forever otherwise).
+//! What it must never do: panic on any request, write past the 64-byte reply, allocate, or
+//! skip `end_of_frame` — writes that were applied stay applied even when the rest of the
+//! frame is malformed — or let a subframe it did not act on pass unreported
+//! ([`RegisterServer::not_understood`]).
 
 use crate::subframe::{subframes, DecodeError, Subframe};
 use crate::value::{Resolution, Value};
-use crate::writer::{EncodeError, FrameWriter};
+use crate::varuint;
+use crate::writer::{opcode, EncodeError, FrameWriter};
 
 /// The registers of one servo, as [`serve`] sees them.
 pub trait RegisterServer {
@@ -19,6 +25,108 @@ pub trait RegisterServer {
     fn read(&mut self, reg: u16, res: Resolution) -> Result<Value, u32>;
     /// Called once after every subframe of a frame has been handled (commit the command).
     fn end_of_frame(&mut self) {}
+
+    /// Client data (0x40) for stream `channel`. `Err` reports why it was not taken; the
+    /// server should also make the refusal visible on the stream where it can (an `ERR`
+    /// line), since 0x40 carries no reply.
+    fn client_data(&mut self, channel: u32, data: &[u8]) -> Result<(), NotUnderstood> {
+        let _ = data;
+        Err(NotUnderstood::UnknownChannel { channel })
+    }
+
+    /// A poll (0x42): copy up to `out.len()` pending bytes of `channel` into `out` and
+    /// return how many. A channel with nothing to say (or no such channel) returns 0; the
+    /// client still gets its empty answer.
+    fn poll(&mut self, channel: u32, out: &mut [u8]) -> usize {
+        let _ = (channel, out);
+        0
+    }
+
+    /// A flow-controlled poll (0x44) acknowledging packet `ack`: returns the packet number
+    /// and the length of the data put in `out` (the next packet when `ack` matches the last
+    /// one sent, that packet again when it does not).
+    fn poll_flow(&mut self, channel: u32, ack: u8, out: &mut [u8]) -> (u8, usize) {
+        let _ = (channel, out);
+        (ack, 0)
+    }
+
+    /// A subframe this server did not act on (see [`NotUnderstood`]); for counting.
+    fn not_understood(&mut self, what: NotUnderstood) {
+        let _ = what;
+    }
+}
+
+/// A well-formed subframe a servo did not act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotUnderstood {
+    /// A subframe only a servo sends (0x20-0x2F replies, 0x30/0x31 errors, 0x41/0x43
+    /// server data) arrived at the servo.
+    ServerSubframe {
+        /// Its opcode byte.
+        opcode: u8,
+    },
+    /// Client data for a stream channel the servo does not have.
+    UnknownChannel {
+        /// The channel.
+        channel: u32,
+    },
+    /// Client data that did not fit the channel's input buffer; `dropped` bytes were lost
+    /// (the server says so on the stream).
+    InputFull {
+        /// Bytes not taken.
+        dropped: usize,
+    },
+}
+
+impl core::fmt::Display for NotUnderstood {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            NotUnderstood::ServerSubframe { opcode } => {
+                write!(f, "subframe {opcode:#04x} is one only a servo sends")
+            }
+            NotUnderstood::UnknownChannel { channel } => write!(f, "no stream channel {channel}"),
+            NotUnderstood::InputFull { dropped } => write!(f, "stream input full: {dropped} bytes dropped"),
+        }
+    }
+}
+
+/// The most data bytes one stream answer carries: a one-byte length (what every client
+/// asks for: 48-61) and never more than the 64-byte reply holds anyway.
+const MAX_STREAM_ANSWER: usize = 127;
+
+/// Bytes of a stream answer's header: opcode, channel varuint, [packet], length varuint
+/// (one byte: answers are at most [`MAX_STREAM_ANSWER`]).
+fn stream_header_len(channel: u32, flow: bool) -> usize {
+    1 + varuint::encode(channel).1 + usize::from(flow) + 1
+}
+
+/// Answer a 0x42 (`flow` None) or 0x44 (`flow` Some(ack)) poll with as many bytes as the
+/// client asked for and the reply still holds.
+fn answer_poll(
+    server: &mut impl RegisterServer,
+    reply: &mut FrameWriter,
+    channel: u32,
+    max_len: u32,
+    flow: Option<u8>,
+) -> Result<(), EncodeError> {
+    let header = stream_header_len(channel, flow.is_some());
+    let room = reply.remaining().checked_sub(header).ok_or(EncodeError::Overflow {
+        needed: header,
+        available: reply.remaining(),
+    })?;
+    let want = usize::try_from(max_len).unwrap_or(usize::MAX).min(room).min(MAX_STREAM_ANSWER);
+    let mut data = [0u8; MAX_STREAM_ANSWER];
+    let out = data.get_mut(..want).unwrap_or(&mut []);
+    match flow {
+        None => {
+            let n = server.poll(channel, out).min(want);
+            reply.stream(opcode::STREAM_SERVER_TO_CLIENT, channel, data.get(..n).unwrap_or(&[]))
+        }
+        Some(ack) => {
+            let (packet, n) = server.poll_flow(channel, ack, out);
+            reply.stream_flow(channel, packet, data.get(..n.min(want)).unwrap_or(&[]))
+        }
+    }
 }
 
 /// Error code for a register the server does not have.
@@ -112,8 +220,32 @@ pub fn serve(request: &[u8], server: &mut impl RegisterServer, reply: &mut Frame
                     overflow_at = Some(offset);
                 }
             }
-            // Replies, error reports, streams (no console here) and NOPs need no answer.
-            Ok(_) => {}
+            Ok(Subframe::Stream { opcode: opcode::STREAM_CLIENT_TO_SERVER, channel, data }) => {
+                if let Err(why) = server.client_data(channel, data) {
+                    server.not_understood(why);
+                }
+            }
+            Ok(Subframe::Poll { channel, max_len }) => {
+                if overflow_at.is_none() && answer_poll(server, reply, channel, max_len, None).is_err() {
+                    overflow_at = Some(offset);
+                }
+            }
+            Ok(Subframe::FlowPoll { channel, ack, max_len }) => {
+                if overflow_at.is_none() && answer_poll(server, reply, channel, max_len, Some(ack)).is_err() {
+                    overflow_at = Some(offset);
+                }
+            }
+            Ok(Subframe::Nop) => {}
+            Ok(
+                Subframe::Reply { .. }
+                | Subframe::WriteError { .. }
+                | Subframe::ReadError { .. }
+                | Subframe::Stream { .. }
+                | Subframe::FlowData { .. },
+            ) => {
+                let opcode = request.get(offset).copied().unwrap_or(0);
+                server.not_understood(NotUnderstood::ServerSubframe { opcode });
+            }
         }
     }
     server.end_of_frame();

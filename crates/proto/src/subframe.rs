@@ -165,15 +165,40 @@ pub enum Subframe<'a> {
         /// The error code (1 = unknown register).
         code: u32,
     },
-    /// Diagnostic stream: 0x40 / 0x41 carry `data`; a 0x42 poll carries none (its
-    /// max-length is checked and skipped).
+    /// Diagnostic stream data: 0x40 (client to server) or 0x41 (server to client).
     Stream {
-        /// 0x40, 0x41 or 0x42.
+        /// 0x40 or 0x41.
         opcode: u8,
         /// Stream channel (1 = diagnostic console).
         channel: u32,
-        /// Stream bytes (empty for a poll).
+        /// Stream bytes (may be empty).
         data: &'a [u8],
+    },
+    /// 0x42: the client asks for up to `max_len` bytes of `channel`; a servo always answers
+    /// with one 0x41 subframe, empty when it has nothing to say.
+    Poll {
+        /// Stream channel.
+        channel: u32,
+        /// Most bytes the client wants.
+        max_len: u32,
+    },
+    /// 0x43: flow-controlled server data, packet `packet`.
+    FlowData {
+        /// Stream channel.
+        channel: u32,
+        /// Packet number; the client acknowledges it in its next 0x44.
+        packet: u8,
+        /// Stream bytes (may be empty).
+        data: &'a [u8],
+    },
+    /// 0x44: flow-controlled poll acknowledging packet `ack` (0 before any was received).
+    FlowPoll {
+        /// Stream channel.
+        channel: u32,
+        /// The packet number the client last received.
+        ack: u8,
+        /// Most bytes the client wants.
+        max_len: u32,
     },
     /// 0x50: nothing (also the padding byte).
     Nop,
@@ -293,8 +318,22 @@ impl<'a> SubframeIter<'a> {
             }
             opcode::STREAM_CLIENT_POLL_SERVER => {
                 let channel = self.varuint()?;
-                let _max_len = self.varuint()?;
-                Ok(Subframe::Stream { opcode: op, channel, data: &[] })
+                let max_len = self.varuint()?;
+                Ok(Subframe::Poll { channel, max_len })
+            }
+            opcode::STREAM_SERVER_TO_CLIENT_FLOW => {
+                let channel = self.varuint()?;
+                let packet = self.byte()?;
+                let len = self.varuint()?;
+                let n = usize::try_from(len).map_err(|_| DecodeError::Truncated { offset: self.data.len() })?;
+                let data = self.take(n)?;
+                Ok(Subframe::FlowData { channel, packet, data })
+            }
+            opcode::STREAM_CLIENT_POLL_SERVER_FLOW => {
+                let channel = self.varuint()?;
+                let ack = self.byte()?;
+                let max_len = self.varuint()?;
+                Ok(Subframe::FlowPoll { channel, ack, max_len })
             }
             opcode::NOP => Ok(Subframe::Nop),
             _ => Err(DecodeError::UnknownOpcode { offset: op_offset, opcode: op }),
@@ -356,13 +395,23 @@ mod tests {
     #[test]
     fn streams_and_errors() {
         let v = all(&[0x41, 0x01, 0x02, b'o', b'k', 0x42, 0x01, 0x30, 0x30, 0x70, 0x01, 0x31, 0xb0, 0x02, 0x01]);
+        // (0x42 poll: channel 1, max length 0x30 = 48.)
         assert_eq!(
             v,
             [
                 Ok(Subframe::Stream { opcode: 0x41, channel: 1, data: b"ok" }),
-                Ok(Subframe::Stream { opcode: 0x42, channel: 1, data: &[] }),
+                Ok(Subframe::Poll { channel: 1, max_len: 48 }),
                 Ok(Subframe::WriteError { register: 0x70, code: 1 }),
                 Ok(Subframe::ReadError { register: 0x130, code: 1 }),
+            ]
+        );
+        let v = all(&[0x44, 0x01, 0xff, 0x3d, 0x43, 0x01, 0x07, 0x02, b'o', b'k', 0x43, 0x01]);
+        assert_eq!(
+            v,
+            [
+                Ok(Subframe::FlowPoll { channel: 1, ack: 0xff, max_len: 61 }),
+                Ok(Subframe::FlowData { channel: 1, packet: 7, data: b"ok" }),
+                Err(DecodeError::Truncated { offset: 12 }),
             ]
         );
     }

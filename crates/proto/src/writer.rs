@@ -31,6 +31,10 @@ pub mod opcode {
     pub const STREAM_SERVER_TO_CLIENT: u8 = 0x41;
     /// Stream poll: client asks the server for up to max-length bytes.
     pub const STREAM_CLIENT_POLL_SERVER: u8 = 0x42;
+    /// Flow-controlled stream data, server to client: channel, packet number, data.
+    pub const STREAM_SERVER_TO_CLIENT_FLOW: u8 = 0x43;
+    /// Flow-controlled poll: channel, the packet number last received (the ack), max length.
+    pub const STREAM_CLIENT_POLL_SERVER_FLOW: u8 = 0x44;
     /// No operation; also the padding byte.
     pub const NOP: u8 = 0x50;
 }
@@ -304,6 +308,34 @@ impl<'a> FrameWriter<'a> {
         let (c, cn) = varuint::encode(channel);
         let (l, ln) = varuint::encode(max_len);
         self.append(&[&[opcode::STREAM_CLIENT_POLL_SERVER], c.get(..cn).unwrap_or(&[]), l.get(..ln).unwrap_or(&[])])
+    }
+
+    /// A flow-controlled poll subframe (0x44): acknowledge packet `ack` (the number of the
+    /// last 0x43 received, 0 at first) and ask for up to `max_len` bytes on `channel`.
+    pub fn stream_poll_flow(&mut self, channel: u32, ack: u8, max_len: u32) -> Result<(), EncodeError> {
+        let (c, cn) = varuint::encode(channel);
+        let (l, ln) = varuint::encode(max_len);
+        self.append(&[
+            &[opcode::STREAM_CLIENT_POLL_SERVER_FLOW],
+            c.get(..cn).unwrap_or(&[]),
+            &[ack],
+            l.get(..ln).unwrap_or(&[]),
+        ])
+    }
+
+    /// A flow-controlled server data subframe (0x43): packet `packet` carrying `data`.
+    pub fn stream_flow(&mut self, channel: u32, packet: u8, data: &[u8]) -> Result<(), EncodeError> {
+        let data_len = u32::try_from(data.len())
+            .map_err(|_| EncodeError::Overflow { needed: data.len(), available: self.remaining() })?;
+        let (c, cn) = varuint::encode(channel);
+        let (l, ln) = varuint::encode(data_len);
+        self.append(&[
+            &[opcode::STREAM_SERVER_TO_CLIENT_FLOW],
+            c.get(..cn).unwrap_or(&[]),
+            &[packet],
+            l.get(..ln).unwrap_or(&[]),
+            data,
+        ])
     }
 
     /// One NOP byte (0x50).

@@ -36,6 +36,7 @@
 
 pub mod bits;
 pub mod bus;
+pub mod console;
 pub mod imu;
 pub mod inject;
 pub mod model;

@@ -244,8 +244,28 @@ pub struct ServoConfig {
     pub board_resistance_ohm: f64,
     /// Motor or board temperature that trips fault 38, °C (80).
     pub fault_temperature_c: f64,
-    /// Watchdog timeout used when a command sends 0, s (0.1).
+    /// Watchdog timeout used when a command sends 0, s (0.1; `servo.default_timeout_s`).
     pub watchdog_default_s: f64,
+    /// Phase current limit, A (`servo.max_current_A`, 100): the torque limit is also
+    /// capped at this × `kt_nm_per_a`.
+    pub max_current_a: f64,
+    /// Largest velocity position mode commands, rev/s (`servo.max_velocity`, 500).
+    pub max_velocity_rev_s: f64,
+    /// Lowest position position mode may command, rev (`servopos.position_min`; NaN: none).
+    pub position_min_rev: f64,
+    /// Highest position position mode may command, rev (`servopos.position_max`; NaN: none).
+    pub position_max_rev: f64,
+    /// Velocity limit used when a command leaves it unset, rev/s
+    /// (`servo.default_velocity_limit`; NaN: none).
+    pub default_velocity_limit: f64,
+    /// Acceleration limit used when a command leaves it unset, rev/s²
+    /// (`servo.default_accel_limit`; NaN: none).
+    pub default_accel_limit: f64,
+    /// Output position = sign × joint position + offset (`motor_position.output.sign`, 1
+    /// or -1).
+    pub output_sign: f64,
+    /// Output position offset, rev (`motor_position.output.offset`, 0).
+    pub output_offset_rev: f64,
     /// Physics step, ns (100 000 = 100 µs).
     pub step_ns: u64,
     /// Fault injection: start an overheat at this time, ns (None); see
@@ -279,6 +299,14 @@ impl ServoConfig {
             board_resistance_ohm: 0.01,
             fault_temperature_c: 80.0,
             watchdog_default_s: 0.1,
+            max_current_a: 100.0,
+            max_velocity_rev_s: 500.0,
+            position_min_rev: f64::NAN,
+            position_max_rev: f64::NAN,
+            default_velocity_limit: f64::NAN,
+            default_accel_limit: f64::NAN,
+            output_sign: 1.0,
+            output_offset_rev: 0.0,
             step_ns: 100_000,
             overheat_at_ns: None,
         }

@@ -14,13 +14,19 @@
 //! Must never: write anything an mjlib reader cannot open unless the caller opted in to an
 //! extension (zstd), or make the real-time side allocate, lock or block.
 
+#[cfg(feature = "files")]
 pub mod export;
 pub mod format;
+#[cfg(feature = "files")]
 pub mod plot;
+#[cfg(feature = "files")]
 pub mod reader;
+#[cfg(feature = "files")]
 pub mod realtime;
 pub mod schema;
 pub mod ser;
+#[cfg(feature = "files")]
 pub mod survey;
 pub mod value;
+#[cfg(feature = "files")]
 pub mod writer;

@@ -198,6 +198,15 @@ pub fn decode(text: &str) -> Result<Json, String> {
             Subframe::Stream { opcode, channel, data } => {
                 json!({"kind": "stream", "opcode": format!("0x{opcode:02x}"), "channel": channel, "data": hex(data)})
             }
+            Subframe::Poll { channel, max_len } => {
+                json!({"kind": "poll", "opcode": "0x42", "channel": channel, "max_len": max_len})
+            }
+            Subframe::FlowData { channel, packet, data } => {
+                json!({"kind": "stream", "opcode": "0x43", "channel": channel, "packet": packet, "data": hex(data)})
+            }
+            Subframe::FlowPoll { channel, ack, max_len } => {
+                json!({"kind": "poll", "opcode": "0x44", "channel": channel, "ack": ack, "max_len": max_len})
+            }
             Subframe::Nop => continue,
         };
         subs.push(entry);
