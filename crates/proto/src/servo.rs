@@ -110,10 +110,10 @@ fn answer_poll(
     flow: Option<u8>,
 ) -> Result<(), EncodeError> {
     let header = stream_header_len(channel, flow.is_some());
-    let room = reply.remaining().checked_sub(header).ok_or(EncodeError::Overflow {
-        needed: header,
-        available: reply.remaining(),
-    })?;
+    let room = reply
+        .remaining()
+        .checked_sub(header)
+        .ok_or(EncodeError::Overflow { needed: header, available: reply.remaining() })?;
     let want = usize::try_from(max_len).unwrap_or(usize::MAX).min(room).min(MAX_STREAM_ANSWER);
     let mut data = [0u8; MAX_STREAM_ANSWER];
     let out = data.get_mut(..want).unwrap_or(&mut []);

@@ -76,7 +76,10 @@ use core::f64::consts::TAU;
 
 use proto::frame::{ArbitrationId, CanFdFrame, FrameFlags, BROADCAST};
 use proto::register::{class_of, fault, reg, Mode, REGISTER_MAP_VERSION};
-use proto::servo::{serve, RegisterServer, ERROR_UNKNOWN_REGISTER};
+use proto::servo::{serve, NotUnderstood, RegisterServer, ERROR_UNKNOWN_REGISTER};
+
+use crate::console::config::{ConfError, Config};
+use crate::console::{Console, ConsoleStats, ServoAction};
 use proto::value::{Resolution, ScaleClass, Value};
 use proto::writer::FrameWriter;
 
@@ -139,9 +142,11 @@ const SLOT_FEEDFORWARD: usize = 2;
 const SLOT_KP_SCALE: usize = 3;
 const SLOT_KD_SCALE: usize = 4;
 const SLOT_MAXIMUM_TORQUE: usize = 5;
+const SLOT_STOP_POSITION: usize = 6;
 const SLOT_TIMEOUT: usize = 7;
 const SLOT_VELOCITY_LIMIT: usize = 8;
 const SLOT_ACCEL_LIMIT: usize = 9;
+const SLOT_IGNORE_BOUNDS: usize = 13;
 const SLOT_LOWER_BOUND: usize = 14;
 const SLOT_UPPER_BOUND: usize = 15;
 
@@ -364,10 +369,92 @@ pub struct Telemetry {
     pub faults_latched: u64,
 }
 
+/// A position command from the console (`d pos`): NaN fields are unset, as in a register
+/// command.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PositionCommand {
+    /// Target position, rev.
+    pub position: f64,
+    /// Target velocity, rev/s.
+    pub velocity: f64,
+    /// Torque limit, N·m.
+    pub max_torque: f64,
+    /// Feedforward torque, N·m.
+    pub feedforward: f64,
+    /// Position gain scale.
+    pub kp_scale: f64,
+    /// Velocity gain scale.
+    pub kd_scale: f64,
+    /// Watchdog timeout, s (NaN: none; unset: the default).
+    pub timeout_s: f64,
+    /// Velocity limit, rev/s.
+    pub velocity_limit: f64,
+    /// Acceleration limit, rev/s².
+    pub accel_limit: f64,
+    /// Non-zero: ignore `servopos.position_min/max`.
+    pub ignore_bounds: f64,
+    /// Stop position, rev (stored; the model does not use it).
+    pub stop_position: f64,
+}
+
+impl Default for PositionCommand {
+    fn default() -> Self {
+        PositionCommand {
+            position: f64::NAN,
+            velocity: f64::NAN,
+            max_torque: f64::NAN,
+            feedforward: f64::NAN,
+            kp_scale: f64::NAN,
+            kd_scale: f64::NAN,
+            timeout_s: 0.0,
+            velocity_limit: f64::NAN,
+            accel_limit: f64::NAN,
+            ignore_bounds: f64::NAN,
+            stop_position: f64::NAN,
+        }
+    }
+}
+
+/// A drive command from the console; it takes effect as the same command sent in
+/// registers would (it feeds the watchdog, a latched fault still needs a stop).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ConsoleCommand {
+    /// `d stop`.
+    Stop,
+    /// `d brake`.
+    Brake,
+    /// `d pos …`.
+    Position(PositionCommand),
+    /// `d within LOWER UPPER MAX_TORQUE`.
+    StayWithin {
+        /// Lower bound, rev (NaN: none).
+        lower: f64,
+        /// Upper bound, rev (NaN: none).
+        upper: f64,
+        /// Torque limit, N·m.
+        max_torque: f64,
+    },
+}
+
+/// What a servo counted of the requests it could not act on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestErrors {
+    /// Frames whose payload did not parse (the subframes before the error were handled).
+    pub malformed_frames: u64,
+    /// Well-formed subframes the servo did not act on: subframes only a servo sends,
+    /// stream data for a channel it does not have, console input it had no room for.
+    pub not_understood: u64,
+}
+
 /// One simulated moteus controller and its joint.
 #[derive(Debug, Clone)]
 pub struct Servo {
     cfg: ServoConfig,
+    /// The configuration it was built with: `conf default` and a restart start from it.
+    factory: ServoConfig,
+    /// The diagnostic console, made on first use (a servo nobody talks to carries none).
+    console: Option<Box<Console>>,
+    request_errors: RequestErrors,
 
     // Mechanical state. `phys_pos` drives the load; the host sees `phys_pos + offset`.
     phys_pos_rev: f64,
@@ -431,6 +518,9 @@ impl Servo {
     pub fn new(cfg: ServoConfig) -> Self {
         Servo {
             cfg,
+            factory: cfg,
+            console: None,
+            request_errors: RequestErrors::default(),
             phys_pos_rev: cfg.initial_position_rev,
             velocity_rev_s: 0.0,
             output_offset_rev: 0.0,
@@ -478,9 +568,201 @@ impl Servo {
         self.cfg.id
     }
 
-    /// The configuration it was built with.
+    /// The configuration in force (the one it was built with, changed by `conf set`).
     pub fn config(&self) -> &ServoConfig {
         &self.cfg
+    }
+
+    /// The configuration it was built with (`conf default` goes back to it).
+    pub fn factory_config(&self) -> &ServoConfig {
+        &self.factory
+    }
+
+    /// The latest time it was told, ns.
+    pub fn now_ns(&self) -> u64 {
+        self.now_ns
+    }
+
+    /// The three serial-number words (registers 0x120-0x122).
+    pub fn serial_number(&self) -> [u32; 3] {
+        [
+            0x5349_4D00 | u32::from(self.cfg.id), // "SIM" + id
+            u32::from(self.cfg.can_prefix) << 8 | u32::from(self.cfg.id),
+            0x1234_5678 ^ (u32::from(self.cfg.id) << 24),
+        ]
+    }
+
+    /// The control velocity of position mode, rev/s.
+    pub fn control_velocity(&self) -> f64 {
+        self.control_vel
+    }
+
+    /// Seconds before the watchdog trips (NaN: no watchdog running).
+    pub fn watchdog_remaining_s(&self) -> f64 {
+        match self.watchdog_timeout_ns {
+            Some(t) if matches!(self.mode, MODE_POSITION | MODE_ZERO_VELOCITY | MODE_STAY_WITHIN) => {
+                t.saturating_sub(self.now_ns.saturating_sub(self.last_command_ns)) as f64 * 1e-9
+            }
+            _ => f64::NAN,
+        }
+    }
+
+    /// The command registers in force (0x020-0x02D, then the stay-within bounds); NaN =
+    /// unset.
+    pub fn command_registers(&self) -> [f64; 16] {
+        self.command
+    }
+
+    /// What it counted of requests it could not act on.
+    pub fn request_errors(&self) -> RequestErrors {
+        self.request_errors
+    }
+
+    /// What its console counted (all zero when nobody used it).
+    pub fn console_stats(&self) -> ConsoleStats {
+        self.console.as_ref().map(|c| c.stats()).unwrap_or_default()
+    }
+
+    /// The console's configuration (made on first use).
+    pub fn console_config(&mut self) -> &Config {
+        self.console_mut().config()
+    }
+
+    /// Power up with `stored`, the configuration text a previous run stored (`conf
+    /// write`): as a board reading its flash at boot, a changed `id.id` takes effect.
+    /// Returns the lines that could not be applied (1-based), which are skipped.
+    pub fn load_stored_config(&mut self, stored: &str) -> Vec<(usize, ConfError)> {
+        // Loaded once here to report the bad lines; `restart` applies the good ones.
+        let bad = Config::new(&self.factory).load_text(stored);
+        self.console = Some(Box::new(Console::new(Config::new(&self.factory), Some(stored.to_string()))));
+        self.restart();
+        bad
+    }
+
+    /// The configuration text `conf write` asked to store since the last call, if any
+    /// (the I/O layer writes it where it loads it from at the next start).
+    pub fn take_config_to_store(&mut self) -> Option<String> {
+        self.console.as_mut().and_then(|c| c.take_store_request())
+    }
+
+    fn new_console(&self) -> Box<Console> {
+        Box::new(Console::new(Config::new(&self.factory), None))
+    }
+
+    fn console_mut(&mut self) -> &mut Console {
+        let factory = &self.factory;
+        self.console.get_or_insert_with(|| Box::new(Console::new(Config::new(factory), None)))
+    }
+
+    /// Run the console until it waits for input or output room; restart the servo when a
+    /// line asked for it.
+    fn pump_console(&mut self) {
+        let mut console = match self.console.take() {
+            Some(c) => c,
+            None => self.new_console(),
+        };
+        let action = console.pump(self);
+        self.console = Some(console);
+        if action == ServoAction::Restart {
+            self.restart();
+        }
+    }
+
+    /// A reboot: the stored configuration (or the factory one) comes back, with its
+    /// `id.id` and `can.prefix`; the servo is stopped with no command, no runtime offset and
+    /// a fresh console. The joint stays where it is.
+    pub fn restart(&mut self) {
+        let stored = self.console.as_ref().and_then(|c| c.stored().map(str::to_string));
+        let pending_store = self.console.as_mut().and_then(|c| c.take_store_request());
+        let config = crate::console::stored_config(self, stored.as_deref());
+        let mut cfg = self.factory;
+        config.apply(&mut cfg);
+        // The joint does not move when the board reboots; only the offsets can change
+        // where it reads.
+        self.cfg = cfg;
+        self.output_offset_rev = 0.0;
+        self.mode = MODE_STOPPED;
+        self.fault = fault::NONE;
+        self.command = UNSET;
+        self.watchdog_timeout_ns = None;
+        self.control_pos = f64::NAN;
+        self.control_vel = 0.0;
+        self.target_pos = f64::NAN;
+        self.trajectory_complete = false;
+        let mut console = Console::new(config, stored);
+        if let Some(text) = pending_store {
+            console.restore_store_request(text);
+        }
+        self.console = Some(Box::new(console));
+    }
+
+    /// Take a changed configuration into force: everything but the CAN id and prefix,
+    /// which change at the next restart, as on the board. A changed output offset or sign
+    /// moves the position a position command holds by the same amount, so the joint does
+    /// not jump.
+    pub fn reconfigure(&mut self, config: &Config) {
+        let before = self.position();
+        let mut cfg = self.cfg;
+        config.apply(&mut cfg);
+        cfg.id = self.cfg.id;
+        cfg.can_prefix = self.cfg.can_prefix;
+        self.cfg = cfg;
+        let shift = self.position() - before;
+        if shift.is_finite() && shift != 0.0 {
+            self.control_pos += shift;
+            self.target_pos += shift;
+        }
+    }
+
+    /// The `motor_position.output.offset` that makes the output read `position` now.
+    pub fn output_offset_for(&self, position: f64) -> f64 {
+        self.cfg.output_offset_rev + (position - self.position())
+    }
+
+    /// Make the output read `position` now (`d rezero`, `d index`): a run-time offset,
+    /// lost at restart, as the set-output registers set.
+    pub fn set_output_position(&mut self, position: f64) {
+        if !position.is_finite() {
+            return;
+        }
+        let shift = position - self.position();
+        self.output_offset_rev += shift;
+        self.control_pos += shift;
+        self.target_pos += shift;
+    }
+
+    /// Apply a drive command from the console as the same register command would apply.
+    pub fn console_command(&mut self, command: ConsoleCommand) {
+        self.pending = UNSET;
+        self.pending_written = 0;
+        self.pending_timeout_written = false;
+        let mode = match command {
+            ConsoleCommand::Stop => MODE_STOPPED,
+            ConsoleCommand::Brake => MODE_BRAKE,
+            ConsoleCommand::Position(p) => {
+                self.pending[SLOT_POSITION] = p.position;
+                self.pending[SLOT_VELOCITY] = p.velocity;
+                self.pending[SLOT_FEEDFORWARD] = p.feedforward;
+                self.pending[SLOT_KP_SCALE] = p.kp_scale;
+                self.pending[SLOT_KD_SCALE] = p.kd_scale;
+                self.pending[SLOT_MAXIMUM_TORQUE] = p.max_torque;
+                self.pending[SLOT_STOP_POSITION] = p.stop_position;
+                self.pending[SLOT_TIMEOUT] = p.timeout_s;
+                self.pending_timeout_written = true;
+                self.pending[SLOT_VELOCITY_LIMIT] = p.velocity_limit;
+                self.pending[SLOT_ACCEL_LIMIT] = p.accel_limit;
+                self.pending[SLOT_IGNORE_BOUNDS] = p.ignore_bounds;
+                MODE_POSITION
+            }
+            ConsoleCommand::StayWithin { lower, upper, max_torque } => {
+                self.pending[SLOT_LOWER_BOUND] = lower;
+                self.pending[SLOT_UPPER_BOUND] = upper;
+                self.pending[SLOT_MAXIMUM_TORQUE] = max_torque;
+                MODE_STAY_WITHIN
+            }
+        };
+        self.pending_mode = Some(mode);
+        self.end_of_frame();
     }
 
     /// The current mode register value.
@@ -488,9 +770,24 @@ impl Servo {
         self.mode
     }
 
-    /// Output position the host sees, rev.
+    /// Output position the host sees, rev: sign × joint position + configured offset +
+    /// the offset set at run time (`d rezero`, the set-output registers).
     pub fn position(&self) -> f64 {
-        self.phys_pos_rev + self.output_offset_rev
+        self.output_sign() * self.phys_pos_rev + self.cfg.output_offset_rev + self.output_offset_rev
+    }
+
+    /// Output velocity the host sees, rev/s.
+    pub fn velocity(&self) -> f64 {
+        self.output_sign() * self.velocity_rev_s
+    }
+
+    /// `motor_position.output.sign` as used: -1 for a negative setting, 1 otherwise.
+    fn output_sign(&self) -> f64 {
+        if self.cfg.output_sign < 0.0 {
+            -1.0
+        } else {
+            1.0
+        }
     }
 
     /// Add a constant heat input to the motor (replacing any earlier one), W; 0 stops it.
@@ -534,7 +831,8 @@ impl Servo {
 
     /// Move the joint (for test setup and scenario scripts): position in rev, at rest.
     pub fn set_position(&mut self, position_rev: f64) {
-        self.phys_pos_rev = finite_or(position_rev, 0.0) - self.output_offset_rev;
+        self.phys_pos_rev =
+            (finite_or(position_rev, 0.0) - self.cfg.output_offset_rev - self.output_offset_rev) * self.output_sign();
         self.velocity_rev_s = 0.0;
     }
 
@@ -544,7 +842,7 @@ impl Servo {
             id: self.cfg.id,
             mode: self.mode,
             position: self.position(),
-            velocity: self.velocity_rev_s,
+            velocity: self.velocity(),
             torque: self.torque_nm,
             q_current: self.q_current_a,
             d_current: 0.0,
@@ -611,7 +909,9 @@ impl Servo {
         self.frame_ended = false;
         // Malformed input: the subframes before the error stay applied and are answered,
         // as a real controller does; the error itself is not reported on the wire.
-        let _ = serve(frame.payload(), self, &mut writer);
+        if serve(frame.payload(), self, &mut writer).is_err() {
+            self.request_errors.malformed_frames += 1;
+        }
         if !self.frame_ended {
             self.end_of_frame();
         }
@@ -648,10 +948,12 @@ impl Servo {
     /// Torque the controller asks for in the current mode (before the limit).
     fn control_torque(&mut self, dt: f64) -> (f64, f64) {
         let pos = self.position();
-        let vel = self.velocity_rev_s;
+        let vel = self.velocity();
         let kp = self.cfg.kp_nm_per_rev;
         let kd = self.cfg.kd_nms_per_rev;
-        let max = self.cfg.max_torque_nm.abs();
+        let current_limit_nm = (self.cfg.max_current_a * self.cfg.kt_nm_per_a).abs();
+        let max =
+            self.cfg.max_torque_nm.abs().min(if current_limit_nm.is_nan() { f64::INFINITY } else { current_limit_nm });
         let kp_scale = finite_or(self.command[SLOT_KP_SCALE], 1.0);
         let kd_scale = finite_or(self.command[SLOT_KD_SCALE], 1.0);
         let feedforward = finite_or(self.command[SLOT_FEEDFORWARD], 0.0);
@@ -660,6 +962,7 @@ impl Servo {
         match self.mode {
             MODE_POSITION => {
                 self.update_trajectory(dt);
+                self.apply_position_bounds();
                 let torque =
                     kp * kp_scale * (self.control_pos - pos) + kd * kd_scale * (self.control_vel - vel) + feedforward;
                 (torque, limit)
@@ -681,11 +984,39 @@ impl Servo {
         }
     }
 
+    /// `servopos.position_min/max` hold the control position inside them unless the
+    /// command asked to ignore the bounds.
+    fn apply_position_bounds(&mut self) {
+        let ignore = self.command[SLOT_IGNORE_BOUNDS];
+        if ignore.is_finite() && ignore != 0.0 {
+            return;
+        }
+        let (lo, hi) = (self.cfg.position_min_rev, self.cfg.position_max_rev);
+        if lo.is_finite() && self.control_pos < lo {
+            self.control_pos = lo;
+            self.control_vel = self.control_vel.max(0.0);
+        }
+        if hi.is_finite() && self.control_pos > hi {
+            self.control_pos = hi;
+            self.control_vel = self.control_vel.min(0.0);
+        }
+    }
+
+    /// The command's velocity and acceleration limits, the configured defaults where the
+    /// command leaves them unset (+inf: none).
+    fn trajectory_limits(&self) -> (f64, f64) {
+        let or_default = |x: f64, default: f64| if x.is_nan() { default } else { x };
+        (
+            limit_or_inf(or_default(self.command[SLOT_VELOCITY_LIMIT], self.cfg.default_velocity_limit)),
+            limit_or_inf(or_default(self.command[SLOT_ACCEL_LIMIT], self.cfg.default_accel_limit)),
+        )
+    }
+
     /// Move the control position one step (see the module docs).
     fn update_trajectory(&mut self, dt: f64) {
-        let velocity = finite_or(self.command[SLOT_VELOCITY], 0.0);
-        let vlim = limit_or_inf(self.command[SLOT_VELOCITY_LIMIT]);
-        let alim = limit_or_inf(self.command[SLOT_ACCEL_LIMIT]);
+        let max_velocity = limit_or_inf(self.cfg.max_velocity_rev_s);
+        let velocity = clampf(finite_or(self.command[SLOT_VELOCITY], 0.0), -max_velocity, max_velocity);
+        let (vlim, alim) = self.trajectory_limits();
         if vlim.is_infinite() && alim.is_infinite() {
             self.control_vel = velocity;
             self.control_pos += velocity * dt;
@@ -725,14 +1056,18 @@ impl Servo {
         let (wanted, limit) = self.control_torque(dt);
         let torque = if wanted.is_nan() { 0.0 } else { clampf(wanted, -limit, limit) };
         self.torque_nm = torque;
+        // The controller works at the output; the joint turns the other way when the
+        // output sign is negative.
+        let joint_torque = self.output_sign() * torque;
 
         // Joint: semi-implicit Euler in radians.
         let inertia = self.cfg.inertia_kgm2.abs().max(1e-9);
         let omega = self.velocity_rev_s * TAU;
         let theta = self.phys_pos_rev * TAU;
         let friction = self.cfg.friction_nm * (omega / 1e-2).tanh();
-        let accel = (torque - self.cfg.damping_nms_per_rad * omega - self.cfg.load_torque_nm * theta.sin() - friction)
-            / inertia;
+        let accel =
+            (joint_torque - self.cfg.damping_nms_per_rad * omega - self.cfg.load_torque_nm * theta.sin() - friction)
+                / inertia;
         let omega = omega + accel * dt;
         if omega.is_finite() {
             self.velocity_rev_s = omega / TAU;
@@ -746,7 +1081,7 @@ impl Servo {
         let current = torque / kt;
         let copper_w = current * current * self.cfg.phase_resistance_ohm;
         self.q_current_a = current;
-        self.power_w = torque * self.velocity_rev_s * TAU + copper_w;
+        self.power_w = joint_torque * self.velocity_rev_s * TAU + copper_w;
         self.voltage_v = self.cfg.supply_voltage_v - self.cfg.source_resistance_ohm * current.abs();
 
         // Thermal: first order toward ambient.
@@ -828,12 +1163,12 @@ impl Servo {
             MODE_POSITION => {
                 if previous != MODE_POSITION {
                     self.control_pos = self.position();
-                    self.control_vel = self.velocity_rev_s;
+                    self.control_vel = self.velocity();
                     self.target_pos = f64::NAN;
                 }
                 let position = command[SLOT_POSITION];
-                let limited = limit_or_inf(command[SLOT_VELOCITY_LIMIT]).is_finite()
-                    || limit_or_inf(command[SLOT_ACCEL_LIMIT]).is_finite();
+                let (vlim, alim) = self.trajectory_limits();
+                let limited = vlim.is_finite() || alim.is_finite();
                 if limited {
                     self.target_pos = position; // NaN: velocity-only profile
                     self.trajectory_complete = false;
@@ -894,7 +1229,7 @@ impl RegisterServer for Servo {
         match r {
             reg::MODE => Ok(Value::encode_int(i32::from(self.mode), res)),
             reg::POSITION => float(self.position()),
-            reg::VELOCITY => float(self.velocity_rev_s),
+            reg::VELOCITY => float(self.velocity()),
             reg::TORQUE => float(self.torque_nm),
             reg::Q_CURRENT => float(self.q_current_a),
             reg::D_CURRENT => float(0.0),
@@ -920,6 +1255,43 @@ impl RegisterServer for Servo {
                 None => Err(ERROR_UNKNOWN_REGISTER),
             },
         }
+    }
+
+    fn client_data(&mut self, channel: u32, data: &[u8]) -> Result<(), NotUnderstood> {
+        if channel != crate::console::CHANNEL {
+            return Err(NotUnderstood::UnknownChannel { channel });
+        }
+        let dropped = self.console_mut().receive(data);
+        self.pump_console();
+        if dropped > 0 {
+            return Err(NotUnderstood::InputFull { dropped });
+        }
+        Ok(())
+    }
+
+    fn poll(&mut self, channel: u32, out: &mut [u8]) -> usize {
+        if channel != crate::console::CHANNEL {
+            return 0;
+        }
+        self.pump_console();
+        let n = self.console_mut().poll(out);
+        // Polling made room: let a pending answer continue into it.
+        self.pump_console();
+        n
+    }
+
+    fn poll_flow(&mut self, channel: u32, ack: u8, out: &mut [u8]) -> (u8, usize) {
+        if channel != crate::console::CHANNEL {
+            return (ack, 0);
+        }
+        self.pump_console();
+        let answer = self.console_mut().poll_flow(ack, out);
+        self.pump_console();
+        answer
+    }
+
+    fn not_understood(&mut self, _what: NotUnderstood) {
+        self.request_errors.not_understood += 1;
     }
 
     fn end_of_frame(&mut self) {
