@@ -71,6 +71,22 @@
 //!   for the bus's event log, and [`Telemetry`] shows the overheat state and the latch count.
 //! * Physics advance in fixed steps (`step_ns`) from the first time the servo is told
 //!   about; a gap longer than ten seconds is not integrated beyond its last ten seconds.
+//! * Configuration (the keys of [`crate::console::config`], changed over the diagnostic
+//!   console with `conf set`, stored with `conf write`): the position gains, the torque
+//!   limit (also capped at `servo.max_current_A` × kt), the default watchdog timeout,
+//!   `servo.max_velocity` (commanded velocities are clamped to it), `servopos.position_min
+//!   / max` (the control position is held inside them unless the command sets "ignore
+//!   position bounds"), the default velocity / acceleration limits (used when a command
+//!   leaves its own unset), and the output mapping: output = `motor_position.output.sign`
+//!   × joint + `motor_position.output.offset` + the run-time offset (set-output registers,
+//!   `d rezero`). A change takes effect at once, except `id.id` and `can.prefix`, which
+//!   take effect at the next restart (`d reset`, or a simulator started with the stored
+//!   configuration), as on the board.
+//! * The diagnostic console ([`crate::console`]) answers on stream channel 1; every poll
+//!   gets its answer, empty when there is nothing to say. Requests the servo cannot act on
+//!   are counted ([`Servo::request_errors`]). The console is made on first use and is the
+//!   one part that allocates after construction (its answers are built as text); the
+//!   register path never touches it.
 
 use core::f64::consts::TAU;
 
