@@ -147,8 +147,10 @@ const MAX_CATCH_UP_NS: u64 = 10_000_000_000;
 
 /// Value of the model-number register (0x100).
 pub const MODEL_NUMBER: i32 = 0x0000_0404;
-/// Value of the firmware-version register (0x101): 1.0.0.
-pub const FIRMWARE_VERSION: i32 = 0x0001_0000;
+/// Value of the firmware-version register (0x101) and of `firmware.version`: ABI
+/// 0x010100, the moteus release whose configuration keys the simulator serves (moteus_tool
+/// compares it with the ABI it supports).
+pub const FIRMWARE_VERSION: i32 = 0x0001_0100;
 
 /// Command slots: 0x020..=0x02D map to 0..=13, the stay-within bounds to 14 and 15.
 const COMMAND_SLOTS: usize = 16;
@@ -1167,7 +1169,9 @@ impl Servo {
             None
         } else {
             let s = if timeout_s > 0.0 { timeout_s } else { self.cfg.watchdog_default_s };
-            Some((s * 1e9) as u64) // saturating cast: +inf → never
+            // A configured default of NaN (or anything not positive) means no watchdog,
+            // never an immediate timeout.
+            (s > 0.0).then_some((s * 1e9) as u64) // saturating cast: +inf → never
         };
 
         let previous = self.mode;

@@ -90,6 +90,11 @@ impl Bench {
         String::from_utf8(got).unwrap()
     }
 
+    /// A command answered by one line (`conf get`).
+    fn oneline(&mut self, line: &str) -> String {
+        String::from_utf8(self.command_until(line, |g| g.ends_with(b"\r\n"))).unwrap()
+    }
+
     /// A command answered by `PREFIX NAME\r\n` + u32 size + bytes.
     fn block(&mut self, line: &str) -> (String, Vec<u8>) {
         let got = self.command_until(line, |g| {
@@ -286,4 +291,100 @@ fn streams_on_other_channels_and_server_subframes_are_counted() {
     assert_eq!(b.servo.request_errors().not_understood, 2);
     b.handle(&[0x60, 0x01], true);
     assert_eq!(b.servo.request_errors().malformed_frames, 1);
+}
+
+#[test]
+fn conf_enumerate_streams_every_key_through_the_bounded_output() {
+    let mut b = Bench::new(4);
+    let all = b.command("conf enumerate");
+    let lines: Vec<&str> = all.trim_end().lines().collect();
+    assert!(lines.len() > 250, "{} keys", lines.len());
+    assert!(all.len() > sim::console::OUTPUT_CAPACITY, "the dump is bigger than the output buffer");
+    assert_eq!(lines.last(), Some(&"OK"));
+    assert!(lines.contains(&"id.id 4"), "{all}");
+    assert!(lines.iter().any(|l| l.starts_with("servo.default_timeout_s ")));
+    let servo = b.command("conf enumerate servo");
+    assert!(servo.lines().all(|l| l.starts_with("servo.") || l == "OK"), "{servo}");
+    let uuid = b.command("conf enumerate uuid");
+    assert_eq!(uuid.lines().count(), 17, "{uuid}");
+    assert!(b.command("conf enumerate nothing").starts_with("ERR unknown group"));
+}
+
+#[test]
+fn conf_set_changes_the_behaviour_and_refuses_bad_values() {
+    let mut b = Bench::new(1);
+    assert_eq!(b.oneline("conf get servo.default_timeout_s"), "0.1\r\n");
+    // A position limit holds the joint inside it.
+    assert_eq!(b.command("conf set servopos.position_max 0.05"), "OK\r\n");
+    b.command("d pos 0.3 0 2 tnan");
+    for _ in 0..1000 {
+        b.poll(61);
+    }
+    assert!((b.servo.position() - 0.05).abs() < 0.01, "bounded at {}", b.servo.position());
+    // A softer position gain: the same torque disturbance moves the joint further.
+    let sag = |b: &mut Bench, kp: &str| {
+        assert_eq!(b.command(&format!("conf set servo.pid_position.kp {kp}")), "OK\r\n");
+        b.command("d pos 0 0 5 tnan f1");
+        for _ in 0..1500 {
+            b.poll(61);
+        }
+        b.servo.position()
+    };
+    let stiff = sag(&mut b, "40");
+    let soft = sag(&mut b, "4");
+    assert!(soft > 4.0 * stiff && stiff > 0.0, "kp 40: {stiff}, kp 4: {soft}");
+    for (line, want) in [
+        ("conf set servo.pid_position.kp abc", "error setting"),
+        ("conf set id.id 300", "out of range"),
+        ("conf set servo.max_current_A inf", "error setting"),
+        ("conf set servo.nothing 1", "error setting"),
+        ("conf set nothing.at.all 1", "unknown group"),
+        ("conf set motor.offset.64 0", "error setting"),
+        ("conf frob", "unknown subcommand"),
+    ] {
+        let answer = b.command(line);
+        assert!(answer.starts_with("ERR ") && answer.contains(want), "{line}: {answer}");
+    }
+    let answer = b.oneline("conf get servo.nothing");
+    assert!(answer.starts_with("ERR error reading"), "{answer}");
+    assert_eq!(b.oneline("conf get servo.pid_position.kp"), "4\r\n", "a refused set changed nothing");
+    // conf default goes back to the simulator's values; conf load to the stored ones.
+    assert_eq!(b.command("conf write"), "OK\r\n");
+    assert!(b.servo.take_config_to_store().unwrap().contains("servo.pid_position.kp 4\n"));
+    b.command("conf default");
+    assert_eq!(b.oneline("conf get servo.pid_position.kp"), "20\r\n");
+    b.command("conf load");
+    assert_eq!(b.oneline("conf get servo.pid_position.kp"), "4\r\n");
+}
+
+#[test]
+fn a_new_id_takes_effect_at_restart_after_conf_write() {
+    let mut b = Bench::new(1);
+    assert_eq!(b.command("conf set id.id 7"), "OK\r\n");
+    assert_eq!(b.servo.id(), 1, "not before a restart");
+    assert_eq!(b.command("conf write"), "OK\r\n");
+    b.write(b"d reset\n");
+    assert_eq!(b.servo.id(), 7);
+    let stored = b.servo.take_config_to_store().expect("the write survives the restart");
+    // A simulator started again with the stored text answers to the new id at once.
+    let mut fresh = Servo::new(ServoConfig::new(1));
+    assert!(fresh.load_stored_config(&stored).is_empty());
+    assert_eq!(fresh.id(), 7);
+    let bad = fresh.load_stored_config("id.id 9\nservo.pid_position.kp x\n# comment\nnothing.here 1\n");
+    assert_eq!(bad.iter().map(|(line, _)| *line).collect::<Vec<_>>(), [2, 4]);
+    assert_eq!(fresh.id(), 9);
+}
+
+#[test]
+fn set_offset_as_moteus_tool_does_it_moves_the_output_and_is_stored() {
+    let mut b = Bench::new(1);
+    b.servo.set_position(0.4);
+    assert_eq!(b.command("d cfg-set-output 0.25"), "OK\r\n");
+    assert!((b.servo.position() - 0.25).abs() < 1e-3, "{}", b.servo.position());
+    b.command("conf write");
+    b.command("d rezero 0.25");
+    let stored = b.servo.take_config_to_store().unwrap();
+    assert!(stored.contains("motor_position.output.offset -0.15"), "{stored}");
+    b.write(b"d reset\n");
+    assert!((b.servo.position() - 0.25).abs() < 1e-3, "the configured offset survives a restart");
 }
