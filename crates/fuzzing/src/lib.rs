@@ -42,7 +42,52 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("tlog_export", tlog_export),
     ("tlog_plot", tlog_plot),
     ("agent_command", agent_command),
+    ("console", console),
 ];
+
+/// The simulated servo's diagnostic console: the input is split into chunks of console
+/// bytes sent in 0x40 frames, each followed by polls (0x42, or 0x44 with an ack taken from
+/// the input, so lost and repeated packets happen). Every poll is answered within 64 bytes
+/// with exactly one stream subframe, registers are still served afterwards, and the
+/// console never holds more than its buffers.
+pub fn console(data: &[u8]) {
+    use proto::frame::ArbitrationId;
+    let mut servo = sim::Servo::new(sim::ServoConfig::new(1));
+    let mut now_ns = 0u64;
+    let frame = |payload: &[u8], reply: bool| {
+        CanFdFrame::new(ArbitrationId::command(1, reply).build(), payload).expect("payloads here are at most 64 bytes")
+    };
+    let mut rest = data;
+    while let [control, tail @ ..] = rest {
+        let len = usize::from(control & 0x3f).min(tail.len()).min(61);
+        let (chunk, after) = tail.split_at(len);
+        let mut buf = [0u8; 64];
+        let mut w = FrameWriter::new(&mut buf);
+        if w.stream(0x40, 1, chunk).is_ok() {
+            let mut reply = CanFdFrame::default();
+            assert!(!servo.handle_frame(&frame(w.as_slice(), false), now_ns, &mut reply));
+        }
+        let ack = after.first().copied().unwrap_or(0);
+        let poll: &[u8] = if control & 0x40 != 0 { &[0x44, 0x01, ack, 61] } else { &[0x42, 0x01, 61] };
+        for _ in 0..=(control >> 7) {
+            now_ns += 1_000_000;
+            let mut reply = CanFdFrame::default();
+            assert!(servo.handle_frame(&frame(poll, true), now_ns, &mut reply), "a poll is always answered");
+            let subs: Vec<_> = parse_subframes(reply.payload()).collect();
+            assert!(
+                matches!(subs.first(), Some(Ok(Subframe::Stream { opcode: 0x41, .. } | Subframe::FlowData { .. }))),
+                "a poll is answered by one stream subframe: {subs:?}"
+            );
+        }
+        rest = after;
+    }
+    let mut reply = CanFdFrame::default();
+    let query = [0x11, 0x00];
+    assert!(servo.handle_frame(&frame(&query, true), now_ns + 1, &mut reply));
+    let mut state = ServoState::default();
+    decode_reply(reply.payload(), &mut state).expect("registers are still served");
+    assert!(state.mode.is_some());
+}
 
 /// The subframe parser: it ends, stops for good after an error, and every register
 /// subframe holds exactly `count` values of its resolution.

@@ -88,4 +88,5 @@ replay_tests!(
     tlog_export,
     tlog_plot,
     agent_command,
+    console,
 );

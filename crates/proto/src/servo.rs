@@ -97,7 +97,8 @@ const MAX_STREAM_ANSWER: usize = 127;
 /// Bytes of a stream answer's header: opcode, channel varuint, [packet], length varuint
 /// (one byte: answers are at most [`MAX_STREAM_ANSWER`]).
 fn stream_header_len(channel: u32, flow: bool) -> usize {
-    1 + varuint::encode(channel).1 + usize::from(flow) + 1
+    // At most 1 + 5 + 1 + 1 bytes: no overflow is possible, but proto spells it out.
+    varuint::encode(channel).1.saturating_add(usize::from(flow)).saturating_add(2)
 }
 
 /// Answer a 0x42 (`flow` None) or 0x44 (`flow` Some(ack)) poll with as many bytes as the

@@ -11,7 +11,8 @@
 //! What it must never do: perform I/O, spawn threads, read a clock (time is always passed
 //! in as `now_ns: u64` on the caller's monotonic timeline), allocate after construction on
 //! the per-frame paths (`SimBus::submit`, `poll_rx`, `advance_to`, `next_event_ns`,
-//! `Servo::handle_frame`), panic on any frame input, or be non-deterministic: the only
+//! `Servo::handle_frame` for register frames; the diagnostic console allocates its answers,
+//! and only when a client uses it), panic on any frame input, or be non-deterministic: the only
 //! randomness is a seeded xorshift generator.
 //!
 //! Fault injection, for exercising a runtime's error handling: a bus can lose frames on the
@@ -25,6 +26,8 @@
 //!
 //! Layout:
 //! * [`servo`] — the simulated moteus controller and its joint.
+//! * [`console`] — its diagnostic console (`tel`, `conf`, `d`), as moteus_tool and tview
+//!   use it, with the configuration under the firmware's key names.
 //! * [`bus`] — the simulated CAN-FD bus: queues, arbitration, delivery, statistics, wire faults.
 //! * [`inject`] — the log of injected faults and latched servo faults.
 //! * [`bits`] — exact bit counts and wire times of CAN / CAN-FD frames.

@@ -71,6 +71,22 @@
 //!   for the bus's event log, and [`Telemetry`] shows the overheat state and the latch count.
 //! * Physics advance in fixed steps (`step_ns`) from the first time the servo is told
 //!   about; a gap longer than ten seconds is not integrated beyond its last ten seconds.
+//! * Configuration (the keys of [`crate::console::config`], changed over the diagnostic
+//!   console with `conf set`, stored with `conf write`): the position gains, the torque
+//!   limit (also capped at `servo.max_current_A` × kt), the default watchdog timeout,
+//!   `servo.max_velocity` (commanded velocities are clamped to it), `servopos.position_min
+//!   / max` (the control position is held inside them unless the command sets "ignore
+//!   position bounds"), the default velocity / acceleration limits (used when a command
+//!   leaves its own unset), and the output mapping: output = `motor_position.output.sign`
+//!   × joint + `motor_position.output.offset` + the run-time offset (set-output registers,
+//!   `d rezero`). A change takes effect at once, except `id.id` and `can.prefix`, which
+//!   take effect at the next restart (`d reset`, or a simulator started with the stored
+//!   configuration), as on the board.
+//! * The diagnostic console ([`crate::console`]) answers on stream channel 1; every poll
+//!   gets its answer, empty when there is nothing to say. Requests the servo cannot act on
+//!   are counted ([`Servo::request_errors`]). The console is made on first use and is the
+//!   one part that allocates after construction (its answers are built as text); the
+//!   register path never touches it.
 
 use core::f64::consts::TAU;
 
@@ -131,8 +147,10 @@ const MAX_CATCH_UP_NS: u64 = 10_000_000_000;
 
 /// Value of the model-number register (0x100).
 pub const MODEL_NUMBER: i32 = 0x0000_0404;
-/// Value of the firmware-version register (0x101): 1.0.0.
-pub const FIRMWARE_VERSION: i32 = 0x0001_0000;
+/// Value of the firmware-version register (0x101) and of `firmware.version`: ABI
+/// 0x010100, the moteus release whose configuration keys the simulator serves (moteus_tool
+/// compares it with the ABI it supports).
+pub const FIRMWARE_VERSION: i32 = 0x0001_0100;
 
 /// Command slots: 0x020..=0x02D map to 0..=13, the stay-within bounds to 14 and 15.
 const COMMAND_SLOTS: usize = 16;
@@ -1151,7 +1169,9 @@ impl Servo {
             None
         } else {
             let s = if timeout_s > 0.0 { timeout_s } else { self.cfg.watchdog_default_s };
-            Some((s * 1e9) as u64) // saturating cast: +inf → never
+            // A configured default of NaN (or anything not positive) means no watchdog,
+            // never an immediate timeout.
+            (s > 0.0).then_some((s * 1e9) as u64) // saturating cast: +inf → never
         };
 
         let previous = self.mode;

@@ -3,13 +3,18 @@
 //! Files this crate writes open in mjlib's own tools (C++ `FileReader`, `file_json_dump`,
 //! `tplot2`, Python `file_reader.py`), and it reads theirs.
 //!
-//! * [`format`] — wire constants, varuints, CRC, the error type.
+//! * [`format`](mod@format) — wire constants, varuints, CRC, the error type.
 //! * [`schema`] — the binary schema model and [`schema::schema_of`] for serde types.
 //! * [`ser`] — the data encoding matching those schemas.
 //! * [`writer`] — blocks, flags, seek markers and the index, onto any `Write`.
 //! * [`realtime`] — a wait-free hand-off so the real-time thread never waits on logging.
 //! * [`reader`], [`value`], [`export`], [`plot`] — reading, decoding, exporting, plotting.
 //! * [`survey`] — what a log holds and every kind of damage in it, counted with offsets.
+//!
+//! The log files themselves (writer, reader, exports, plots and their dependencies) are the
+//! default `files` feature. Without it the crate is only mjlib's telemetry encoding
+//! (`format`, `schema`, `ser`, `value`): the simulated servo's diagnostic console uses that
+//! to answer `tel schema` / `tel get` with the bytes a log carries — one implementation.
 //!
 //! Must never: write anything an mjlib reader cannot open unless the caller opted in to an
 //! extension (zstd), or make the real-time side allocate, lock or block.
