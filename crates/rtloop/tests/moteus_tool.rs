@@ -174,19 +174,23 @@ fn stop_puts_a_moving_servo_in_stopped_mode() {
 }
 
 #[test]
-fn zero_offset_and_set_offset_move_the_reported_position() {
+fn set_offset_and_zero_offset_move_the_reported_position() {
     let (_sim, pty) = sim();
     let p = |j: &Value| j["position"].as_f64().unwrap_or_else(|| panic!("no position: {j}"));
-    moteus_tool_ok(&pty, &["--zero-offset"]);
-    let j = query(&pty);
-    assert!(p(&j).abs() < 0.01, "after --zero-offset: {j}");
+    // The joint rests at 0 (a stopped pendulum); the offsets change what it reads.
     moteus_tool_ok(&pty, &["--set-offset", "0.25"]);
     let j = query(&pty);
     assert!((p(&j) - 0.25).abs() < 0.01, "after --set-offset 0.25: {j}");
-    // --set-offset goes through `d cfg-set-output`, which changes the output offset in the
-    // configuration and stores it (`conf write`).
+    // It went through `d cfg-set-output`: the output offset in the configuration (stored
+    // with `conf write`) now makes the output read 0.25.
     let dump = moteus_tool_ok(&pty, &["--dump-config"]);
-    assert!(config_value(&dump, "motor_position.output.offset").is_some(), "{dump}");
+    let offset = number(&dump, "motor_position.output.offset");
+    assert!((offset - 0.25).abs() < 0.01, "motor_position.output.offset {offset}");
+    moteus_tool_ok(&pty, &["--zero-offset"]);
+    let j = query(&pty);
+    assert!(p(&j).abs() < 0.01, "after --zero-offset: {j}");
+    let dump = moteus_tool_ok(&pty, &["--dump-config"]);
+    assert!(number(&dump, "motor_position.output.offset").abs() < 0.01, "{dump}");
 }
 
 #[test]
@@ -212,8 +216,9 @@ fn calibrate_is_refused_quickly_with_the_reason() {
     assert!(ran.exited(), "--calibrate hung: {}", ran.describe());
     assert!(!ran.success(), "--calibrate claimed success on a simulator: {}", ran.describe());
     // moteus_tool waits 2 s ("ensure it can spin freely") before the first phase command;
-    // the refusal comes right after it, not from some timeout.
-    assert!(ran.elapsed < Duration::from_secs(12), "--calibrate took long to fail: {}", ran.describe());
+    // the refusal comes right after it (about 3 s in all here), not from a timeout. The bound
+    // is loose on purpose: a loaded machine must not fail it.
+    assert!(ran.elapsed < Duration::from_secs(30), "--calibrate took long to fail: {}", ran.describe());
     let all = format!("{}{}", ran.stdout, ran.stderr);
     assert!(all.contains("does not model"), "the refusal does not say why: {}", ran.describe());
     assert!(all.contains("phases"), "{}", ran.describe());

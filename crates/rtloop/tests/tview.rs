@@ -96,7 +96,9 @@ fn tview_reads_the_config_and_plots_servo_stats_from_the_simulator() {
         .arg(&shot)
         // A move to 1 rev from the console: 1 N·m at most, a trajectory limited to 0.5 rev/s
         // and 1 rev/s², a 10 s watchdog (the default one, servo.default_timeout_s, is 0.1 s).
-        .args(["--command", "d pos 1 0 1 v0.5 a1 t10", "--emissions", "30", "--limit", "60"]);
+        .args(["--command", "d pos 1 0 1 v0.5 a1 t10", "--emissions", "30", "--limit", "60"])
+        .args(["--config-key", "id.id", "--config-key", "servo.default_timeout_s"])
+        .args(["--config-key", "servopos.position_min", "--config-key", "motor_position.output.sign"]);
     match &x {
         Ok(x) => {
             cmd.env("DISPLAY", &x.display).env("QT_QPA_PLATFORM", "xcb");
@@ -125,6 +127,13 @@ fn tview_reads_the_config_and_plots_servo_stats_from_the_simulator() {
         assert!(groups.contains(&g), "config group {g} missing: {groups:?}");
     }
     assert!(report["config_leaves"].as_u64().unwrap() > 50, "{report:#}");
+    // The schema form (not the `conf enumerate` fallback for old firmware), decoded right.
+    assert_eq!(report["config_schema_form"], true, "{report:#}");
+    let shown = |key: &str| report["config_values"][key].as_str().unwrap_or_else(|| panic!("{key}: {report:#}"));
+    assert_eq!(shown("id.id"), "1");
+    assert!((shown("servo.default_timeout_s").parse::<f64>().unwrap() - 0.1).abs() < 1e-6, "{report:#}");
+    assert_eq!(shown("servopos.position_min"), "nan");
+    assert_eq!(shown("motor_position.output.sign"), "1");
     // And every telemetry record's schema.
     let records: Vec<&str> =
         report["telemetry_records"].as_array().unwrap().iter().map(|g| g.as_str().unwrap()).collect();

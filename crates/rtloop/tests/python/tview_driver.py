@@ -37,6 +37,8 @@ def parse_args():
     parser.add_argument('--command', default='d pos 1 0 1 v0.5 a1 t10')
     parser.add_argument('--emissions', type=int, default=30)
     parser.add_argument('--limit', type=float, default=60.0)
+    parser.add_argument('--config-key', action='append', default=[],
+                        help='report what the config tree shows for this key')
     moteus.make_transport_args(parser)
     return parser.parse_args()
 
@@ -51,6 +53,15 @@ async def wait_until(what, predicate, limit):
 
 def tree_children(item):
     return [item.child(i) for i in range(item.childCount())]
+
+
+def tree_value(item, dotted):
+    """The value column of the config tree item at `dotted` below `item` (None if absent)."""
+    for name in dotted.split('.'):
+        item = next((c for c in tree_children(item) if c.text(0) == name), None)
+        if item is None:
+            return None
+    return item.text(1)
 
 
 def count_leaves(item):
@@ -76,6 +87,10 @@ async def drive(tv, args, report):
     report['config_groups'] = sorted(device._config_tree_items.keys())
     report['config_leaves'] = sum(count_leaves(i) for i in device._config_tree_items.values())
     report['telemetry_records'] = sorted(device._telemetry_records.keys())
+    # What the config tree shows for a few keys (decoded from `conf data` by tview).
+    report['config_values'] = {
+        key: tree_value(device._config_tree_items[key.split('.', 1)[0]], key.split('.', 1)[1])
+        for key in args.config_key if key.split('.', 1)[0] in device._config_tree_items}
 
     # Count what reaches servo_stats: tview calls Record.update once per emission.
     record = device._telemetry_records['servo_stats']
