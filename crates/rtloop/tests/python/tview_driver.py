@@ -86,7 +86,6 @@ async def drive(tv, args, report):
     report['config_schema_form'] = getattr(device, '_schema_config', None)
     report['config_groups'] = sorted(device._config_tree_items.keys())
     report['config_leaves'] = sum(count_leaves(i) for i in device._config_tree_items.values())
-    report['telemetry_records'] = sorted(device._telemetry_records.keys())
     # What the config tree shows for a few keys (decoded from `conf data` by tview).
     report['config_values'] = {
         key: tree_value(device._config_tree_items[key.split('.', 1)[0]], key.split('.', 1)[1])
@@ -123,6 +122,7 @@ async def drive(tv, args, report):
                      lambda: len(seen) - sent_at >= args.emissions, left())
 
     report['servo_stats_emissions'] = len(seen)
+    report['telemetry_records'] = sorted(device._telemetry_records.keys())
     report['modes_after_command'] = sorted({s['mode'] for s in seen[sent_at:]})
     report['position_at_command'] = seen[sent_at]['position'] if len(seen) > sent_at else None
     report['position_last'] = seen[-1]['position']
