@@ -89,34 +89,268 @@ pub fn free_udp_port() -> u16 {
 /// per test binary under cargo's target tmp dir.
 pub fn moteus_python() -> &'static Path {
     static PY: OnceLock<PathBuf> = OnceLock::new();
-    PY.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("moteus-venv-{MOTEUS_VERSION}"));
-        let python = dir.join("bin/python");
-        let ready = dir.join(".ready");
-        if !ready.exists() {
-            let st = Command::new("python3").args(["-m", "venv"]).arg(&dir).status().expect("python3 runs");
-            assert!(st.success(), "python3 -m venv {} failed", dir.display());
-            let out = Command::new(&python)
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    &format!("moteus=={MOTEUS_VERSION}"),
-                ])
-                .output()
-                .expect("pip runs");
-            assert!(
-                out.status.success(),
-                "could not install moteus=={MOTEUS_VERSION} into {} (these tests need PyPI): {}",
-                dir.display(),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            std::fs::write(&ready, b"").unwrap();
+    PY.get_or_init(|| python_venv(&format!("moteus-venv-{MOTEUS_VERSION}"), &[&format!("moteus=={MOTEUS_VERSION}")]))
+}
+
+/// The Python of a virtual environment `name` under cargo's target tmp dir holding the
+/// (pinned) `packages` from PyPI; made on first use and kept (a `.ready` file marks a
+/// finished install). Panics with pip's message when PyPI cannot be reached.
+pub fn python_venv(name: &str, packages: &[&str]) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let python = dir.join("bin/python");
+    let ready = dir.join(".ready");
+    if !ready.exists() {
+        let st = Command::new("python3").args(["-m", "venv"]).arg(&dir).status().expect("python3 runs");
+        assert!(st.success(), "python3 -m venv {} failed", dir.display());
+        let out = Command::new(&python)
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+            .args(packages)
+            .output()
+            .expect("pip runs");
+        assert!(
+            out.status.success(),
+            "could not install {packages:?} into {} (these tests need PyPI): {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::write(&ready, b"").unwrap();
+    }
+    python
+}
+
+/// What a child process did before it exited or was killed at its time limit.
+pub struct Ran {
+    /// None: still running at the limit, so killed (with its whole process group).
+    pub status: Option<std::process::ExitStatus>,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Ran {
+    /// Exited on its own with status 0.
+    pub fn success(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+
+    /// Exited on its own (any status) rather than being killed at the limit.
+    pub fn exited(&self) -> bool {
+        self.status.is_some()
+    }
+
+    /// For assertion messages: how it ended, and all it printed.
+    pub fn describe(&self) -> String {
+        let how = match self.status {
+            Some(s) => format!("exited with {s} after {:.1} s", self.elapsed.as_secs_f64()),
+            None => format!("killed at its time limit after {:.1} s", self.elapsed.as_secs_f64()),
+        };
+        format!("{how}\n--- stdout ---\n{}\n--- stderr ---\n{}", self.stdout, self.stderr)
+    }
+}
+
+/// A child process in a process group of its own, its output collected as it comes, its
+/// stdin open until [`Session::close_stdin`]. Killed (the whole group) when dropped.
+pub struct Session {
+    child: Child,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    stderr: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+    start: Instant,
+}
+
+impl Session {
+    pub fn spawn(cmd: &mut Command) -> Session {
+        use std::os::unix::process::CommandExt;
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        let start = Instant::now();
+        let stdin = child.stdin.take();
+        let stdout = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut readers = Vec::new();
+        for (pipe, sink) in [
+            (Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>, stdout.clone()),
+            (Box::new(child.stderr.take().unwrap()) as Box<dyn std::io::Read + Send>, stderr.clone()),
+        ] {
+            readers.push(std::thread::spawn(move || {
+                let mut pipe = pipe;
+                let mut buf = [0u8; 4096];
+                loop {
+                    match pipe.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => sink.lock().unwrap().extend_from_slice(&buf[..n]),
+                    }
+                }
+            }));
         }
-        python
-    })
+        Session { child, stdin, stdout, stderr, readers, start }
+    }
+
+    /// Write to its stdin (ignored once closed).
+    pub fn write(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        if let Some(stdin) = self.stdin.as_mut() {
+            let _ = stdin.write_all(bytes);
+            let _ = stdin.flush();
+        }
+    }
+
+    /// Close its stdin (end of input).
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Its stdout so far, as text.
+    pub fn stdout_so_far(&self) -> String {
+        String::from_utf8_lossy(&self.stdout.lock().unwrap()).into_owned()
+    }
+
+    /// Wait until its stdout satisfies `cond`, it exits, or `limit` passes. True when
+    /// `cond` held.
+    pub fn wait_for_stdout(&mut self, limit: Duration, cond: impl Fn(&str) -> bool) -> bool {
+        let start = Instant::now();
+        loop {
+            if cond(&self.stdout_so_far()) {
+                return true;
+            }
+            if start.elapsed() > limit || self.child.try_wait().ok().flatten().is_some() {
+                return cond(&self.stdout_so_far());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Wait for it to exit, at most `limit` more; kill its process group at the limit.
+    pub fn finish(mut self, limit: Duration) -> Ran {
+        self.close_stdin();
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                _ => {
+                    self.kill_group();
+                    break None;
+                }
+            }
+        };
+        let elapsed = self.start.elapsed();
+        // The group is gone (exited or killed): its pipes close, the readers end. A
+        // grandchild that left the group could keep a pipe open; kill it too.
+        self.kill_group();
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        let text =
+            |b: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>| String::from_utf8_lossy(&b.lock().unwrap()).into_owned();
+        Ran { status, stdout: text(&self.stdout), stderr: text(&self.stderr), elapsed }
+    }
+
+    fn kill_group(&mut self) {
+        let pgid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            self.kill_group();
+        }
+    }
+}
+
+/// Run `cmd` with `stdin` as its whole input; kill it (and its process group) if it is
+/// still running after `limit`. Never hangs the test.
+pub fn run_limited(cmd: &mut Command, stdin: &[u8], limit: Duration) -> Ran {
+    let mut s = Session::spawn(cmd);
+    s.write(stdin);
+    s.finish(limit)
+}
+
+/// Make sure the Debian packages `packages` are installed: the missing ones are installed
+/// with apt-get (as root; `apt-get update` first if the package lists are stale). Err says
+/// why not (not root, no apt-get, apt-get failed).
+pub fn apt_packages(packages: &[&str]) -> Result<(), String> {
+    let installed = |p: &&str| {
+        Command::new("dpkg-query")
+            .args(["-W", "-f=${Status}", p])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+    };
+    let missing: Vec<&str> = packages.iter().filter(|p| !installed(p)).copied().collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(format!("needs root to apt-get install {}", missing.join(" ")));
+    }
+    let install = || {
+        run_limited(
+            Command::new("apt-get")
+                .args(["install", "-y", "-q", "--no-install-recommends"])
+                .args(&missing)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+            b"",
+            Duration::from_secs(600),
+        )
+    };
+    let first = install();
+    if first.success() {
+        return Ok(());
+    }
+    let _ = run_limited(Command::new("apt-get").args(["update", "-q"]), b"", Duration::from_secs(300));
+    let second = install();
+    if second.success() {
+        Ok(())
+    } else {
+        Err(format!("apt-get install {} failed: {}", missing.join(" "), second.describe()))
+    }
+}
+
+/// A virtual X server (Xvfb) on a display it picked itself; stopped when dropped.
+pub struct Xvfb {
+    session: Option<Session>,
+    /// The DISPLAY value, e.g. ":1".
+    pub display: String,
+}
+
+impl Xvfb {
+    /// Start one (1280x800, 24 bit, no TCP). Err when Xvfb is not installed or does not
+    /// come up.
+    pub fn start() -> Result<Xvfb, String> {
+        let mut cmd = Command::new("Xvfb");
+        // -displayfd 1: it picks a free display and prints its number on stdout when ready.
+        cmd.args(["-displayfd", "1", "-screen", "0", "1280x800x24", "-nolisten", "tcp"]);
+        if Command::new("Xvfb").arg("-help").stderr(Stdio::null()).stdout(Stdio::null()).status().is_err() {
+            return Err("Xvfb is not installed (apt-get install xvfb)".into());
+        }
+        let mut session = Session::spawn(&mut cmd);
+        if !session.wait_for_stdout(Duration::from_secs(20), |s| s.ends_with('\n')) {
+            let ran = session.finish(Duration::ZERO);
+            return Err(format!("Xvfb did not start: {}", ran.describe()));
+        }
+        let display = format!(":{}", session.stdout_so_far().trim());
+        Ok(Xvfb { session: Some(session), display })
+    }
+}
+
+impl Drop for Xvfb {
+    fn drop(&mut self) {
+        if let Some(s) = self.session.take() {
+            let pid = nix::unistd::Pid::from_raw(s.child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let _ = s.finish(Duration::from_secs(5));
+        }
+    }
 }
 
 pub fn python_client() -> PathBuf {
