@@ -24,6 +24,7 @@
 
 pub mod clock;
 pub mod cycle;
+pub mod diagnostic;
 pub mod fdcanusb;
 pub mod open;
 pub mod robot;

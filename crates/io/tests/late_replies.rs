@@ -293,11 +293,9 @@ fn fdcanusb_pty_replies_are_attributed_to_their_own_request_across_the_deadline(
         for busy_poll in [false, true] {
             let link = dir.path().join(format!("bus-{i}-{busy_poll}"));
             let endpoint = PtyFdcanusbEndpoint::create(&link).expect("pty endpoint");
-            let server = ServeHandle::start(vec![ServedBus {
-                bus: sim_bus(&[1, 2], delay_us * 1000),
-                endpoint: Box::new(endpoint),
-            }])
-            .expect("server");
+            let server =
+                ServeHandle::start(vec![ServedBus::new(sim_bus(&[1, 2], delay_us * 1000), Box::new(endpoint))])
+                    .expect("server");
             let transport = FdcanusbTransport::open(link.to_str().unwrap(), FdcanusbOptions::default()).unwrap();
             let mut config = config(1_000_000);
             // Back to back, giving up early: replies cross into the next cycle. The window is

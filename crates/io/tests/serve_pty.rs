@@ -53,8 +53,7 @@ fn start(tag: &str) -> Started {
     let dir = scratch_dir(tag);
     let path = dir.path().join("fdcanusb");
     let endpoint = PtyFdcanusbEndpoint::create(&path).expect("create pty endpoint");
-    let server =
-        ServeHandle::start(vec![ServedBus { bus: sim_bus(), endpoint: Box::new(endpoint) }]).expect("start server");
+    let server = ServeHandle::start(vec![ServedBus::new(sim_bus(), Box::new(endpoint))]).expect("start server");
     Started { server, path, _dir: dir }
 }
 
@@ -234,6 +233,38 @@ fn unknown_malformed_and_overlong_lines_get_err_and_the_link_recovers() {
     let report = server.stop();
     assert_eq!(report.endpoints[0].counters.protocol_errors, 3);
     assert_eq!(report.endpoints[0].counters.frames_in, 1);
+}
+
+#[test]
+fn what_a_servo_did_not_understand_is_in_the_report() {
+    let Started { server, path, _dir } = start("not-understood");
+    let mut client = Client::open(&path);
+    // A 0x41 (server data: only a servo sends it) and stream data for channel 7, which the
+    // servo does not have; neither asks for a reply.
+    client.send("can send 0001 410100");
+    assert_eq!(client.line(), "OK");
+    client.send("can send 0001 4007026869");
+    assert_eq!(client.line(), "OK");
+    // A write subframe cut short: a malformed frame. Servo 2 gets nothing odd.
+    client.send("can send 0001 01");
+    assert_eq!(client.line(), "OK");
+    client.send("can send 8002 11001F01130D BF");
+    assert_eq!(client.line(), "OK");
+    rcv_parts(&client.line());
+    assert_eq!(client.line_within(SILENCE), None);
+
+    let report = server.stop();
+    let servos = &report.endpoints[0].servos;
+    assert_eq!(servos.len(), 2);
+    assert_eq!(
+        (servos[0].id, servos[0].request_errors.malformed_frames, servos[0].request_errors.not_understood),
+        (1, 1, 2)
+    );
+    assert_eq!(servos[1].request_errors, Default::default());
+    let text = report.to_string();
+    assert!(text.contains("servo 1: 1 malformed frame, 2 subframes not understood"), "{text}");
+    assert!(!text.contains("servo 2"), "a servo with nothing to say is not listed: {text}");
+    assert_eq!(report.endpoints[0].kept_in_memory, 0);
 }
 
 #[test]

@@ -42,7 +42,8 @@ enum Command {
     /// Serve simulated servos behind a pseudo-terminal that speaks the fdcanusb protocol, or
     /// over UDP, until Ctrl-C.
     Sim(SimArgs),
-    /// Send one command (with a query) to one servo and print its state (moteus_tool-like).
+    /// Send one command (with a query) to one servo and print its state, or talk to its
+    /// diagnostic console: --console, --dump-config, --restore-config FILE (moteus_tool-like).
     #[command(after_help = DEVICE_EXIT_STATUS)]
     Servo(ServoArgs),
     /// Send and receive raw CAN-FD frames for one cycle (pi3hat_tool-like).
@@ -59,8 +60,9 @@ enum Command {
 
 /// The exit status of `rtloop servo` and `rtloop can`.
 const DEVICE_EXIT_STATUS: &str = "Exit status: 0 when every expected reply arrived; 1 when the command ran \
-but a reply was missing or a bus failed (stderr says which, and what the device said if it refused a frame); \
-2 when the command line is wrong or a device cannot be opened.";
+but a reply was missing or a bus failed (stderr says which, and what the device said if it refused a frame), \
+or the servo's console refused a command or a setting (its ERR text is printed); \
+2 when the command line is wrong, a file cannot be read, or a device cannot be opened.";
 
 #[derive(Subcommand)]
 enum LogCommand {
@@ -156,6 +158,12 @@ struct SimArgs {
     /// Spin instead of sleeping between requests (lowest latency, one busy core).
     #[arg(long)]
     busy_poll: bool,
+    /// Keep each servo's configuration in DIR/bus<B>-servo<ID>.cfg (ID: the id given here,
+    /// even after a stored id.id moves the servo to another one): loaded at start, written
+    /// when a client sends `conf write`. DIR must exist. Without it, `conf write` keeps the
+    /// configuration in memory only, until the simulator stops.
+    #[arg(long, value_name = "DIR")]
+    config_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Args)]
@@ -166,9 +174,23 @@ struct ServoArgs {
     /// Servo id (1-127).
     #[arg(long, default_value_t = 1)]
     id: u8,
-    /// What to send.
+    /// What to send (or use --console, --dump-config or --restore-config FILE instead).
     #[arg(value_enum)]
-    kind: Kind,
+    kind: Option<Kind>,
+    /// Talk to the servo's diagnostic console: each line of standard input is a command
+    /// (tel, conf, d) and each answer is printed as it comes, ending in OK or ERR (moteus_tool
+    /// --console); works from a pipe: printf 'conf get id.id\n' | rtloop servo ... --console.
+    #[arg(long)]
+    console: bool,
+    /// Print the servo's configuration, one `key value` line per item (`conf enumerate`):
+    /// the format --restore-config reads.
+    #[arg(long)]
+    dump_config: bool,
+    /// Send `conf set LINE` for each line of FILE that is neither blank nor a # comment, then
+    /// store the configuration (`conf write`); lines the servo refused are listed with its ERR
+    /// text (exit status 1).
+    #[arg(long, value_name = "FILE")]
+    restore_config: Option<std::path::PathBuf>,
     #[command(flatten)]
     registers: RegisterArgs,
     /// Print JSON.
@@ -180,7 +202,8 @@ struct ServoArgs {
     /// With --run: stop after this many seconds (default: until Ctrl-C).
     #[arg(long, allow_negative_numbers = true)]
     duration: Option<f64>,
-    /// Reply timeout, ms (above 0, at most 60000).
+    /// Reply timeout, ms (above 0, at most 60000); with the console actions, how long each
+    /// poll of the console waits for its answer.
     #[arg(long, default_value_t = 100.0, allow_negative_numbers = true)]
     timeout_ms: f64,
     /// Spin while waiting for replies (lowest latency, one busy core).
@@ -640,6 +663,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                 duration_s: a.duration,
                 no_wire_time: a.no_wire_time,
                 busy_poll: a.busy_poll,
+                config_dir: a.config_dir,
             })?;
             console::line(text)
         }
@@ -648,7 +672,46 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             if a.id == 0 || a.id > 127 {
                 return Err(format!("--id {} is not a servo id: give a number from 1 to 127", a.id));
             }
-            let command = match a.kind {
+            use rtloop::cli::diag::{DiagAction, DiagRequest};
+            let mut actions = Vec::new();
+            if a.console {
+                actions.push(DiagAction::Console);
+            }
+            if a.dump_config {
+                actions.push(DiagAction::DumpConfig);
+            }
+            if let Some(file) = &a.restore_config {
+                actions.push(DiagAction::RestoreConfig(file.clone()));
+            }
+            let kind = match (a.kind, actions.len()) {
+                (Some(_), 1..) | (None, 2..) => {
+                    return Err("give one action: query, position, stop, zero-velocity, --console, --dump-config or --restore-config FILE".into())
+                }
+                (None, 0) => {
+                    return Err("nothing to do: give query, position, stop or zero-velocity, or --console, --dump-config or --restore-config FILE".into())
+                }
+                (Some(kind), 0) => kind,
+                (None, _) => {
+                    if a.registers.command() != PositionCommand::default() {
+                        return Err("register flags (--position, --velocity, …) only apply to `position`".into());
+                    }
+                    if a.run || a.duration.is_some() || a.json || a.busy_poll {
+                        return Err("--run, --duration, --json and --busy-poll apply to query, position, stop and zero-velocity, not to the console actions".into());
+                    }
+                    if a.id == 127 {
+                        return Err("--id 127 is the broadcast address, which has no console: give the servo's own id (1-126)".into());
+                    }
+                    let req = DiagRequest {
+                        uri,
+                        id: a.id,
+                        action: actions.remove(0),
+                        timeout_ms: a.timeout_ms,
+                        crc: a.crc,
+                    };
+                    return finish_device_command(rtloop::cli::diag::run(&req)?);
+                }
+            };
+            let command = match kind {
                 Kind::Position => ServoCommand::Position(a.registers.command()),
                 _ if a.registers.command() != PositionCommand::default() => {
                     return Err("register flags (--position, --velocity, …) only apply to `position`".into())

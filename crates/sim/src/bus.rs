@@ -298,6 +298,12 @@ impl SimBus {
         &self.servos
     }
 
+    /// The servos on this bus, mutably, in the order they were cabled (a servo's index
+    /// stays its own when a stored configuration changes its id).
+    pub fn servos_mut(&mut self) -> &mut [Servo] {
+        &mut self.servos
+    }
+
     /// The servo with CAN id `id`, if it is on this bus.
     pub fn servo_mut(&mut self, id: u8) -> Option<&mut Servo> {
         self.servos.iter_mut().find(|s| s.id() == id)

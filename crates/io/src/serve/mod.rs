@@ -1,8 +1,10 @@
 //! The simulator behind a real device (`rtloop sim`): simulated buses served over a
 //! pseudo-terminal that speaks the fdcanusb protocol, or over UDP, so that unmodified clients
 //! (the moteus Python package over the pty, rtloop's own transports over either) can drive
-//! them. moteus_tool does not work against it yet: it needs the moteus diagnostic channel,
-//! which the simulated servos do not serve.
+//! them — registers and the moteus diagnostic channel alike: each simulated servo serves its
+//! console on stream channel 1 (`tel`, `conf`, `d`), so moteus_tool, tview and
+//! `rtloop servo --console` talk to it as to a board. With a [`persist::ConfigStore`] a
+//! servo's `conf write` is kept in a file and loaded again at the next start.
 //!
 //! An [`Endpoint`] is the device side of one bus; [`serve`] runs every endpoint and its
 //! [`sim::SimBus`] in real time on one thread until asked to stop.
@@ -11,11 +13,13 @@
 //! (garbage, a closed pty, a vanished peer) stop the server: errors are counted and the
 //! endpoint waits for the next client.
 
+pub mod persist;
 pub mod pty;
 pub mod runner;
 
+pub use persist::{ConfigDir, ConfigStore};
 pub use pty::PtyFdcanusbEndpoint;
-pub use runner::{serve, EndpointReport, ServeHandle, ServeReport, ServedBus};
+pub use runner::{serve, EndpointReport, ServeHandle, ServeReport, ServedBus, ServoReport};
 
 use proto::CanFdFrame;
 use sim::SimBus;

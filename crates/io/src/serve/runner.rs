@@ -6,19 +6,29 @@
 //! [`MAX_SLEEP_NS`] so that a stop request is noticed). [`ServeHandle`] runs it on a
 //! background thread, for tests and for callers that do other things meanwhile.
 //!
+//! After each service pass it takes the configurations the servos' consoles were asked to
+//! store (`conf write`) and hands them to the [`ConfigWriter`] thread when the bus has a
+//! [`ConfigStore`] (`rtloop sim --config-dir`); without one they are kept in the servo's
+//! memory only, and counted. When it stops, the report carries per bus what the servos could
+//! not act on (malformed frames, subframes not understood) and what their consoles counted.
+//!
 //! What it must never do: print (errors are counted and returned in the [`ServeReport`]);
 //! let one endpoint's errors stop the others or spin the CPU (a failing endpoint is rested
-//! for [`ERROR_BACKOFF_NS`] before it is tried again); or allocate per iteration (the
-//! poll set is reserved before the loop; only the first error message of each endpoint is
-//! kept as text).
+//! for [`ERROR_BACKOFF_NS`] before it is tried again); wait for a disk (configurations are
+//! written on their own thread); or allocate per iteration for register traffic (the poll
+//! set is reserved before the loop; only the first error message of each endpoint is kept
+//! as text — a console line or a stored configuration allocates, as the console does).
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use sim::console::ConsoleStats;
+use sim::servo::RequestErrors;
 use sim::SimBus;
 
+use super::persist::{ConfigStore, ConfigWriter, StoreCounts};
 use super::{Endpoint, EndpointCounters};
 use crate::clock::monotonic_now_ns;
 
@@ -36,6 +46,22 @@ pub struct ServedBus {
     pub bus: SimBus,
     /// The device side the clients talk to.
     pub endpoint: Box<dyn Endpoint>,
+    /// Where `conf write` stores the servos' configurations (`rtloop sim --config-dir`);
+    /// `None`: in the servos' memory only, until the server stops.
+    pub store: Option<ConfigStore>,
+}
+
+impl ServedBus {
+    /// `bus` served by `endpoint`, its configurations kept in memory only.
+    pub fn new(bus: SimBus, endpoint: Box<dyn Endpoint>) -> Self {
+        ServedBus { bus, endpoint, store: None }
+    }
+
+    /// Store the configurations `conf write` asks for in `store`'s files.
+    pub fn with_store(mut self, store: ConfigStore) -> Self {
+        self.store = Some(store);
+        self
+    }
 }
 
 impl fmt::Debug for ServedBus {
@@ -59,6 +85,83 @@ pub struct EndpointReport {
     pub undelivered: u64,
     /// The first error, as text (later ones are only counted).
     pub first_error: Option<String>,
+    /// Per servo on the bus, in order.
+    pub servos: Vec<ServoReport>,
+    /// Configurations `conf write` asked to store: written to files, failed, first failure.
+    pub stored: StoreCounts,
+    /// Configurations `conf write` asked to store on a bus without a configuration
+    /// directory: kept in the servo's memory only.
+    pub kept_in_memory: u64,
+}
+
+/// What one simulated servo counted while it was served.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServoReport {
+    /// The id it answers to when the server stopped.
+    pub id: u8,
+    /// Requests it could not act on.
+    pub request_errors: RequestErrors,
+    /// Its diagnostic console's figures.
+    pub console: ConsoleStats,
+}
+
+impl ServoReport {
+    /// Nothing worth reporting.
+    pub fn is_quiet(&self) -> bool {
+        self.request_errors == RequestErrors::default()
+            && self.console.lines == 0
+            && self.console.errors == 0
+            && self.console.input_dropped == 0
+            && self.console.telemetry_skipped == 0
+    }
+}
+
+/// `n thing` or `n things`.
+fn count(f: &mut fmt::Formatter<'_>, n: u64, one: &str, many: &str) -> fmt::Result {
+    write!(f, "{n} {}", if n == 1 { one } else { many })
+}
+
+impl fmt::Display for ServoReport {
+    /// The non-zero figures, e.g. `servo 1: 2 subframes not understood; console: 4 lines, 1
+    /// answered ERR`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "servo {}:", self.id)?;
+        let mut sep = " ";
+        let r = &self.request_errors;
+        for (n, one, many) in [
+            (r.malformed_frames, "malformed frame", "malformed frames"),
+            (r.not_understood, "subframe not understood", "subframes not understood"),
+        ] {
+            if n > 0 {
+                f.write_str(sep)?;
+                count(f, n, one, many)?;
+                sep = ", ";
+            }
+        }
+        let c = &self.console;
+        let mut first = true;
+        for (n, one, many) in [
+            (c.lines, "line", "lines"),
+            (c.errors, "answered ERR", "answered ERR"),
+            (c.input_dropped, "input byte dropped", "input bytes dropped"),
+            (c.telemetry_skipped, "telemetry emission skipped", "telemetry emissions skipped"),
+        ] {
+            if n > 0 {
+                f.write_str(if first {
+                    if sep == " " {
+                        " console "
+                    } else {
+                        "; console "
+                    }
+                } else {
+                    ", "
+                })?;
+                first = false;
+                count(f, n, one, many)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What [`serve`] did, one entry per served bus, in order.
@@ -88,6 +191,27 @@ impl fmt::Display for ServeReport {
                 if let Some(first) = &e.first_error {
                     write!(f, " (first: {first})")?;
                 }
+            }
+            for servo in e.servos.iter().filter(|s| !s.is_quiet()) {
+                write!(f, "; {servo}")?;
+            }
+            if e.stored.written > 0 {
+                f.write_str("; ")?;
+                count(f, e.stored.written, "configuration stored", "configurations stored")?;
+            }
+            if e.stored.failed > 0 {
+                f.write_str("; ")?;
+                count(f, e.stored.failed, "configuration could not be stored", "configurations could not be stored")?;
+                if let Some(first) = &e.stored.first_error {
+                    write!(f, " (first: {first})")?;
+                }
+            }
+            if e.kept_in_memory > 0 {
+                f.write_str("; ")?;
+                count(f, e.kept_in_memory, "conf write", "conf writes")?;
+                f.write_str(
+                    " kept in memory only, lost now that the simulator stops (give --config-dir DIR to keep them)",
+                )?;
             }
         }
         if self.poll_errors > 0 {
@@ -123,14 +247,32 @@ pub fn serve_with(buses: &mut [ServedBus], stop: &AtomicBool, options: ServeOpti
         buses.iter().map(|b| libc::pollfd { fd: b.endpoint.fd(), events: libc::POLLIN, revents: 0 }).collect();
     // Per endpoint: do not touch it before this time (set after an error).
     let mut resting_until: Vec<u64> = vec![0; buses.len()];
+    // Writes stored configurations off this thread; only when some bus has a directory.
+    let mut writer = None;
+    if buses.iter().any(|b| b.store.is_some()) {
+        match ConfigWriter::start() {
+            Ok(w) => writer = Some(w),
+            Err(e) => {
+                for (entry, served) in report.endpoints.iter_mut().zip(buses.iter()) {
+                    if served.store.is_some() {
+                        entry.stored.first_error = Some(format!("cannot start the configuration writer: {e}"));
+                    }
+                }
+            }
+        }
+    }
 
     while !stop.load(Ordering::Relaxed) {
         let now = monotonic_now_ns();
         let mut wake = now.saturating_add(MAX_SLEEP_NS);
-        for (((served, entry), pfd), rest) in
-            buses.iter_mut().zip(report.endpoints.iter_mut()).zip(poll_set.iter_mut()).zip(resting_until.iter_mut())
+        for ((((index, served), entry), pfd), rest) in buses
+            .iter_mut()
+            .enumerate()
+            .zip(report.endpoints.iter_mut())
+            .zip(poll_set.iter_mut())
+            .zip(resting_until.iter_mut())
         {
-            let ServedBus { bus, endpoint } = served;
+            let ServedBus { bus, endpoint, store } = served;
             let resting = now < *rest;
             if !resting {
                 if let Err(e) = endpoint.service(bus, now) {
@@ -161,6 +303,7 @@ pub fn serve_with(buses: &mut [ServedBus], stop: &AtomicBool, options: ServeOpti
                     *rest = now.saturating_add(ERROR_BACKOFF_NS);
                 }
             }
+            take_stored_configs(index, bus, store.as_ref(), writer.as_ref(), entry);
             if let Some(t) = bus.next_event_ns() {
                 wake = wake.min(t.max(now));
             }
@@ -182,10 +325,63 @@ pub fn serve_with(buses: &mut [ServedBus], stop: &AtomicBool, options: ServeOpti
         }
     }
 
+    // A `conf write` answered in the last pass is stored too.
+    for (index, (served, entry)) in buses.iter_mut().zip(report.endpoints.iter_mut()).enumerate() {
+        take_stored_configs(index, &mut served.bus, served.store.as_ref(), writer.as_ref(), entry);
+    }
+    if let Some(writer) = writer {
+        for (index, counts) in writer.finish() {
+            if let Some(entry) = report.endpoints.get_mut(index) {
+                entry.stored.written += counts.written;
+                entry.stored.failed += counts.failed;
+                if entry.stored.first_error.is_none() {
+                    entry.stored.first_error = counts.first_error;
+                }
+            }
+        }
+    }
     for (entry, served) in report.endpoints.iter_mut().zip(buses.iter()) {
         entry.counters = served.endpoint.counters();
+        entry.servos = served
+            .bus
+            .servos()
+            .iter()
+            .map(|s| ServoReport { id: s.id(), request_errors: s.request_errors(), console: s.console_stats() })
+            .collect();
     }
     report
+}
+
+/// Hand every configuration a servo of `bus` was asked to store to the writer (or count it
+/// as kept in memory when the bus has no store).
+fn take_stored_configs(
+    index: usize,
+    bus: &mut SimBus,
+    store: Option<&ConfigStore>,
+    writer: Option<&ConfigWriter>,
+    entry: &mut EndpointReport,
+) {
+    for (slot, servo) in bus.servos_mut().iter_mut().enumerate() {
+        let Some(text) = servo.take_config_to_store() else { continue };
+        let (Some(store), Some(writer)) = (store, writer) else {
+            if store.is_some() {
+                // The writer could not start (already noted): this one is lost too.
+                entry.stored.failed += 1;
+            } else {
+                entry.kept_in_memory += 1;
+            }
+            continue;
+        };
+        let Some(name) = store.file_name(slot) else {
+            entry.stored.failed += 1;
+            entry.stored.first_error.get_or_insert_with(|| format!("servo {} has no configuration slot", servo.id()));
+            continue;
+        };
+        if let Err(e) = writer.submit(index, store.dir(), name, text) {
+            entry.stored.failed += 1;
+            entry.stored.first_error.get_or_insert(e);
+        }
+    }
 }
 
 fn note_first(entry: &mut EndpointReport, e: &super::EndpointError) {

@@ -6,6 +6,7 @@
 
 pub mod budget;
 pub mod can;
+pub mod diag;
 pub mod frame;
 pub mod log;
 pub mod servo;

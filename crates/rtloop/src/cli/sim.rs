@@ -2,9 +2,17 @@
 //! pseudo-terminal speaking the fdcanusb protocol, or a UDP port — so that unmodified moteus
 //! clients, and rtloop's own transports, can drive them. Runs until Ctrl-C.
 //!
+//! Every servo serves its diagnostic console as well as its registers. `--config-dir DIR`
+//! keeps each servo's configuration in `DIR/bus<B>-servo<ID>.cfg` ([`io::serve::persist`]):
+//! loaded at start (a line that cannot be applied is a warning naming the file and line; a
+//! stored `id.id` moves the servo to that id, and the start says so), written whenever a
+//! client sends `conf write`. Without it, `conf write` keeps the configuration in memory
+//! only, and the closing report says how many were lost.
+//!
 //! Must never: serve on an address other hosts can reach unless told to
 //! (`--allow-remote`); replace anything at a `--fdcanusb` path but a stale link of a killed
-//! simulator (the rules are in [`io::serve::pty`]); or start with a number it cannot honour
+//! simulator (the rules are in [`io::serve::pty`]); read or write a configuration through a
+//! link (the rules are in [`io::serve::persist`]); or start with a number it cannot honour
 //! (every flag is range-checked first, see `numbers`).
 
 use crate::numbers::{seconds_from_user, MAX_DURATION_S};
@@ -37,6 +45,8 @@ pub struct SimRequest {
     pub no_wire_time: bool,
     /// Spin instead of sleeping between client requests.
     pub busy_poll: bool,
+    /// Where the servos' configurations are kept (`conf write`); `None`: memory only.
+    pub config_dir: Option<std::path::PathBuf>,
 }
 
 /// Turn the flags into served buses: `--fdcanusb PATH` / `--udp ADDR:PORT` with `--servos`
@@ -109,15 +119,51 @@ fn endpoint(spec: &ServedSpec, allow_remote: bool) -> Result<Box<dyn Endpoint>, 
 /// Serve until Ctrl-C (or the duration); returns the closing report.
 pub fn run(req: &SimRequest) -> Result<String, String> {
     let duration = req.duration_s.map(|d| seconds_from_user("--duration", d, MAX_DURATION_S)).transpose()?;
-    let mut served = Vec::new();
+    let config_dir = match &req.config_dir {
+        Some(path) => Some(std::sync::Arc::new(io::serve::ConfigDir::open(path)?)),
+        None => None,
+    };
+    // Load every stored configuration before any device is created: a file that cannot be
+    // read stops the start with nothing to clean up.
+    let mut buses = Vec::new();
+    let mut notes = Vec::new();
     for spec in &req.buses {
         let config = if req.no_wire_time { sim::BusConfig::without_wire_time() } else { sim::BusConfig::default() };
         let mut bus = sim::SimBus::new(config);
         for &id in &spec.servos {
             bus.add_servo(sim::Servo::new(sim::ServoConfig::new(id)));
         }
+        let store =
+            config_dir.as_ref().map(|dir| io::serve::ConfigStore::new(dir.clone(), spec.bus, spec.servos.clone()));
+        if let Some(store) = &store {
+            let loaded = store.load_into(&mut bus)?;
+            for warning in &loaded.warnings {
+                crate::cli::console::note(format!("rtloop sim: warning: {warning}"));
+            }
+            for (slot, id) in &loaded.renamed {
+                notes.push(format!(
+                    "rtloop sim: bus {}: servo {slot} answers to id {id} (its stored configuration, {}, sets id.id {id})",
+                    spec.bus,
+                    store.dir().path().join(io::serve::persist::config_file_name(spec.bus, *slot)).display()
+                ));
+            }
+            let mut ids: Vec<u8> = bus.servos().iter().map(sim::Servo::id).collect();
+            ids.sort_unstable();
+            if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+                crate::cli::console::note(format!(
+                    "rtloop sim: warning: bus {}: two servos answer to id {}; change id.id on one of them (conf set id.id N, conf write, d reset)",
+                    spec.bus, w[0]
+                ));
+            }
+        }
+        buses.push((bus, store));
+    }
+    let mut served = Vec::new();
+    for (spec, (bus, store)) in req.buses.iter().zip(buses) {
         let endpoint = endpoint(spec, req.allow_remote).map_err(|e| format!("bus {}: {e}", spec.bus))?;
-        served.push(io::serve::runner::ServedBus { bus, endpoint });
+        let mut s = io::serve::runner::ServedBus::new(bus, endpoint);
+        s.store = store;
+        served.push(s);
     }
     crate::signals::install();
     for spec in &req.buses {
@@ -128,6 +174,18 @@ pub fn run(req: &SimRequest) -> Result<String, String> {
             spec.uri,
             ids.join(",")
         ))?;
+    }
+    for note in notes {
+        crate::cli::console::line(note)?;
+    }
+    match &config_dir {
+        Some(dir) => crate::cli::console::line(format!(
+            "rtloop sim: configurations kept in {} (bus<B>-servo<ID>.cfg)",
+            dir.path().display()
+        ))?,
+        None => crate::cli::console::line(
+            "rtloop sim: no --config-dir: conf write keeps a configuration in memory only, until the simulator stops",
+        )?,
     }
     crate::cli::console::line("rtloop sim: serving; Ctrl-C to stop")?;
     let stop = crate::signals::stop_flag();
