@@ -610,7 +610,7 @@ impl<T: Transport, C: Clock> DiagnosticClient<T, C> {
                 return Err(self.overlong_line());
             }
             if !self.fill(deadline)? {
-                return Err(self.incomplete(command, deadline));
+                return Err(self.incomplete(command));
             }
         }
     }
@@ -619,8 +619,7 @@ impl<T: Transport, C: Clock> DiagnosticClient<T, C> {
         DiagError::Protocol { id: self.id, what: format!("an answer line longer than {} bytes", self.options.max_line) }
     }
 
-    fn incomplete(&self, command: &str, deadline: u64) -> DiagError {
-        let _ = deadline;
+    fn incomplete(&self, command: &str) -> DiagError {
         DiagError::Incomplete {
             id: self.id,
             transport: self.transport.name().to_string(),
@@ -633,7 +632,7 @@ impl<T: Transport, C: Clock> DiagnosticClient<T, C> {
     fn read_exact(&mut self, n: usize, command: &str, deadline: u64) -> Result<Vec<u8>, DiagError> {
         while self.input.len() < n {
             if !self.fill(deadline)? {
-                return Err(self.incomplete(command, deadline));
+                return Err(self.incomplete(command));
             }
         }
         Ok(self.input.drain(..n).collect())

@@ -127,3 +127,32 @@ fn without_a_directory_conf_write_is_counted_as_kept_in_memory() {
     // Nothing was written anywhere but the link, which the server removed.
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn a_write_that_fails_is_counted_and_reported_and_serving_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("cfg");
+    std::fs::create_dir(&cfg).unwrap();
+    let dir = Arc::new(ConfigDir::open(&cfg).unwrap());
+    let link = tmp.path().join("bus");
+    let endpoint = PtyFdcanusbEndpoint::create(&link).unwrap();
+    let served = ServedBus::new(bus(&[1]), Box::new(endpoint)).with_store(ConfigStore::new(dir, 1, vec![1]));
+    let server = ServeHandle::start(vec![served]).unwrap();
+    // Something that is not a file now stands where the configuration goes.
+    std::fs::create_dir(cfg.join("bus1-servo1.cfg")).unwrap();
+    let mut c = client(&link, 1);
+    c.command("conf write").unwrap();
+    // The servo still answers.
+    assert_eq!(c.command_oneline("conf get id.id").unwrap(), "1");
+    drop(c);
+    let report = server.stop();
+    let e = &report.endpoints[0];
+    assert_eq!((e.stored.written, e.stored.failed), (0, 1));
+    let text = report.to_string();
+    assert!(text.contains("1 configuration could not be stored (first: cannot replace"), "{text}");
+    assert!(text.contains("bus1-servo1.cfg"), "{text}");
+    // No temporary file is left beside it.
+    let names: Vec<String> =
+        std::fs::read_dir(&cfg).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(names, ["bus1-servo1.cfg"]);
+}

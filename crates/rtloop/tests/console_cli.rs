@@ -195,6 +195,25 @@ fn refused_settings_are_listed_with_the_servos_words_and_exit_1() {
 }
 
 #[test]
+fn configurations_are_kept_behind_udp_too() {
+    let scratch = Scratch::new("udp");
+    let cfg = scratch.path("cfg");
+    std::fs::create_dir(&cfg).unwrap();
+    let addr = format!("127.0.0.1:{}", free_udp_port());
+    let _sim = SimProcess::start(&["--udp", &addr, "--servos", "1,2", "--config-dir", cfg.to_str().unwrap()]);
+    let transport = format!("udp:{addr}");
+    let o = rtloop_with_stdin(
+        &["servo", "--transport", &transport, "--id", "2", "--console"],
+        b"conf set servo.pid_position.kp 3.5\nconf write\n",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    wait_for("the stored gain", Duration::from_secs(10), || {
+        std::fs::read_to_string(cfg.join("bus1-servo2.cfg"))
+            .is_ok_and(|t| t.lines().any(|l| l == "servo.pid_position.kp 3.5"))
+    });
+}
+
+#[test]
 fn a_servo_that_never_answers_is_named_with_its_bus() {
     let scratch = Scratch::new("silent");
     let link = scratch.path("bus");
@@ -228,6 +247,17 @@ fn mistakes_are_one_sentence_before_anything_starts() {
         "is not a directory",
     );
     assert!(std::fs::symlink_metadata(&link).is_err(), "a refused start made no link");
+    // A stored configuration that is a link (to anything) is never read: the start is refused.
+    let cfg = scratch.path("cfg");
+    std::fs::create_dir(&cfg).unwrap();
+    std::fs::write(scratch.path("victim"), "id.id 9\n").unwrap();
+    std::os::unix::fs::symlink(scratch.path("victim"), cfg.join("bus1-servo1.cfg")).unwrap();
+    assert_one_clear_message(
+        &["sim", "--fdcanusb", link_s, "--config-dir", cfg.to_str().unwrap(), "--duration", "5"],
+        "is a symbolic link",
+    );
+    assert!(std::fs::symlink_metadata(&link).is_err(), "a refused start made no link");
+    assert_eq!(std::fs::read_to_string(scratch.path("victim")).unwrap(), "id.id 9\n");
 
     for (args, want) in [
         (&["servo", "-t", "sim", "--id", "1", "query", "--console"][..], "give one action"),

@@ -1,7 +1,7 @@
 //! A simulated fdcanusb adapter on a pseudo-terminal: the device side of the fdcanusb text
 //! protocol, served to any client that opens the pty (the moteus Python package, rtloop's own
-//! fdcanusb transport, moteus_tool and tview — the simulated servos serve the diagnostic
-//! channel — anything else that speaks `can send` / `OK` / `rcv`).
+//! fdcanusb transport and its diagnostic-console client, anything else that speaks
+//! `can send` / `OK` / `rcv`).
 //!
 //! What it is for: [`PtyFdcanusbEndpoint::create`] opens a pty pair, puts it in raw mode and
 //! links its `/dev/pts/N` at a path of the user's choosing. The server then reads the host's

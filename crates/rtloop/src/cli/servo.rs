@@ -2,11 +2,14 @@
 //! servo over any transport and print the decoded state; `--run` repeats it as fast as the
 //! transport allows and prints the achieved rate once a second.
 //!
+//! `--console`, `--dump-config` and `--restore-config FILE` talk to the servo's diagnostic
+//! console instead; they live in [`crate::cli::diag`] and end with the same exit statuses.
+//!
 //! Exit status (shared with `rtloop can`, which uses [`Outcome`] and [`explain_bus_error`]
 //! too): 0 when every reply the command expected arrived; [`EXIT_DEVICE_FAILED`] (1) when the
 //! command ran but a reply was missing or a bus failed — the message says which servo, which
-//! bus, and what the device said if it refused the command; 2 when the command line is wrong
-//! or a device cannot be opened.
+//! bus, and what the device said if it refused the command (for the console actions: the
+//! servo's `ERR` text); 2 when the command line is wrong or a device cannot be opened.
 //!
 //! Must never: report a state that did not come back, or exit 0 when a reply was missing.
 //! A missing reply is an error that says which servo, which bus and what to check.
