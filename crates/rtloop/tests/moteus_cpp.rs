@@ -161,4 +161,32 @@ fn the_moteus_cpp_library_recipe_works_on_the_simulator_pty() {
     assert!(ran.success(), "{}", ran.describe());
     let value: f64 = ran.stdout.trim().parse().unwrap_or_else(|_| panic!("{}", ran.describe()));
     assert!(value > 0.0, "{}", ran.describe());
+
+    // And why the README does not simply pass the path: the library's path constructor
+    // gives up on the pty.
+    let probe = scratch.path("path_constructor.cc");
+    std::fs::write(
+        &probe,
+        r#"#include <iostream>
+#include "mjbots/moteus/moteus.h"
+int main(int, char** argv) {
+  try {
+    mjbots::moteus::Fdcanusb transport(argv[1]);
+    std::cout << "opened\n";
+  } catch (const std::exception& e) {
+    std::cout << "failed: " << e.what() << "\n";
+  }
+}
+"#,
+    )
+    .unwrap();
+    let probe_exe = scratch.path("path_constructor");
+    let built = run_limited(
+        Command::new(cxx).args(["-std=c++17", "-O1", "-pthread", "-I"]).arg(&lib).arg(&probe).arg("-o").arg(&probe_exe),
+        b"",
+        Duration::from_secs(300),
+    );
+    assert!(built.success(), "{}", built.describe());
+    let ran = run_limited(Command::new(&probe_exe).arg(&path), b"", Duration::from_secs(30));
+    assert_eq!(ran.stdout.trim(), "failed: Inappropriate ioctl for device", "{}", ran.describe());
 }

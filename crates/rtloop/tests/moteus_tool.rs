@@ -153,6 +153,37 @@ fn restore_config_round_trips_an_edited_dump() {
 }
 
 #[test]
+fn what_moteus_tool_stores_survives_a_restart_with_config_dir() {
+    let dir = Scratch::new("config-dir");
+    let path = unique_path("persist");
+    let args = ["--fdcanusb", path.to_str().unwrap(), "--servos", "1", "--config-dir", dir.dir().to_str().unwrap()];
+    let mut sim = SimProcess::start(&args);
+    // --restore-config ends with `conf write`; --set-offset stores the output offset too.
+    let dump = moteus_tool_ok(&path, &["--dump-config"]);
+    let edited: String = dump
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| if l.starts_with("servo.pid_position.kp ") { "servo.pid_position.kp 12.25" } else { l })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let file = dir.path("backup.txt");
+    std::fs::write(&file, edited).unwrap();
+    let out = moteus_tool_ok(&path, &["--restore-config", file.to_str().unwrap()]);
+    assert!(!out.contains("could not be set"), "{out}");
+    moteus_tool_ok(&path, &["--set-offset", "0.25"]);
+    let report = sim.stop_and_output();
+    assert!(report.contains("configurations stored"), "{report}");
+    assert!(!report.contains("answered ERR"), "{report}");
+
+    // A new simulator on the same directory powers up with what was stored.
+    let _sim = SimProcess::start(&args);
+    let after = moteus_tool_ok(&path, &["--dump-config"]);
+    assert_eq!(number(&after, "servo.pid_position.kp"), 12.25, "{after}");
+    let p = query(&path)["position"].as_f64().unwrap();
+    assert!((p - 0.25).abs() < 0.01, "the stored output offset did not come back: position {p}");
+}
+
+#[test]
 fn read_prints_a_telemetry_record_as_json() {
     let (_sim, pty) = sim();
     let out = moteus_tool_ok(&pty, &["--read", "servo_stats"]);
@@ -166,7 +197,20 @@ fn read_prints_a_telemetry_record_as_json() {
 fn stop_puts_a_moving_servo_in_stopped_mode() {
     let (_sim, pty) = sim();
     let transport = format!("fdcanusb:{}", pty.display());
-    let o = rtloop(&["servo", "--transport", &transport, "--id", "1", "position", "--position", "0.1", "--json"]);
+    // A 10 s watchdog: the servo is still in position mode when moteus_tool comes.
+    let o = rtloop(&[
+        "servo",
+        "--transport",
+        &transport,
+        "--id",
+        "1",
+        "position",
+        "--position",
+        "0.1",
+        "--watchdog-timeout",
+        "10",
+        "--json",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(query(&pty)["mode"], 10);
     moteus_tool_ok(&pty, &["--stop"]);

@@ -85,7 +85,7 @@ fn tview_reads_the_config_and_plots_servo_stats_from_the_simulator() {
     let python = tview_python();
     let x = x_display(&python);
     let path = unique_path("tview");
-    let _sim = SimProcess::start(&["--fdcanusb", path.to_str().unwrap(), "--servos", "1"]);
+    let mut sim = SimProcess::start(&["--fdcanusb", path.to_str().unwrap(), "--servos", "1"]);
     let scratch = Scratch::new("tview");
     let shot = scratch.path("tview.png");
     let mut cmd = Command::new(&python);
@@ -116,6 +116,18 @@ fn tview_reads_the_config_and_plots_servo_stats_from_the_simulator() {
         .find_map(|l| serde_json::from_str(l).ok())
         .unwrap_or_else(|| panic!("the tview driver printed no report: {}", ran.describe()));
     assert!(ran.success(), "{}\n{report:#}", ran.describe());
+    // The simulator's side of the conversation: its closing report counts the console lines
+    // tview sent (tel stop, conf list, conf schema/data per group, tel list, tel schema per
+    // record, tel fmt, tel rate, the typed command) and no refusal.
+    let closing = sim.stop_and_output();
+    let lines: u64 = closing
+        .split("console ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no console figures in the simulator's report: {closing}"));
+    assert!(lines >= 20, "{closing}");
+    assert!(!closing.contains("answered ERR"), "{closing}");
     if x.is_ok() {
         assert_eq!(report["platform"], "xcb", "{report:#}");
     }

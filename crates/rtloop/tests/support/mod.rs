@@ -360,6 +360,9 @@ pub fn python_client() -> PathBuf {
 /// `rtloop sim …` as a child process, killed when dropped.
 pub struct SimProcess {
     child: Child,
+    /// What it printed (stdout, stderr), collected as it comes.
+    output: [std::sync::Arc<std::sync::Mutex<String>>; 2],
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl SimProcess {
@@ -374,22 +377,34 @@ impl SimProcess {
             .stderr(Stdio::piped())
             .spawn()
             .expect("rtloop sim starts");
-        let stdout = child.stdout.take().unwrap();
+        let output: [std::sync::Arc<std::sync::Mutex<String>>; 2] = Default::default();
         let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.contains("serving") {
-                    let _ = tx.send(());
-                }
-            }
-        });
+        let pipes: [Box<dyn std::io::Read + Send>; 2] =
+            [Box::new(child.stdout.take().unwrap()), Box::new(child.stderr.take().unwrap())];
+        let readers = pipes
+            .into_iter()
+            .zip(output.clone())
+            .map(|(pipe, sink)| {
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    use std::io::BufRead;
+                    for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+                        if line.contains("serving") {
+                            let _ = tx.send(());
+                        }
+                        let mut text = sink.lock().unwrap();
+                        text.push_str(&line);
+                        text.push('\n');
+                    }
+                })
+            })
+            .collect();
+        let mut sim = SimProcess { child, output, readers };
         if rx.recv_timeout(Duration::from_secs(20)).is_err() {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!("rtloop sim {args:?} did not start: {}", String::from_utf8_lossy(&out.stderr));
+            sim.sigkill();
+            panic!("rtloop sim {args:?} did not start: {}", sim.output_so_far());
         }
-        SimProcess { child }
+        sim
     }
 
     /// Stop it the way a user does (SIGTERM, as Ctrl-C): it closes its devices and removes
@@ -398,6 +413,20 @@ impl SimProcess {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
         let _ = self.child.wait();
+    }
+
+    /// Stop it (SIGTERM) and return everything it printed, its closing report included.
+    pub fn stop_and_output(&mut self) -> String {
+        self.stop();
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        self.output_so_far()
+    }
+
+    /// What it printed so far: stdout, then stderr.
+    pub fn output_so_far(&self) -> String {
+        format!("{}{}", self.output[0].lock().unwrap(), self.output[1].lock().unwrap())
     }
 
     /// Kill it without warning (SIGKILL): its link stays behind, stale. Only for links inside
