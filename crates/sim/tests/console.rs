@@ -388,3 +388,33 @@ fn set_offset_as_moteus_tool_does_it_moves_the_output_and_is_stored() {
     b.write(b"d reset\n");
     assert!((b.servo.position() - 0.25).abs() < 1e-3, "the configured offset survives a restart");
 }
+
+#[test]
+fn a_new_client_does_not_get_the_last_packet_of_the_one_before() {
+    let mut b = Bench::new(1);
+    // The first client reads a whole answer and leaves without acknowledging its last packet.
+    b.write(b"tel list\n");
+    let mut ack = 0;
+    let mut got = Vec::new();
+    while !got.ends_with(b"OK\r\n") {
+        let (p, d) = b.poll_flow(ack, 8);
+        ack = p;
+        got.extend(d);
+    }
+    // A new client starts from 0: nothing stale, and its own answer comes whole.
+    assert_eq!(b.poll_flow(0, 1).1, b"");
+    b.ack = 0;
+    assert_eq!(b.command("tel stop"), "OK\r\n");
+    // Packet numbers wrap past 255 without using 0 again.
+    let mut seen_zero = false;
+    for _ in 0..300 {
+        b.write(b"tel stop\n");
+        let (p, _) = b.poll_flow(b.ack, 2);
+        seen_zero |= p == 0;
+        b.ack = p;
+        let (p, _) = b.poll_flow(b.ack, 2);
+        seen_zero |= p == 0;
+        b.ack = p;
+    }
+    assert!(!seen_zero);
+}

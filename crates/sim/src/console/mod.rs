@@ -222,16 +222,21 @@ impl Console {
     }
 
     /// A 0x44 poll acknowledging `ack`: (packet number, bytes in `out`). When `ack` is the
-    /// last packet sent, its bytes are done with and the next packet carries new output;
-    /// otherwise the last packet is sent again.
+    /// last packet sent (or 0: a new client), its bytes are done with and the next packet
+    /// carries new output; otherwise the last packet is sent again.
     pub fn poll_flow(&mut self, ack: u8, out: &mut [u8]) -> (u8, usize) {
-        if ack == self.packet {
+        // Packet numbers skip 0 once counting has begun, so an ack of 0 comes from a client
+        // that has received nothing yet. After packet 1 that is the loss of the very first
+        // packet (send it again); after a later one it is a new client, and the last packet
+        // went to the client before it: done with, not sent again to the newcomer.
+        let new_client = ack == 0 && self.packet > 1;
+        if ack == self.packet || new_client {
             self.output.drain(..self.unacked.min(self.output.len()));
             self.unacked = 0;
             if self.output.is_empty() {
                 return (self.packet, 0);
             }
-            self.packet = self.packet.wrapping_add(1);
+            self.packet = self.packet.checked_add(1).unwrap_or(1);
             self.unacked = out.len().min(self.output.len());
         } else {
             // A client that asks for less than the lost packet held gets its first part;
