@@ -12,7 +12,7 @@
 //! (`conf get`), and [`DiagnosticClient::command_block`] reads a binary block (`tel get`,
 //! `tel schema`, `conf schema`, `conf data`: a line, a u32 little-endian size, the bytes).
 //!
-//! Flow-control bookkeeping: the servo numbers the packets it sends (wrapping at 256); a
+//! Flow-control bookkeeping: the servo numbers the packets it sends (1 to 255, then 1 again); a
 //! poll acknowledges the last one taken. An answer carrying the acknowledged number is a
 //! repeat (or empty) and adds nothing; the first packet after connecting is taken whatever
 //! its number (the servo's count may be anywhere), after that only the next number is.
@@ -521,7 +521,7 @@ impl<T: Transport, C: Clock> DiagnosticClient<T, C> {
                         }
                         self.polling = Polling::Flow { ack, synced: true };
                         0
-                    } else if !synced || packet == ack.wrapping_add(1) {
+                    } else if !synced || packet == next_packet(ack) {
                         self.polling = Polling::Flow { ack: packet, synced: true };
                         self.take(answer.bytes())
                     } else {
@@ -777,6 +777,12 @@ pub enum ConsoleAnswer {
     Value(String),
     /// A binary block.
     Block(Block),
+}
+
+/// The packet number that follows `packet`: servos count 1, 2, …, 255, then 1 again (0 is
+/// kept for "nothing received yet", the ack of a new client).
+fn next_packet(packet: u8) -> u8 {
+    packet.checked_add(1).unwrap_or(1)
 }
 
 #[cfg(test)]
