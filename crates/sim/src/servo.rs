@@ -387,6 +387,11 @@ pub struct Telemetry {
     pub faults_latched: u64,
 }
 
+/// A console for a servo built with `factory`, its defaults in force, nothing stored.
+fn fresh_console(factory: &ServoConfig) -> Box<Console> {
+    Box::new(Console::new(Config::new(factory), None))
+}
+
 /// A position command from the console (`d pos`): NaN fields are unset, as in a register
 /// command.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -650,10 +655,9 @@ impl Servo {
     /// write`): as a board reading its flash at boot, a changed `id.id` takes effect.
     /// Returns the lines that could not be applied (1-based), which are skipped.
     pub fn load_stored_config(&mut self, stored: &str) -> Vec<(usize, ConfError)> {
-        // Loaded once here to report the bad lines; `restart` applies the good ones.
-        let bad = Config::new(&self.factory).load_text(stored);
-        self.console = Some(Box::new(Console::new(Config::new(&self.factory), Some(stored.to_string()))));
-        self.restart();
+        let mut config = Config::new(&self.factory);
+        let bad = config.load_text(stored);
+        self.restart_with(config, Some(stored.to_string()));
         bad
     }
 
@@ -663,22 +667,15 @@ impl Servo {
         self.console.as_mut().and_then(|c| c.take_store_request())
     }
 
-    fn new_console(&self) -> Box<Console> {
-        Box::new(Console::new(Config::new(&self.factory), None))
-    }
-
     fn console_mut(&mut self) -> &mut Console {
         let factory = &self.factory;
-        self.console.get_or_insert_with(|| Box::new(Console::new(Config::new(factory), None)))
+        self.console.get_or_insert_with(|| fresh_console(factory))
     }
 
     /// Run the console until it waits for input or output room; restart the servo when a
     /// line asked for it.
     fn pump_console(&mut self) {
-        let mut console = match self.console.take() {
-            Some(c) => c,
-            None => self.new_console(),
-        };
+        let mut console = self.console.take().unwrap_or_else(|| fresh_console(&self.factory));
         let action = console.pump(self);
         self.console = Some(console);
         if action == ServoAction::Restart {
@@ -691,8 +688,14 @@ impl Servo {
     /// a fresh console. The joint stays where it is.
     pub fn restart(&mut self) {
         let stored = self.console.as_ref().and_then(|c| c.stored().map(str::to_string));
-        let pending_store = self.console.as_mut().and_then(|c| c.take_store_request());
         let config = crate::console::stored_config(self, stored.as_deref());
+        self.restart_with(config, stored);
+    }
+
+    /// [`Servo::restart`] with `config` (already loaded from `stored`) as the configuration
+    /// it comes back with. A store request the I/O layer has not taken yet survives.
+    fn restart_with(&mut self, config: Config, stored: Option<String>) {
+        let pending_store = self.console.as_mut().and_then(|c| c.take_store_request());
         let mut cfg = self.factory;
         config.apply(&mut cfg);
         // The joint does not move when the board reboots; only the offsets can change
@@ -727,9 +730,21 @@ impl Servo {
         self.cfg = cfg;
         let shift = self.position() - before;
         if shift.is_finite() && shift != 0.0 {
-            self.control_pos += shift;
-            self.target_pos += shift;
+            self.hold_through_shift(shift);
         }
+    }
+
+    /// The output now reads `shift` more: move the position a command holds (and its
+    /// target) with it, so the joint does not jump.
+    fn hold_through_shift(&mut self, shift: f64) {
+        self.control_pos += shift;
+        self.target_pos += shift;
+    }
+
+    /// Add `shift` to the run-time output offset (set-output registers, `d rezero`).
+    fn shift_runtime_offset(&mut self, shift: f64) {
+        self.output_offset_rev += shift;
+        self.hold_through_shift(shift);
     }
 
     /// The `motor_position.output.offset` that makes the output read `position` now.
@@ -743,10 +758,7 @@ impl Servo {
         if !position.is_finite() {
             return;
         }
-        let shift = position - self.position();
-        self.output_offset_rev += shift;
-        self.control_pos += shift;
-        self.target_pos += shift;
+        self.shift_runtime_offset(position - self.position());
     }
 
     /// Apply a drive command from the console as the same register command would apply.
@@ -1266,9 +1278,9 @@ impl RegisterServer for Servo {
             reg::FIRMWARE_VERSION => Ok(wrapping_int(i64::from(FIRMWARE_VERSION), res)),
             reg::REGISTER_MAP_VERSION => Ok(Value::encode_int(i32::from(REGISTER_MAP_VERSION), res)),
             reg::MULTIPLEX_ID => Ok(Value::encode_int(i32::from(self.cfg.id), res)),
-            reg::SERIAL_NUMBER1 => Ok(wrapping_int(0x5349_4D00 | i64::from(self.cfg.id), res)), // "SIM" + id
-            reg::SERIAL_NUMBER2 => Ok(wrapping_int(i64::from(self.cfg.can_prefix) << 8 | i64::from(self.cfg.id), res)),
-            reg::SERIAL_NUMBER3 => Ok(wrapping_int(0x1234_5678 ^ (i64::from(self.cfg.id) << 24), res)),
+            reg::SERIAL_NUMBER1 => Ok(wrapping_int(i64::from(self.serial_number()[0]), res)),
+            reg::SERIAL_NUMBER2 => Ok(wrapping_int(i64::from(self.serial_number()[1]), res)),
+            reg::SERIAL_NUMBER3 => Ok(wrapping_int(i64::from(self.serial_number()[2]), res)),
             _ => match command_slot(r) {
                 Some(slot) if self.pending_written & (1 << slot) != 0 => float(self.pending[slot]),
                 Some(slot) => float(self.command[slot]),
@@ -1319,9 +1331,7 @@ impl RegisterServer for Servo {
         if let Some((target, exact)) = self.pending_set_output.take() {
             let current = self.position();
             let shift = if exact { target - current } else { (target - current).round() };
-            self.output_offset_rev += shift;
-            self.control_pos += shift;
-            self.target_pos += shift;
+            self.shift_runtime_offset(shift);
         }
         let mode = self.pending_mode.take();
         let wrote = core::mem::replace(&mut self.pending_command, false);

@@ -185,7 +185,7 @@ impl Console {
     /// which clears the console).
     pub fn pump(&mut self, servo: &mut Servo) -> ServoAction {
         loop {
-            if !self.advance_job(servo) {
+            if !self.advance_job() {
                 return ServoAction::None;
             }
             if self.unreported_drops > 0 {
@@ -251,8 +251,7 @@ impl Console {
 
     /// Copy as much of the pending answer as fits. True when it is complete (or there is
     /// none).
-    fn advance_job(&mut self, servo: &Servo) -> bool {
-        let _ = servo;
+    fn advance_job(&mut self) -> bool {
         loop {
             match &mut self.job {
                 None => return true,
