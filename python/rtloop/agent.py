@@ -1,0 +1,3 @@
+"""(placeholder) the agent part of the rtloop package."""
+
+__all__: list = []

@@ -1,0 +1,3 @@
+"""(placeholder) the robot part of the rtloop package."""
+
+__all__: list = []

@@ -1,0 +1,33 @@
+"""Shared fixtures. The tests run against the installed ``rtloop`` package
+(``pip install ./python``); ``RTLOOP_BIN`` names the ``rtloop`` command-line program
+(the Rust test harness sets it; otherwise ``rtloop`` on PATH or target/{debug,release})."""
+
+import os
+import pathlib
+import shutil
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _find_rtloop_bin():
+    env = os.environ.get("RTLOOP_BIN")
+    if env:
+        return env
+    on_path = shutil.which("rtloop")
+    if on_path:
+        return on_path
+    for profile in ("release", "debug"):
+        candidate = REPO / "target" / profile / "rtloop"
+        if candidate.exists():
+            return str(candidate)
+    return None
+
+
+@pytest.fixture(scope="session")
+def rtloop_bin():
+    """Path of the ``rtloop`` program; the test fails (not skips) when it cannot be found."""
+    path = _find_rtloop_bin()
+    assert path, "set RTLOOP_BIN to the rtloop program (cargo build -p rtloop), or put rtloop on PATH"
+    return path
