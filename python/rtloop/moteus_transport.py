@@ -96,6 +96,8 @@ class Transport:
         timeout: how long a cycle waits for missing replies at most, s (more than 0, at most
             60). A cycle whose replies are all in returns at once.
         fdcanusb_crc: append the ``*XX`` checksum to fdcanusb lines (moteus UART links).
+        sim_instant: ``sim`` buses take no wire time and their servos answer at once
+            (measures the host side; default: CAN-FD timing in real time).
 
     Raises ``ValueError`` for bad bus numbers, ids or addresses, ``FileNotFoundError`` for a
     missing fdcanusb device, ``OSError`` for other devices that cannot be opened. Use it as
@@ -109,12 +111,15 @@ class Transport:
         *,
         timeout: float = 0.1,
         fdcanusb_crc: bool = False,
+        sim_instant: bool = False,
     ) -> None:
         """Open every bus (see the class docstring)."""
         if isinstance(buses, str):
             buses = {1: buses}
         if not isinstance(buses, _MappingABC) or not buses:
-            raise ValueError('buses must be a non-empty dict of bus number to address: give e.g. {1: "fdcanusb:/dev/ttyACM0"}')
+            raise ValueError(
+                'buses must be a non-empty dict of bus number to address: give e.g. {1: "fdcanusb:/dev/ttyACM0"}'
+            )
         if servos is None:
             servos = {}
         elif not isinstance(servos, _MappingABC):
@@ -123,7 +128,9 @@ class Transport:
         sim_servos: List[Tuple[int, List[int]]] = []
         for bus, ids in servos.items():
             if bus not in buses:
-                raise ValueError(f"servos names bus {bus}, which is not in buses: add it to buses or remove it")
+                raise ValueError(
+                    f"servos names bus {bus}, which is not in buses: add it to buses or remove it"
+                )
             ids = list(ids)
             sim_servos.append((bus, ids))
             for servo in ids:
@@ -139,7 +146,11 @@ class Transport:
                     f'a bus address must be a string, not {type(address).__name__}: give e.g. "fdcanusb:/dev/ttyACM0"'
                 )
         self._native = _rtloop.FrameCycler(
-            list(buses.items()), sim_servos=sim_servos, timeout=timeout, fdcanusb_crc=fdcanusb_crc
+            list(buses.items()),
+            sim_servos=sim_servos,
+            timeout=timeout,
+            fdcanusb_crc=fdcanusb_crc,
+            sim_instant=sim_instant,
         )
         self._bus_numbers: List[int] = [n for n, _ in self._native.buses]
         self._single_bus: Optional[int] = self._bus_numbers[0] if len(self._bus_numbers) == 1 else None
@@ -274,15 +285,15 @@ class Transport:
             if isinstance(explicit, int) and not isinstance(explicit, bool):
                 if explicit in self._bus_numbers:
                     return explicit
-                raise ValueError(f"command.{attr} is {explicit}, which is not one of the buses {self._bus_numbers}")
+                raise ValueError(
+                    f"command.{attr} is {explicit}, which is not one of the buses {self._bus_numbers}"
+                )
         bus = self._routes.get(destination)
         if bus is not None:
             return bus
         if self._single_bus is not None:
             return self._single_bus
-        raise ValueError(
-            f"servo id {destination} is on none of the buses: list it in servos={{bus: [ids]}}"
-        )
+        raise ValueError(f"servo id {destination} is on none of the buses: list it in servos={{bus: [ids]}}")
 
     def _frames(self, commands: Sequence[Any]) -> Tuple[List[Tuple[int, int, bytes, bool, bool]], List[int]]:
         """``(bus, arbitration_id, data, reply, raw)`` for each command (one per bus for a

@@ -32,6 +32,7 @@ import os
 import tempfile
 import warnings
 import weakref
+from collections.abc import Mapping as _MappingABC
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _rtloop
@@ -223,15 +224,17 @@ def serve(
     ``FileExistsError`` when something other than a stale simulator link is at a path;
     ``FileNotFoundError`` for a missing directory; ``OSError`` when a port cannot be bound.
     """
-    if not isinstance(buses, Mapping) or not buses:
-        raise ValueError("buses must be a non-empty dict of bus number to servo ids: give e.g. {1: [1, 2, 3]}")
+    if not isinstance(buses, _MappingABC) or not buses:
+        raise ValueError(
+            "buses must be a non-empty dict of bus number to servo ids: give e.g. {1: [1, 2, 3]}"
+        )
     numbers = [_int(b, "a bus number", "{1: [1, 2, 3]}") for b in buses]
     servos = {n: _servo_list(n, ids) for n, ids in zip(numbers, buses.values())}
     kinds: Dict[int, str] = {}
     for n in numbers:
-        kind = transport.get(n, "fdcanusb") if isinstance(transport, Mapping) else transport
+        kind = transport.get(n, "fdcanusb") if isinstance(transport, _MappingABC) else transport
         if kind not in TRANSPORTS:
-            raise ValueError(f"bus {n}: transport {kind!r} is not served: give \"fdcanusb\" or \"udp\"")
+            raise ValueError(f'bus {n}: transport {kind!r} is not served: give "fdcanusb" or "udp"')
         kinds[n] = kind
     paths = dict(paths or {})
     ports = dict(ports or {})

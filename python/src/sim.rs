@@ -14,6 +14,7 @@
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use io::serve::{ServeHandle, ServeReport, ServedBus};
 use io::BusUri;
@@ -59,10 +60,11 @@ enum Kind {
 /// `port` the UDP port, 0 for any free one); `servos` the simulated servo ids, 1 to 127.
 /// Serving starts at once; [`SimServer::stop`] (or dropping the object) stops it and removes
 /// the pty links. Users call `rtloop.sim.serve`, `rtloop.sim.fdcanusb` or `rtloop.sim.udp`.
-#[pyclass(module = "rtloop._rtloop", name = "SimServer")]
+#[pyclass(module = "rtloop._rtloop", name = "SimServer", frozen)]
 pub struct SimServer {
-    /// `None` once stopped.
-    handle: Option<ServeHandle>,
+    /// `None` once stopped. Behind a mutex so that `stop` can wait for the thread without
+    /// the GIL while other Python threads still read the properties.
+    handle: Mutex<Option<ServeHandle>>,
     /// Per bus: number, `"fdcanusb"` or `"udp"`, and the path or the bound `host:port`.
     endpoints: Vec<(u8, &'static str, String)>,
     /// The bound UDP addresses, per bus (after port 0 was given a real port).
@@ -70,7 +72,7 @@ pub struct SimServer {
     warnings: Vec<String>,
     notes: Vec<String>,
     /// What the server reported when it stopped.
-    report: Option<ServeReport>,
+    report: Mutex<Option<ServeReport>>,
 }
 
 #[pymethods]
@@ -137,7 +139,14 @@ impl SimServer {
         }
         let handle = ServeHandle::start(served)
             .map_err(|e| PyOSError::new_err(format!("cannot start the simulator's thread: {e}")))?;
-        Ok(SimServer { handle: Some(handle), endpoints, udp_addresses, warnings, notes, report: None })
+        Ok(SimServer {
+            handle: Mutex::new(Some(handle)),
+            endpoints,
+            udp_addresses,
+            warnings,
+            notes,
+            report: Mutex::new(None),
+        })
     }
 
     /// Per bus `(bus, kind, where)`: kind `"fdcanusb"` with the pty's link path, or `"udp"`
@@ -169,34 +178,33 @@ impl SimServer {
     /// Whether the simulator is still serving.
     #[getter]
     fn running(&self) -> bool {
-        self.handle.is_some()
+        // `try_lock`: a `stop` in progress holds the lock, and means "not serving".
+        self.handle.try_lock().map(|h| h.is_some()).unwrap_or(false)
     }
 
     /// Stop serving (waits up to ~50 ms for the thread, without the GIL), remove the pty
     /// links, and return the report as a dict (see `rtloop.sim.Simulator.stop`). Calling it
     /// again returns the same report.
-    fn stop(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        if let Some(handle) = self.handle.take() {
-            // The endpoints (and their links) go when the buses are dropped, still detached.
-            let report = py.detach(move || {
-                let (report, buses) = handle.stop_and_take();
+    fn stop(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let report = py.detach(|| {
+            // A poisoned lock (a panic in an earlier stop) still holds what is left.
+            let mut handle = self.handle.lock().unwrap_or_else(|p| p.into_inner());
+            let mut report = self.report.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(h) = handle.take() {
+                // The endpoints (and their links) go when the buses are dropped.
+                let (r, buses) = h.stop_and_take();
                 drop(buses);
-                report
-            });
-            self.report = Some(report);
-        }
-        let report = self.report.clone().unwrap_or_default();
+                *report = Some(r);
+            }
+            report.clone().unwrap_or_default()
+        });
         report_to_dict(py, &report, &self.endpoints)
     }
 }
 
-impl Drop for SimServer {
-    fn drop(&mut self) {
-        // ServeHandle's own Drop stops the thread; a SimServer dropped by the garbage
-        // collector may hold the GIL here, for at most one server sleep (50 ms).
-        self.handle.take();
-    }
-}
+// No Drop of its own: dropping the ServeHandle stops the thread (a SimServer the garbage
+// collector drops may hold the GIL for that, at most one server sleep, 50 ms) and dropping
+// the buses removes the links.
 
 /// Check every bus: numbers 1 to 255 given once, servo ids 1 to 127 given once per bus,
 /// paths that can be links, UDP hosts on loopback unless `allow_remote`.
@@ -327,7 +335,11 @@ pub(crate) fn with_errno(err: PyErr, errno: i32) -> PyErr {
 }
 
 /// The server's report as a dict of plain numbers and strings.
-fn report_to_dict(py: Python<'_>, report: &ServeReport, endpoints: &[(u8, &'static str, String)]) -> PyResult<Py<PyAny>> {
+fn report_to_dict(
+    py: Python<'_>,
+    report: &ServeReport,
+    endpoints: &[(u8, &'static str, String)],
+) -> PyResult<Py<PyAny>> {
     let out = PyDict::new(py);
     let list = PyList::empty(py);
     for (i, e) in report.endpoints.iter().enumerate() {

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use io::open::{open_bus, OpenOptions};
-use io::{BusUri, CycleOptions, CycleStats, Cycler, MonotonicClock, RxFrame, TxFrame, MAX_BUSES};
+use io::{BusUri, CycleOptions, CycleStats, Cycler, MonotonicClock, RxFrame, TransportCounters, TxFrame, MAX_BUSES};
 use proto::CanFdFrame;
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyPermissionError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -41,8 +41,9 @@ type PyRx<'py> = (u8, u32, Bound<'py, PyBytes>, u8);
 ///
 /// `buses` holds `(bus number, address)` pairs; an address is what `rtloop` takes everywhere:
 /// `fdcanusb:PATH`, `socketcan:IFACE`, `udp:HOST:PORT` or `sim` (an in-process simulated bus
-/// holding the servos `sim_servos` lists for that bus number). `timeout` (s) caps how long a
-/// cycle waits for missing replies. Users build it through
+/// holding the servos `sim_servos` lists for that bus number; `sim_instant`: its wires take no
+/// time and its servos answer at once). `timeout` (s) caps how long a cycle waits for missing
+/// replies. Users build it through
 /// `rtloop.moteus_transport.Transport`.
 #[pyclass(module = "rtloop._rtloop", name = "FrameCycler", frozen)]
 pub struct FrameCycler {
@@ -83,13 +84,14 @@ struct Collected {
 impl FrameCycler {
     /// Open every bus (without the GIL: an fdcanusb open waits for the device to settle).
     #[new]
-    #[pyo3(signature = (buses, *, sim_servos = Vec::new(), timeout = 0.1, fdcanusb_crc = false))]
+    #[pyo3(signature = (buses, *, sim_servos = Vec::new(), timeout = 0.1, fdcanusb_crc = false, sim_instant = false))]
     fn new(
         py: Python<'_>,
         buses: Vec<(i64, String)>,
         sim_servos: Vec<(i64, Vec<i64>)>,
         timeout: f64,
         fdcanusb_crc: bool,
+        sim_instant: bool,
     ) -> PyResult<Self> {
         let timeout_ns = timeout_ns("timeout", timeout, false)?;
         if buses.is_empty() {
@@ -121,7 +123,8 @@ impl FrameCycler {
             }
             sim_ids.push((number, checked));
         }
-        let options = OpenOptions { fdcanusb_crc, ..Default::default() };
+        let sim_bus = if sim_instant { ::sim::BusConfig::without_wire_time() } else { ::sim::BusConfig::default() };
+        let options = OpenOptions { fdcanusb_crc, sim_bus };
         let to_open = parsed.clone();
         let opened = py.detach(move || {
             let mut transports = Vec::with_capacity(to_open.len());
@@ -244,7 +247,8 @@ impl FrameCycler {
     /// `send_errors`, `stale_drained`, `rx_overflow`, `timed_out`, `duration_s`.
     #[getter]
     fn last_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let st = self.inner.lock().ok().and_then(|g| g.as_ref().map(|i| i.last)).unwrap_or_default();
+        // Locked without the GIL: a cycle in another thread holds the lock while it waits.
+        let st = py.detach(|| self.inner.lock().ok().and_then(|g| g.as_ref().map(|i| i.last)).unwrap_or_default());
         let d = PyDict::new(py);
         d.set_item("expected", st.expected)?;
         d.set_item("answered", st.answered)?;
@@ -259,13 +263,18 @@ impl FrameCycler {
     }
 
     /// Per bus number, the transport's running counters as a dict: `sent`, `received`,
-    /// `protocol_errors`, `device_errors`, `last_device_error`, `disconnects`, `reconnects`.
+    /// `protocol_errors`, `device_errors`, `last_device_error`, `disconnects`, `reconnects`
+    /// (empty once closed).
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let all: Vec<TransportCounters> = py.detach(|| {
+            let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            guard
+                .as_ref()
+                .map(|inner| (0..self.buses.len()).map(|i| inner.cycler.bus_counters(i).unwrap_or_default()).collect())
+                .unwrap_or_default()
+        });
         let out = PyDict::new(py);
-        let guard = self.inner.lock().map_err(|_| PyRuntimeError::new_err("an earlier cycle panicked"))?;
-        let Some(inner) = guard.as_ref() else { return Ok(out) };
-        for (i, (number, _)) in self.buses.iter().enumerate() {
-            let c = inner.cycler.bus_counters(i).unwrap_or_default();
+        for ((number, _), c) in self.buses.iter().zip(&all) {
             let d = PyDict::new(py);
             d.set_item("sent", c.sent)?;
             d.set_item("received", c.received)?;
@@ -290,8 +299,8 @@ impl FrameCycler {
 
     /// Whether `close` was called.
     #[getter]
-    fn closed(&self) -> bool {
-        self.inner.lock().map(|g| g.is_none()).unwrap_or(true)
+    fn closed(&self, py: Python<'_>) -> bool {
+        py.detach(|| self.inner.lock().map(|g| g.is_none()).unwrap_or(true))
     }
 }
 
@@ -389,10 +398,9 @@ fn bus_number(bus: i64) -> PyResult<u8> {
 }
 
 fn servo_id(bus: u8, id: i64) -> PyResult<u8> {
-    u8::try_from(id)
-        .ok()
-        .filter(|i| (1..=127).contains(i))
-        .ok_or_else(|| PyValueError::new_err(format!("bus {bus}: servo id {id} is out of range: give ids from 1 to 127")))
+    u8::try_from(id).ok().filter(|i| (1..=127).contains(i)).ok_or_else(|| {
+        PyValueError::new_err(format!("bus {bus}: servo id {id} is out of range: give ids from 1 to 127"))
+    })
 }
 
 /// A timeout in seconds as nanoseconds: finite, positive (or zero when `zero_ok`), at most a

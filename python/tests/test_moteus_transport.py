@@ -28,9 +28,7 @@ def test_same_results_as_moteus_fdcanusb():
             queried = await transport.cycle([c.make_query() for c in cs])
             stopped = await transport.cycle([c.make_stop(query=True) for c in cs])
             one = await cs[1].query()
-            custom = await cs[2].execute(
-                cs[2].make_query(query_override=moteus.QueryResolution())
-            )
+            custom = await cs[2].execute(cs[2].make_query(query_override=moteus.QueryResolution()))
             return queried, stopped, one, custom
         finally:
             transport.close()
@@ -120,7 +118,9 @@ def test_bad_arguments():
         mt.Transport({0: "sim"})
     with pytest.raises(ValueError, match="bus 1:"):
         mt.Transport({1: "carrier-pigeon:/x"})
-    with pytest.raises(ValueError, match="timeout=0 is out of range: give a number of seconds above 0, at most 60"):
+    with pytest.raises(
+        ValueError, match="timeout=0 is out of range: give a number of seconds above 0, at most 60"
+    ):
         mt.Transport("sim", timeout=0.0)
     with pytest.raises(ValueError, match="timeout=NaN is out of range"):
         mt.Transport("sim", timeout=float("nan"))
@@ -179,3 +179,15 @@ def test_the_cycle_waits_without_the_gil():
         finally:
             worker.join()
         assert done.is_set() and t.last_cycle["timed_out"]
+
+
+def test_the_example_runs():
+    import pathlib
+    import subprocess
+    import sys
+
+    example = pathlib.Path(__file__).resolve().parents[1] / "examples" / "moteus_on_sim.py"
+    out = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "[moteus.Fdcanusb] after 0.5 s: mode 10" in out.stdout
+    assert "[rtloop transport] after 0.5 s: mode 10" in out.stdout

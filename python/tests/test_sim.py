@@ -156,7 +156,9 @@ def test_udp_port_in_use_is_an_os_error():
 def test_several_buses_and_the_report(moteus, tmp_path):
     from rtloop.moteus_transport import Transport
 
-    with sim.serve({1: [1, 2], 2: [3], 3: [4]}, transport={1: "fdcanusb", 2: "fdcanusb", 3: "udp"}, instant=True) as s:
+    with sim.serve(
+        {1: [1, 2], 2: [3], 3: [4]}, transport={1: "fdcanusb", 2: "fdcanusb", 3: "udp"}, instant=True
+    ) as s:
         assert set(s.paths) == {1, 2} and set(s.addresses) == {3}
         assert s.uris[3] == f"udp:127.0.0.1:{s.addresses[3][1]}"
         assert s.servos == {1: [1, 2], 2: [3], 3: [4]}
