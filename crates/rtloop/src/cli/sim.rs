@@ -101,7 +101,10 @@ pub fn plan(
     Ok(out)
 }
 
-fn endpoint(spec: &ServedSpec, allow_remote: bool) -> Result<Box<dyn Endpoint>, String> {
+/// The device side of `spec`: a pty linked at its `fdcanusb:` path, or a UDP socket bound at
+/// its `udp:` address (an address other hosts can reach only with `allow_remote`). Shared with
+/// the Python package's `rtloop.sim`, so both refuse the same paths and addresses.
+pub fn endpoint(spec: &ServedSpec, allow_remote: bool) -> Result<Box<dyn Endpoint>, String> {
     match &spec.uri {
         BusUri::Fdcanusb { path } => io::serve::pty::PtyFdcanusbEndpoint::create(Path::new(path))
             .map(|e| Box::new(e) as Box<dyn Endpoint>)
@@ -116,16 +119,30 @@ fn endpoint(spec: &ServedSpec, allow_remote: bool) -> Result<Box<dyn Endpoint>, 
     }
 }
 
-/// Serve until Ctrl-C (or the duration); returns the closing report.
-pub fn run(req: &SimRequest) -> Result<String, String> {
-    let duration = req.duration_s.map(|d| seconds_from_user("--duration", d, MAX_DURATION_S)).transpose()?;
+/// The simulated buses of a request, each with its servos powered up from their stored
+/// configurations (when `config_dir` is given), before any device exists.
+#[derive(Debug)]
+pub struct LoadedBuses {
+    /// Per requested bus, in order: the bus and where its `conf write`s go.
+    pub buses: Vec<(sim::SimBus, Option<io::serve::ConfigStore>)>,
+    /// The configuration directory, when one was given.
+    pub config_dir: Option<std::sync::Arc<io::serve::ConfigDir>>,
+    /// Problems worth a warning (a stored line that cannot be applied, two servos on one id).
+    pub warnings: Vec<String>,
+    /// What the start should say (a servo that a stored `id.id` moved to another id).
+    pub notes: Vec<String>,
+}
+
+/// Build the simulated buses of `req` and load every stored configuration into them. A file
+/// that cannot be read stops the start with nothing to clean up (no device is created here).
+/// Shared with the Python package's `rtloop.sim`; the texts carry no `rtloop sim:` prefix.
+pub fn load_buses(req: &SimRequest) -> Result<LoadedBuses, String> {
     let config_dir = match &req.config_dir {
         Some(path) => Some(std::sync::Arc::new(io::serve::ConfigDir::open(path)?)),
         None => None,
     };
-    // Load every stored configuration before any device is created: a file that cannot be
-    // read stops the start with nothing to clean up.
     let mut buses = Vec::new();
+    let mut warnings = Vec::new();
     let mut notes = Vec::new();
     for spec in &req.buses {
         let config = if req.no_wire_time { sim::BusConfig::without_wire_time() } else { sim::BusConfig::default() };
@@ -137,12 +154,10 @@ pub fn run(req: &SimRequest) -> Result<String, String> {
             config_dir.as_ref().map(|dir| io::serve::ConfigStore::new(dir.clone(), spec.bus, spec.servos.clone()));
         if let Some(store) = &store {
             let loaded = store.load_into(&mut bus)?;
-            for warning in &loaded.warnings {
-                crate::cli::console::note(format!("rtloop sim: warning: {warning}"));
-            }
+            warnings.extend(loaded.warnings.iter().cloned());
             for (slot, id) in &loaded.renamed {
                 notes.push(format!(
-                    "rtloop sim: bus {}: servo {slot} answers to id {id} (its stored configuration, {}, sets id.id {id})",
+                    "bus {}: servo {slot} answers to id {id} (its stored configuration, {}, sets id.id {id})",
                     spec.bus,
                     store.dir().path().join(io::serve::persist::config_file_name(spec.bus, *slot)).display()
                 ));
@@ -150,13 +165,23 @@ pub fn run(req: &SimRequest) -> Result<String, String> {
             let mut ids: Vec<u8> = bus.servos().iter().map(sim::Servo::id).collect();
             ids.sort_unstable();
             if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
-                crate::cli::console::note(format!(
-                    "rtloop sim: warning: bus {}: two servos answer to id {}; change id.id on one of them (conf set id.id N, conf write, d reset)",
+                warnings.push(format!(
+                    "bus {}: two servos answer to id {}; change id.id on one of them (conf set id.id N, conf write, d reset)",
                     spec.bus, w[0]
                 ));
             }
         }
         buses.push((bus, store));
+    }
+    Ok(LoadedBuses { buses, config_dir, warnings, notes })
+}
+
+/// Serve until Ctrl-C (or the duration); returns the closing report.
+pub fn run(req: &SimRequest) -> Result<String, String> {
+    let duration = req.duration_s.map(|d| seconds_from_user("--duration", d, MAX_DURATION_S)).transpose()?;
+    let LoadedBuses { buses, config_dir, warnings, notes } = load_buses(req)?;
+    for warning in &warnings {
+        crate::cli::console::note(format!("rtloop sim: warning: {warning}"));
     }
     let mut served = Vec::new();
     for (spec, (bus, store)) in req.buses.iter().zip(buses) {
@@ -176,7 +201,7 @@ pub fn run(req: &SimRequest) -> Result<String, String> {
         ))?;
     }
     for note in notes {
-        crate::cli::console::line(note)?;
+        crate::cli::console::line(format!("rtloop sim: {note}"))?;
     }
     match &config_dir {
         Some(dir) => crate::cli::console::line(format!(
