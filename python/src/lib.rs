@@ -8,7 +8,9 @@
 //!   --agent NAME`);
 //! * [`tlog`]: TLOG0003 logs (ours and mjlib's) read into numpy columns;
 //! * [`sim`]: the simulator served behind a pseudo-terminal or UDP, from Python;
-//! * [`frame`]: `rtloop frame encode/decode` as functions.
+//! * [`frame`]: `rtloop frame encode/decode` as functions;
+//! * [`transport`]: frames through rtloop's transports for the official moteus package
+//!   (`rtloop.moteus_transport`).
 //!
 //! What it must never do: crash the interpreter or hold the GIL while it waits. Bad input —
 //! arrays of the wrong shape or dtype, NaN where a number is needed, a missing device, a
@@ -23,6 +25,7 @@ pub mod frame;
 pub mod robot;
 pub mod sim;
 pub mod tlog;
+pub mod transport;
 
 /// The extension module `rtloop._rtloop`. The Python package re-exports what users need;
 /// this module's names are an implementation detail.
@@ -34,5 +37,6 @@ fn _rtloop(m: &Bound<'_, PyModule>) -> PyResult<()> {
     tlog::register(m)?;
     sim::register(m)?;
     frame::register(m)?;
+    transport::register(m)?;
     Ok(())
 }

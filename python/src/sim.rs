@@ -23,16 +23,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use rtloop::cli::sim::{ServedSpec, SimRequest};
 
-// The native side of `rtloop.moteus_transport` lives in its own file, next to this one; it
-// is declared here because `lib.rs` registers one module per area and this is its area.
-#[path = "transport.rs"]
-pub mod transport;
-
-/// Add this part's classes, functions and exceptions to the extension module (with the
-/// native side of `rtloop.moteus_transport`, [`transport::FrameCycler`]).
+/// Add this part's classes, functions and exceptions to the extension module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<SimServer>()?;
-    transport::register(m)
+    m.add_class::<SimServer>()
 }
 
 /// The largest servo id (0x7F is the broadcast address).

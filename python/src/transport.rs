@@ -21,7 +21,7 @@ use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyPermissionError, PyRunt
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-/// Add this part's classes to the extension module (called from [`crate::sim::register`]).
+/// Add this part's classes to the extension module (called from the module initialiser in `lib.rs`).
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<FrameCycler>()
 }
@@ -424,10 +424,10 @@ fn open_error(number: u8, uri: &BusUri, message: &str) -> PyErr {
     let text = format!("bus {number}: {message}");
     if let BusUri::Fdcanusb { path } = uri {
         if !Path::new(path).exists() {
-            return super::with_errno(PyFileNotFoundError::new_err(text), libc::ENOENT);
+            return crate::sim::with_errno(PyFileNotFoundError::new_err(text), libc::ENOENT);
         }
         if message.contains("permission denied") {
-            return super::with_errno(PyPermissionError::new_err(text), libc::EACCES);
+            return crate::sim::with_errno(PyPermissionError::new_err(text), libc::EACCES);
         }
     }
     PyOSError::new_err(text)
