@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -133,7 +133,7 @@ def bench_simulated(seconds: float) -> List[Row]:
     return rows
 
 
-def start_sim(rtloop_bin: str, directory: str) -> Tuple[subprocess.Popen, Dict[int, str]]:
+def start_sim(rtloop_bin: str, directory: str) -> Tuple["subprocess.Popen[bytes]", Dict[int, str]]:
     """``rtloop sim`` with four fdcanusb ptys (three servos each, no wire time)."""
     paths = {b: os.path.join(directory, f"bus{b}") for b in range(1, 5)}
     cmd = [rtloop_bin, "sim", "--no-wire-time"]
@@ -163,7 +163,8 @@ async def moteus_rate(paths: Dict[int, str], seconds: float) -> Tuple[float, int
     try:
         controllers = [moteus.Controller(i, transport=transport) for i in range(1, 13)]
 
-        def commands():
+        def commands() -> List[Any]:
+            """One position command with a query per servo (moteus.Command objects)."""
             return [
                 c.make_position(position=0.0, velocity=0.0, watchdog_timeout=0.1, query=True) for c in controllers
             ]
@@ -205,15 +206,18 @@ def bench_pty(rtloop_bin: Optional[str], seconds: float) -> List[Row]:
             )
             rows.append(ours)
             try:
-                import moteus  # noqa: F401
+                import moteus
             except ImportError:
                 rows.append(
-                    row("moteus over 4 fdcanusb ptys", float("nan"), "cycles/s", "skipped: moteus is not installed")
+                    row(
+                        "moteus over 4 fdcanusb ptys",
+                        float("nan"),
+                        "cycles/s",
+                        "skipped: moteus is not installed (pip install moteus==1.1.1)",
+                    )
                 )
                 return rows
-            import moteus as _m
-
-            version = getattr(_m, "VERSION", None) or getattr(getattr(_m, "version", None), "VERSION", "?")
+            version = getattr(moteus, "VERSION", "?")
             mhz, mn, mmissing = asyncio.run(moteus_rate(paths, seconds))
             rows.append(
                 row(

@@ -36,9 +36,31 @@ class Robot(_NativeRobot):
     """Every servo of a robot, commanded and queried in one call per cycle.
 
     ``Robot()`` is the simulated 12-servo quadruped (ids 1-12, three per bus on buses 1-4).
-    ``Robot(buses={1: "fdcanusb:/dev/ttyACM0"}, servos={1: [1, 2, 3]})`` names real buses;
-    ``Robot("robot.toml")`` reads the ``[[bus]]`` tables of an ``rtloop run --config`` file.
-    See :mod:`rtloop.robot` and the type stubs for every keyword.
+    ``Robot(buses={1: "fdcanusb:/dev/ttyACM0"}, servos={1: [1, 2, 3]})`` names real buses
+    (``sim``, ``fdcanusb:PATH``, ``socketcan:IFACE``, ``udp:HOST:PORT``; without ``buses``
+    every bus is simulated); ``Robot("robot.toml")`` reads the ``[[bus]]`` tables of an
+    ``rtloop run --config`` file (its loop settings are not read; ``[sim]`` and ``[faults]``
+    are refused: pass the keywords below instead). A device that does not exist raises
+    ``FileNotFoundError`` naming it.
+
+    Keywords:
+
+    * ``wire_time`` -- simulated buses: frames take their CAN-FD time (True) or none.
+    * ``clock`` -- ``"realtime"``, or ``"virtual"`` (simulated robots only): deterministic
+      simulated time that advances by ``period`` per cycle, as fast as the host computes.
+    * ``period`` -- seconds between cycle starts, ``cycle()`` waits for the next (0.001 by
+      default on the virtual clock; None on the real one: every call cycles at once).
+    * ``resolution`` -- ``"int16"`` (compact frames as ``rtloop run``; positions to ±3.2767
+      rev, velocities to ±8.19 rev/s) or ``"float"`` (moteus' default, full range).
+    * ``timeout`` -- the longest a cycle waits for replies, s (default: 1 ms past the wire
+      estimate, at most 5 ms or 0.9 period).
+    * ``limits`` -- ``{field: (low, high)}`` replacing the accepted ranges (:attr:`limits`;
+      the watchdog's 0.01-10 s may only be narrowed).
+    * ``start_position`` (rev), ``drop_rate`` (probability a frame is lost), ``seed`` --
+      simulated buses only.
+
+    Use a robot from one thread at a time: a cycle started while another thread's cycle
+    runs raises ``RuntimeError``. ``with Robot(...) as robot:`` closes the buses at the end.
     """
 
     __slots__ = ()

@@ -343,6 +343,7 @@ impl Command {
         Ok(d)
     }
 
+    /// `Command(id, bus=…, mode=…, field=value, …)`.
     fn __repr__(&self) -> String {
         let mut s = format!("Command({}", self.id);
         if let Some(b) = self.bus {
@@ -641,10 +642,12 @@ impl State {
         self.array.bind(py).clone()
     }
 
+    /// The number of servos.
     fn __len__(&self) -> usize {
         self.n
     }
 
+    /// `State(cycle=…, servos=…, missing=…, duration=… s, time=… s)`.
     fn __repr__(&self) -> String {
         format!(
             "State(cycle={}, servos={}, missing={}, duration={:.6} s, time={:.6} s)",
@@ -1602,10 +1605,12 @@ impl Robot {
         Ok(self.lock()?.is_none())
     }
 
+    /// `with Robot(...) as robot:` closes the buses at the end of the block.
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
 
+    /// Close the buses (see `close`); exceptions propagate.
     #[pyo3(signature = (*_exc))]
     fn __exit__(&self, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
         self.close()?;
@@ -1684,10 +1689,12 @@ impl Robot {
         self.clock.now_ns().saturating_sub(self.start_ns) as f64 * 1e-9
     }
 
+    /// The number of servos.
     fn __len__(&self) -> usize {
         self.servos.len()
     }
 
+    /// The buses, servos, clock, period and resolution.
     fn __repr__(&self) -> String {
         self.description.clone()
     }

@@ -137,6 +137,24 @@ def test_stop_ends_in_mode_0(robot):
     assert (robot.query().mode == 0).all()
 
 
+def test_virtual_time_is_deterministic_and_wire_time_is_simulated():
+    def run(**kwargs):
+        with rtloop.Robot(clock="virtual", drop_rate=0.1, seed=3, **kwargs) as r:
+            states = [r.cycle(position=0.1 * math.sin(k / 20), velocity=0.0) for k in range(150)]
+            return r.time, states
+
+    t1, a = run(wire_time=False)
+    t2, b = run(wire_time=False)
+    assert t1 == t2 and 0.149 <= t1 < 0.15, "150 periods of 1 ms (the last may wait for a lost reply)"
+    assert [s.time for s in a] == pytest.approx([k * 0.001 for k in range(150)])
+    assert all(x.as_array().tobytes() == y.as_array().tobytes() for x, y in zip(a, b)), "bit for bit"
+    assert all(s.duration == 0.0 for s in a if s.missing == 0), "no wire time: no simulated time"
+    assert any(s.missing for s in a), "some replies were dropped"
+    _, wired = run(wire_time=True)
+    # CAN-FD frames at 1/5 Mbit/s: three commands and three replies per bus take tens of µs.
+    assert all(20e-6 < s.duration < 0.001 for s in wired if s.missing == 0)
+
+
 def test_state_as_array_is_one_structured_array(robot):
     state = robot.cycle(position=0.0)
     a = state.as_array()
