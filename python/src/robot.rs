@@ -96,8 +96,11 @@ const NON_NEGATIVE: [bool; FIELDS] = [false, false, false, true, true, true, fal
 /// carry (so a message can say how to get more).
 #[derive(Debug, Clone, Copy)]
 struct Range {
+    /// Lowest accepted.
     lo: f64,
+    /// Highest accepted.
     hi: f64,
+    /// A bound is what the resolution carries, narrower than the limit asked for.
     capped: bool,
 }
 
@@ -143,10 +146,15 @@ fn ranges(limits: &[(f64, f64); FIELDS], res: Resolution) -> [Range; FIELDS] {
 /// What a command does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
+    /// Mode 10 with fields.
     Position,
+    /// Mode 0.
     Stop,
+    /// Mode 12.
     ZeroVelocity,
+    /// Mode 15.
     Brake,
+    /// No command, only the query.
     Query,
 }
 
@@ -245,9 +253,13 @@ fn refusal(i: usize, v: f64, range: &Range, servo: Option<(u8, u8)>, resolution:
 #[pyclass(module = "rtloop", frozen)]
 #[derive(Debug, Clone)]
 pub struct Command {
+    /// The servo's moteus id.
     id: u8,
+    /// Its bus number (`None`: the id alone, unique on the robot).
     bus: Option<u8>,
+    /// What to do.
     kind: Kind,
+    /// Position-mode fields in [`NAMES`] order (`None`: not sent); checked when sent.
     fields: [Option<f64>; FIELDS],
 }
 
@@ -479,13 +491,21 @@ fn rows_array<'py>(py: Python<'py>, bytes: &[u8], dtype: &Bound<'py, PyArrayDesc
 /// one structured array (`as_array()`), owned by this state: later cycles do not change it.
 #[pyclass(module = "rtloop", frozen)]
 pub struct State {
+    /// The read-only structured array of this cycle's rows.
     array: Py<PyAny>,
+    /// The cycle's number (from 1).
     cycle: u64,
+    /// Servos without a fresh reply.
     missing: u32,
+    /// Encode, bus cycle and decode, s on the robot's clock.
     duration_s: f64,
+    /// When the cycle started, s since the robot was made.
     time_s: f64,
+    /// The cycle hit its deadline with replies missing.
     timed_out: bool,
+    /// The IMU sample, when the cycle read one.
     imu: Option<ImuSample>,
+    /// Number of servos.
     n: usize,
 }
 
@@ -662,8 +682,11 @@ impl State {
 
 /// An [`io::Robot`] whatever its clock.
 trait Driver: Send {
+    /// [`io::Robot::cycle`].
     fn cycle(&mut self, commands: &[ServoCommand], replies: &mut [ServoReply], imu: &mut ImuSample) -> CycleReport;
+    /// Now, ns on the robot's clock.
     fn now_ns(&self) -> u64;
+    /// Wait (or, on the virtual clock, move time) until `t_ns`.
     fn wait_until_ns(&self, t_ns: u64);
 }
 
@@ -744,7 +767,9 @@ impl Totals {
 /// How one field of `Robot.cycle` was given.
 #[derive(Debug, Clone, Copy)]
 enum Given {
+    /// Not given (or None): not sent.
     Absent,
+    /// One value for every servo.
     Scalar(f64),
     /// One value per servo, in the field's scratch vector.
     PerServo,
@@ -752,9 +777,13 @@ enum Given {
 
 /// Everything a cycle touches, behind the robot's lock; sized once, reused every cycle.
 struct Inner {
+    /// The robot: buses, servos, clock.
     driver: Box<dyn Driver>,
+    /// This cycle's command per slot.
     commands: Vec<ServoCommand>,
+    /// Each slot's newest reply (kept across cycles: io::Robot ages them).
     replies: Vec<ServoReply>,
+    /// The last IMU sample.
     imu: ImuSample,
     /// The rows of the next state array.
     bytes: Vec<u8>,
@@ -806,7 +835,9 @@ impl Inner {
 /// The robot's clock, outside the lock (for `Robot.time`).
 #[derive(Clone)]
 enum ClockHandle {
+    /// `CLOCK_MONOTONIC`.
     Real,
+    /// A handle on the robot's virtual clock (clones share its timeline).
     Virtual(VirtualClock),
 }
 
@@ -842,12 +873,17 @@ impl From<OpenFailure> for PyErr {
 /// How the buses are opened.
 #[derive(Clone, Copy)]
 struct OpenPlan {
+    /// Resolution of position commands and of the main query fields.
     config_resolution: Resolution,
+    /// Wire timing and drop rate of simulated buses (each gets its own seed).
     sim_bus: sim::BusConfig,
+    /// The fault seed the buses' seeds derive from.
     seed: u64,
+    /// Hard cap on one cycle, ns.
     timeout_ns: u64,
     /// How long past the wire-time estimate a cycle waits for missing replies, ns.
     reply_wait_ns: u64,
+    /// Where simulated joints start, rev.
     start_position: Option<f64>,
 }
 
@@ -1153,21 +1189,35 @@ fn read_field(
 /// raises RuntimeError rather than wait.
 #[pyclass(module = "rtloop._rtloop", name = "Robot", frozen, subclass)]
 pub struct Robot {
+    /// The cycle's state; `None` once closed. Only ever `try_lock`ed with the GIL held.
     inner: Mutex<Option<Inner>>,
+    /// Cumulative counters, apart from `inner` so `stats` never waits on a running cycle.
     totals: Mutex<Totals>,
+    /// Cycles run (the last report's cycle number).
     cycles: AtomicU64,
     /// (bus number, id) per slot, command order.
     servos: Vec<(u8, u8)>,
+    /// (bus number, id) → slot.
     slots: HashMap<(u8, u8), usize>,
+    /// "ids 1..12", for messages.
     ids_text: String,
+    /// `Robot.ids` (read-only int64 array, made once).
     ids: Py<PyAny>,
+    /// `Robot.buses` (read-only int64 array, made once).
     bus_numbers: Py<PyAny>,
+    /// The accepted range of each field.
     ranges: [Range; FIELDS],
+    /// The resolution of position commands.
     resolution: Resolution,
+    /// Time between cycle starts, ns (`None`: none).
     period_ns: Option<u64>,
+    /// The robot's clock, for `time`.
     clock: ClockHandle,
+    /// When the robot was made, ns on its clock.
     start_ns: u64,
+    /// The state rows' numpy dtype.
     dtype: Py<PyArrayDescr>,
+    /// `repr(robot)`.
     description: String,
 }
 
