@@ -35,13 +35,13 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
 import rtloop
 
-HOLD = dict(position=0.0, velocity=0.0, kp_scale=1.0, kd_scale=1.0, watchdog_timeout=0.1)
+HOLD: dict[str, Any] = dict(position=0.0, velocity=0.0, kp_scale=1.0, kd_scale=1.0, watchdog_timeout=0.1)
 # States left out at the start of each run (attaching, arming, caches warming up).
 WARMUP = 50
 
@@ -62,7 +62,7 @@ def find_rtloop_bin() -> Optional[str]:
     return None
 
 
-def run_one(bin_path: str, spine_args: list[str], busy_poll: Optional[bool], pin: bool) -> dict:
+def run_one(bin_path: str, spine_args: list[str], busy_poll: Optional[bool], pin: bool) -> dict[str, Any]:
     """One spine run with a Python agent holding the stand pose; the samples and the summary."""
     name = f"bench{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
     cmd = [bin_path, "run", "--quiet", "--json", "--agent", name, *spine_args]
@@ -103,7 +103,7 @@ def _pct(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if values.size else float("nan")
 
 
-def main(argv: Optional[list[str]] = None) -> list[dict]:
+def main(argv: Optional[list[str]] = None) -> list[dict[str, Any]]:
     """Run the measurements; return (and, as a script, print) the rows."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rtloop-bin", default=None, help="the rtloop program (default: $RTLOOP_BIN, PATH, target/)")
@@ -122,7 +122,7 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
     saved = os.sched_getaffinity(0) if pin else None
     if pin:
         os.sched_setaffinity(0, {1})
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     try:
         # Lockstep: simulated time, each cycle waits for the agent; 1000 cycles per simulated
         # second, so ask for a few simulated seconds per wall second the agent gets.

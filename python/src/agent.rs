@@ -110,12 +110,14 @@ fn seconds_arg(what: &str, value: f64) -> PyResult<Duration> {
     Ok(Duration::from_secs_f64(value))
 }
 
+/// Lock the agent's state (`None` once closed).
 fn lock(m: &Mutex<Option<Inner>>) -> MutexGuard<'_, Option<Inner>> {
     // A panic while locked cannot leave `Inner` half-updated in a way that matters (every
     // field is overwritten whole), so a poisoned lock is still usable.
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The error of any call after `close()`.
 fn closed_error() -> PyErr {
     PyValueError::new_err("this agent is closed (detached from its spine); create a new rtloop.Agent")
 }
@@ -205,14 +207,23 @@ fn attach_until(name: &str, end: Instant) -> Result<agent::Agent, AttachError> {
 
 /// The header's facts, kept outside the lock (they never change).
 struct Info {
+    /// The agent name.
     name: String,
+    /// Servos in use (at most `MAX_SERVOS`).
     count: usize,
+    /// CAN id per servo slot.
     ids: Vec<i64>,
+    /// Bus number per servo slot.
     buses: Vec<i64>,
+    /// The spine's rate, Hz.
     rate_hz: f64,
+    /// The spine's period, ns.
     period_ns: u64,
+    /// The liveness timeout, ns.
     timeout_ns: u64,
+    /// Lockstep run.
     lockstep: bool,
+    /// The spine's pid.
     spine_pid: i32,
 }
 
@@ -349,8 +360,11 @@ impl PyAgent {
 /// One field argument of `command()`, as given.
 #[derive(Clone, Copy, PartialEq)]
 enum Given {
+    /// Not given: not sent.
     Absent,
+    /// One number for every servo.
     Scalar,
+    /// One number per servo (errors then name the servo).
     PerServo,
 }
 

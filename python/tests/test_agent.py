@@ -402,3 +402,29 @@ def test_ctrl_c_interrupts_a_wait(rtloop_bin):
     finally:
         kill(agent)
         kill(spine)
+
+
+def test_without_auto_arm_commands_are_ignored_until_arm(rtloop_bin):
+    name = unique("manual")
+    spine = start_spine(rtloop_bin, name, "--duration", "1")
+    try:
+        with rtloop.Agent(name, auto_arm=False) as agent:
+            assert not agent.auto_arm
+            for _ in range(30):
+                state = agent.wait_next(timeout=5)
+                assert state is not None and state.status == "waiting", state
+                agent.command(**HOLD)
+            assert agent.arm() is True
+            assert agent.arm() is False, "the token is echoed already"
+            agent.command(**HOLD)
+            state = agent.wait_next(timeout=5)
+            while state is not None and not state.armed:
+                state = agent.wait_next(timeout=5)
+            assert state is not None and state.rearms == 1
+            for _ in agent:
+                agent.command(**HOLD)
+        code, summary, err = finish(spine)
+        assert code == 0, err
+        assert kinds(summary) == ["agent_armed", "shutdown"], summary["events"]
+    finally:
+        kill(spine)
