@@ -72,7 +72,9 @@ class Agent(_rtloop.Agent):
 
     **Waiting.** :meth:`wait_next` polls the segment with the GIL released: spinning when
     ``busy_poll`` is true (the default in lockstep runs: lowest latency, one core kept
-    busy), else sleeping 20 µs between looks. It checks every 5 ms whether the spine is
+    busy — give the agent a core of its own, as a spinning process sharing its core with
+    other work loses whole scheduler slices, milliseconds), else sleeping 20 µs between
+    looks (the default in free-running runs). It checks every 5 ms whether the spine is
     gone and every 50 ms for Ctrl-C.
 
     **Threads.** Every method may be called from any thread; a wait in one thread does not
