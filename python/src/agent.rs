@@ -663,6 +663,10 @@ impl PyAgent {
         kd_scale = None, maximum_torque = None, stop_position = None, watchdog_timeout = None,
         velocity_limit = None, accel_limit = None, kind = None
     ))]
+    // `kind=None` means "position": say so in the signature Python shows.
+    #[pyo3(text_signature = "(self, /, *, position=None, velocity=None, feedforward_torque=None, kp_scale=None, \
+        kd_scale=None, maximum_torque=None, stop_position=None, watchdog_timeout=None, velocity_limit=None, \
+        accel_limit=None, kind='position')")]
     #[allow(clippy::too_many_arguments)] // one keyword argument per protocol field
     fn command(
         &self,
