@@ -83,9 +83,16 @@ def run_one(bin_path: str, spine_args: list[str], busy_poll: Optional[bool], pin
                 stamps.append(stamp)
         out, err = spine.communicate(timeout=120)
     finally:
+        # Normally the spine has ended; otherwise stop it as Ctrl-C would (it removes its
+        # segment), and as a last resort kill it and remove what it left.
         if spine.poll() is None:
-            spine.kill()
+            spine.terminate()
+            try:
+                spine.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                spine.kill()
         spine.wait()
+        pathlib.Path(f"/dev/shm/rtloop-{name}").unlink(missing_ok=True)
     # Short runs on a loaded machine may see few states: never leave out more than a fifth.
     skip = min(WARMUP, len(round_trip) // 5)
     lines = out.strip().splitlines()

@@ -52,9 +52,23 @@ def finish(proc: subprocess.Popen, timeout: float = 30.0) -> tuple[int, dict, st
 
 
 def kill(proc: subprocess.Popen) -> None:
+    """End a helper process now."""
     if proc.poll() is None:
         proc.kill()
     proc.wait()
+
+
+def stop_spine(proc: subprocess.Popen, name: str) -> None:
+    """End a spine the way Ctrl-C does (it removes its segment), SIGKILL if it does not
+    stop, and remove a segment a killed spine left behind (the name is this test's own)."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    proc.wait()
+    segment(name).unlink(missing_ok=True)
 
 
 def kinds(summary: dict) -> list[str]:
@@ -80,7 +94,7 @@ def test_the_example_agent_arms_and_holds_the_robot_then_exits_when_the_spine_en
         assert agent.wait(timeout=10) == 0, agent.stderr.read()
         assert not segment(name).exists()
     finally:
-        kill(spine)
+        stop_spine(spine, name)
         kill(agent)
 
 
@@ -112,7 +126,7 @@ def test_lockstep_every_cycle_gets_the_agents_command(rtloop_bin):
         assert a["cycles_without_command"] == 0, a
         assert cycles == sorted(set(cycles)), "every state is returned once, in order"
     finally:
-        kill(spine)
+        stop_spine(spine, name)
 
 
 def test_a_missing_spine_is_spine_not_found_quickly():
@@ -170,7 +184,7 @@ def test_a_callback_that_raises_leaves_the_robot_to_the_spines_timeout_action(rt
         assert summary["agent"]["timeouts"] == 1
         assert "the agent went silent" in " ".join(summary["problems"])
     finally:
-        kill(spine)
+        stop_spine(spine, name)
 
 
 def test_bad_commands_raise_before_anything_is_sent(rtloop_bin):
@@ -221,7 +235,7 @@ def test_bad_commands_raise_before_anything_is_sent(rtloop_bin):
         assert code == 0, err
         assert summary["agent"]["refused"] == 0, summary["agent"]
     finally:
-        kill(spine)
+        stop_spine(spine, name)
 
 
 def test_await_next_under_asyncio_and_spine_gone_when_it_ends(rtloop_bin):
@@ -266,7 +280,7 @@ def test_await_next_under_asyncio_and_spine_gone_when_it_ends(rtloop_bin):
         code, _, err = finish(spine)
         assert code == 0, err
     finally:
-        kill(spine)
+        stop_spine(spine, name)
 
 
 def test_a_killed_spine_is_spine_gone_dead(rtloop_bin):
@@ -284,9 +298,8 @@ def test_a_killed_spine_is_spine_gone_dead(rtloop_bin):
             assert info.value.reason == "dead"
             assert time.monotonic() - t0 < 2.0
     finally:
-        kill(spine)
         # SIGKILL left the segment behind (the next spine of that name would replace it).
-        segment(name).unlink(missing_ok=True)
+        stop_spine(spine, name)
 
 
 def test_one_agent_at_a_time_and_close_lets_the_next_attach(rtloop_bin):
@@ -320,7 +333,7 @@ def test_one_agent_at_a_time_and_close_lets_the_next_attach(rtloop_bin):
         with rtloop.Agent(name) as again:
             assert not again.closed
     finally:
-        kill(spine)
+        stop_spine(spine, name)
         if other is not None:
             kill(other)
 
@@ -401,7 +414,7 @@ def test_ctrl_c_interrupts_a_wait(rtloop_bin):
         assert agent.wait(timeout=5) == 42
     finally:
         kill(agent)
-        kill(spine)
+        stop_spine(spine, name)
 
 
 def test_without_auto_arm_commands_are_ignored_until_arm(rtloop_bin):
@@ -427,4 +440,4 @@ def test_without_auto_arm_commands_are_ignored_until_arm(rtloop_bin):
         assert code == 0, err
         assert kinds(summary) == ["agent_armed", "shutdown"], summary["events"]
     finally:
-        kill(spine)
+        stop_spine(spine, name)
