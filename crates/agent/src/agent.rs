@@ -252,6 +252,15 @@ impl Agent {
         Ok(&self.state)
     }
 
+    /// The state block's sequence as it is now (one acquire load, no copy): while it equals
+    /// the `seq` of the state last read, nothing new was published — a cheap look for a
+    /// polling agent (the C header's `rtloop_agent_state_sequence`).
+    pub fn state_sequence(&self) -> u64 {
+        // SAFETY: the state block is mapped and 64-byte aligned; its sequence word is
+        // accessed atomically only.
+        unsafe { seqlock::sequence(self.map.ptr().add(STATE_OFFSET)) }
+    }
+
     /// The state last read.
     pub fn state(&self) -> &StateBlock {
         &self.state

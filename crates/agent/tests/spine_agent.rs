@@ -46,6 +46,8 @@ fn state_and_command_round_trip() {
     spine.publish(123);
     let st = *agent.read_state().unwrap();
     assert_eq!((st.cycle, st.time_ns, st.stamp_ns, st.status), (7, 7_000_000, 123, status::WAITING));
+    // The cheap look: the sequence stays that of the last read until the next publish.
+    assert_eq!(agent.state_sequence(), st.seq);
     assert_eq!(st.servo_count, 12);
     assert_eq!(st.arm_token, spine.arm_token());
     assert_ne!(st.arm_token, 0);
@@ -80,7 +82,9 @@ fn state_and_command_round_trip() {
     assert_eq!(spine.poll_command(2 * MS), Poll::Unchanged);
 
     // The published counters follow.
+    let before = agent.state_sequence();
     spine.publish(3 * MS);
+    assert_ne!(agent.state_sequence(), before, "a publish moves the sequence");
     let st = agent.read_state().unwrap();
     assert_eq!((st.status, st.rearms, st.timeouts), (status::FOLLOWING, 1, 0));
 }
