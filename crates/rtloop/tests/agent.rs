@@ -229,6 +229,8 @@ fn agent_mistakes_get_one_sentence() {
     let o = spine(&["--agent", &name, "--duration", "1"]).wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("another spine"), "{}", stderr(&o));
+    // SIGKILL leaves the first spine no chance to remove its segment: do it here.
     let _ = first.kill();
     let _ = first.wait();
+    let _ = std::fs::remove_file(rtloop::agent::segment_path(&name));
 }
