@@ -220,7 +220,7 @@ class Log:
         or None when it has no timestamped item. Unknown record → ``KeyError``."""
         for record, _count, first, last in self._native.records():
             if record == name:
-                return None if first is None else (first / 1e6, last / 1e6)
+                return None if first is None or last is None else (first / 1e6, last / 1e6)
         raise KeyError(f"the log has no record '{name}'; it has {', '.join(self.records()) or 'none'}")
 
     @property

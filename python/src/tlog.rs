@@ -129,10 +129,7 @@ fn read_error(path: &Path, error: Error) -> PyErr {
 /// `KeyError` for a record the log does not have, listing those it has.
 fn unknown_record(reader: &FileReader, name: &str) -> PyErr {
     let names: Vec<String> = reader.records().into_iter().map(|r| r.name).collect();
-    PyKeyError::new_err(format!(
-        "the log has no record '{name}'; {}",
-        tlog::export::describe_records(&dedup(names))
-    ))
+    PyKeyError::new_err(format!("the log has no record '{name}'; {}", tlog::export::describe_records(&dedup(names))))
 }
 
 /// Names in first-seen order without repeats (a log may register one name under two ids).
@@ -149,7 +146,8 @@ fn warn(py: Python<'_>, message: &str, stacklevel: i32) -> PyResult<()> {
 
 /// Count a reader error (a corrupt block, or the cut at the end).
 fn note_read_error(problems: &mut Problems, error: &Error) {
-    let kind = if matches!(error, Error::Truncated { .. }) { ProblemKind::Truncated } else { ProblemKind::CorruptBlock };
+    let kind =
+        if matches!(error, Error::Truncated { .. }) { ProblemKind::Truncated } else { ProblemKind::CorruptBlock };
     problems.note(kind, None, None, error_offset(error).unwrap_or(0), || error.to_string());
 }
 
@@ -483,9 +481,7 @@ impl Column {
                 None => PyArray1::from_vec(py, v).into_any(),
             },
             Data::Bool(v) => match &missing {
-                Some(_) => {
-                    PyArray1::from_vec(py, masked(v, &missing, |x| f64::from(u8::from(x)), f64::NAN)).into_any()
-                }
+                Some(_) => PyArray1::from_vec(py, masked(v, &missing, |x| f64::from(u8::from(x)), f64::NAN)).into_any(),
                 None => PyArray1::from_vec(py, v).into_any(),
             },
             Data::Obj(cells) => {
@@ -552,8 +548,7 @@ impl Selector {
     fn select(&mut self, name: &str) -> bool {
         let mut selected = false;
         for (pattern, hit) in self.patterns.iter().zip(self.hits.iter_mut()) {
-            let matches = pattern.matches(name)
-                || name.match_indices('.').any(|(i, _)| pattern.matches(&name[..i]));
+            let matches = pattern.matches(name) || name.match_indices('.').any(|(i, _)| pattern.matches(&name[..i]));
             if matches {
                 *hit = true;
                 selected = true;
@@ -756,7 +751,8 @@ impl Columns {
             return;
         }
         let (block, width) = (&self.block, self.width);
-        column.extend_bits((hot.start..hot.start + hot.staged).map(|r| block.get(r * width + col).copied().unwrap_or(0)));
+        column
+            .extend_bits((hot.start..hot.start + hot.staged).map(|r| block.get(r * width + col).copied().unwrap_or(0)));
         hot.staged = 0;
     }
 
@@ -855,6 +851,9 @@ impl Ty {
     }
 }
 
+/// The item names of an enum (boxed in [`Op`], which they would make three times larger).
+struct EnumNames(HashMap<u64, String>);
+
 /// One step of a record's decoder. Objects and fixed arrays are flattened into their
 /// parent's list of steps at compile time, so decoding a record is mostly one loop over
 /// scalars; arrays and maps grow their items' steps (and columns) the first time an item
@@ -863,7 +862,7 @@ enum Op {
     /// One scalar into column `.1` ([`SKIP`]: parsed, not stored).
     Leaf(Ty, usize),
     /// An enum: its integer type, column, and item names (when names were asked for).
-    Enum(Ty, usize, Option<Box<HashMap<u64, String>>>),
+    Enum(Ty, usize, Option<Box<EnumNames>>),
     Array(Box<Dynamic>),
     Map(Box<DynMap>),
     /// The steps of each alternative (a null alternative has none: the row's columns stay
@@ -940,7 +939,7 @@ fn compile(
             let under = scalar(underlying)
                 .filter(|ty| matches!(ty, Ty::Int(_) | Ty::UInt(_) | Ty::VarInt | Ty::VarUInt))
                 .ok_or_else(|| format!("the enum '{name}' does not have an integer underlying type"))?;
-            let names = options.enum_names.then(|| Box::new(items.iter().cloned().collect::<HashMap<u64, String>>()));
+            let names = options.enum_names.then(|| Box::new(EnumNames(items.iter().cloned().collect())));
             let kind = if names.is_some() { Kind::Obj } else { Kind::U64 };
             let col = cols.register(name.to_string(), key.to_vec(), kind)?;
             out.push(Op::Enum(under, col, names));
@@ -1098,9 +1097,7 @@ impl<'a> Payload<'a> {
             Ty::UInt(8) => self.take::<8>().map(|b| (Kind::U64, u64::from_le_bytes(b))),
             Ty::VarUInt => self.varuint().map(|v| (Kind::U64, v)),
             Ty::VarInt => self.varuint().map(|z| (Kind::I64, (((z >> 1) as i64) ^ -((z & 1) as i64)) as u64)),
-            Ty::Micros => {
-                self.take::<8>().map(|b| (Kind::F64, micros_to_seconds(i64::from_le_bytes(b)).to_bits()))
-            }
+            Ty::Micros => self.take::<8>().map(|b| (Kind::F64, micros_to_seconds(i64::from_le_bytes(b)).to_bits())),
             Ty::Null | Ty::Str | Ty::Bytes | Ty::Int(_) | Ty::UInt(_) => return Number::Other,
         };
         match value {
@@ -1188,7 +1185,12 @@ impl<'a> Payload<'a> {
 }
 
 /// Run decoder steps over the payload, storing into the row's columns.
-fn decode(ops: &mut [Op], payload: &mut Payload<'_>, cols: &mut Columns, options: Options) -> Result<(), Box<DecodeError>> {
+fn decode(
+    ops: &mut [Op],
+    payload: &mut Payload<'_>,
+    cols: &mut Columns,
+    options: Options,
+) -> Result<(), Box<DecodeError>> {
     for op in ops {
         if payload.budget == 0 {
             return Err(malformed(payload.pos, "too many values for the payload size"));
@@ -1211,7 +1213,7 @@ fn decode(ops: &mut [Op], payload: &mut Payload<'_>, cols: &mut Columns, options
             },
             Op::Enum(ty, col, names) => {
                 let Some(raw) = payload.enum_value(*ty) else { return Err(payload.why(*ty)) };
-                match names.as_ref().and_then(|names| names.get(&raw)) {
+                match names.as_ref().and_then(|names| names.0.get(&raw)) {
                     Some(name) => cols.push(*col, Leaf::Str(name)),
                     None => cols.push(*col, Leaf::U64(raw)),
                 }
@@ -1239,8 +1241,16 @@ fn decode(ops: &mut [Op], payload: &mut Payload<'_>, cols: &mut Columns, options
                     if !map.entries.contains_key(entry) {
                         let index = map.entries.len();
                         let mut steps = Vec::new();
-                        compile(&map.item, &join(&map.name, entry), &with_key(&map.key, index), false, cols, options, &mut steps)
-                            .map_err(|e| Box::new(DecodeError::Limit(e)))?;
+                        compile(
+                            &map.item,
+                            &join(&map.name, entry),
+                            &with_key(&map.key, index),
+                            false,
+                            cols,
+                            options,
+                            &mut steps,
+                        )
+                        .map_err(|e| Box::new(DecodeError::Limit(e)))?;
                         map.entries.insert(entry.to_string(), steps);
                     }
                     if let Some(steps) = map.entries.get_mut(entry) {
@@ -1305,7 +1315,7 @@ fn read_columns(
                 continue;
             }
         };
-        if !plans.contains_key(&item.record_id) {
+        if let std::collections::hash_map::Entry::Vacant(entry) = plans.entry(item.record_id) {
             let plan = match records.iter().find(|r| r.id == item.record_id).and_then(|r| r.schema.as_ref()) {
                 Some(schema) => {
                     let mut steps = Vec::new();
@@ -1315,7 +1325,7 @@ fn read_columns(
                 }
                 None => None,
             };
-            plans.insert(item.record_id, plan);
+            entry.insert(plan);
         }
         let Some(Some(plan)) = plans.get_mut(&item.record_id) else {
             problems.data_without_readable_schema(item.record_id);
@@ -1383,7 +1393,7 @@ fn read_columns(
 /// and time ranges, the data's time span, and the damage.
 struct Summary {
     /// `(name, items, first µs, last µs)` in the reader's order, merged by name.
-    records: Vec<(String, u64, Option<i64>, Option<i64>)>,
+    records: Vec<RecordRow>,
     span_us: Option<(i64, i64)>,
     damage: Damage,
 }
@@ -1399,6 +1409,12 @@ struct Damage {
     problems: Vec<Problem>,
 }
 
+/// Earliest and latest timestamp (µs), if any.
+type SpanUs = Option<(i64, i64)>;
+
+/// `(name, items, first µs, last µs)` of one record.
+type RecordRow = (String, u64, Option<i64>, Option<i64>);
+
 fn summarize(reader: &FileReader) -> Summary {
     let records = reader.records();
     let by_id: HashMap<u64, usize> = records.iter().enumerate().map(|(i, r)| (r.id, i)).rev().collect();
@@ -1409,7 +1425,7 @@ fn summarize(reader: &FileReader) -> Summary {
             problems.schema_unreadable(record.id, &record.name, record.schema_offset, error);
         }
     }
-    let (mut data_span, mut all_span): (Option<(i64, i64)>, Option<(i64, i64)>) = (None, None);
+    let (mut data_span, mut all_span): (SpanUs, SpanUs) = (None, None);
     let widen_span = |span: &mut Option<(i64, i64)>, t: i64| {
         *span = Some(span.map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
     };
@@ -1464,7 +1480,7 @@ fn summarize(reader: &FileReader) -> Summary {
             entry.2 = Some(entry.2.map_or(t, |l| l.max(t)));
         }
     }
-    let mut merged: Vec<(String, u64, Option<i64>, Option<i64>)> = Vec::new();
+    let mut merged: Vec<RecordRow> = Vec::new();
     for (record, (n, first, last)) in records.iter().zip(counts) {
         match merged.iter_mut().find(|m| m.0 == record.name) {
             Some(m) => {
@@ -1478,9 +1494,9 @@ fn summarize(reader: &FileReader) -> Summary {
     let index = match (damage.has_index, damage.truncated_at) {
         (true, _) => IndexState::Present,
         (false, Some(at)) => IndexState::Cut { at },
-        (false, None) => IndexState::Absent {
-            closed: merged.iter().any(|r| r.0 == tlog::realtime::STATS_RECORD && r.1 > 0),
-        },
+        (false, None) => {
+            IndexState::Absent { closed: merged.iter().any(|r| r.0 == tlog::realtime::STATS_RECORD && r.1 > 0) }
+        }
     };
     damage.index = index.describe();
     damage.problems = problems.into_vec();
@@ -1596,7 +1612,7 @@ impl NativeLog {
     }
 
     /// `[(name, items, first_us, last_us)]`: one walk over the file, cached.
-    fn records(&self, py: Python<'_>) -> PyResult<Vec<(String, u64, Option<i64>, Option<i64>)>> {
+    fn records(&self, py: Python<'_>) -> PyResult<Vec<RecordRow>> {
         Ok(self.summary(py)?.records.clone())
     }
 
@@ -1749,15 +1765,7 @@ impl NativeLog {
         let names = records.iter().map(|r| (r.id, r.name.clone())).collect();
         let filter = ItemFilter { record: name, from_us, to_us };
         let walk = py.detach(|| ItemWalk::new(reader, |reader| reader.items(filter)));
-        Ok(ItemIter {
-            walk,
-            names,
-            raw,
-            flat,
-            buffer: VecDeque::new(),
-            problems: Problems::default(),
-            done: false,
-        })
+        Ok(ItemIter { walk, names, raw, flat, buffer: VecDeque::new(), problems: Problems::default(), done: false })
     }
 }
 
@@ -1771,6 +1779,9 @@ self_cell::self_cell!(
         dependent: ItemsOf,
     }
 );
+
+/// What the item iterator yields: record name, timestamp (s), value.
+type NextItem = (String, Option<f64>, Py<PyAny>);
 
 /// One item ready for Python: record id, timestamp, and its value or raw payload.
 enum Ready {
@@ -1819,9 +1830,11 @@ impl ItemIter {
                 }
                 match reader.decode_item(&item) {
                     Ok(value) => buffer.push_back(Ready::Value(item.record_id, item.timestamp_us, value)),
-                    Err(e) => problems.note(ProblemKind::Undecodable, Some(item.record_id), Some(name), item.offset, || {
-                        e.to_string()
-                    }),
+                    Err(e) => {
+                        problems.note(ProblemKind::Undecodable, Some(item.record_id), Some(name), item.offset, || {
+                            e.to_string()
+                        })
+                    }
                 }
             }
             false
@@ -1836,7 +1849,7 @@ impl ItemIter {
         slf
     }
 
-    fn __next__(mut slf: PyRefMut<'_, Self>, py: Python<'_>) -> PyResult<Option<(String, Option<f64>, Py<PyAny>)>> {
+    fn __next__(mut slf: PyRefMut<'_, Self>, py: Python<'_>) -> PyResult<Option<NextItem>> {
         if slf.buffer.is_empty() && !slf.done {
             let this = &mut *slf;
             py.detach(|| this.fill());

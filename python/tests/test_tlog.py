@@ -104,6 +104,10 @@ def test_records_and_counts_equal_info(logs, info, kind):
         assert all(len(a) == records["cycle"] for a in columns.values())
         first, last = log.span
         assert last - first == pytest.approx(info[kind]["span_s"], abs=1e-6)
+        assert log.record_span("cycle") == (columns["timestamp"][0], columns["timestamp"][-1])
+        assert first <= columns["timestamp"][0] and last >= columns["timestamp"][-1]
+        with pytest.raises(KeyError, match="cycle"):
+            log.record_span("cycles")
         assert log.damage.ok and log.damage.has_index
         assert log.size == info[kind]["bytes"]
 
