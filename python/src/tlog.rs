@@ -194,6 +194,7 @@ enum Leaf<'a> {
 }
 
 impl Leaf<'_> {
+    /// The value as a float (for a column widened to float64); None for non-numbers.
     fn as_f64(self) -> Option<f64> {
         match self {
             Leaf::Bool(b) => Some(f64::from(u8::from(b))),
@@ -205,6 +206,7 @@ impl Leaf<'_> {
         }
     }
 
+    /// The value as an object-column cell (strings and bytes copied out of the payload).
     fn cell(self) -> Cell {
         match self {
             Leaf::Missing => Cell::None,
@@ -232,6 +234,7 @@ impl Leaf<'_> {
     }
 }
 
+/// The storage of a column ([`Data`]'s variants), or of a value ([`Leaf::kind`]).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Null,
@@ -276,6 +279,7 @@ impl Column {
         column
     }
 
+    /// The column's current storage.
     fn kind(&self) -> Kind {
         match self.data {
             Data::Null => Kind::Null,
@@ -494,6 +498,8 @@ impl Column {
 }
 
 impl Cell {
+    /// The cell as a float, so that `convert` handles every pair of storages (widen() never
+    /// turns an object column into floats); None for non-numbers.
     fn as_f64(&self) -> Option<f64> {
         match self {
             Cell::Bool(b) => Some(f64::from(u8::from(*b))),
@@ -504,6 +510,7 @@ impl Cell {
         }
     }
 
+    /// The Python object of this cell (None, bool, int, float, str or bytes).
     fn into_py(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         match self {
             Cell::None => Ok(py.None()),
@@ -541,10 +548,12 @@ struct Selector {
 }
 
 impl Selector {
+    /// A selector keeping the columns any of `patterns` matches.
     fn new(patterns: &[String]) -> Self {
         Selector { patterns: patterns.iter().map(|p| WildMatch::new(p)).collect(), hits: vec![false; patterns.len()] }
     }
 
+    /// Whether column `name` is kept (and note which patterns matched it).
     fn select(&mut self, name: &str) -> bool {
         let mut selected = false;
         for (pattern, hit) in self.patterns.iter().zip(self.hits.iter_mut()) {
@@ -608,6 +617,7 @@ struct Columns {
 }
 
 impl Columns {
+    /// No columns yet; `selector` is `fields=` (None: keep every column).
     fn new(selector: Option<Selector>) -> Self {
         Columns {
             cols: Vec::new(),
@@ -870,6 +880,8 @@ enum Op {
     Union(Vec<Vec<Op>>),
 }
 
+/// A variable-length array: its item schema, where its leaves are named and sorted, and the
+/// steps of each item index seen so far.
 struct Dynamic {
     item: Schema,
     name: String,
@@ -877,6 +889,8 @@ struct Dynamic {
     items: Vec<Vec<Op>>,
 }
 
+/// A map: its value schema, where its leaves are named and sorted, and the steps of each key
+/// seen so far.
 struct DynMap {
     item: Schema,
     name: String,
@@ -890,6 +904,7 @@ struct Options {
     enum_names: bool,
 }
 
+/// `prefix.name`, or `name` at the top level (column names as `Value::flatten` makes them).
 fn join(prefix: &str, name: &str) -> String {
     if prefix.is_empty() {
         name.to_string()
@@ -898,12 +913,14 @@ fn join(prefix: &str, name: &str) -> String {
     }
 }
 
+/// The sort key of a child: the parent's key and the child's position.
 fn with_key(key: &[u32], part: usize) -> Vec<u32> {
     let mut key = key.to_vec();
     key.push(u32::try_from(part).unwrap_or(u32::MAX));
     key
 }
 
+/// The decoder type of a scalar schema; None for containers (and enums, compiled apart).
 fn scalar(schema: &Schema) -> Option<Ty> {
     Some(match schema {
         Schema::Null => Ty::Null,
@@ -997,6 +1014,7 @@ enum DecodeError {
     Limit(String),
 }
 
+/// A reader error inside a payload: the item does not decode.
 impl From<Error> for Box<DecodeError> {
     fn from(e: Error) -> Self {
         Box::new(DecodeError::Bad(e))
@@ -1026,10 +1044,12 @@ struct Payload<'a> {
 }
 
 impl<'a> Payload<'a> {
+    /// A payload to decode from its start.
     fn new(bytes: &'a [u8]) -> Self {
         Payload { bytes, pos: 0, budget: bytes.len().saturating_add(ZERO_WIDTH_VALUE_ALLOWANCE) }
     }
 
+    /// Bytes not decoded yet.
     fn remaining(&self) -> usize {
         self.bytes.len().saturating_sub(self.pos)
     }
@@ -1415,6 +1435,8 @@ type SpanUs = Option<(i64, i64)>;
 /// `(name, items, first µs, last µs)` of one record.
 type RecordRow = (String, u64, Option<i64>, Option<i64>);
 
+/// Walk every block once (payloads are not decoded) and count records, time span and damage
+/// the way `rtloop log info` does.
 fn summarize(reader: &FileReader) -> Summary {
     let records = reader.records();
     let by_id: HashMap<u64, usize> = records.iter().enumerate().map(|(i, r)| (r.id, i)).rev().collect();
@@ -1503,6 +1525,7 @@ fn summarize(reader: &FileReader) -> Summary {
     Summary { records: merged, span_us: data_span.or(all_span), damage }
 }
 
+/// A damage report as the dict `rtloop.tlog.Damage` is built from.
 fn damage_to_py<'py>(py: Python<'py>, damage: &Damage) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("data_blocks", damage.data_blocks)?;
@@ -1546,6 +1569,7 @@ pub struct NativeLog {
 }
 
 impl NativeLog {
+    /// The reader, or `ValueError` once the log is closed.
     fn reader(&self) -> PyResult<Arc<FileReader>> {
         let guard = self.reader.lock().unwrap_or_else(|e| e.into_inner());
         guard.clone().ok_or_else(|| {
@@ -1556,6 +1580,7 @@ impl NativeLog {
         })
     }
 
+    /// The walk of [`summarize`], made once (with the GIL released) and kept.
     fn summary(&self, py: Python<'_>) -> PyResult<&Summary> {
         if let Some(summary) = self.summary.get() {
             return Ok(summary);
@@ -1769,6 +1794,7 @@ impl NativeLog {
     }
 }
 
+/// The reader's item walk, as the dependent of [`ItemWalk`].
 type ItemsOf<'a> = Items<'a>;
 
 self_cell::self_cell!(
@@ -1845,10 +1871,13 @@ impl ItemIter {
 
 #[pymethods]
 impl ItemIter {
+    /// The iterator itself.
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
         slf
     }
 
+    /// The next `(record, timestamp, value)`; at the end, one `TlogWarning` if anything was
+    /// skipped.
     fn __next__(mut slf: PyRefMut<'_, Self>, py: Python<'_>) -> PyResult<Option<NextItem>> {
         if slf.buffer.is_empty() && !slf.done {
             let this = &mut *slf;
