@@ -590,3 +590,25 @@ def test_values_equal_mjlib_reader(lockstep, tmp_path):
     assert [int(item.data.mode) for item in mj] == cols["mode"].tolist()
     assert [item.data.opt for item in mj][:2] == [None, 0.25] and np.isnan(cols["opt"][0])
     assert [len(item.data.pts) for item in mj] == [0, 1, 3, 1, 2]
+
+
+def test_hostile_schema_and_payload_are_refused_not_crashed(tmp_path):
+    def log_with(schema, payload):
+        return b"TLOG0003\x00" + _block(1, _varuint(1) + _varuint(0) + _string("h") + schema) + _block(
+            2, _varuint(1) + _varuint(0) + payload
+        )
+
+    path = tmp_path / "hostile.tlog"
+    # A fixed array of 2^40 doubles: refused before anything is allocated for it.
+    path.write_bytes(log_with(_object(_field("a", b"\x13" + _varuint(1 << 40) + b"\x08")), b"\x00" * 16))
+    with tlog.open(path) as log, pytest.raises(tlog.TlogError, match="items"):
+        log.read("h")
+    # An array claiming 2^60 items in a 3-byte payload: that item is skipped and reported.
+    path.write_bytes(log_with(_object(_field("a", b"\x12\x08")), _varuint(1 << 60)))
+    with tlog.open(path) as log, pytest.warns(tlog.TlogWarning, match="do not decode"):
+        assert len(log.read("h")["timestamp"]) == 0
+    # Many empty objects: the value budget stops the loop.
+    path.write_bytes(log_with(_object(_field("a", b"\x12\x12" + _object())), _varuint(60000) * 2))
+    with tlog.open(path) as log, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        log.read("h")
