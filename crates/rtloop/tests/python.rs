@@ -18,8 +18,10 @@ use support::*;
 
 /// The test venv's packages beside rtloop (pinned: a new release must not change the
 /// results under us). pandas for `to_pandas`, moteus for the comparisons with the official
-/// client, python-snappy for mjlib's reader when `RTLOOP_MJLIB` names a checkout.
-const PACKAGES: &[&str] = &["pytest==9.2.0", "numpy==2.4.6", "pandas==3.1.1", "moteus==1.1.1", "python-snappy==0.7.3"];
+/// client, python-snappy for mjlib's reader when `RTLOOP_MJLIB` names a checkout, vermin to
+/// check that the pure-Python side runs on the oldest Python the wheel claims (3.9).
+const PACKAGES: &[&str] =
+    &["pytest==9.2.0", "numpy==2.4.6", "pandas==3.1.1", "moteus==1.1.1", "python-snappy==0.7.3", "vermin==1.9.2"];
 
 fn repo_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().and_then(Path::parent).expect("crates/rtloop is two levels down")
@@ -29,12 +31,25 @@ fn repo_root() -> &'static Path {
 fn installed_python() -> &'static Path {
     static PY: OnceLock<PathBuf> = OnceLock::new();
     PY.get_or_init(|| {
-        let python = python_venv("rtloop-python-venv", PACKAGES);
+        // Named after its package list, so a changed pin gets a new venv, not a stale one.
+        let digest = PACKAGES
+            .join(" ")
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        let python = python_venv(&format!("rtloop-python-venv-{digest:016x}"), PACKAGES);
         // Build outputs go to the workspace's target directory (maturin asks cargo), so a
         // second run rebuilds only what changed.
         let ran = run_limited(
             Command::new(&python)
-                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--force-reinstall", "--no-deps"])
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "--force-reinstall",
+                    "--no-deps",
+                ])
                 .arg(repo_root().join("python"))
                 .current_dir(repo_root()),
             b"",
