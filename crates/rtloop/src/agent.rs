@@ -18,6 +18,9 @@
 //!   and reported as one `agent_command_refused` event per burst.
 //! * Every position command carries a watchdog: the agent's if it sent one (within the
 //!   limits), else the run's `[gains] watchdog_timeout_s`.
+//! * The limits never exceed what the run's commands carry ([`carried_limits`]): an int16
+//!   position ends at ±3.2767 rev, and a value beyond it would be clamped on the wire —
+//!   moved somewhere the agent did not ask for, silently — so it is refused instead.
 //!
 //! Must never: block the real-time loop on the agent outside lockstep, allocate in
 //! [`Controller::cycle`], or send a servo anything that was not validated.
@@ -61,6 +64,33 @@ impl AgentOptions {
             watchdog_timeout_s: crate::config::DEFAULT_WATCHDOG_TIMEOUT_S,
             lockstep: false,
         }
+    }
+}
+
+/// `limits` narrowed to what commands at `resolution` carry. An integer register clamps at
+/// its largest integer times its scale (int16: positions to ±3.2767 rev, velocities to
+/// ±8.19 rev/s), so a wider limit would let a value through that the wire then clamps.
+pub fn carried_limits(limits: Limits, resolution: &proto::host::PositionResolution) -> Limits {
+    use proto::value::ScaleClass;
+    let carried = |class: ScaleClass, res: proto::Resolution| match res.int_max() {
+        Some(max) => class.scale(res) * f64::from(max),
+        None => f64::from(f32::MAX),
+    };
+    let r = resolution;
+    let position = carried(ScaleClass::Position, r.position).min(carried(ScaleClass::Position, r.stop_position));
+    let velocity = carried(ScaleClass::Velocity, r.velocity).min(carried(ScaleClass::Velocity, r.velocity_limit));
+    let torque = carried(ScaleClass::Torque, r.feedforward_torque).min(carried(ScaleClass::Torque, r.maximum_torque));
+    Limits {
+        position_min: limits.position_min.max(-position),
+        position_max: limits.position_max.min(position),
+        max_velocity: limits.max_velocity.min(velocity),
+        max_accel: limits.max_accel.min(carried(ScaleClass::Acceleration, r.accel_limit)),
+        max_torque: limits.max_torque.min(torque),
+        max_kp_scale: limits.max_kp_scale.min(carried(ScaleClass::Ratio, r.kp_scale)),
+        max_kd_scale: limits.max_kd_scale.min(carried(ScaleClass::Ratio, r.kd_scale)),
+        max_ilimit_scale: limits.max_ilimit_scale.min(carried(ScaleClass::Ratio, r.ilimit_scale)),
+        watchdog_max_s: limits.watchdog_max_s.min(carried(ScaleClass::Time, r.watchdog_timeout)),
+        ..limits
     }
 }
 
@@ -146,6 +176,8 @@ impl AgentSpine {
                 options.timeout_s
             ));
         }
+        let options =
+            AgentOptions { limits: carried_limits(options.limits, &crate::run::command_resolution()), ..options };
         let infos: Vec<ServoInfo> =
             servos.iter().map(|&(id, bus)| ServoInfo { id: u32::from(id), bus: u32::from(bus) }).collect();
         let mut config = SpineConfig::new(&options.name, &infos, rate_hz);
@@ -308,5 +340,44 @@ impl Controller for AgentSpine {
         // is dropped with this controller.
         self.spine.begin_shutdown();
         self.publish(state);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::host::PositionResolution;
+    use proto::Resolution;
+
+    #[test]
+    fn int16_commands_narrow_positions_and_velocities_to_what_they_carry() {
+        let limits = carried_limits(Limits::default(), &PositionResolution::all(Resolution::Int16));
+        assert!((limits.position_max - 3.2767).abs() < 1e-9, "{}", limits.position_max);
+        assert!((limits.position_min + 3.2767).abs() < 1e-9, "{}", limits.position_min);
+        assert!((limits.max_velocity - 8.19175).abs() < 1e-9, "{}", limits.max_velocity);
+        assert!((limits.max_accel - 32.767).abs() < 1e-9, "{}", limits.max_accel);
+        // What int16 carries beyond the defaults leaves the defaults alone.
+        let defaults = Limits::default();
+        assert_eq!(limits.max_torque, defaults.max_torque);
+        assert_eq!(limits.watchdog_max_s, defaults.watchdog_max_s);
+        assert_eq!(limits.watchdog_min_s, defaults.watchdog_min_s);
+    }
+
+    #[test]
+    fn float_commands_keep_the_limits() {
+        let limits = carried_limits(Limits::default(), &PositionResolution::all(Resolution::Float));
+        assert_eq!(limits, Limits::default());
+    }
+
+    #[test]
+    fn a_spine_refuses_a_position_its_commands_cannot_carry() {
+        let limits = carried_limits(Limits::default(), &crate::run::command_resolution());
+        let mut command = agent::RawServoCommand::QUERY;
+        command.kind = agent::layout::kind::POSITION;
+        command.present = agent::layout::field::POSITION;
+        command.position = 5.0;
+        assert!(agent::validate(&command, &limits).is_err(), "5 rev would be clamped to 3.2767 on the wire");
+        command.position = 3.0;
+        assert!(agent::validate(&command, &limits).is_ok());
     }
 }

@@ -1054,6 +1054,12 @@ pub fn run_with_hooks(opts: &RunOptions, hooks: Hooks) -> Result<RunSummary, Str
     execute(opts, hooks, Motion::from_config(&opts.config))
 }
 
+/// The resolution of the position commands a run sends: int16 (compact frames; positions to
+/// ±3.2767 rev, velocities to ±8.19 rev/s). The agent spine's limits never exceed it.
+pub(crate) fn command_resolution() -> proto::host::PositionResolution {
+    RobotConfig::default().position_resolution
+}
+
 /// Simulated time for a lockstep run: the loop's sleeps move the robot's virtual clock.
 struct VirtualTime(io::VirtualClock);
 
@@ -1118,7 +1124,7 @@ where
     }
     let seed =
         config.faults.seed.unwrap_or_else(|| if lockstep { LOCKSTEP_SEED } else { crate::config::random_seed() });
-    let mut robot_config = RobotConfig::default();
+    let mut robot_config = RobotConfig { position_resolution: command_resolution(), ..RobotConfig::default() };
     // Never let one cycle run into the next period, nor keep Ctrl-C waiting.
     robot_config.cycle.timeout_ns = (config.period_ns() / 10 * 9).clamp(50_000, MAX_CYCLE_TIMEOUT_NS);
     let sim_bus = sim::BusConfig {
