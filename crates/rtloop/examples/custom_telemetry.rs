@@ -4,7 +4,8 @@
 //! fixed array of per-joint targets, an estimator value and the gains — recorded every cycle
 //! with [`Output::record`] as the log record `stand_targets`, next to the runtime's `cycle`
 //! record. Recording never allocates and never makes the real-time thread wait: a value the
-//! log writer cannot take in time is dropped and counted, and the run says so. After the
+//! log writer cannot take in time is dropped and counted, and the run says so (a lockstep
+//! run, which has no deadline, waits for the writer instead). After the
 //! run, the example opens the log with the `tlog` reader and counts its items.
 //!
 //! Run it: `cargo run --release --example custom_telemetry -- --log stand.tlog`

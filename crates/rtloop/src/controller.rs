@@ -24,7 +24,8 @@
 //! * The safety supervisor overrides the controller's commands after `cycle` returns (a
 //!   faulted or silent servo, the configured safe mode); [`State::safe_mode`] says when.
 //! * Custom telemetry ([`Output::record`]) reaches the log or is counted as dropped; it never
-//!   makes the real-time thread wait.
+//!   makes the real-time thread wait (a lockstep run, which has no deadline, waits for the
+//!   log writer rather than drop it).
 //!
 //! Must never: allocate or block on behalf of the controller inside the real-time section.
 
@@ -151,7 +152,8 @@ impl<'a, T> Output<'a, T> {
 
     /// Record `value` in the log as this cycle's item of the controller's record
     /// ([`Controller::TELEMETRY_RECORD`]). At most one per cycle (the last one wins);
-    /// without a log, or when the writer has fallen behind, it is dropped and counted.
+    /// without a log, or when the writer has fallen behind, it is dropped and counted (in a
+    /// lockstep run, the loop waits for the writer instead).
     pub fn record(&mut self, value: T) {
         *self.telemetry = Some(value);
     }

@@ -27,7 +27,7 @@ use crate::config::{parse_shutdown, RunConfig};
 use crate::controller::{Controller, CycleFigures, Flow, Output, ServoStatus, State, MAX_EVENTS_PER_CYCLE};
 use crate::motion::Motion;
 use crate::stats::Percentiles;
-use crate::telemetry::{CycleLog, LogMsg, LogSink};
+use crate::telemetry::{CycleLog, LogHandOff, LogMsg, LogSink};
 use io::safety::{EventKind, SafetyConfig, Supervisor};
 use io::{Clock, MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec};
 use rt::periodic::{OverrunPolicy, PeriodicLoop, PeriodicOptions, Tick, TimeSource};
@@ -49,7 +49,7 @@ const START_QUERIES: usize = 10;
 const READ_BACK_QUERIES: usize = 3;
 
 /// Telemetry ring size: cycles the log writer may fall behind before messages are dropped
-/// (and counted): half a second at 1 kHz.
+/// (and counted): half a second at 1 kHz. (A lockstep run waits for room instead.)
 pub const LOG_RING_MESSAGES: usize = 512;
 
 /// The first period starts this long after the servos were first queried (or one period,
@@ -86,7 +86,8 @@ pub struct LogSummary {
     pub path: String,
     /// Messages in the file (every byte of them reached it).
     pub written: u64,
-    /// Messages dropped because the writer fell behind (ring full).
+    /// Messages dropped because the writer fell behind (ring full; in lockstep, only when
+    /// the writer thread died or stalled for seconds).
     pub dropped: u64,
     /// Messages the writer took but that are not in the file (a write failed).
     pub lost: u64,
@@ -584,7 +585,7 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
     progress: &Progress,
     hooks: &Hooks,
     mut law: ControlLaw<C>,
-    mut logger: Option<tlog::realtime::RtLogger<LogMsg<C::Telemetry>>>,
+    mut logger: Option<LogHandOff<C::Telemetry>>,
 ) -> LoopResult<K> {
     let CycleSetup { mut robot, config, shutdown, overrun, bus_numbers } = setup;
     let n = robot.servos().len();
@@ -902,12 +903,7 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
 }
 
 /// Hand the supervisor's events from `from` on to the log; returns how many are logged.
-fn log_events<T>(
-    log: &mut tlog::realtime::RtLogger<LogMsg<T>>,
-    supervisor: &Supervisor,
-    from: usize,
-    bus_numbers: &[u8],
-) -> usize {
+fn log_events<T>(log: &mut LogHandOff<T>, supervisor: &Supervisor, from: usize, bus_numbers: &[u8]) -> usize {
     let events = supervisor.events();
     for e in events.get(from..).unwrap_or(&[]) {
         let (bus, servo) = match e.servo {
@@ -1188,7 +1184,9 @@ where
             }
             let (logger, thread) = tlog::realtime::spawn(LOG_RING_MESSAGES, writer, move |w, m| sink.write(w, m))
                 .map_err(|e| format!("log {}: {e}", path.display()))?;
-            (Some(logger), Some(thread))
+            // Lockstep has no deadline to keep: its log waits for the writer rather than drop
+            // a cycle, so it has every cycle whatever the host's speed.
+            (Some(LogHandOff::new(logger, lockstep)), Some(thread))
         }
         None => (None, None),
     };

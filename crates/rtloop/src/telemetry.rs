@@ -4,16 +4,47 @@
 //! The cycle thread fills a fixed-size [`LogMsg`] (plain `Copy` data: no allocation) and
 //! hands it to a wait-free ring ([`tlog::realtime`]); a writer thread turns it into TLOG0003
 //! records — `cycle` (timing, IMU and every servo's command and state, one per cycle) and
-//! `event` — encodes, compresses and writes them. A full ring drops the message and counts
-//! it; the counts are in the run summary and in the log itself (`rtloop_log_stats`). The
-//! writer flushes at least every 100 ms and after every event, so a killed run loses at most
-//! the last ~100 ms of cycles and no event that was written.
+//! `event` — encodes, compresses and writes them. In a real-time run a full ring drops the
+//! message and counts it; the counts are in the run summary and in the log itself
+//! (`rtloop_log_stats`). A lockstep run has no deadline (simulated time stands still while
+//! the loop waits), so there the hand-off waits for room instead ([`LogHandOff`]): its log
+//! has every cycle, whatever the host's speed. The writer flushes at least every 100 ms and
+//! after every event, so a killed run loses at most the last ~100 ms of cycles and no event
+//! that was written.
 //!
-//! Must never: allocate, lock or make a system call on the real-time side.
+//! Must never: allocate, lock or make a system call on the real-time side of a real-time run.
 
 use crate::run::MAX_SERVOS;
 use serde::Serialize;
+use tlog::realtime::RtLogger;
 use tlog::writer::{FileWriter, RecordHandle};
+
+/// The cycle thread's end of the log.
+pub struct LogHandOff<T> {
+    logger: RtLogger<LogMsg<T>>,
+    /// Lockstep: wait for room in a full ring rather than drop.
+    wait: bool,
+}
+
+impl<T> LogHandOff<T> {
+    /// `lockstep`: the run's time is simulated, so a full ring is waited for
+    /// ([`RtLogger::log_waiting`]: it still drops, and counts, if the writer thread is gone,
+    /// stopping or stuck) rather than dropped ([`RtLogger::log`], wait-free).
+    pub fn new(logger: RtLogger<LogMsg<T>>, lockstep: bool) -> Self {
+        LogHandOff { logger, wait: lockstep }
+    }
+
+    /// Hand `msg` to the writer thread; false when it was dropped (and counted). Wait-free in
+    /// a real-time run.
+    #[inline]
+    pub fn log(&mut self, msg: LogMsg<T>) -> bool {
+        if self.wait {
+            self.logger.log_waiting(msg)
+        } else {
+            self.logger.log(msg)
+        }
+    }
+}
 
 /// One servo in one cycle: recorded by the real-time thread (plain `Copy` data) and
 /// written as is inside the `cycle` record.

@@ -1,8 +1,10 @@
 //! Lockstep runs: simulated time, one period per cycle, as fast as the control law allows.
-//! The same inputs give the same log, byte for byte; real buses are refused.
+//! The same inputs give the same log, byte for byte, with every cycle in it (the loop waits
+//! for a log writer that falls behind rather than drop); real buses are refused.
 
 mod support;
 
+use rtloop::{Controller, Flow, Output, Runtime, State};
 use serde_json::Value;
 use support::{rtloop, stderr, stdout, Scratch};
 
@@ -54,6 +56,121 @@ fn lockstep_with_fault_injection_is_repeatable_too() {
     }
     assert_eq!(logs[0].1, logs[1].1, "same seed, same drops");
     assert!(logs[0].0 == logs[1].0, "same seed, same log");
+}
+
+/// Every record's name and item count, as `rtloop log info --json` counts them.
+fn record_items(log: &std::path::Path) -> Vec<(String, u64)> {
+    let o = rtloop(&["log", "info", "--json", log.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let info: Value = serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&o)));
+    let records = info["records"].as_array().unwrap_or_else(|| panic!("no records: {info}"));
+    records.iter().map(|r| (r["name"].as_str().unwrap().to_string(), r["items"].as_u64().unwrap())).collect()
+}
+
+/// The counts the writer put in the log itself (`rtloop_log_stats`).
+fn stats_in_log(log: &std::path::Path) -> Value {
+    let o = rtloop(&["log", "dump", log.to_str().unwrap(), "--record", "rtloop_log_stats"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "one stats record: {}", stdout(&o));
+    serde_json::from_str::<Value>(lines[0]).unwrap()["value"].clone()
+}
+
+#[test]
+fn a_lockstep_log_has_every_cycle_however_fast_the_loop_runs() {
+    // Lockstep runs as fast as the host computes: the loop can outrun the log writer. It has
+    // no deadline to keep, so it waits for room in the ring rather than drop a cycle. Two
+    // runs at once (on a small machine, the loops and writers compete for the cores), and
+    // the same seed: the same log, byte for byte.
+    let dir = Scratch::new("lockstep-every-cycle");
+    let (a, b) = (dir.path("a.tlog"), dir.path("b.tlog"));
+    let runs: Vec<_> = [&a, &b]
+        .into_iter()
+        .map(|log| {
+            let log = log.to_str().unwrap().to_string();
+            std::thread::spawn(move || {
+                rtloop(&["run", "--lockstep", "--duration", "20", "--seed", "3", "--quiet", "--json", "--log", &log])
+            })
+        })
+        .collect();
+    for (o, log) in runs.into_iter().map(|h| h.join().unwrap()).zip([&a, &b]) {
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let j = summary(&o);
+        assert_eq!(j["cycles"], 20_000, "{j}");
+        let cycles = j["cycles"].as_u64().unwrap() + j["shutdown_cycles"].as_u64().unwrap();
+        assert_eq!(j["log"]["dropped"], 0, "{j}");
+        assert_eq!(j["status"], "ok", "{j}");
+        let items = record_items(log);
+        let count = |name: &str| items.iter().find(|(n, _)| n == name).map_or(0, |(_, n)| *n);
+        assert_eq!(count("cycle"), cycles, "one cycle record per cycle, shutdown cycles included: {items:?} {j}");
+        let stats = stats_in_log(log);
+        assert_eq!(stats["dropped"], 0, "{stats}");
+        assert_eq!(stats["written"], j["log"]["written"], "{stats} {j}");
+        // Every message handed over is in the file (the stats record itself is not one).
+        let messages: u64 = items.iter().filter(|(n, _)| n != "rtloop_log_stats").map(|(_, n)| n).sum();
+        assert_eq!(stats["written"].as_u64().unwrap(), messages, "{stats} {items:?}");
+    }
+    let (x, y) = (std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+    assert!(x == y, "the two lockstep logs differ ({} vs {} bytes)", x.len(), y.len());
+}
+
+/// A controller whose telemetry is far more work to write (32 KB of floats to encode and
+/// compress, every cycle) than to record: the log writer cannot keep up with a lockstep loop.
+struct HeavyTelemetry(rtloop::motion::Motion);
+
+#[derive(serde::Serialize, Default, Clone, Copy)]
+struct Heavy {
+    blocks: [[[f64; 32]; 32]; 4],
+}
+
+impl Controller for HeavyTelemetry {
+    type Telemetry = Heavy;
+    const TELEMETRY_RECORD: &'static str = "heavy";
+
+    fn start(&mut self, state: &State<'_>) {
+        self.0.start(state);
+    }
+
+    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, Heavy>) -> Flow {
+        let mut nothing = None;
+        self.0.cycle(state, &mut Output::new(out.commands(), &mut nothing));
+        let mut heavy = Heavy::default();
+        let mut x = state.cycle.wrapping_add(1);
+        for v in heavy.blocks.iter_mut().flatten().flatten() {
+            // Cheap to make, hard to compress.
+            x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17);
+            *v = (x >> 11) as f64;
+        }
+        out.record(heavy);
+        Flow::Continue
+    }
+}
+
+#[test]
+fn a_lockstep_log_waits_for_a_writer_that_falls_behind() {
+    // A wait-free hand-off drops thousands of these messages (the ring holds 512); in
+    // lockstep the loop waits for the writer instead, so the log is complete, and the same
+    // as the next run's, byte for byte.
+    let dir = Scratch::new("lockstep-heavy");
+    let mut logs = Vec::new();
+    for name in ["a.tlog", "b.tlog"] {
+        let log = dir.path(name);
+        let mut runtime = Runtime::new().duration_s(5.0).log(&log);
+        runtime.config_mut().sim.lockstep = true;
+        runtime.config_mut().sim.wire_time = false;
+        let summary = runtime.run(HeavyTelemetry(rtloop::motion::Motion::default())).expect("the run starts");
+        let log_summary = summary.log.as_ref().expect("a log");
+        assert_eq!((summary.cycles, log_summary.dropped), (5_000, 0), "{log_summary:?}");
+        assert_eq!(summary.status, "ok", "{:?}", summary.problems);
+        let items = record_items(&log);
+        let count = |name: &str| items.iter().find(|(n, _)| n == name).map_or(0, |(_, n)| *n);
+        assert_eq!(count("cycle"), summary.cycles + summary.shutdown_cycles, "{items:?}");
+        assert_eq!(count("heavy"), summary.cycles, "{items:?}");
+        assert_eq!(stats_in_log(&log)["dropped"], 0);
+        logs.push(std::fs::read(&log).unwrap());
+    }
+    assert!(logs[0] == logs[1], "the two lockstep logs differ ({} vs {} bytes)", logs[0].len(), logs[1].len());
 }
 
 #[test]

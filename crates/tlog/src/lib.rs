@@ -7,7 +7,8 @@
 //! * [`schema`] — the binary schema model and [`schema::schema_of`] for serde types.
 //! * [`ser`] — the data encoding matching those schemas.
 //! * [`writer`] — blocks, flags, seek markers and the index, onto any `Write`.
-//! * [`realtime`] — a wait-free hand-off so the real-time thread never waits on logging.
+//! * [`realtime`] — a wait-free hand-off so the real-time thread never waits on logging (and a
+//!   waiting one for runs without a deadline).
 //! * [`reader`], [`value`], [`export`], [`plot`] — reading, decoding, exporting, plotting.
 //! * [`survey`] — what a log holds and every kind of damage in it, counted with offsets.
 //!

@@ -27,8 +27,16 @@
 //! the one being written; [`RtLogger::flushed`] says how many messages have reached the OS.
 //! A power loss can also lose what the OS had not yet written to disk (no fsync is made).
 //!
+//! **Runs without a deadline.** A simulated-time (lockstep) run has no real-time deadline:
+//! its clock stands still while the loop waits, and a dropped message would only make the
+//! log depend on how fast the host was. [`RtLogger::log_waiting`] hands a message over like
+//! [`RtLogger::log`], but waits for room in a full ring (sleeping [`WAIT_SLICE`] at a time)
+//! instead of dropping — unless the writer thread is gone or stopping, or has freed no slot
+//! for [`WAIT_STALL_LIMIT`]: then it drops and counts as `log` does, so it never hangs.
+//!
 //! Must never: block, allocate or make a system call in anything the real-time side calls
 //! ([`RtLogger::log`], [`RtLogger::dropped`]); stop draining because a write failed.
+//! ([`RtLogger::log_waiting`] sleeps, by design: it is for runs without a deadline only.)
 
 use crate::format::TlogError;
 use crate::writer::{FileWriter, RecordHandle};
@@ -47,6 +55,15 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(1);
 /// the file (the bound on what a crash of the process loses, besides the ring).
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
 
+/// How long [`RtLogger::log_waiting`] sleeps between looks at a full ring.
+pub const WAIT_SLICE: Duration = Duration::from_micros(20);
+
+/// How long [`RtLogger::log_waiting`] waits for a writer that frees no slot at all before it
+/// drops the message (and counts it) rather than hang behind a stuck disk. Once it has given
+/// up, later calls drop at once while the ring stays full, and wait again as soon as the
+/// writer takes a message.
+pub const WAIT_STALL_LIMIT: Duration = Duration::from_secs(2);
+
 /// Name of the record written last with the final counts.
 pub const STATS_RECORD: &str = "rtloop_log_stats";
 
@@ -63,6 +80,9 @@ struct Shared {
 pub struct RtLogger<M> {
     ring: rtrb::Producer<M>,
     shared: Arc<Shared>,
+    /// [`log_waiting`](Self::log_waiting) gave up on a writer that freed no slot; it waits
+    /// again once the ring has room.
+    stalled: bool,
 }
 
 impl<M> RtLogger<M> {
@@ -78,6 +98,44 @@ impl<M> RtLogger<M> {
                 false
             }
         }
+    }
+
+    /// Queue `msg` for the writer thread, waiting for room when the ring is full: for runs
+    /// without a real-time deadline (simulated time, which stands still while the caller
+    /// waits), where every message should reach the log whatever the host's speed. Returns
+    /// true once the message is in the ring.
+    ///
+    /// The wait is a loop of [`WAIT_SLICE`] sleeps. It does not wait, and drops the message
+    /// and counts it as [`log`](Self::log) does (returning false), when the writer thread
+    /// has ended (panicked) or is stopping ([`LogThread::finish`] or dropping the
+    /// [`LogThread`]: it would never take the message), or when it has freed no slot for
+    /// [`WAIT_STALL_LIMIT`] (a stuck disk); after such a stall, calls drop at once until the
+    /// writer takes a message again. Failing writes do not stop it waiting: the writer keeps
+    /// draining them (they count as `lost`).
+    ///
+    /// Never call it where a deadline must be kept: it sleeps (a system call) and may wait
+    /// for the writer.
+    pub fn log_waiting(&mut self, msg: M) -> bool {
+        let mut msg = match self.ring.push(msg) {
+            Ok(()) => {
+                self.stalled = false;
+                return true;
+            }
+            Err(rtrb::PushError::Full(msg)) => msg,
+        };
+        // Every failed push means the writer has freed no slot since the wait began.
+        let waiting_since = Instant::now();
+        while !self.stalled && !self.ring.is_abandoned() && !self.shared.stop.load(Ordering::Acquire) {
+            std::thread::sleep(WAIT_SLICE);
+            msg = match self.ring.push(msg) {
+                Ok(()) => return true,
+                Err(rtrb::PushError::Full(msg)) => msg,
+            };
+            self.stalled = waiting_since.elapsed() >= WAIT_STALL_LIMIT;
+        }
+        drop(msg);
+        self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+        false
     }
 
     /// Messages dropped so far because the ring was full.
@@ -168,7 +226,10 @@ where
     let thread = std::thread::Builder::new()
         .name("tlog-writer".into())
         .spawn(move || run_writer(consumer, writer, handler, stats_handle, &thread_shared))?;
-    Ok((RtLogger { ring: producer, shared: Arc::clone(&shared) }, LogThread { shared, thread: Some(thread) }))
+    Ok((
+        RtLogger { ring: producer, shared: Arc::clone(&shared), stalled: false },
+        LogThread { shared, thread: Some(thread) },
+    ))
 }
 
 impl LogThread {

@@ -4,10 +4,10 @@
 //! that only counts on threads that switch it on).
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tlog::format::{block_type, data_flags, read_i64, read_string, read_varuint, TlogError};
-use tlog::realtime::{spawn, STATS_RECORD};
+use tlog::realtime::{spawn, STATS_RECORD, WAIT_STALL_LIMIT};
 use tlog::writer::{FileWriter, WriterOptions};
 
 // ----------------------------------------------------------------------------------------
@@ -253,4 +253,140 @@ fn dropping_the_thread_handle_still_closes_the_file() {
     let file = sink.0.lock().unwrap().clone();
     assert!(file.ends_with(b"TLOGIDEX"));
     assert_eq!(stats_in_file(&file).0, 1);
+}
+
+// ----------------------------------------------------------------------------------------
+// log_waiting: runs without a deadline wait for room instead of dropping
+
+/// A handler that holds the writer thread inside its first message until `gate` opens.
+fn gated_writer(
+    capacity: usize,
+    gate: &Arc<AtomicBool>,
+) -> (SharedBuf, tlog::realtime::RtLogger<u64>, tlog::realtime::LogThread) {
+    let sink = SharedBuf::default();
+    let mut writer = FileWriter::new(sink.clone(), WriterOptions::default()).unwrap();
+    let handle = writer.register::<Sample>("sample").unwrap();
+    let gate = Arc::clone(gate);
+    let (logger, thread) = spawn(capacity, writer, move |w: &mut FileWriter<SharedBuf>, seq: u64| {
+        while !gate.load(Ordering::Acquire) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        w.write(&handle, seq as i64, &Sample { seq, value: 0.0 }).map(|_| ())
+    })
+    .unwrap();
+    (sink, logger, thread)
+}
+
+/// Log with the wait-free call until the ring is full (the writer is held inside a
+/// message); returns how many were logged. None is dropped: `log` is only called on room.
+fn fill_ring(logger: &mut tlog::realtime::RtLogger<u64>) -> u64 {
+    // The writer takes the first message and holds it: wait until it has, so the ring
+    // stays full afterwards.
+    assert!(logger.log(0));
+    let capacity = logger.free_slots() + 1;
+    while logger.free_slots() < capacity {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let mut seq = 1;
+    while logger.free_slots() > 0 {
+        assert!(logger.log(seq));
+        seq += 1;
+    }
+    seq
+}
+
+#[test]
+fn log_waiting_on_a_full_ring_waits_until_the_writer_drains() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let (sink, mut logger, thread) = gated_writer(4, &gate);
+    let filled = fill_ring(&mut logger);
+    assert_eq!(logger.free_slots(), 0);
+    let hold = std::time::Duration::from_millis(100);
+    let opener = {
+        let gate = Arc::clone(&gate);
+        std::thread::spawn(move || {
+            std::thread::sleep(hold);
+            gate.store(true, Ordering::Release);
+        })
+    };
+    let started = std::time::Instant::now();
+    assert!(logger.log_waiting(filled), "the message waited for room and went in");
+    let waited = started.elapsed();
+    assert!(waited >= hold / 2, "it waited for the writer: {waited:?}");
+    assert!(waited < WAIT_STALL_LIMIT, "and not for the stall limit: {waited:?}");
+    // Many more than the ring holds: every one waits its turn, none is dropped.
+    for seq in filled + 1..filled + 1_000 {
+        assert!(logger.log_waiting(seq));
+    }
+    opener.join().unwrap();
+    assert_eq!(logger.dropped(), 0);
+    let stats = thread.finish().unwrap();
+    assert_eq!((stats.written, stats.dropped, stats.lost), (filled + 1_000, 0, 0), "{stats:?}");
+    let file = sink.0.lock().unwrap().clone();
+    let seqs: Vec<u64> =
+        record_payloads(&file, "sample").iter().map(|p| u64::from_le_bytes(p[..8].try_into().unwrap())).collect();
+    assert_eq!(seqs, (0..filled + 1_000).collect::<Vec<_>>(), "every message, in order");
+}
+
+#[test]
+fn log_waiting_drops_instead_of_hanging_when_the_writer_is_stopping() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let (_sink, mut logger, thread) = gated_writer(4, &gate);
+    let filled = fill_ring(&mut logger);
+    // `finish` sets the stop flag, then waits for the (held) writer thread.
+    let finisher = std::thread::spawn(move || thread.finish().unwrap());
+    let started = std::time::Instant::now();
+    assert!(!logger.log_waiting(filled), "a stopping writer never takes the message");
+    assert!(started.elapsed() < WAIT_STALL_LIMIT / 2, "{:?}", started.elapsed());
+    assert_eq!(logger.dropped(), 1);
+    gate.store(true, Ordering::Release);
+    let stats = finisher.join().unwrap();
+    assert_eq!((stats.written, stats.dropped), (filled, 1), "{stats:?}");
+}
+
+#[test]
+fn log_waiting_drops_instead_of_hanging_when_the_writer_thread_died() {
+    let (mut logger, thread) = spawn(2, FileWriter::new(SharedBuf::default(), WriterOptions::default()).unwrap(), {
+        |_w: &mut FileWriter<SharedBuf>, _seq: u64| -> Result<(), TlogError> {
+            panic!("deliberate panic in the writer thread (log_waiting test)")
+        }
+    })
+    .unwrap();
+    // The writer takes the first message and dies; the rest fill the ring nobody drains.
+    assert!(logger.log(0));
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    while logger.free_slots() > 0 {
+        assert!(logger.log(1));
+    }
+    let started = std::time::Instant::now();
+    assert!(!logger.log_waiting(2));
+    assert!(started.elapsed() < WAIT_STALL_LIMIT / 2, "{:?}", started.elapsed());
+    assert_eq!(logger.dropped(), 1);
+    assert!(thread.finish().is_err(), "the writer thread panicked");
+}
+
+#[test]
+fn log_waiting_gives_up_on_a_stuck_writer_and_waits_again_once_it_moves() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let (_sink, mut logger, thread) = gated_writer(4, &gate);
+    let filled = fill_ring(&mut logger);
+    let started = std::time::Instant::now();
+    assert!(!logger.log_waiting(filled), "a writer that frees no slot is not waited for forever");
+    let waited = started.elapsed();
+    assert!(waited >= WAIT_STALL_LIMIT && waited < WAIT_STALL_LIMIT * 2, "{waited:?}");
+    // Still stuck: the next call drops at once rather than stall the loop again.
+    let started = std::time::Instant::now();
+    assert!(!logger.log_waiting(filled + 1));
+    assert!(started.elapsed() < WAIT_STALL_LIMIT / 4, "{:?}", started.elapsed());
+    assert_eq!(logger.dropped(), 2);
+    // The writer moves again: calls wait for room again, and nothing more is dropped.
+    gate.store(true, Ordering::Release);
+    while logger.free_slots() == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    for seq in filled + 2..filled + 102 {
+        assert!(logger.log_waiting(seq));
+    }
+    let stats = thread.finish().unwrap();
+    assert_eq!((stats.written, stats.dropped), (filled + 100, 2), "{stats:?}");
 }
