@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 import time
@@ -41,25 +40,11 @@ import numpy as np
 
 import rtloop
 
+from bench_support import find_rtloop_bin, stop
+
 HOLD: dict[str, Any] = dict(position=0.0, velocity=0.0, kp_scale=1.0, kd_scale=1.0, watchdog_timeout=0.1)
 # States left out at the start of each run (attaching, arming, caches warming up).
 WARMUP = 50
-
-
-def find_rtloop_bin() -> Optional[str]:
-    """The rtloop program: $RTLOOP_BIN, then PATH, then the workspace's target directory."""
-    env = os.environ.get("RTLOOP_BIN")
-    if env:
-        return env
-    on_path = shutil.which("rtloop")
-    if on_path:
-        return on_path
-    root = pathlib.Path(__file__).resolve().parents[2]
-    for profile in ("release", "debug"):
-        candidate = root / "target" / profile / "rtloop"
-        if candidate.exists():
-            return str(candidate)
-    return None
 
 
 def run_one(bin_path: str, spine_args: list[str], busy_poll: Optional[bool], pin: bool) -> dict[str, Any]:
@@ -85,13 +70,7 @@ def run_one(bin_path: str, spine_args: list[str], busy_poll: Optional[bool], pin
     finally:
         # Normally the spine has ended; otherwise stop it as Ctrl-C would (it removes its
         # segment), and as a last resort kill it and remove what it left.
-        if spine.poll() is None:
-            spine.terminate()
-            try:
-                spine.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                spine.kill()
-        spine.wait()
+        stop(spine)
         pathlib.Path(f"/dev/shm/rtloop-{name}").unlink(missing_ok=True)
     # Short runs on a loaded machine may see few states: never leave out more than a fifth.
     skip = min(WARMUP, len(round_trip) // 5)
@@ -120,7 +99,7 @@ def main(argv: Optional[list[str]] = None) -> list[dict[str, Any]]:
     parser.add_argument("--json", action="store_true", help="print the rows as JSON lines")
     parser.add_argument("--no-pin", action="store_true", help="leave the spine and this process on any CPU")
     args = parser.parse_args(argv)
-    bin_path = args.rtloop_bin or find_rtloop_bin()
+    bin_path = find_rtloop_bin(args.rtloop_bin)
     if not bin_path:
         parser.error("cannot find the rtloop program: pass --rtloop-bin PATH or set RTLOOP_BIN")
     if not (0.1 <= args.seconds <= 600):
@@ -181,22 +160,15 @@ def main(argv: Optional[list[str]] = None) -> list[dict[str, Any]]:
                 f"p50 {_pct(free['wake_us'], 50):.1f} µs. {free['round_trip_us'].size} states"
             )
             what = "busy" if busy else "sleeping"
-            rows.append(
-                dict(
-                    what=f"agent round trip p50 (free-running, {what})",
-                    value=_pct(free["round_trip_us"], 50),
-                    unit="µs",
-                    detail=detail,
+            for q in (50, 99):
+                rows.append(
+                    dict(
+                        what=f"agent round trip p{q} (free-running, {what})",
+                        value=_pct(free["round_trip_us"], q),
+                        unit="µs",
+                        detail=detail,
+                    )
                 )
-            )
-            rows.append(
-                dict(
-                    what=f"agent round trip p99 (free-running, {what})",
-                    value=_pct(free["round_trip_us"], 99),
-                    unit="µs",
-                    detail=detail,
-                )
-            )
             rows.append(
                 dict(
                     what=f"cycles with a fresh command (free-running, {what})",

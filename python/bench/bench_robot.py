@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import pathlib
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,7 +32,7 @@ import numpy as np
 
 import rtloop
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+from bench_support import find_rtloop_bin, stop
 
 Row = Dict[str, object]
 
@@ -42,19 +40,6 @@ Row = Dict[str, object]
 def row(what: str, value: float, unit: str, detail: str) -> Row:
     """One result: what was measured, its value and unit, and how."""
     return {"what": what, "value": float(value), "unit": unit, "detail": detail}
-
-
-def find_rtloop_bin(given: Optional[str]) -> Optional[str]:
-    """The ``rtloop`` program: ``given``, else ``$RTLOOP_BIN``, ``rtloop`` on PATH, or the
-    workspace's target/{release,debug}."""
-    for candidate in (given, os.environ.get("RTLOOP_BIN"), shutil.which("rtloop")):
-        if candidate:
-            return candidate
-    for profile in ("release", "debug"):
-        path = REPO / "target" / profile / "rtloop"
-        if path.exists():
-            return str(path)
-    return None
 
 
 def rate(step: Callable[[], object], seconds: float) -> Tuple[float, float, int]:
@@ -230,12 +215,7 @@ def bench_pty(rtloop_bin: Optional[str], seconds: float) -> List[Row]:
             )
             rows.append(row("rtloop / moteus", hz / mhz, "x", "same cycle, same simulator (target >= 10x)"))
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
     return rows
 
 

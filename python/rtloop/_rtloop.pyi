@@ -1,5 +1,12 @@
 """Type stubs of the native extension ``rtloop._rtloop`` (users import from ``rtloop``)."""
 
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+import os
+
+import numpy as np
+import numpy.typing as npt
+from typing_extensions import TypedDict, Unpack
+
 __version__: str
 
 # --- robot (python/src/robot.rs) ---
@@ -7,13 +14,22 @@ __version__: str
 # voltages V, times s. A "field" argument is a scalar (every servo) or one value per servo
 # in `Robot.ids` order (anything numpy converts to float64); None is not sent.
 
-from typing import Any, Dict, Iterable, Mapping, Optional, Tuple, Union
-import os
-
-import numpy as np
-import numpy.typing as npt
-
 _Field = Union[float, int, npt.ArrayLike, None]
+
+class PositionFields(TypedDict, total=False):
+    """The position-mode keywords of `Command` and `Controller.make_position` /
+    `set_position` (stub only: it does not exist at run time); None is not sent."""
+
+    position: Optional[float]
+    velocity: Optional[float]
+    feedforward_torque: Optional[float]
+    kp_scale: Optional[float]
+    kd_scale: Optional[float]
+    maximum_torque: Optional[float]
+    stop_position: Optional[float]
+    watchdog_timeout: Optional[float]
+    velocity_limit: Optional[float]
+    accel_limit: Optional[float]
 
 class Command:
     """One servo's command for `Robot.cycle(commands=[...])` (see `Controller.make_*`)."""
@@ -24,16 +40,7 @@ class Command:
         *,
         bus: Optional[int] = None,
         mode: str = "position",
-        position: Optional[float] = None,
-        velocity: Optional[float] = None,
-        feedforward_torque: Optional[float] = None,
-        kp_scale: Optional[float] = None,
-        kd_scale: Optional[float] = None,
-        maximum_torque: Optional[float] = None,
-        stop_position: Optional[float] = None,
-        watchdog_timeout: Optional[float] = None,
-        velocity_limit: Optional[float] = None,
-        accel_limit: Optional[float] = None,
+        **fields: Unpack[PositionFields],
     ) -> None: ...
     @property
     def id(self) -> int: ...
@@ -158,11 +165,6 @@ class Robot:
 
 
 # --- agent (python/src/agent.rs) ---
-
-from typing import Optional, Sequence, Union
-
-import numpy as np
-import numpy.typing as npt
 
 _Values = Union[float, Sequence[float], npt.NDArray[np.floating], npt.NDArray[np.integer]]
 
@@ -404,8 +406,6 @@ class ItemIter(_Iterator[_Tuple[str, _Optional[float], _Any]]):
 
 # --- sim (python/src/sim.rs) ---
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
-
 class SimServer:
     """Simulated servos served behind fdcanusb ptys or UDP ports on a background Rust thread
     (``rtloop.sim.serve`` wraps it)."""
@@ -479,8 +479,6 @@ class FrameCycler:
         """Whether ``close`` was called."""
 
 # --- frame (python/src/frame.rs) ---
-
-from typing import Any, Dict, Optional, Tuple, Union
 
 def frame_encode(
     kind: str,

@@ -24,10 +24,15 @@ For code written against the official ``moteus`` package, :meth:`Robot.controlle
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from ._rtloop import Command, State
 from ._rtloop import Robot as _NativeRobot
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ._rtloop import PositionFields
 
 __all__ = ["Robot", "State", "Command", "Controller", "ServoResult"]
 
@@ -206,37 +211,13 @@ class Controller:
 
     # --- commands ---------------------------------------------------------------------
 
-    def make_position(
-        self,
-        *,
-        position: Optional[float] = None,
-        velocity: Optional[float] = None,
-        feedforward_torque: Optional[float] = None,
-        kp_scale: Optional[float] = None,
-        kd_scale: Optional[float] = None,
-        maximum_torque: Optional[float] = None,
-        stop_position: Optional[float] = None,
-        watchdog_timeout: Optional[float] = None,
-        velocity_limit: Optional[float] = None,
-        accel_limit: Optional[float] = None,
-    ) -> Command:
-        """A position-mode command (mode 10) for this servo; ``None`` fields are not sent
-        (the watchdog always is: 0.1 s unless given)."""
-        return Command(
-            self._id,
-            bus=self._bus,
-            mode="position",
-            position=position,
-            velocity=velocity,
-            feedforward_torque=feedforward_torque,
-            kp_scale=kp_scale,
-            kd_scale=kd_scale,
-            maximum_torque=maximum_torque,
-            stop_position=stop_position,
-            watchdog_timeout=watchdog_timeout,
-            velocity_limit=velocity_limit,
-            accel_limit=accel_limit,
-        )
+    def make_position(self, **fields: Unpack[PositionFields]) -> Command:
+        """A position-mode command (mode 10) for this servo, from the keywords of
+        :class:`Command`: ``position``, ``velocity``, ``feedforward_torque``, ``kp_scale``,
+        ``kd_scale``, ``maximum_torque``, ``stop_position``, ``watchdog_timeout``,
+        ``velocity_limit``, ``accel_limit``; ``None`` fields are not sent (the watchdog always
+        is: 0.1 s unless given)."""
+        return Command(self._id, bus=self._bus, mode="position", **fields)
 
     def make_stop(self) -> Command:
         """A stop command (mode 0; also clears a fault)."""
@@ -262,35 +243,10 @@ class Controller:
         state = self._robot.cycle(commands=[command])
         return ServoResult(state, self._slot)
 
-    def set_position(
-        self,
-        *,
-        position: Optional[float] = None,
-        velocity: Optional[float] = None,
-        feedforward_torque: Optional[float] = None,
-        kp_scale: Optional[float] = None,
-        kd_scale: Optional[float] = None,
-        maximum_torque: Optional[float] = None,
-        stop_position: Optional[float] = None,
-        watchdog_timeout: Optional[float] = None,
-        velocity_limit: Optional[float] = None,
-        accel_limit: Optional[float] = None,
-    ) -> ServoResult:
-        """One cycle commanding :meth:`make_position` to this servo; returns its result."""
-        return self.execute(
-            self.make_position(
-                position=position,
-                velocity=velocity,
-                feedforward_torque=feedforward_torque,
-                kp_scale=kp_scale,
-                kd_scale=kd_scale,
-                maximum_torque=maximum_torque,
-                stop_position=stop_position,
-                watchdog_timeout=watchdog_timeout,
-                velocity_limit=velocity_limit,
-                accel_limit=accel_limit,
-            )
-        )
+    def set_position(self, **fields: Unpack[PositionFields]) -> ServoResult:
+        """One cycle commanding :meth:`make_position` (same keywords) to this servo; returns
+        its result."""
+        return self.execute(self.make_position(**fields))
 
     def set_stop(self) -> ServoResult:
         """One cycle stopping this servo (mode 0); returns its result."""

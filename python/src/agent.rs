@@ -16,15 +16,17 @@
 //! Must never: expose shared memory to Python, panic on user input, or hold the GIL while it
 //! waits.
 
-use agent::layout::{kind, status, RawServoCommand, RawServoState, StateBlock, FIELD_NAMES, MAX_SERVOS};
+use agent::layout::{kind, status, RawServoCommand, RawServoState, StateBlock, MAX_SERVOS};
 use agent::{AttachError, CommandError, Limits};
-use numpy::{PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{PyArray1, PyArrayMethods};
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyBytes, PyString};
+use pyo3::types::PyString;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use crate::values::{self, Given, Refusal, FIELDS, NAMES};
 
 pyo3::create_exception!(
     rtloop,
@@ -75,9 +77,6 @@ const KINDS: [(&str, u32); 5] = [
     ("brake", kind::BRAKE),
     ("position", kind::POSITION),
 ];
-/// The position-mode fields `command()` takes: the first ten of the protocol's fourteen, in
-/// bit order (the overrides and `ilimit_scale` are not offered to agents from Python).
-const COMMAND_FIELDS: usize = 10;
 
 /// The limits checked before a command is written: the spine's defaults, except the torque
 /// bounds, which the spine takes from its configuration (`[gains] maximum_torque`) and the
@@ -357,75 +356,34 @@ impl PyAgent {
     }
 }
 
-/// One field argument of `command()`, as given.
-#[derive(Clone, Copy, PartialEq)]
-enum Given {
-    /// Not given: not sent.
-    Absent,
-    /// One number for every servo.
-    Scalar,
-    /// One number per servo (errors then name the servo).
-    PerServo,
-}
-
-/// Read one field argument into `out[..n]`: a number (broadcast) or `n` numbers.
+/// Read one field argument of `command()` ([`values::number_or_sequence`]) into `out[..n]`:
+/// a number (broadcast) or `n` numbers.
 fn field_values(field: &str, obj: &Bound<'_, PyAny>, n: usize, out: &mut [f64; MAX_SERVOS]) -> PyResult<Given> {
     // Built only on the error paths: the accepted ones allocate nothing but the values.
     let shape_hint = || format!("pass a number or an array of shape ({n},), one value per servo");
-    let type_name = || obj.get_type().name().map_or_else(|_| "?".to_string(), |s| s.to_string());
-    let wrong_length = |len: usize| {
-        PyValueError::new_err(format!("{field} has {len} values but the spine has {n} servos; {}", shape_hint()))
-    };
-    if obj.is_instance_of::<PyBool>() || obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>() {
-        return Err(PyTypeError::new_err(format!("{field} is a {}; {}", type_name(), shape_hint())));
-    }
-    if let Ok(arr) = obj.cast::<PyUntypedArray>() {
-        let dtype = arr.dtype();
-        if !matches!(dtype.kind(), b'f' | b'i' | b'u') {
-            return Err(PyTypeError::new_err(format!(
-                "{field} has dtype {}; pass real numbers (a float or integer array of shape ({n},))",
-                dtype.str().map_or_else(|_| "?".to_string(), |s| s.to_string())
-            )));
+    let given = values::number_or_sequence(obj, n, out).map_err(|refusal| match refusal {
+        // (`Unconvertible` is `Robot.cycle`'s: numpy is not asked here.)
+        Refusal::NotNumbers | Refusal::Unconvertible(_) => {
+            let type_name = obj.get_type().name().map_or_else(|_| "?".to_string(), |s| s.to_string());
+            PyTypeError::new_err(format!("{field} is a {type_name}; {}", shape_hint()))
         }
-        match arr.shape() {
-            [] => {
-                let v: f64 = obj.extract()?;
-                out[..n].fill(v);
-                return Ok(Given::Scalar);
-            }
-            [len] if *len != n => return Err(wrong_length(*len)),
-            [_] => {}
-            dims => {
-                let dims: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
-                return Err(PyValueError::new_err(format!(
-                    "{field} has shape ({}); {}",
-                    dims.join(", "),
-                    shape_hint()
-                )));
-            }
+        Refusal::Dtype(dtype) => PyTypeError::new_err(format!(
+            "{field} has dtype {dtype}; pass real numbers (a float or integer array of shape ({n},))"
+        )),
+        Refusal::Length(len) => {
+            PyValueError::new_err(format!("{field} has {len} values but the spine has {n} servos; {}", shape_hint()))
         }
-        let as_f64 = match obj.cast::<PyArray1<f64>>() {
-            Ok(a) => a.clone(),
-            Err(_) => obj.call_method1("astype", ("float64",))?.cast_into::<PyArray1<f64>>()?,
-        };
-        let ro = as_f64.try_readonly().map_err(|e| PyValueError::new_err(format!("{field} cannot be read: {e}")))?;
-        for (slot, v) in out.iter_mut().zip(ro.as_array().iter()) {
-            *slot = *v;
+        Refusal::Shape(dims) => {
+            let dims: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+            PyValueError::new_err(format!("{field} has shape ({}); {}", dims.join(", "), shape_hint()))
         }
-        return Ok(Given::PerServo);
-    }
-    if let Ok(v) = obj.extract::<f64>() {
+        Refusal::Unreadable(e) => PyValueError::new_err(format!("{field} cannot be read: {e}")),
+        Refusal::Python(e) => e,
+    })?;
+    if let Given::Scalar(v) = given {
         out[..n].fill(v);
-        return Ok(Given::Scalar);
     }
-    let Ok(values) = obj.extract::<Vec<f64>>() else {
-        return Err(PyTypeError::new_err(format!("{field} is a {}; {}", type_name(), shape_hint())));
-    };
-    if values.len() != n {
-        return Err(wrong_length(values.len()));
-    }
-    out[..n].copy_from_slice(&values);
-    Ok(Given::PerServo)
+    Ok(given)
 }
 
 /// The kind code of a kind name.
@@ -683,7 +641,7 @@ impl PyAgent {
         kind: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u64> {
         let n = self.info.count;
-        let args: [Option<&Bound<'_, PyAny>>; COMMAND_FIELDS] = [
+        let args: [Option<&Bound<'_, PyAny>>; FIELDS] = [
             position,
             velocity,
             feedforward_torque,
@@ -698,17 +656,17 @@ impl PyAgent {
         let mut kind_codes = [kind::QUERY; MAX_SERVOS];
         kinds(kind, n, &mut kind_codes)?;
         let any_position = kind_codes[..n].contains(&kind::POSITION);
-        let mut values = [[0.0f64; MAX_SERVOS]; COMMAND_FIELDS];
-        let mut given = [Given::Absent; COMMAND_FIELDS];
+        let mut values = [[0.0f64; MAX_SERVOS]; FIELDS];
+        let mut given = [Given::Absent; FIELDS];
         for (f, arg) in args.iter().enumerate() {
             let Some(arg) = arg else { continue };
             if !any_position {
                 return Err(PyValueError::new_err(format!(
                     "{} is sent only with kind \"position\"; leave it out or command kind=\"position\"",
-                    FIELD_NAMES[f]
+                    NAMES[f]
                 )));
             }
-            given[f] = field_values(FIELD_NAMES[f], arg, n, &mut values[f])?;
+            given[f] = field_values(NAMES[f], arg, n, &mut values[f])?;
         }
         // Build and check every servo's command before anything is written.
         let limits = local_limits();
@@ -717,7 +675,7 @@ impl PyAgent {
             let s = &mut servos[i];
             s.kind = kind_codes[i];
             if s.kind == kind::POSITION {
-                for f in 0..COMMAND_FIELDS {
+                for f in 0..FIELDS {
                     if given[f] != Given::Absent {
                         s.set(f, values[f][i]);
                     }
@@ -726,7 +684,7 @@ impl PyAgent {
             if let Err(e) = agent::validate(s, &limits) {
                 let field_given = match e {
                     CommandError::NonFinite { field, .. } | CommandError::OutOfRange { field, .. } => {
-                        FIELD_NAMES.iter().position(|&f| f == field).and_then(|f| given.get(f).copied())
+                        NAMES.iter().position(|&f| f == field).and_then(|f| given.get(f).copied())
                     }
                     _ => None,
                 };

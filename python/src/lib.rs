@@ -10,7 +10,9 @@
 //! * [`sim`]: the simulator served behind a pseudo-terminal or UDP, from Python;
 //! * [`frame`]: `rtloop frame encode/decode` as functions;
 //! * [`transport`]: frames through rtloop's transports for the official moteus package
-//!   (`rtloop.moteus_transport`).
+//!   (`rtloop.moteus_transport`);
+//! * [`values`]: the position-mode fields, and reading "a scalar or one value per servo"
+//!   arguments (shared by `Robot` and `Agent`).
 //!
 //! What it must never do: crash the interpreter or hold the GIL while it waits. Bad input —
 //! arrays of the wrong shape or dtype, NaN where a number is needed, a missing device, a
@@ -26,6 +28,7 @@ pub mod robot;
 pub mod sim;
 pub mod tlog;
 pub mod transport;
+pub mod values;
 
 /// The extension module `rtloop._rtloop`. The Python package re-exports what users need;
 /// this module's names are an implementation detail.

@@ -24,8 +24,7 @@ use numpy::{PyArray1, PyArrayDescr, PyArrayDescrMethods, PyArrayMethods, PyUntyp
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyString, PyTuple};
 
 use io::{BusUri, Clock, CycleReport, MonotonicClock, RobotConfig, ServoCommand, ServoReply, ServoSpec, VirtualClock};
 use proto::host::{PositionCommand, PositionResolution, QueryFormat};
@@ -36,6 +35,8 @@ use rtloop::config::{
 };
 use rtloop::robot_spec::{parse_id_list, BusSpec, RobotSpec};
 use sim::ImuSample;
+
+use crate::values::{self, Given, Refusal, FIELDS, NAMES};
 
 /// Add `Robot`, `State` and `Command` to the extension module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -48,25 +49,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 // ---------------------------------------------------------------------------------------
 // Command fields and their ranges
 // ---------------------------------------------------------------------------------------
-
-/// The position-mode fields `Robot.cycle` and `Command` take, in register order
-/// (0x020..=0x029). The overrides (0x02A..) are left out on purpose: they bypass the
-/// servo's control loop, which a robot-wide call should not make one keyword away.
-const FIELDS: usize = 10;
-
-/// Field names, as the keyword arguments spell them.
-const NAMES: [&str; FIELDS] = [
-    "position",
-    "velocity",
-    "feedforward_torque",
-    "kp_scale",
-    "kd_scale",
-    "maximum_torque",
-    "stop_position",
-    "watchdog_timeout",
-    "velocity_limit",
-    "accel_limit",
-];
 
 /// Units of each field, for messages ("" for the dimensionless gain scales).
 const UNITS: [&str; FIELDS] = ["rev", "rev/s", "N·m", "", "", "N·m", "rev", "s", "rev/s", "rev/s²"];
@@ -182,6 +164,15 @@ impl Kind {
             Kind::Brake => "brake",
             Kind::Query => "query",
         }
+    }
+
+    /// Why field `i` cannot go with this kind (any but position).
+    fn refuse_field(self, i: usize) -> PyErr {
+        PyValueError::new_err(format!(
+            "{} is sent only with mode='position', not mode={:?}; drop it or use mode='position'",
+            NAMES[i],
+            self.name()
+        ))
     }
 
     /// The command, for kinds without fields.
@@ -314,11 +305,7 @@ impl Command {
         ];
         if kind != Kind::Position {
             if let Some(i) = fields.iter().position(Option::is_some) {
-                return Err(PyValueError::new_err(format!(
-                    "{} is sent only with mode='position', not mode={:?}; drop it or use mode='position'",
-                    NAMES[i],
-                    kind.name()
-                )));
+                return Err(kind.refuse_field(i));
             }
         }
         Ok(Command { id, bus, kind, fields })
@@ -764,17 +751,6 @@ impl Totals {
     }
 }
 
-/// How one field of `Robot.cycle` was given.
-#[derive(Debug, Clone, Copy)]
-enum Given {
-    /// Not given (or None): not sent.
-    Absent,
-    /// One value for every servo.
-    Scalar(f64),
-    /// One value per servo, in the field's scratch vector.
-    PerServo,
-}
-
 /// Everything a cycle touches, behind the robot's lock; sized once, reused every cycle.
 struct Inner {
     /// The robot: buses, servos, clock.
@@ -1084,84 +1060,40 @@ fn bus_number(key: &Bound<'_, PyAny>) -> PyResult<u8> {
     })
 }
 
-/// `numpy.asarray`, imported once.
-static ASARRAY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-
-/// Read one field argument of `Robot.cycle` for `n` servos: absent, one scalar, or one value
-/// per servo (copied into `out`). Numbers are checked later; only shape and type here.
+/// Read one field argument of `Robot.cycle` for `n` servos ([`values::array_like`]): absent,
+/// one scalar, or one value per servo (copied into `out`). Numbers are checked later; only
+/// shape and type here.
 fn read_field(
     py: Python<'_>,
     name: &str,
     value: Option<&Bound<'_, PyAny>>,
     n: usize,
     ids: &str,
-    out: &mut Vec<f64>,
+    out: &mut [f64],
 ) -> PyResult<Given> {
-    let Some(value) = value else { return Ok(Given::Absent) };
-    if value.is_none() {
-        return Ok(Given::Absent);
-    }
     let not_numbers = |what: String| {
         PyTypeError::new_err(format!(
             "{name} must be a number or one number per servo, not {what}; give floats (numpy float64 or anything \
              numpy converts to it)"
         ))
     };
-    if value.is_instance_of::<PyBool>() {
-        return Err(not_numbers("a bool".into()));
-    }
-    if let Ok(f) = value.cast::<PyFloat>() {
-        return Ok(Given::Scalar(f.value()));
-    }
-    if value.is_instance_of::<PyInt>() {
-        return Ok(Given::Scalar(value.extract::<f64>()?));
-    }
-    if value.is_instance_of::<PyString>() {
-        return Err(not_numbers("a string".into()));
-    }
-    let wrong_length = |len: usize| {
-        PyValueError::new_err(format!(
+    let Some(value) = value else { return Ok(Given::Absent) };
+    values::array_like(py, value, n, out).map_err(|refusal| match refusal {
+        Refusal::NotNumbers if value.is_instance_of::<PyBool>() => not_numbers("a bool".into()),
+        Refusal::NotNumbers if value.is_instance_of::<PyString>() => not_numbers("a string".into()),
+        Refusal::NotNumbers => not_numbers("that".into()),
+        Refusal::Unconvertible(e) => not_numbers(format!("something numpy cannot convert ({e})")),
+        Refusal::Dtype(dtype) => not_numbers(format!("an array of dtype {dtype}")),
+        Refusal::Length(len) => PyValueError::new_err(format!(
             "{name} has {len} values but the robot has {n} servos ({ids}); give one per servo or a scalar"
-        ))
-    };
-    // The fast path: a float64 vector.
-    if let Ok(a) = value.cast::<PyArray1<f64>>() {
-        let a = a.try_readonly()?;
-        if a.len() != n {
-            return Err(wrong_length(a.len()));
-        }
-        out.clear();
-        match a.as_slice() {
-            Ok(s) => out.extend_from_slice(s),
-            Err(_) => out.extend(a.as_array().iter().copied()),
-        }
-        return Ok(Given::PerServo);
-    }
-    let asarray = ASARRAY.import(py, "numpy", "asarray")?;
-    let array = asarray.call1((value,)).map_err(|e| not_numbers(format!("something numpy cannot convert ({e})")))?;
-    let array = array.cast_into::<PyUntypedArray>().map_err(|_| not_numbers("that".into()))?;
-    let kind = array.dtype().kind();
-    if !matches!(kind, b'i' | b'u' | b'f') {
-        return Err(not_numbers(format!("an array of dtype {}", array.dtype())));
-    }
-    let float = array.call_method1(intern!(py, "astype"), (intern!(py, "float64"),))?;
-    let float = float.cast_into::<numpy::PyArrayDyn<f64>>().map_err(|_| not_numbers("that".into()))?;
-    let float = float.try_readonly()?;
-    match float.ndim() {
-        0 => Ok(Given::Scalar(float.as_array().iter().next().copied().unwrap_or(f64::NAN))),
-        1 => {
-            if float.len() != n {
-                return Err(wrong_length(float.len()));
-            }
-            out.clear();
-            out.extend(float.as_array().iter().copied());
-            Ok(Given::PerServo)
-        }
-        _ => Err(PyValueError::new_err(format!(
+        )),
+        Refusal::Shape(dims) => PyValueError::new_err(format!(
             "{name} has shape ({}) but must be a scalar or 1-D with one value per servo ({n}: {ids})",
-            float.shape().iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
-        ))),
-    }
+            dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+        )),
+        Refusal::Unreadable(e) => e.into(),
+        Refusal::Python(e) => e,
+    })
 }
 
 /// Drives every servo of a robot, one cycle per call: each servo gets its command and is
@@ -1480,7 +1412,7 @@ impl Robot {
             replies: vec![ServoReply::default(); n],
             imu: ImuSample::default(),
             bytes: vec![0; n * ROW_SIZE],
-            scratch: std::array::from_fn(|_| Vec::with_capacity(n)),
+            scratch: std::array::from_fn(|_| vec![0.0; n]),
             named: vec![false; n],
             next_deadline_ns: None,
             overruns: 0,
@@ -1577,11 +1509,7 @@ impl Robot {
         }
         if let Some(simple) = kind.simple() {
             if let Some(i) = first_field {
-                return Err(PyValueError::new_err(format!(
-                    "{} is sent only with mode='position', not mode={:?}; drop it or use mode='position'",
-                    NAMES[i],
-                    kind.name()
-                )));
+                return Err(kind.refuse_field(i));
             }
             return self.run_all(py, simple);
         }
