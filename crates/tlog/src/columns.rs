@@ -676,8 +676,13 @@ impl Selector {
     }
 }
 
-/// Rows staged in [`Table`]' row-major block before they are moved into the columns.
+/// Rows staged in [`Table`]'s row-major block before they are moved into the columns.
 const BLOCK_ROWS: usize = 64;
+
+/// Columns staged in the block (the first ones; any further column is pushed directly):
+/// keeps the block at 2 MiB however many columns a hostile schema sets up, where
+/// [`MAX_NODES`] columns would make it 512 MiB. rtloop's `cycle` record has about 230.
+const MAX_STAGED_COLUMNS: usize = 4096;
 
 /// What the hot path needs of a column, kept apart from [`Buffer`] so that ~200 of them fit
 /// in a few cache lines.
@@ -702,7 +707,8 @@ struct Table {
     cols: Vec<Buffer>,
     hot: Vec<Hot>,
     /// `BLOCK_ROWS × width` value bits, row-major; column `c` of block row `r` is at
-    /// `r * width + c`. Columns created inside a block (`c >= width`) are not staged.
+    /// `r * width + c`. Columns created inside a block (`c >= width`), and any past
+    /// [`MAX_STAGED_COLUMNS`], are not staged.
     block: Vec<u64>,
     width: usize,
     /// The first row of the current block.
@@ -879,14 +885,14 @@ impl Table {
             self.flush(col);
         }
         self.block_start = self.row;
-        self.width = self.cols.len();
+        self.width = self.cols.len().min(MAX_STAGED_COLUMNS);
         self.block.resize(BLOCK_ROWS * self.width, 0);
-        let expected = self.expected_rows;
-        for (column, hot) in self.cols.iter_mut().zip(&mut self.hot) {
+        let (expected, width) = (self.expected_rows, self.width);
+        for (col, (column, hot)) in self.cols.iter_mut().zip(&mut self.hot).enumerate() {
             if let Some(rows) = expected {
                 column.reserve_total(rows);
             }
-            hot.staging = column.stageable();
+            hot.staging = if col < width { column.stageable() } else { Kind::Null };
         }
     }
 
@@ -902,7 +908,7 @@ impl Table {
         }
         self.row += 1;
         self.written = 0;
-        if self.row - self.block_start >= BLOCK_ROWS || self.width < self.cols.len() {
+        if self.row - self.block_start >= BLOCK_ROWS || self.width < self.cols.len().min(MAX_STAGED_COLUMNS) {
             self.flush_all();
         }
     }

@@ -450,6 +450,36 @@ fn an_array_claiming_2_to_the_60_items_is_an_undecodable_item() {
     assert_eq!(got.problems.skipped(), 1);
 }
 
+#[test]
+fn a_record_wider_than_the_staging_block_reads_as_the_reference() {
+    // 5000 columns (more than are staged) of varying presence, over more than one block of
+    // rows, one column widening from integers to floats half way.
+    let schema = Schema::Object(vec![
+        Field::new("a", Schema::Array(Box::new(Schema::FixedUInt(1)))),
+        Field::new("u", Schema::Union(vec![Schema::VarUInt, Schema::Float64])),
+    ]);
+    let payloads: Vec<Vec<u8>> = (0..150u32)
+        .map(|i| {
+            let mut p = Vec::new();
+            let n = 4000 + (i * 37) % 1000;
+            write_varuint(&mut p, u64::from(n));
+            p.extend((0..n).map(|k| (k ^ i) as u8));
+            if i < 100 {
+                p.extend([0, i as u8]);
+            } else {
+                p.push(1);
+                p.extend_from_slice(&f64::from(i).to_le_bytes());
+            }
+            p
+        })
+        .collect();
+    let payloads: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+    let reader = raw_log(&schema.to_binary(), &payloads);
+    let got = assert_agrees(&reader, "x", &ColumnOptions::default()).unwrap();
+    assert_eq!((got.rows(), got.columns.len()), (150, 4999 + 1));
+    assert!(matches!(got.get("u").unwrap().data, ColumnData::F64(_)));
+}
+
 /// Record "x" of `schema` with one item per payload, read with the default options.
 fn read_one(schema: &Schema, payloads: &[&[u8]]) -> Result<Columns, ColumnsError> {
     read_raw(&schema.to_binary(), payloads, &ColumnOptions::default())
