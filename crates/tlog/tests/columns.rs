@@ -47,10 +47,13 @@ fn ambiguous(value: &Value) -> bool {
     }
 }
 
+/// One item of the reference: its timestamp and its flattened leaves.
+type Row = (i64, Vec<(String, Value)>);
+
 /// What the reader and the value decoder give for `record` in the options' window: the
 /// timestamp and flattened leaves of every item that decodes; `None` when some item is
 /// [`ambiguous`].
-fn reference(reader: &FileReader, record: &str, options: &ColumnOptions) -> Option<Vec<(i64, Vec<(String, Value)>)>> {
+fn reference(reader: &FileReader, record: &str, options: &ColumnOptions) -> Option<Vec<Row>> {
     let filter = ItemFilter { record: Some(record.to_string()), from_us: options.from_us, to_us: options.to_us };
     let mut rows = Vec::new();
     for item in reader.items(filter).flatten() {
