@@ -180,13 +180,159 @@ fn main() {
         log.write(&handle, t, &s).unwrap();
     }
     let bytes = log.close().unwrap();
-    for target in ["tlog_reader", "tlog_export", "tlog_plot"] {
+    for target in ["tlog_reader", "tlog_columns", "tlog_export", "tlog_plot"] {
         put(target, "all_writer_options", &bytes);
         // The same log cut in the middle of a block, as after SIGKILL.
         put(target, "all_writer_options_cut", &bytes[..bytes.len() * 2 / 3]);
     }
+    columns_seeds();
     agent_seeds();
     println!("seeds written under {}", corpus("").display());
+}
+
+/// Seeds of `tlog_columns` besides the logs above: a log of a record with an enum, a map,
+/// an option of a struct, a vector of structs, a fixed array and an item without a
+/// timestamp, beside a second record; and records in the target's raw form (see
+/// `fuzzing::raw_record_log`: schema length, schema, then length-prefixed payloads) whose
+/// union alternatives share names with different types, and with every scalar type.
+fn columns_seeds() {
+    use std::collections::BTreeMap;
+    use tlog::format::{write_string, write_varint, write_varuint};
+    use tlog::schema::{Field, Schema};
+
+    #[derive(serde::Serialize, serde::Deserialize, Default, Clone, Copy)]
+    enum Mode {
+        #[default]
+        Stopped,
+        Position,
+    }
+    #[derive(serde::Serialize, Default, Clone)]
+    struct Joint {
+        id: u8,
+        position: f32,
+    }
+    #[derive(serde::Serialize, Default)]
+    struct Cycle {
+        #[serde(serialize_with = "tlog::schema::typed_enum")]
+        mode: Mode,
+        #[serde(serialize_with = "tlog::schema::typed_vec")]
+        joints: Vec<Joint>,
+        #[serde(serialize_with = "tlog::schema::typed_option")]
+        spare: Option<Joint>,
+        #[serde(serialize_with = "tlog::schema::typed_map")]
+        named: BTreeMap<String, i16>,
+        gains: [f64; 2],
+        timestamp: u16,
+    }
+    #[derive(serde::Serialize, Default)]
+    struct Other {
+        value: f64,
+    }
+    let mut log = tlog::writer::FileWriter::new(Vec::new(), tlog::writer::WriterOptions::default()).unwrap();
+    let cycle = log.register::<Cycle>("cycle").unwrap();
+    let other = log.register::<Other>("other").unwrap();
+    for i in 0..6u8 {
+        let t = 1_700_000_000_000_000 + i64::from(i) * 1_000;
+        let value = Cycle {
+            mode: if i % 2 == 0 { Mode::Stopped } else { Mode::Position },
+            joints: (0..i % 3).map(|id| Joint { id, position: f32::from(i) * 0.5 }).collect(),
+            spare: (i == 3).then(|| Joint { id: 9, position: -1.0 }),
+            named: (0..i % 3).map(|k| (format!("k{}", (k + i) % 3), i16::from(k) - 1)).collect(),
+            gains: [f64::from(i), f64::NAN],
+            timestamp: u16::from(i),
+        };
+        if i == 4 {
+            let mut payload = Vec::new();
+            tlog::ser::to_bytes(&value, &mut payload).unwrap();
+            log.write_data(cycle.id(), None, &payload).unwrap();
+        } else {
+            log.write(&cycle, t, &value).unwrap();
+        }
+        log.write(&other, t + 1, &Other { value: f64::from(i) }).unwrap();
+    }
+    put("tlog_columns", "enum_map_option_untimed", &log.close().unwrap());
+
+    let raw = |schema: &Schema, payloads: &[Vec<u8>]| {
+        let schema = schema.to_binary();
+        let mut out = vec![u8::try_from(schema.len()).unwrap()];
+        out.extend_from_slice(&schema);
+        for (i, payload) in payloads.iter().enumerate() {
+            let untimed = if i == 1 { 0x40 } else { 0 };
+            out.push(u8::try_from(payload.len()).unwrap() | untimed);
+            out.extend_from_slice(payload);
+        }
+        out
+    };
+    let union = Schema::Union(vec![Schema::Null, Schema::VarInt, Schema::String, Schema::Float64, Schema::Bool]);
+    let mixed = Schema::Object(vec![
+        Field::new("u", union.clone()),
+        Field::new(
+            "e",
+            Schema::Enum { underlying: Box::new(Schema::VarUInt), items: vec![(0, "zero".into()), (1, "one".into())] },
+        ),
+        Field::new(
+            "s",
+            Schema::Union(vec![
+                Schema::Object(vec![Field::new("x", Schema::Float32)]),
+                Schema::Object(vec![Field::new("x", Schema::String)]),
+            ]),
+        ),
+        Field::new("m", Schema::Map(Box::new(union))),
+    ]);
+    let mut payloads = Vec::new();
+    for (u, text) in [(1u64, false), (2, true), (4, false), (0, true)] {
+        let mut p = Vec::new();
+        write_varuint(&mut p, u);
+        match u {
+            1 => write_varint(&mut p, -5),
+            2 => write_string(&mut p, "hi"),
+            4 => p.push(1),
+            _ => {}
+        }
+        write_varuint(&mut p, u % 3);
+        if text {
+            write_varuint(&mut p, 1);
+            write_string(&mut p, "x");
+        } else {
+            write_varuint(&mut p, 0);
+            p.extend_from_slice(&1.5f32.to_le_bytes());
+        }
+        write_varuint(&mut p, 1);
+        write_string(&mut p, "p");
+        write_varuint(&mut p, 3);
+        p.extend_from_slice(&0.25f64.to_le_bytes());
+        payloads.push(p);
+    }
+    put("tlog_columns", "raw_unions_sharing_names", &raw(&mixed, &payloads));
+
+    let scalars = Schema::Object(vec![
+        Field::new("i8", Schema::FixedInt(1)),
+        Field::new("u16", Schema::FixedUInt(2)),
+        Field::new("i32", Schema::FixedInt(4)),
+        Field::new("u64", Schema::FixedUInt(8)),
+        Field::new("f32", Schema::Float32),
+        Field::new("b", Schema::Bytes),
+        Field::new("at", Schema::Timestamp),
+        Field::new("took", Schema::Duration),
+        Field::new("n", Schema::Null),
+        Field::new("a", Schema::Array(Box::new(Schema::Object(vec![Field::new("id", Schema::FixedUInt(1))])))),
+        Field::new("f", Schema::FixedArray(2, Box::new(Schema::Bool))),
+    ]);
+    let mut payloads = Vec::new();
+    for i in 0..3u8 {
+        let mut p = vec![i, i, 0, 0, 0, 0, 0xff];
+        p.extend_from_slice(&u64::MAX.to_le_bytes());
+        p.extend_from_slice(&f32::from(i).to_le_bytes());
+        write_varuint(&mut p, 2);
+        p.extend_from_slice(&[i, 7]);
+        p.extend_from_slice(&(1_700_000_000_000_000i64 + i64::from(i)).to_le_bytes());
+        p.extend_from_slice(&(-i64::from(i)).to_le_bytes());
+        write_varuint(&mut p, u64::from(i));
+        p.extend((0..i).map(|id| id + 1));
+        p.extend_from_slice(&[1, 0]);
+        payloads.push(p);
+    }
+    put("tlog_columns", "raw_every_scalar_and_arrays", &raw(&scalars, &payloads));
 }
 
 /// Command blocks of the agent protocol: the C example agent's stand pose, every kind, and

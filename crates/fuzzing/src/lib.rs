@@ -39,6 +39,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("udp", udp),
     ("run_config", run_config),
     ("tlog_reader", tlog_reader),
+    ("tlog_columns", tlog_columns),
     ("tlog_export", tlog_export),
     ("tlog_plot", tlog_plot),
     ("agent_command", agent_command),
@@ -362,6 +363,166 @@ pub fn tlog_reader(data: &[u8]) {
     }
     let _ = reader.record("no such record");
     for _ in reader.backwards(u64::MAX).take(MAX_ITEMS) {}
+}
+
+/// The column reader (`tlog::columns::read`, behind `rtloop.tlog`'s `read`) on every record
+/// of a log, with the default options, enum names with `fields`, and a time window. The
+/// input is a log when it starts with `TLOG0003`; otherwise it is the schema and payloads
+/// of one record, written into a log here (see [`raw_record_log`]), so that the fuzzer
+/// reaches the decoder without having to forge CRCs. Whatever is read must be a
+/// consistent table, and where no name is ambiguous it must hold what `items` +
+/// `decode_item` + `Value::flatten` give: the same rows, timestamps and values (the column
+/// decoder may accept more items than the value decoder, whose budget also counts the
+/// containers around zero-width values, never fewer).
+pub fn tlog_columns(data: &[u8]) {
+    use tlog::columns::{self, ColumnOptions};
+    let bytes = if data.starts_with(b"TLOG0003") { data.to_vec() } else { raw_record_log(data) };
+    let Ok(reader) = FileReader::from_bytes(bytes) else { return };
+    let mut names: Vec<String> = reader.records().into_iter().map(|r| r.name).take(16).collect();
+    names.push("no such record".into());
+    let first_us = reader.items(ItemFilter::default()).take(MAX_ITEMS).flatten().find_map(|item| item.timestamp_us);
+    let window =
+        ColumnOptions { from_us: first_us.map(|t| t.saturating_add(1)), to_us: Some(i64::MAX), ..Default::default() };
+    let named = ColumnOptions { enum_names: true, fields: Some(vec!["*".into(), "?".into()]), ..Default::default() };
+    for name in &names {
+        for options in [ColumnOptions::default(), named.clone(), window.clone()] {
+            match columns::read(&reader, name, &options) {
+                Ok(got) => check_columns(&reader, name, &options, &got),
+                Err(columns::ColumnsError::NoRecord { record }) => {
+                    assert!(reader.record(&record).is_none(), "'{record}' exists, yet NoRecord")
+                }
+                Err(error) => {
+                    let _ = error.to_string();
+                }
+            }
+        }
+    }
+}
+
+/// A log of one record `x` built from fuzz bytes: the first byte is the schema's length (the
+/// bytes after it, taken as the schema whatever they are), then payloads, each after a
+/// byte whose low 6 bits are its length and whose bit 6 leaves the item without timestamp.
+pub fn raw_record_log(data: &[u8]) -> Vec<u8> {
+    use tlog::writer::{FileWriter, WriterOptions};
+    let (&len, rest) = data.split_first().unwrap_or((&0, &[]));
+    let (schema, mut rest) = rest.split_at(usize::from(len).min(rest.len()));
+    let mut writer = FileWriter::new(Vec::new(), WriterOptions::default()).expect("a log in memory");
+    let id = writer.allocate_id("x");
+    writer.write_schema(id, schema).expect("a log in memory");
+    let mut t = 1_700_000_000_000_000i64;
+    while let [control, tail @ ..] = rest {
+        let (payload, after) = tail.split_at(usize::from(control & 0x3f).min(tail.len()));
+        t += i64::from(*control);
+        let timestamp = (control & 0x40 == 0).then_some(t);
+        writer.write_data(id, timestamp, payload).expect("a log in memory");
+        rest = after;
+    }
+    writer.close().expect("a log in memory")
+}
+
+/// True when an item has two leaves that `Value::flatten` would tell apart by renaming
+/// (`name#2`) and a column cannot: a repeated field name or map key, or a name with a dot
+/// or `#` that could collide with another leaf's.
+fn ambiguous(value: &tlog::value::Value) -> bool {
+    use tlog::value::Value;
+    match value {
+        Value::Object(entries) | Value::Map(entries) => {
+            let mut seen = std::collections::HashSet::new();
+            entries.iter().any(|(k, v)| !seen.insert(k) || k.contains(['.', '#']) || ambiguous(v))
+        }
+        Value::Array(items) => items.iter().any(ambiguous),
+        Value::Union(_, inner) => ambiguous(inner),
+        _ => false,
+    }
+}
+
+/// Check one read (see [`tlog_columns`]).
+fn check_columns(
+    reader: &FileReader,
+    name: &str,
+    options: &tlog::columns::ColumnOptions,
+    got: &tlog::columns::Columns,
+) {
+    use tlog::columns::{Cell, ColumnData, NO_TIMESTAMP, TIMESTAMP};
+    use tlog::value::Value;
+    let rows = got.rows();
+    let mut names = std::collections::HashMap::new();
+    for (i, column) in got.columns.iter().enumerate() {
+        assert!(names.insert(column.name.as_str(), i).is_none(), "column {} twice", column.name);
+        assert_eq!(column.len(), rows, "column {} has {} rows of {rows}", column.name, column.len());
+        if let Some(missing) = &column.missing {
+            assert_eq!(missing.len(), rows, "the mask of {}", column.name);
+            assert!(matches!(column.data, ColumnData::Bool(_) | ColumnData::I64(_) | ColumnData::U64(_)));
+        }
+    }
+    if options.fields.is_some() {
+        return;
+    }
+    // The reference: the items that decode, flattened.
+    let filter = ItemFilter { record: Some(name.to_string()), from_us: options.from_us, to_us: options.to_us };
+    let mut reference = Vec::new();
+    for item in reader.items(filter).flatten() {
+        let Ok(value) = reader.decode_item(&item) else { continue };
+        if ambiguous(&value) {
+            return;
+        }
+        let mut leaves = Vec::new();
+        value.flatten("", &mut leaves);
+        reference.push((item.timestamp_us.unwrap_or(NO_TIMESTAMP), leaves));
+    }
+    assert_eq!(got.collisions, 0, "no name is ambiguous, yet values collided");
+    assert!(rows >= reference.len(), "{rows} rows, but {} items decode", reference.len());
+    if rows != reference.len() {
+        return;
+    }
+    let times: Vec<i64> = reference.iter().map(|(t, _)| *t).collect();
+    assert_eq!(got.timestamps_us, times);
+    let missing = |cell: &Cell| matches!(cell, Cell::None) || matches!(cell, Cell::F64(x) if x.is_nan());
+    let same = |a: f64, b: f64| (a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits();
+    for (row, (_, leaves)) in reference.iter().enumerate() {
+        let mut named = std::collections::HashSet::new();
+        for (leaf_name, leaf) in leaves {
+            let leaf_name = if leaf_name == TIMESTAMP { format!("{TIMESTAMP}#2") } else { leaf_name.clone() };
+            let column = names.get(leaf_name.as_str()).and_then(|&i| got.columns.get(i));
+            let want = match leaf {
+                Value::Null => None,
+                Value::Bool(b) => Some(Cell::Bool(*b)),
+                Value::Int(v) => Some(Cell::I64(*v)),
+                Value::UInt(v) => Some(Cell::U64(*v)),
+                Value::F32(v) => Some(Cell::F64(f64::from(*v))),
+                Value::F64(v) => Some(Cell::F64(*v)),
+                Value::Bytes(b) => Some(Cell::Bytes(b.clone())),
+                Value::String(s) => Some(Cell::Str(s.clone())),
+                Value::Enum(_, Some(n)) if options.enum_names => Some(Cell::Str(n.clone())),
+                Value::Enum(raw, _) => Some(Cell::U64(*raw)),
+                Value::Timestamp(us) | Value::Duration(us) => Some(Cell::F64(tlog::value::micros_to_seconds(*us))),
+                other => panic!("flatten gave a container: {other:?}"),
+            };
+            let Some(column) = column else {
+                assert!(want.is_none(), "no column {leaf_name} for {leaf:?}");
+                continue;
+            };
+            named.insert(leaf_name.clone());
+            let cell = column.cell(row).expect("every column has every row");
+            let Some(want) = want else {
+                assert!(missing(&cell), "{leaf_name} row {row}: {cell:?} for a null");
+                continue;
+            };
+            let holds = match (&cell, &want) {
+                (Cell::F64(a), Cell::F64(b)) => same(*a, *b),
+                // A column widened to floats (and maybe on to objects) holds numbers as floats.
+                (Cell::F64(a), want) => want.as_f64().is_some_and(|b| same(*a, b)),
+                (cell, want) => cell == want,
+            };
+            assert!(holds, "{leaf_name} row {row}: {cell:?}, want {want:?}");
+        }
+        for column in &got.columns {
+            if !named.contains(&column.name) {
+                let cell = column.cell(row).expect("every column has every row");
+                assert!(missing(&cell), "{} row {row}: {cell:?}, but the item has no such leaf", column.name);
+            }
+        }
+    }
 }
 
 /// Every exporter on an in-memory log: CSV of each record and the whole log as MCAP, into

@@ -85,6 +85,7 @@ replay_tests!(
     udp,
     run_config,
     tlog_reader,
+    tlog_columns,
     tlog_export,
     tlog_plot,
     agent_command,

@@ -10,6 +10,7 @@
 //! * [`realtime`] — a wait-free hand-off so the real-time thread never waits on logging (and a
 //!   waiting one for runs without a deadline).
 //! * [`reader`], [`value`], [`export`], [`plot`] — reading, decoding, exporting, plotting.
+//! * [`columns`] — a record read into typed column buffers (what `rtloop.tlog` hands numpy).
 //! * [`survey`] — what a log holds and every kind of damage in it, counted with offsets.
 //!
 //! The log files themselves (writer, reader, exports, plots and their dependencies) are the
@@ -20,6 +21,8 @@
 //! Must never: write anything an mjlib reader cannot open unless the caller opted in to an
 //! extension (zstd), or make the real-time side allocate, lock or block.
 
+#[cfg(feature = "files")]
+pub mod columns;
 #[cfg(feature = "files")]
 pub mod export;
 pub mod format;
