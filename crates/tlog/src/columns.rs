@@ -808,16 +808,23 @@ impl Table {
                 return;
             }
         };
+        self.stage(col, row, bits);
+    }
+
+    /// Put `bits` (the column's staging kind) in the row block for column `col`, row `row`.
+    #[inline(always)]
+    fn stage(&mut self, col: usize, row: usize, bits: u64) {
         let block_row = row - self.block_start;
+        let Some(hot) = self.hot.get_mut(col) else { return };
         if hot.staged == 0 {
             hot.start = block_row;
         }
+        hot.staged += 1;
+        hot.filled += 1;
         // In range: staging is only on for columns < width, and block_row < BLOCK_ROWS.
         if let Some(slot) = self.block.get_mut(block_row * self.width + col) {
             *slot = bits;
         }
-        hot.staged += 1;
-        hot.filled += 1;
         self.written += 1;
     }
 
@@ -842,17 +849,7 @@ impl Table {
             self.push_direct(col, leaf);
             return;
         }
-        let block_row = row - self.block_start;
-        if hot.staged == 0 {
-            hot.start = block_row;
-        }
-        // In range: staging is only on for columns < width, and block_row < BLOCK_ROWS.
-        if let Some(slot) = self.block.get_mut(block_row * self.width + col) {
-            *slot = bits;
-        }
-        hot.staged += 1;
-        hot.filled += 1;
-        self.written += 1;
+        self.stage(col, row, bits);
     }
 
     /// The slow path: move the column's staged values in, then push into the column itself.
