@@ -108,10 +108,7 @@ fn default_limits() -> [(f64, f64); FIELDS] {
 /// its largest integer times the register's scale (int16 positions end at ±3.2767 rev);
 /// floats at the largest f32.
 fn carried(i: usize, res: Resolution) -> f64 {
-    match res.int_max() {
-        Some(max) => class_of(REGISTERS[i]).scale(res) * f64::from(max),
-        None => f64::from(f32::MAX),
-    }
+    class_of(REGISTERS[i]).carried_max(res)
 }
 
 /// Every field's range: `limits` narrowed to what `res` carries.

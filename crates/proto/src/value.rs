@@ -116,6 +116,16 @@ impl Resolution {
 }
 
 impl ScaleClass {
+    /// The largest magnitude a value of this class keeps at `res`: an integer resolution
+    /// clamps at its largest integer times the scale (int16 positions end at ±3.2767 rev),
+    /// a float at the largest f32.
+    pub fn carried_max(self, res: Resolution) -> f64 {
+        match res.int_max() {
+            Some(max) => self.scale(res) * f64::from(max),
+            None => f64::from(f32::MAX),
+        }
+    }
+
     /// Physical units per least-significant bit at `res` (Float → 1.0: floats travel
     /// unscaled). The literals are those of the moteus clients so that truncation agrees.
     pub fn scale(self, res: Resolution) -> f64 {

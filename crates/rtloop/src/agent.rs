@@ -72,24 +72,21 @@ impl AgentOptions {
 /// ±8.19 rev/s), so a wider limit would let a value through that the wire then clamps.
 pub fn carried_limits(limits: Limits, resolution: &proto::host::PositionResolution) -> Limits {
     use proto::value::ScaleClass;
-    let carried = |class: ScaleClass, res: proto::Resolution| match res.int_max() {
-        Some(max) => class.scale(res) * f64::from(max),
-        None => f64::from(f32::MAX),
-    };
     let r = resolution;
-    let position = carried(ScaleClass::Position, r.position).min(carried(ScaleClass::Position, r.stop_position));
-    let velocity = carried(ScaleClass::Velocity, r.velocity).min(carried(ScaleClass::Velocity, r.velocity_limit));
-    let torque = carried(ScaleClass::Torque, r.feedforward_torque).min(carried(ScaleClass::Torque, r.maximum_torque));
+    let position = ScaleClass::Position.carried_max(r.position).min(ScaleClass::Position.carried_max(r.stop_position));
+    let velocity = ScaleClass::Velocity.carried_max(r.velocity).min(ScaleClass::Velocity.carried_max(r.velocity_limit));
+    let torque =
+        ScaleClass::Torque.carried_max(r.feedforward_torque).min(ScaleClass::Torque.carried_max(r.maximum_torque));
     Limits {
         position_min: limits.position_min.max(-position),
         position_max: limits.position_max.min(position),
         max_velocity: limits.max_velocity.min(velocity),
-        max_accel: limits.max_accel.min(carried(ScaleClass::Acceleration, r.accel_limit)),
+        max_accel: limits.max_accel.min(ScaleClass::Acceleration.carried_max(r.accel_limit)),
         max_torque: limits.max_torque.min(torque),
-        max_kp_scale: limits.max_kp_scale.min(carried(ScaleClass::Ratio, r.kp_scale)),
-        max_kd_scale: limits.max_kd_scale.min(carried(ScaleClass::Ratio, r.kd_scale)),
-        max_ilimit_scale: limits.max_ilimit_scale.min(carried(ScaleClass::Ratio, r.ilimit_scale)),
-        watchdog_max_s: limits.watchdog_max_s.min(carried(ScaleClass::Time, r.watchdog_timeout)),
+        max_kp_scale: limits.max_kp_scale.min(ScaleClass::Ratio.carried_max(r.kp_scale)),
+        max_kd_scale: limits.max_kd_scale.min(ScaleClass::Ratio.carried_max(r.kd_scale)),
+        max_ilimit_scale: limits.max_ilimit_scale.min(ScaleClass::Ratio.carried_max(r.ilimit_scale)),
+        watchdog_max_s: limits.watchdog_max_s.min(ScaleClass::Time.carried_max(r.watchdog_timeout)),
         ..limits
     }
 }
