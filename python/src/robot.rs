@@ -881,14 +881,12 @@ impl OpenPlan {
 
 /// Open every bus of `spec` and build the robot on `clock` (may wait on devices: run it
 /// without the GIL).
-fn open_robot<C: Clock + Send + 'static>(
+fn open_robot<C: Clock + Clone + Send + 'static>(
     spec: &RobotSpec,
     clock: C,
     plan: OpenPlan,
 ) -> Result<Box<dyn Driver>, OpenFailure> {
-    let mut transports: Vec<Box<dyn io::Transport>> = Vec::new();
-    let mut servos = Vec::new();
-    for (index, b) in spec.buses.iter().enumerate() {
+    for b in &spec.buses {
         if let BusUri::Fdcanusb { path } = &b.uri {
             if !std::path::Path::new(path).exists() {
                 return Err(OpenFailure::NotFound {
@@ -901,22 +899,16 @@ fn open_robot<C: Clock + Send + 'static>(
                 });
             }
         }
-        let sim_bus = sim::BusConfig { fault_seed: sim::bus_fault_seed(plan.seed, b.bus), ..plan.sim_bus };
-        let options = io::open::OpenOptions { sim_bus, ..Default::default() };
-        let t = io::open::open_bus(&b.uri, &b.servos, options)
-            .map_err(|e| OpenFailure::Os(format!("bus {}: {e}", b.bus)))?;
-        transports.push(t);
-        servos.extend(b.servos.iter().map(|&id| ServoSpec { bus: index, id }));
     }
-    let imu: Option<Box<dyn io::ImuSource>> =
-        if spec.all_simulated() { Some(Box::new(io::SimImu(sim::Imu::new(sim::DEFAULT_IMU_SEED)))) } else { None };
+    let sim_bus = sim::BusConfig { fault_seed: plan.seed, ..plan.sim_bus };
+    let options = io::open::OpenOptions { sim_bus, ..Default::default() };
+    let (transports, imu) = spec.open(clock.clone(), options).map_err(OpenFailure::Os)?;
+    let servos: Vec<ServoSpec> = spec.servo_specs();
     let mut robot = io::Robot::new(transports, servos.clone(), imu, clock, plan.robot_config())
         .map_err(|e| OpenFailure::Setup(e.to_string()))?;
     if let Some(p) = plan.start_position {
         for s in &servos {
-            if let Some(servo) = robot.cycler_mut().sim_bus_mut(s.bus).and_then(|b| b.servo_mut(s.id)) {
-                servo.set_position(p);
-            }
+            robot.cycler_mut().with_sim_bus(s.bus, |b| b.servo_mut(s.id).map(|servo| servo.set_position(p)));
         }
     }
     Ok(Box::new(robot))

@@ -124,7 +124,7 @@ impl FrameCycler {
             sim_ids.push((number, checked));
         }
         let sim_bus = if sim_instant { ::sim::BusConfig::without_wire_time() } else { ::sim::BusConfig::default() };
-        let options = OpenOptions { fdcanusb_crc, sim_bus };
+        let options = OpenOptions { fdcanusb_crc, sim_bus, ..Default::default() };
         let to_open = parsed.clone();
         let opened = py.detach(move || {
             let mut transports = Vec::with_capacity(to_open.len());

@@ -17,6 +17,13 @@ pub trait Clock {
     /// Return at (or just after) `t_ns`. Returns at once when `t_ns` is in the past.
     fn wait_until_ns(&self, t_ns: u64);
 
+    /// Return at (or just after) `t_ns` without giving up the CPU: for waits of a few
+    /// microseconds (SPI hold times), where a sleep would overshoot by far more. The default
+    /// waits as [`wait_until_ns`](Self::wait_until_ns) does (right for a virtual clock).
+    fn spin_until_ns(&self, t_ns: u64) {
+        self.wait_until_ns(t_ns)
+    }
+
     /// Wait until `t_ns` or until one of `fds` becomes readable, whichever is first.
     /// The default ignores the descriptors (right for a virtual clock, where no device
     /// can be waited on).
@@ -50,6 +57,12 @@ pub use rt::periodic::sleep_until_ns as sleep_until_monotonic_ns;
 impl Clock for MonotonicClock {
     fn now_ns(&self) -> u64 {
         monotonic_now_ns()
+    }
+
+    fn spin_until_ns(&self, t_ns: u64) {
+        while monotonic_now_ns() < t_ns {
+            std::hint::spin_loop();
+        }
     }
 
     fn wait_readable_until_ns(&self, fds: &mut [libc::pollfd], t_ns: u64) {
@@ -118,6 +131,9 @@ impl<C: Clock + ?Sized> Clock for &C {
     }
     fn wait_until_ns(&self, t_ns: u64) {
         (**self).wait_until_ns(t_ns)
+    }
+    fn spin_until_ns(&self, t_ns: u64) {
+        (**self).spin_until_ns(t_ns)
     }
     fn wait_readable_until_ns(&self, fds: &mut [libc::pollfd], t_ns: u64) {
         (**self).wait_readable_until_ns(fds, t_ns)

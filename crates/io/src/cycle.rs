@@ -6,8 +6,8 @@
 //! 1. estimate, per bus, when every reply can be back, from the frames' real bit counts;
 //! 2. drain frames that arrived since the last cycle (late replies to earlier requests):
 //!    they are handed to the caller marked [`RxFrame::drained`], never counted as answers;
-//! 3. write all frames one per bus per pass, round-robin, so every bus starts transmitting
-//!    as early as possible while the rest queue behind;
+//! 3. write all frames one per bus per pass, round-robin (buses in [`Transport::write_rank`]
+//!    order), so every bus starts transmitting as early as possible while the rest queue behind;
 //! 4. read the IMU while the replies are on the wires;
 //! 5. poll for replies, returning early once every expected reply is in (plus the optional
 //!    extra wait), else giving up at the estimate plus the baseline wait after the writes,
@@ -155,6 +155,8 @@ pub struct Cycler<C: Clock> {
     cursor: Vec<usize>,
     estimate: Vec<u64>,
     pollfds: Vec<libc::pollfd>,
+    /// Bus indices in the order each write pass visits them ([`Transport::write_rank`]).
+    write_order: Vec<usize>,
     /// Options for every cycle; adjustable between cycles.
     pub options: CycleOptions,
 }
@@ -223,6 +225,8 @@ impl<C: Clock> Cycler<C> {
             return Err(SetupError::TooManyBuses(buses.len()));
         }
         let n = buses.len();
+        let mut write_order: Vec<usize> = (0..n).collect();
+        write_order.sort_by_key(|&b| buses[b].write_rank());
         Ok(Cycler {
             buses,
             imu,
@@ -232,6 +236,7 @@ impl<C: Clock> Cycler<C> {
             cursor: vec![0; n],
             estimate: vec![0; n],
             pollfds: Vec::with_capacity(n),
+            write_order,
             options,
         })
     }
@@ -251,9 +256,18 @@ impl<C: Clock> Cycler<C> {
         self.buses.get(i).map(|b| b.counters())
     }
 
-    /// The simulated bus at index `i`, if that bus is simulated.
-    pub fn sim_bus_mut(&mut self, i: usize) -> Option<&mut sim::SimBus> {
-        self.buses.get_mut(i).and_then(|b| b.as_sim_mut())
+    /// Run `f` on the simulated bus at index `i`, if that bus is simulated (in process or
+    /// inside a simulated pi3hat); `None` otherwise.
+    pub fn with_sim_bus<R>(&mut self, i: usize, f: impl FnOnce(&mut sim::SimBus) -> R) -> Option<R> {
+        let bus = self.buses.get_mut(i)?;
+        let mut f = Some(f);
+        let mut out = None;
+        bus.with_sim_bus(&mut |b| {
+            if let Some(f) = f.take() {
+                out = Some(f(b));
+            }
+        });
+        out
     }
 
     /// The name of bus `i`.
@@ -353,7 +367,8 @@ impl<C: Clock> Cycler<C> {
         // 3. Round-robin writes: pass k sends the k-th frame of every bus.
         loop {
             let mut any = false;
-            for b in 0..nbus {
+            for k in 0..nbus {
+                let b = self.write_order[k];
                 let mut i = self.cursor[b];
                 while i < tx.len() && tx[i].bus != b {
                     i += 1;

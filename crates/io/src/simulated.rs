@@ -54,8 +54,9 @@ impl Transport for SimTransport {
         self.bus.next_event_ns()
     }
 
-    fn as_sim_mut(&mut self) -> Option<&mut SimBus> {
-        Some(&mut self.bus)
+    fn with_sim_bus(&mut self, f: &mut dyn FnMut(&mut SimBus)) -> bool {
+        f(&mut self.bus);
+        true
     }
 }
 

@@ -28,6 +28,9 @@ pub struct TransportCounters {
     pub disconnects: u64,
     /// Times it was opened again after going away.
     pub reconnects: u64,
+    /// The CAN controller's own health, for transports that can read it (a pi3hat's error
+    /// status register); `None` for the others.
+    pub can_status: Option<crate::pi3hat::CanErrorStatus>,
 }
 
 /// A short text a device sent (e.g. the `unknown command` of an fdcanusb `ERR unknown command`),
@@ -144,9 +147,19 @@ pub trait Transport: Send {
         TransportCounters::default()
     }
 
-    /// The simulated bus behind this transport, if it is one (fault injection, statistics).
-    fn as_sim_mut(&mut self) -> Option<&mut sim::SimBus> {
-        None
+    /// Run `f` on the simulated bus behind this transport, if it is one (fault injection,
+    /// statistics, start positions); false when it is not. A closure rather than a
+    /// reference: a pi3hat's simulated buses live inside the board its ports share.
+    fn with_sim_bus(&mut self, f: &mut dyn FnMut(&mut sim::SimBus)) -> bool {
+        let _ = f;
+        false
+    }
+
+    /// Where this bus comes in each round-robin pass of the cycle's writes (lowest first;
+    /// equal ranks keep the order of the bus list). A pi3hat's ports rank themselves in the
+    /// official library's order, 1, 3, 5, 2, 4.
+    fn write_rank(&self) -> u32 {
+        0
     }
 
     /// Throw away frames that arrived before a cycle starts (late replies of an earlier
@@ -185,8 +198,11 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     fn counters(&self) -> TransportCounters {
         (**self).counters()
     }
-    fn as_sim_mut(&mut self) -> Option<&mut sim::SimBus> {
-        (**self).as_sim_mut()
+    fn with_sim_bus(&mut self, f: &mut dyn FnMut(&mut sim::SimBus)) -> bool {
+        (**self).with_sim_bus(f)
+    }
+    fn write_rank(&self) -> u32 {
+        (**self).write_rank()
     }
 }
 

@@ -1,5 +1,5 @@
 //! Bus addresses as users write them: `sim`, `fdcanusb:PATH`, `socketcan:IFACE`,
-//! `udp:HOST:PORT[?bus=N]`.
+//! `udp:HOST:PORT[?bus=N]`, `pi3hat[:spidev|:mem|:sim]`.
 //!
 //! Must never: touch a device. Parsing is pure; every mistake comes back as one message
 //! that says what was wrong and what a valid address looks like.
@@ -30,6 +30,25 @@ pub enum BusUri {
         /// Bus number carried in the datagrams (default 1).
         bus: u8,
     },
+    /// A connector of an mjbots pi3hat: bus N is JC N. Every bus naming the same carrier
+    /// shares one board.
+    Pi3hat {
+        /// How the board is reached.
+        carrier: Pi3hatCarrier,
+    },
+}
+
+/// How a pi3hat is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Pi3hatCarrier {
+    /// `/dev/mem` when running as root, else spidev (`pi3hat`).
+    Auto,
+    /// Linux's spidev driver (`pi3hat:spidev`).
+    Spidev,
+    /// The BCM283x registers through `/dev/mem` (`pi3hat:mem`).
+    Mem,
+    /// The simulated pi3hat (`pi3hat:sim`).
+    Sim,
 }
 
 /// A bus address that does not parse.
@@ -44,7 +63,7 @@ impl fmt::Display for UriError {
 
 impl std::error::Error for UriError {}
 
-const FORMS: &str = "sim, fdcanusb:/dev/ttyACM0, socketcan:can0 or udp:127.0.0.1:9000";
+const FORMS: &str = "sim, fdcanusb:/dev/ttyACM0, socketcan:can0, udp:127.0.0.1:9000 or pi3hat[:spidev|:mem|:sim]";
 
 impl fmt::Display for BusUri {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -52,6 +71,10 @@ impl fmt::Display for BusUri {
             BusUri::Sim => write!(f, "sim"),
             BusUri::Fdcanusb { path } => write!(f, "fdcanusb:{path}"),
             BusUri::SocketCan { iface } => write!(f, "socketcan:{iface}"),
+            BusUri::Pi3hat { carrier: Pi3hatCarrier::Auto } => write!(f, "pi3hat"),
+            BusUri::Pi3hat { carrier: Pi3hatCarrier::Spidev } => write!(f, "pi3hat:spidev"),
+            BusUri::Pi3hat { carrier: Pi3hatCarrier::Mem } => write!(f, "pi3hat:mem"),
+            BusUri::Pi3hat { carrier: Pi3hatCarrier::Sim } => write!(f, "pi3hat:sim"),
             BusUri::Udp { host, port, bus } => {
                 let h = if host.contains(':') { format!("[{host}]") } else { host.clone() };
                 if *bus == 1 {
@@ -80,6 +103,9 @@ pub fn parse(text: &str) -> Result<BusUri, UriError> {
     if t == "sim" {
         return Ok(BusUri::Sim);
     }
+    if t == "pi3hat" {
+        return Ok(BusUri::Pi3hat { carrier: Pi3hatCarrier::Auto });
+    }
     let Some((scheme, rest)) = t.split_once(':') else {
         return Err(UriError(format!("'{t}' is not a bus address: give one of {FORMS}")));
     };
@@ -99,6 +125,14 @@ pub fn parse(text: &str) -> Result<BusUri, UriError> {
             Ok(BusUri::SocketCan { iface: rest.to_string() })
         }
         "udp" => parse_udp(rest),
+        "pi3hat" => match rest {
+            "spidev" => Ok(BusUri::Pi3hat { carrier: Pi3hatCarrier::Spidev }),
+            "mem" => Ok(BusUri::Pi3hat { carrier: Pi3hatCarrier::Mem }),
+            "sim" => Ok(BusUri::Pi3hat { carrier: Pi3hatCarrier::Sim }),
+            other => Err(UriError(format!(
+                "'{other}' is not a way to reach a pi3hat: give pi3hat, pi3hat:spidev, pi3hat:mem or pi3hat:sim"
+            ))),
+        },
         other => Err(UriError(format!("unknown transport '{other}' in '{t}': give one of {FORMS}"))),
     }
 }
@@ -144,7 +178,17 @@ mod tests {
 
     #[test]
     fn valid_addresses_parse_and_print_back() {
-        for s in ["sim", "fdcanusb:/dev/ttyACM0", "socketcan:can0", "udp:127.0.0.1:9000", "udp:[::1]:9000?bus=3"] {
+        for s in [
+            "sim",
+            "fdcanusb:/dev/ttyACM0",
+            "socketcan:can0",
+            "udp:127.0.0.1:9000",
+            "udp:[::1]:9000?bus=3",
+            "pi3hat",
+            "pi3hat:spidev",
+            "pi3hat:mem",
+            "pi3hat:sim",
+        ] {
             let u = parse(s).unwrap();
             assert_eq!(u.to_string(), s);
             assert_eq!(parse(&u.to_string()).unwrap(), u);
@@ -165,6 +209,8 @@ mod tests {
             ("udp:127.0.0.1:0", "port 0"),
             ("udp:127.0.0.1:9000?bus=0", "bus number"),
             ("udp:127.0.0.1:9000?x=1", "unknown option"),
+            ("pi3hat:usb", "not a way to reach a pi3hat"),
+            ("pi3hat:", "not a way to reach a pi3hat"),
         ] {
             let e = parse(s).unwrap_err().to_string();
             assert!(e.contains(want), "{s:?}: {e}");

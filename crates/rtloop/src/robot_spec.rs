@@ -53,9 +53,9 @@ impl RobotSpec {
         }
     }
 
-    /// Every bus is the in-process simulator.
+    /// Every bus is simulated (`sim`, or a connector of the simulated pi3hat `pi3hat:sim`).
     pub fn all_simulated(&self) -> bool {
-        self.buses.iter().all(|b| b.uri == BusUri::Sim)
+        self.buses.iter().all(|b| matches!(b.uri, BusUri::Sim | BusUri::Pi3hat { carrier: io::Pi3hatCarrier::Sim }))
     }
 
     /// Number of servos.
@@ -135,29 +135,51 @@ impl RobotSpec {
         Ok(spec)
     }
 
-    /// Open every bus and build the robot. Simulated buses get their servos; a fully
-    /// simulated robot also gets the simulated IMU. `options.sim_bus.fault_seed` is the
-    /// run's seed: each simulated bus gets its own, derived from it and the bus number
+    /// Open every bus and build the robot. Simulated buses get their servos; the buses of one
+    /// pi3hat share its board, whose IMU becomes the robot's; otherwise a fully simulated
+    /// robot gets the simulated IMU. `options.sim_bus.fault_seed` is the run's seed: each
+    /// simulated bus gets its own, derived from it and the bus number
     /// ([`sim::bus_fault_seed`]), so no two buses lose the same frames.
-    pub fn build<C: Clock>(
+    pub fn build<C: Clock + Clone + Send + 'static>(
         &self,
         clock: C,
         config: RobotConfig,
         options: io::open::OpenOptions,
     ) -> Result<Robot<C>, String> {
+        let (transports, imu) = self.open(clock.clone(), options)?;
+        let servos = self.servo_specs();
+        Robot::new(transports, servos, imu, clock, config).map_err(|e| e.to_string())
+    }
+
+    /// Open every bus (see [`build`](Self::build)): the transports in bus order, and the IMU.
+    #[allow(clippy::type_complexity)]
+    pub fn open<C: Clock + Clone + Send + 'static>(
+        &self,
+        clock: C,
+        options: io::open::OpenOptions,
+    ) -> Result<(Vec<Box<dyn Transport>>, Option<Box<dyn io::ImuSource>>), String> {
         self.validate()?;
-        let mut transports: Vec<Box<dyn Transport>> = Vec::new();
+        let requests: Vec<io::open::BusRequest<'_>> = self
+            .buses
+            .iter()
+            .map(|b| io::open::BusRequest { number: b.bus, uri: &b.uri, sim_servo_ids: &b.servos })
+            .collect();
+        let opened = io::open::open_buses(&requests, clock, options).map_err(|e| {
+            let numbers: Vec<String> =
+                self.buses.iter().filter(|b| b.uri.to_string() == e.uri).map(|b| b.bus.to_string()).collect();
+            format!("bus {}: {e}", numbers.join(", "))
+        })?;
+        let imu = opened.imu.or_else(|| self.all_simulated().then(io::open::sim_imu));
+        Ok((opened.transports, imu))
+    }
+
+    /// Every servo with the index of its bus.
+    pub fn servo_specs(&self) -> Vec<ServoSpec> {
         let mut servos = Vec::new();
         for (index, b) in self.buses.iter().enumerate() {
-            let mut bus_options = options;
-            bus_options.sim_bus.fault_seed = sim::bus_fault_seed(options.sim_bus.fault_seed, b.bus);
-            let t = io::open::open_bus(&b.uri, &b.servos, bus_options).map_err(|e| format!("bus {}: {e}", b.bus))?;
-            transports.push(t);
             servos.extend(b.servos.iter().map(|&id| ServoSpec { bus: index, id }));
         }
-        let imu: Option<Box<dyn io::ImuSource>> =
-            if self.all_simulated() { Some(Box::new(io::SimImu(sim::Imu::new(sim::DEFAULT_IMU_SEED)))) } else { None };
-        Robot::new(transports, servos, imu, clock, config).map_err(|e| e.to_string())
+        servos
     }
 }
 

@@ -673,9 +673,7 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
         for o in overheats {
             let at = start.saturating_add(secs_to_ns(o.at_s));
             for s in servos.iter().filter(|s| s.id == o.id) {
-                if let Some(bus) = robot.cycler_mut().sim_bus_mut(s.bus) {
-                    bus.schedule_overheat(o.id, at);
-                }
+                robot.cycler_mut().with_sim_bus(s.bus, |bus| bus.schedule_overheat(o.id, at));
             }
         }
     }
@@ -1137,9 +1135,8 @@ where
     let servos: Vec<ServoSpec> = robot.servos().to_vec();
     if config.sim.start_position_rev != 0.0 {
         for s in &servos {
-            if let Some(servo) = robot.cycler_mut().sim_bus_mut(s.bus).and_then(|b| b.servo_mut(s.id)) {
-                servo.set_position(config.sim.start_position_rev);
-            }
+            let p = config.sim.start_position_rev;
+            robot.cycler_mut().with_sim_bus(s.bus, |b| b.servo_mut(s.id).map(|servo| servo.set_position(p)));
         }
     }
     let bus_numbers: Vec<u8> = robot_spec.buses.iter().map(|b| b.bus).collect();
@@ -1437,7 +1434,7 @@ fn summarize<K: Clock>(
     }
     for b in 0..buses {
         let bus_number = bus_numbers.get(b).copied();
-        if let Some(bus) = result.robot.cycler_mut().sim_bus_mut(b) {
+        result.robot.cycler_mut().with_sim_bus(b, |bus| {
             let st = bus.stats();
             injected.frames_dropped += st.frames_dropped_injected;
             injected.frames_corrupted += st.frames_corrupted_injected;
@@ -1462,7 +1459,7 @@ fn summarize<K: Clock>(
                     detail,
                 });
             }
-        }
+        });
     }
     events.sort_by(|a, b| a.time.total_cmp(&b.time));
     let problems = problems_of(&events, &result, servos, bus_numbers, &config.safety.on_fault);

@@ -272,6 +272,13 @@ impl SimBus {
         &self.cfg
     }
 
+    /// Change the bit rates (a controller reconfigured); frames already on the wire keep
+    /// their timing. Zero is taken as 1 bit/s.
+    pub fn set_bitrates(&mut self, nominal_bitrate: u32, data_bitrate: u32) {
+        self.cfg.nominal_bitrate = nominal_bitrate.max(1);
+        self.cfg.data_bitrate = data_bitrate.max(1);
+    }
+
     /// Cable a servo to the bus (setup time; may allocate).
     pub fn add_servo(&mut self, servo: Servo) {
         self.servos.push(servo);

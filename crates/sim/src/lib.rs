@@ -33,6 +33,7 @@
 //! * [`bits`] — exact bit counts and wire times of CAN / CAN-FD frames.
 //! * [`imu`] — the simulated attitude reference.
 //! * [`model`] — the cycle-time model ("spreadsheet").
+//! * [`pi3hat`] — the simulated pi3hat: its SPI registers, receive queues and timing.
 //! * [`rng`] — the seeded pseudo-random generator.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -43,6 +44,7 @@ pub mod console;
 pub mod imu;
 pub mod inject;
 pub mod model;
+pub mod pi3hat;
 pub mod rng;
 pub mod servo;
 
@@ -51,6 +53,7 @@ pub use bus::{BusConfig, BusFull, BusStats, FrameLoss, SimBus, WireRecord};
 pub use imu::{Imu, ImuConfig, ImuSample};
 pub use inject::{bus_fault_seed, InjectedEvent, InjectedKind, EVENT_CAPACITY};
 pub use model::{predict, CycleModel, Prediction};
+pub use pi3hat::{Pi3hatConfig, SimPi3hat};
 pub use servo::{OverheatState, Servo, ServoConfig, Telemetry, OVERHEAT_OVERSHOOT_C, OVERHEAT_RAMP_NS};
 
 /// Seed of the IMU [`default_quadruped`] builds.

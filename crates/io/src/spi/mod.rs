@@ -1,0 +1,214 @@
+//! Reaching the pi3hat's processors over SPI: one register read or write on one chip select,
+//! with the hold times the processors need, whatever carries it.
+//!
+//! Three carriers implement [`Pi3hatSpi`]:
+//! * [`spidev::SpidevSpi`] — Linux's `spidev` driver (`/dev/spidev0.0`, `/dev/spidev1.0`,
+//!   `/dev/spidev1.1`, `SPI_IOC_MESSAGE`); no root needed;
+//! * [`bcm::BcmSpi`] — the BCM283x SPI0 / AUX-SPI1 and GPIO registers through `/dev/mem`, chip
+//!   select by GPIO and busy-waits between phases, the way the official library reaches
+//!   10 MHz with microsecond gaps (root; Pi 3 and Pi 4);
+//! * [`SimSpi`] — the simulated pi3hat ([`sim::pi3hat::SimPi3hat`]), each transaction taking
+//!   its SPI time on the given clock.
+//!
+//! Must never: allocate in `read`/`write`, or hide a failed transfer (every failure is a
+//! [`SpiError`]); the hardware carriers open nothing until asked and say in one sentence why
+//! a device cannot be used.
+
+pub mod bcm;
+pub mod spidev;
+
+use crate::clock::Clock;
+use std::fmt;
+
+/// The three chip selects the pi3hat's processors sit on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ChipSelect {
+    /// SPI1 (AUX) CS0: processor 1, CAN JC1 / JC2.
+    Spi1Cs0,
+    /// SPI1 (AUX) CS1: processor 2, CAN JC3 / JC4.
+    Spi1Cs1,
+    /// SPI0 CS0: processor 3, CAN JC5, the IMU, the RF receiver.
+    Spi0Cs0,
+}
+
+impl ChipSelect {
+    /// The chip select of processor 1-3.
+    pub fn of_processor(processor: u8) -> Option<ChipSelect> {
+        match processor {
+            1 => Some(ChipSelect::Spi1Cs0),
+            2 => Some(ChipSelect::Spi1Cs1),
+            3 => Some(ChipSelect::Spi0Cs0),
+            _ => None,
+        }
+    }
+
+    /// The processor (1-3) behind this chip select.
+    pub fn processor(self) -> u8 {
+        match self {
+            ChipSelect::Spi1Cs0 => 1,
+            ChipSelect::Spi1Cs1 => 2,
+            ChipSelect::Spi0Cs0 => 3,
+        }
+    }
+
+    /// The spidev device Linux names it with.
+    pub fn spidev_path(self) -> &'static str {
+        match self {
+            ChipSelect::Spi1Cs0 => "/dev/spidev1.0",
+            ChipSelect::Spi1Cs1 => "/dev/spidev1.1",
+            ChipSelect::Spi0Cs0 => "/dev/spidev0.0",
+        }
+    }
+}
+
+/// SPI clock and hold times (the pi3hat's: at most 10 MHz, at least 3 µs around the address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpiTiming {
+    /// SPI clock, Hz.
+    pub speed_hz: u32,
+    /// Hold after CS low and before CS high, and the gap before the next CS low, ns.
+    pub cs_hold_ns: u32,
+    /// Hold after the address byte, ns.
+    pub address_hold_ns: u32,
+}
+
+impl Default for SpiTiming {
+    fn default() -> Self {
+        SpiTiming { speed_hz: 10_000_000, cs_hold_ns: 3_000, address_hold_ns: 3_000 }
+    }
+}
+
+impl SpiTiming {
+    /// Check user-given values: a clock from 100 kHz to the processors' 10 MHz, holds of at
+    /// least the 3 µs they need and at most a millisecond.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(100_000..=10_000_000).contains(&self.speed_hz) {
+            return Err(format!(
+                "SPI clock {} Hz is outside what the pi3hat takes: give 100000 to 10000000 Hz",
+                self.speed_hz
+            ));
+        }
+        for (what, v) in [("chip-select hold", self.cs_hold_ns), ("address hold", self.address_hold_ns)] {
+            if !(3_000..=1_000_000).contains(&v) {
+                return Err(format!("SPI {what} {v} ns is outside 3000-1000000 ns: the processors need at least 3 µs"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The time one transaction of `data_bytes` occupies the SPI bus, ns (holds, address,
+    /// data, the gap before the next): the model `rtloop budget` uses.
+    pub fn transaction_ns(&self, data_bytes: usize) -> u64 {
+        let bits = (1 + data_bytes as u64) * 8;
+        3 * u64::from(self.cs_hold_ns)
+            + u64::from(self.address_hold_ns)
+            + bits * 1_000_000_000 / u64::from(self.speed_hz.max(1))
+    }
+}
+
+/// Why a transfer failed. Small and `Copy`: created on the hot path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpiError {
+    /// An operating-system error, as errno.
+    Os(i32),
+    /// The transfer is longer than the carrier can move in one transaction.
+    TooLong(usize),
+    /// The simulated board refused the transaction (unknown register, malformed write, …).
+    Register(sim::pi3hat::RegisterError),
+}
+
+impl fmt::Display for SpiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SpiError::Os(e) => write!(f, "SPI transfer failed: {}", std::io::Error::from_raw_os_error(*e)),
+            SpiError::TooLong(n) => write!(f, "SPI transfer of {n} bytes is longer than one transaction can move"),
+            SpiError::Register(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for SpiError {}
+
+/// One pi3hat register at a time, on one of its three chip selects.
+pub trait Pi3hatSpi: Send {
+    /// A short name: `spidev`, `mem`, `sim`.
+    fn name(&self) -> &str;
+
+    /// Read `out.len()` bytes of register `address` behind `cs` (clocking out zeros).
+    fn read(&mut self, cs: ChipSelect, address: u8, out: &mut [u8]) -> Result<(), SpiError>;
+
+    /// Write `data` to register `address` behind `cs`.
+    fn write(&mut self, cs: ChipSelect, address: u8, data: &[u8]) -> Result<(), SpiError>;
+
+    /// The clock and holds in use.
+    fn timing(&self) -> SpiTiming;
+
+    /// The simulated board, when this is one (tests, fault injection, statistics).
+    fn as_sim_mut(&mut self) -> Option<&mut sim::pi3hat::SimPi3hat> {
+        None
+    }
+
+    /// The earliest instant a read could find something new, when the carrier can know it
+    /// (the simulated board can); `None` for hardware, which is polled.
+    fn ready_hint_ns(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// The simulated pi3hat as an SPI carrier: each transaction is handed to the board at the
+/// clock's now, and the call returns when the board says the SPI bus is free again — spinning
+/// on a real clock (as the official library busy-waits), moving a virtual one forward.
+pub struct SimSpi<C: Clock + Send> {
+    board: sim::pi3hat::SimPi3hat,
+    clock: C,
+}
+
+impl<C: Clock + Send> SimSpi<C> {
+    /// `board` on `clock` (share the cycle's clock: clones of a virtual clock share time).
+    pub fn new(board: sim::pi3hat::SimPi3hat, clock: C) -> Self {
+        SimSpi { board, clock }
+    }
+
+    /// The board.
+    pub fn board(&self) -> &sim::pi3hat::SimPi3hat {
+        &self.board
+    }
+
+    fn finish(&self, t: sim::pi3hat::Transfer) -> Result<(), SpiError> {
+        self.clock.spin_until_ns(t.end_ns);
+        t.result.map_err(SpiError::Register)
+    }
+}
+
+impl<C: Clock + Send> Pi3hatSpi for SimSpi<C> {
+    fn name(&self) -> &str {
+        "sim"
+    }
+
+    fn read(&mut self, cs: ChipSelect, address: u8, out: &mut [u8]) -> Result<(), SpiError> {
+        let t = self.board.read(cs.processor(), address, out, self.clock.now_ns());
+        self.finish(t)
+    }
+
+    fn write(&mut self, cs: ChipSelect, address: u8, data: &[u8]) -> Result<(), SpiError> {
+        let t = self.board.write(cs.processor(), address, data, self.clock.now_ns());
+        self.finish(t)
+    }
+
+    fn timing(&self) -> SpiTiming {
+        let c = self.board.config();
+        SpiTiming {
+            speed_hz: c.spi_hz,
+            cs_hold_ns: c.cs_hold_ns.min(u64::from(u32::MAX)) as u32,
+            address_hold_ns: c.address_hold_ns.min(u64::from(u32::MAX)) as u32,
+        }
+    }
+
+    fn as_sim_mut(&mut self) -> Option<&mut sim::pi3hat::SimPi3hat> {
+        Some(&mut self.board)
+    }
+
+    fn ready_hint_ns(&self) -> Option<u64> {
+        self.board.next_event_ns()
+    }
+}
