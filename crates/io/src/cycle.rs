@@ -157,6 +157,8 @@ pub struct Cycler<C: Clock> {
     pollfds: Vec<libc::pollfd>,
     /// Bus indices in the order each write pass visits them ([`Transport::write_rank`]).
     write_order: Vec<usize>,
+    /// Buses whose empty reads cost bus time ([`Transport::reads_cost_time`]), as a bitmask.
+    costly_reads: u32,
     /// Options for every cycle; adjustable between cycles.
     pub options: CycleOptions,
 }
@@ -227,6 +229,7 @@ impl<C: Clock> Cycler<C> {
         let n = buses.len();
         let mut write_order: Vec<usize> = (0..n).collect();
         write_order.sort_by_key(|&b| buses[b].write_rank());
+        let costly_reads = (0..n).filter(|&b| buses[b].reads_cost_time()).fold(0u32, |m, b| m | 1 << b);
         Ok(Cycler {
             buses,
             imu,
@@ -236,6 +239,7 @@ impl<C: Clock> Cycler<C> {
             cursor: vec![0; n],
             estimate: vec![0; n],
             pollfds: Vec::with_capacity(n),
+            costly_reads,
             write_order,
             options,
         })
@@ -435,6 +439,10 @@ impl<C: Clock> Cycler<C> {
                     continue;
                 }
                 if !read(self.expected[b], b) {
+                    continue;
+                }
+                let complete = self.received[b] >= self.expected[b] && forced & (1 << b) == 0;
+                if complete && self.costly_reads & (1 << b) != 0 {
                     continue;
                 }
                 loop {

@@ -110,6 +110,9 @@ pub struct Pi3hatOptions {
     pub attitude: bool,
     /// Poll the "ready" register until a fresh attitude is there before reading it.
     pub wait_for_attitude: bool,
+    /// The shortest servo turnaround assumed when deciding a reply cannot be back yet, ns
+    /// (20 µs; a moteus takes 30-50 µs). Larger saves SPI polls, too large delays replies.
+    pub min_turnaround_ns: u64,
 }
 
 impl Default for Pi3hatOptions {
@@ -120,6 +123,7 @@ impl Default for Pi3hatOptions {
             slow_can: CanPortConfig::SLOW_DEFAULT,
             attitude: true,
             wait_for_attitude: false,
+            min_turnaround_ns: 20_000,
         }
     }
 }
@@ -181,6 +185,10 @@ pub struct Pi3hat {
     used: u8,
     /// The `now_ns` of each processor's latest poll: one poll per processor per round.
     polled_at: [Option<u64>; 3],
+    /// Per bus: when its CAN wire is free at the earliest (commands written so far).
+    wire_free_ns: [u64; 5],
+    /// Per bus: the earliest instants the replies still owed can be back, oldest first.
+    due: [DueQueue; 5],
     status_at: [Option<u64>; 3],
     counters: [TransportCounters; 5],
 }
@@ -204,6 +212,8 @@ impl Pi3hat {
             ports: [PortQueue::EMPTY; 5],
             used,
             polled_at: [None; 3],
+            wire_free_ns: [0; 5],
+            due: [DueQueue::EMPTY; 5],
             status_at: [None; 3],
             counters: [TransportCounters::default(); 5],
         };
@@ -341,6 +351,12 @@ impl Pi3hat {
     /// the board would add back itself (trailing 0x50 bytes that leave the frame's CAN-FD
     /// length unchanged) is not clocked over SPI: the wire sees the same bytes, sooner.
     pub fn send(&mut self, bus: u8, frame: &CanFdFrame) -> Result<(), TransportError> {
+        self.send_at(bus, frame, None)
+    }
+
+    /// [`send`](Self::send), noting at `now_ns` when the reply (if the frame asks for one,
+    /// by the moteus reply bit) can be back at the earliest, so that polling waits for it.
+    fn send_at(&mut self, bus: u8, frame: &CanFdFrame, now_ns: Option<u64>) -> Result<(), TransportError> {
         let (p, port) = board::processor_port(bus).ok_or(TransportError::Protocol("no such pi3hat bus"))?;
         let len = unpadded_len(frame);
         let mut buf = [0u8; 5 + 64];
@@ -353,11 +369,38 @@ impl Pi3hat {
         match self.write(p, address, &buf[..n]) {
             Ok(()) => {
                 self.counters[slot].sent += 1;
+                if let Some(now) = now_ns {
+                    self.note_due(slot, frame, now + self.spi.timing().transaction_ns(n));
+                }
                 Ok(())
             }
             Err(SpiError::Register(sim::pi3hat::RegisterError::TxQueueFull)) => Err(TransportError::QueueFull),
             Err(e) => Err(self.fail(slot, e)),
         }
+    }
+
+    /// A command reached bus `slot`'s controller at `at_ns` (at the earliest): its wire time
+    /// and, when it asks for a reply, the shortest reply's, at the configured bit rates
+    /// without stuffing and with the options' minimum turnaround, give when the reply can
+    /// be back at the earliest. A lower bound: polling never starts after a reply arrived.
+    fn note_due(&mut self, slot: usize, frame: &CanFdFrame, at_ns: u64) {
+        let cfg = if slot == 4 { self.options.slow_can } else { self.options.can };
+        let start = at_ns.max(self.wire_free_ns[slot]);
+        let end = start + min_frame_time_ns(frame, &cfg);
+        self.wire_free_ns[slot] = end;
+        if proto::frame::ArbitrationId::parse(frame.id).reply_required {
+            let reply = CanFdFrame { id: 0x100, len: 8, flags: frame.flags, ..EMPTY_FRAME };
+            self.due[slot].push(end + self.options.min_turnaround_ns + min_frame_time_ns(&reply, &cfg));
+        }
+    }
+
+    /// The earliest instant a poll of processor `p` can find a reply owed to it; `None`
+    /// when nothing is owed.
+    fn processor_due_ns(&self, p: u8) -> Option<u64> {
+        (1..=5u8)
+            .filter(|&b| board::processor_port(b).is_some_and(|(q, _)| q == p))
+            .filter_map(|b| self.due[usize::from(b - 1)].first())
+            .min()
     }
 
     fn fail(&mut self, slot: usize, e: SpiError) -> TransportError {
@@ -382,6 +425,10 @@ impl Pi3hat {
         let (p, _) = board::processor_port(bus).ok_or(TransportError::Protocol("no such pi3hat bus"))?;
         let pi = usize::from(p - 1);
         if self.polled_at[pi] == Some(now_ns) {
+            return Ok(None);
+        }
+        // Nothing can be back yet: a poll would only cost SPI time.
+        if self.processor_due_ns(p).is_some_and(|due| now_ns < due) {
             return Ok(None);
         }
         self.polled_at[pi] = Some(now_ns);
@@ -436,6 +483,7 @@ impl Pi3hat {
         match CanFdFrame::new(id & 0x1FFF_FFFF, payload) {
             Ok(frame) => {
                 self.counters[slot].received += 1;
+                self.due[slot].pop();
                 if !self.ports[slot].push(frame) {
                     self.counters[slot].protocol_errors += 1;
                 }
@@ -499,6 +547,50 @@ pub fn unpadded_len(frame: &CanFdFrame) -> u8 {
     n as u8
 }
 
+/// A frame's wire time without stuffing (a lower bound), at a port's bit rates.
+fn min_frame_time_ns(frame: &CanFdFrame, cfg: &CanPortConfig) -> u64 {
+    let len = u64::from(frame.len.min(64));
+    let header: u64 = if frame.id > 0x7ff { 38 } else { 19 };
+    // Arbitration, control, CRC delimiter, ACK, EOF and intermission at the nominal rate.
+    let nominal_bits = header + 2 + 10;
+    let crc: u64 = if len > 16 { 21 } else { 17 };
+    let data_bits = 5 + len * 8 + crc;
+    let nominal = u64::from(cfg.nominal_bitrate.max(1) as u32);
+    let data = if cfg.fd && cfg.bitrate_switch { u64::from(cfg.data_bitrate.max(1) as u32) } else { nominal };
+    nominal_bits * 1_000_000_000 / nominal + data_bits * 1_000_000_000 / data
+}
+
+/// Reply deadlines owed on one bus, oldest first (fixed capacity; beyond it the newest are
+/// forgotten, which only makes polling start sooner).
+#[derive(Clone, Copy)]
+struct DueQueue {
+    at: [u64; PORT_QUEUE],
+    head: usize,
+    len: usize,
+}
+
+impl DueQueue {
+    const EMPTY: DueQueue = DueQueue { at: [0; PORT_QUEUE], head: 0, len: 0 };
+
+    fn push(&mut self, t: u64) {
+        if self.len < PORT_QUEUE {
+            self.at[(self.head + self.len) % PORT_QUEUE] = t;
+            self.len += 1;
+        }
+    }
+
+    fn pop(&mut self) {
+        if self.len > 0 {
+            self.head = (self.head + 1) % PORT_QUEUE;
+            self.len -= 1;
+        }
+    }
+
+    fn first(&self) -> Option<u64> {
+        (self.len > 0).then(|| self.at[self.head])
+    }
+}
+
 /// A pi3hat shared by its ports and its IMU.
 pub type SharedPi3hat = Arc<Mutex<Pi3hat>>;
 
@@ -532,18 +624,26 @@ impl Transport for Pi3hatPort {
         &self.name
     }
 
-    fn send(&mut self, frame: &CanFdFrame, _now_ns: u64) -> Result<(), TransportError> {
-        lock(&self.dev).send(self.bus, frame)
+    fn send(&mut self, frame: &CanFdFrame, now_ns: u64) -> Result<(), TransportError> {
+        lock(&self.dev).send_at(self.bus, frame, Some(now_ns))
     }
 
     fn recv(&mut self, now_ns: u64) -> Result<Option<CanFdFrame>, TransportError> {
         lock(&self.dev).recv(self.bus, now_ns)
     }
 
-    /// Poll again at once: every poll is an SPI transaction that takes its own time, as the
-    /// official library's busy polling does.
+    /// When the next reply owed to this bus's processor can be back (at once when frames
+    /// wait in the port's queue or a reply is overdue: every poll is an SPI transaction that
+    /// takes its own time, so polling back to back is the busy polling of the official
+    /// library).
     fn ready_hint_ns(&self) -> Option<u64> {
-        Some(0)
+        let dev = lock(&self.dev);
+        let slot = usize::from(self.bus - 1);
+        if dev.ports[slot].len > 0 {
+            return Some(0);
+        }
+        let p = board::processor_port(self.bus).map_or(1, |(p, _)| p);
+        Some(dev.processor_due_ns(p).unwrap_or(0))
     }
 
     fn flush(&mut self, now_ns: u64) -> Result<(), TransportError> {
@@ -554,6 +654,10 @@ impl Transport for Pi3hatPort {
 
     fn counters(&self) -> TransportCounters {
         lock(&self.dev).counters[usize::from(self.bus - 1)]
+    }
+
+    fn reads_cost_time(&self) -> bool {
+        true
     }
 
     fn write_rank(&self) -> u32 {

@@ -162,6 +162,14 @@ pub trait Transport: Send {
         0
     }
 
+    /// Each `recv` that finds nothing still costs bus time (a pi3hat's SPI transactions),
+    /// so the cycle stops reading this bus once its expected replies are all in; frames
+    /// arriving later are taken at the next cycle's start (marked drained). False for
+    /// transports whose empty reads cost nothing.
+    fn reads_cost_time(&self) -> bool {
+        false
+    }
+
     /// Throw away frames that arrived before a cycle starts (late replies of an earlier
     /// cycle) so they are not mistaken for this cycle's answers. Returns how many.
     fn drain(&mut self, now_ns: u64) -> Result<usize, TransportError> {
@@ -203,6 +211,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn write_rank(&self) -> u32 {
         (**self).write_rank()
+    }
+    fn reads_cost_time(&self) -> bool {
+        (**self).reads_cost_time()
     }
 }
 

@@ -385,6 +385,24 @@ impl QueryFormat {
         }
     }
 
+    /// What a control loop needs and no more: mode int8; position, velocity, torque int16;
+    /// voltage, temperature, fault int8 — a 16-byte reply where [`comprehensive`] takes 24,
+    /// for links where every byte costs time (a pi3hat's SPI).
+    ///
+    /// [`comprehensive`]: Self::comprehensive
+    pub fn compact() -> Self {
+        QueryFormat {
+            mode: Some(Resolution::Int8),
+            position: Some(Resolution::Int16),
+            velocity: Some(Resolution::Int16),
+            torque: Some(Resolution::Int16),
+            voltage: Some(Resolution::Int8),
+            temperature: Some(Resolution::Int8),
+            fault: Some(Resolution::Int8),
+            ..Self::empty()
+        }
+    }
+
     /// Everything the control loop usually wants, compactly: mode int8; position,
     /// velocity, torque, q/d current int16; 0x00A..=0x00F int8.
     pub fn comprehensive() -> Self {

@@ -139,9 +139,11 @@ impl Motion {
             *cmd = ServoCommand::Position(PositionCommand {
                 position: Some(position),
                 velocity: Some(velocity),
-                kp_scale: Some(self.kp_scale),
-                kd_scale: Some(self.kd_scale),
-                feedforward_torque: Some(0.0),
+                // At their defaults these registers are left out: a moteus resets every
+                // position register a frame does not write, so the frame means the same and
+                // is shorter on the wires and over a pi3hat's SPI.
+                kp_scale: (self.kp_scale != 1.0).then_some(self.kp_scale),
+                kd_scale: (self.kd_scale != 1.0).then_some(self.kd_scale),
                 maximum_torque: Some(self.maximum_torque),
                 watchdog_timeout: self.watchdog_timeout,
                 ..Default::default()

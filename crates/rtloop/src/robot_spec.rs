@@ -58,6 +58,11 @@ impl RobotSpec {
         self.buses.iter().all(|b| matches!(b.uri, BusUri::Sim | BusUri::Pi3hat { carrier: io::Pi3hatCarrier::Sim }))
     }
 
+    /// Some bus is a pi3hat connector.
+    pub fn has_pi3hat(&self) -> bool {
+        self.buses.iter().any(|b| matches!(b.uri, BusUri::Pi3hat { .. }))
+    }
+
     /// Number of servos.
     pub fn servo_count(&self) -> usize {
         self.buses.iter().map(|b| b.servos.len()).sum()

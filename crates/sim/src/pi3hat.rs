@@ -22,10 +22,12 @@
 //!
 //! # Timing
 //! One transaction of `n` data bytes starts when both the host asks (`now_ns`) and the SPI
-//! bus is free, and takes `cs_hold + 8 bits of address + address_hold + n × 8 bits +
-//! cs_hold + turnaround` ([`Pi3hatConfig::transaction_ns`]): the host cannot start the next
-//! one earlier. Registers are sampled when the address byte has been clocked in; a frame
-//! written to a transmit register reaches its CAN controller when its last byte has.
+//! bus is free, and takes, as the official library drives it, `cs_hold` (the gap since the
+//! previous CS high) + `cs_hold` (after CS low) + 8 bits of address + `address_hold` +
+//! `n × 8` bits, CS rising as soon as the last byte is clocked
+//! ([`Pi3hatConfig::transaction_ns`]). Registers are sampled when the address byte and its
+//! hold are done; a frame written to a transmit register reaches its CAN controller when its
+//! last byte has.
 //!
 //! # Receive queues
 //! Each processor keeps one receive queue for its ports (frames in arrival order, at most
@@ -109,7 +111,7 @@ pub mod reg {
 pub struct Pi3hatConfig {
     /// SPI clock, Hz (10 MHz, the processors' maximum).
     pub spi_hz: u32,
-    /// Hold after CS low, before CS high, and between transactions, ns (3 µs each).
+    /// Hold before CS low (the gap since the previous transaction) and after it, ns (3 µs each).
     pub cs_hold_ns: u64,
     /// Hold after the address byte, ns (3 µs).
     pub address_hold_ns: u64,
@@ -129,11 +131,10 @@ impl Pi3hatConfig {
         bits * 1_000_000_000 / u64::from(self.spi_hz.max(1))
     }
 
-    /// Time one transaction of `data_bytes` takes from CS low until the next may start:
-    /// 4 holds (after CS low, after the address, before CS high, turnaround) plus the
-    /// address and data bits.
+    /// Time one transaction of `data_bytes` occupies the SPI bus: the gap before CS low, the
+    /// hold after it, the address hold, and the address and data bits.
     pub fn transaction_ns(&self, data_bytes: usize) -> u64 {
-        3 * self.cs_hold_ns + self.address_hold_ns + self.bits_ns((1 + data_bytes as u64) * 8)
+        2 * self.cs_hold_ns + self.address_hold_ns + self.bits_ns((1 + data_bytes as u64) * 8)
     }
 }
 
@@ -510,7 +511,7 @@ impl SimPi3hat {
         self.spi_free_ns = end;
         self.stats.transactions += 1;
         self.stats.spi_busy_ns += took;
-        let sampled = start + self.cfg.cs_hold_ns + self.cfg.bits_ns(8) + self.cfg.address_hold_ns;
+        let sampled = start + 2 * self.cfg.cs_hold_ns + self.cfg.bits_ns(8) + self.cfg.address_hold_ns;
         (start, sampled, end)
     }
 

@@ -66,7 +66,7 @@ impl ChipSelect {
 pub struct SpiTiming {
     /// SPI clock, Hz.
     pub speed_hz: u32,
-    /// Hold after CS low and before CS high, and the gap before the next CS low, ns.
+    /// Gap before CS low (since the previous transaction) and hold after it, ns.
     pub cs_hold_ns: u32,
     /// Hold after the address byte, ns.
     pub address_hold_ns: u32,
@@ -96,11 +96,13 @@ impl SpiTiming {
         Ok(())
     }
 
-    /// The time one transaction of `data_bytes` occupies the SPI bus, ns (holds, address,
-    /// data, the gap before the next): the model `rtloop budget` uses.
+    /// The time one transaction of `data_bytes` occupies the SPI bus, ns: the gap before CS
+    /// low, the hold after it, the address hold, the address and data bits (CS rises as soon
+    /// as the last byte is clocked, as the official library does it). The model `rtloop
+    /// budget` uses, and the simulated board's.
     pub fn transaction_ns(&self, data_bytes: usize) -> u64 {
         let bits = (1 + data_bytes as u64) * 8;
-        3 * u64::from(self.cs_hold_ns)
+        2 * u64::from(self.cs_hold_ns)
             + u64::from(self.address_hold_ns)
             + bits * 1_000_000_000 / u64::from(self.speed_hz.max(1))
     }
