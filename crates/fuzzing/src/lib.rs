@@ -44,6 +44,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("tlog_plot", tlog_plot),
     ("agent_command", agent_command),
     ("console", console),
+    ("pi3hat_board", pi3hat_board),
+    ("pi3hat_host", pi3hat_host),
 ];
 
 /// The simulated servo's diagnostic console: the input is split into chunks of console
@@ -596,5 +598,114 @@ pub fn agent_command(data: &[u8]) {
                 assert!(p.ignore_position_bounds.is_none());
             }
         }
+    }
+}
+
+/// The simulated pi3hat's register map, as a host (or a broken one) drives it: the input is a
+/// sequence of transactions `[processor, address, flags, length, bytes…]` (flags bit 0 =
+/// write, bits 1-7 = microseconds to wait first) on a board with a servo on JC1 and JC3 and
+/// an IMU. Every transaction takes exactly its SPI time, starts no earlier than the one
+/// before ended, and a read returns no more bytes than asked; refusals are counted, never
+/// panics.
+pub fn pi3hat_board(data: &[u8]) {
+    use sim::pi3hat::{Pi3hatConfig, SimPi3hat};
+    let cfg = Pi3hatConfig::default();
+    let mut board = SimPi3hat::new(cfg);
+    for (number, id) in [(1u8, 1u8), (3, 2)] {
+        let mut bus = sim::SimBus::new(sim::BusConfig::default());
+        bus.add_servo(sim::Servo::new(sim::ServoConfig::new(id)));
+        board.attach_bus(number, bus);
+    }
+    board.attach_imu(sim::Imu::new(1));
+    let mut now = 0u64;
+    let mut last_end = 0u64;
+    let mut rest = data;
+    let mut out = [0u8; 128];
+    while let [processor, address, flags, len, tail @ ..] = rest {
+        let n = usize::from(*len).min(tail.len()).min(out.len());
+        let (bytes, next) = tail.split_at(n);
+        rest = next;
+        now += u64::from(flags >> 1) * 1_000;
+        let before = board.stats();
+        let t = if flags & 1 == 1 {
+            board.write(*processor, *address, bytes, now)
+        } else {
+            out[..n].fill(0xAA);
+            board.read(*processor, *address, &mut out[..n], now)
+        };
+        assert!(t.start_ns >= last_end.max(now), "transaction started before the previous one ended");
+        assert_eq!(t.end_ns - t.start_ns, cfg.transaction_ns(n), "a transaction took other than its SPI time");
+        let after = board.stats();
+        let refused = after.unknown_register + after.wrong_direction + after.malformed + after.tx_overflow;
+        let refused_before = before.unknown_register + before.wrong_direction + before.malformed + before.tx_overflow;
+        assert_eq!(t.result.is_err(), refused > refused_before, "a refusal not counted (or counted twice)");
+        if t.result.is_err() && flags & 1 == 0 {
+            assert!(out[..n].iter().all(|&b| b == 0), "a refused read returned data");
+        }
+        last_end = t.end_ns;
+        now = t.end_ns;
+    }
+}
+
+/// The host side of the pi3hat (`io::pi3hat::Pi3hat`) against a board that answers every
+/// read with bytes from the input: bring-up (versions, configuration read back), frames sent
+/// and received on every bus, the attitude and the error status. Whatever the board says,
+/// nothing panics, a received frame is a valid CAN frame filed under a bus 1-5, and an
+/// attitude is only reported when the present bit was set.
+pub fn pi3hat_host(data: &[u8]) {
+    use io::pi3hat::{Pi3hat, Pi3hatOptions};
+    use io::spi::{ChipSelect, Pi3hatSpi, SpiError, SpiTiming};
+
+    struct ScriptedBoard {
+        answers: Vec<u8>,
+        at: usize,
+    }
+    impl Pi3hatSpi for ScriptedBoard {
+        fn name(&self) -> &str {
+            "fuzz"
+        }
+        fn read(&mut self, _cs: ChipSelect, _address: u8, out: &mut [u8]) -> Result<(), SpiError> {
+            let left = &self.answers[self.at..];
+            let n = out.len().min(left.len());
+            out.fill(0);
+            out[..n].copy_from_slice(&left[..n]);
+            self.at += n;
+            if self.at == self.answers.len() && n < out.len() {
+                return Err(SpiError::Os(5));
+            }
+            Ok(())
+        }
+        fn write(&mut self, _cs: ChipSelect, _address: u8, _data: &[u8]) -> Result<(), SpiError> {
+            Ok(())
+        }
+        fn timing(&self) -> SpiTiming {
+            SpiTiming::default()
+        }
+    }
+
+    // The first bytes pick what to bring up; the rest is what the board answers.
+    let Some((&pick, answers)) = data.split_first() else { return };
+    let buses: Vec<u8> = (1..=5u8).filter(|b| pick & (1 << (b - 1)) != 0).collect();
+    let options =
+        Pi3hatOptions { attitude: pick & 0x20 != 0, wait_for_attitude: pick & 0x40 != 0, ..Default::default() };
+    let spi = Box::new(ScriptedBoard { answers: answers.to_vec(), at: 0 });
+    let Ok(mut hat) = Pi3hat::open(spi, &buses, options) else { return };
+    let frame = CanFdFrame::new(0x8001, &[0x11, 0x00]).unwrap_or_default();
+    for round in 0..64u64 {
+        for &b in &buses {
+            let _ = hat.send(b, &frame);
+            while let Ok(Some(f)) = hat.recv(b, round) {
+                assert!(f.len as usize <= f.data.len() && f.id <= 0x1FFF_FFFF, "an impossible frame: {f:?}");
+            }
+        }
+        let mut imu = Default::default();
+        if let Ok(true) = hat.read_attitude(&mut imu) {
+            let _ = imu;
+        }
+        for b in 1..=5u8 {
+            let _ = hat.error_status(b);
+            let _ = hat.can_config(b);
+        }
+        let _ = hat.processor_info(1 + (round % 3) as u8);
     }
 }

@@ -90,4 +90,6 @@ replay_tests!(
     tlog_plot,
     agent_command,
     console,
+    pi3hat_board,
+    pi3hat_host,
 );

@@ -104,16 +104,13 @@ pub fn open_buses<C: Clock + Clone + Send + 'static>(
     }
     for carrier in carriers {
         let uri = BusUri::Pi3hat { carrier }.to_string();
-        let mine: Vec<usize> = (0..requests.len())
-            .filter(|&i| requests[i].uri == &BusUri::Pi3hat { carrier })
-            .collect();
+        let mine: Vec<usize> =
+            (0..requests.len()).filter(|&i| requests[i].uri == &BusUri::Pi3hat { carrier }).collect();
         let numbers: Vec<u8> = mine.iter().map(|&i| requests[i].number).collect();
         if let Some(n) = numbers.iter().find(|&&n| !(1..=5).contains(&n)) {
             return Err(OpenError {
                 uri,
-                message: format!(
-                    "bus {n} cannot be on a pi3hat: bus N is connector JC N, so give bus numbers 1 to 5"
-                ),
+                message: format!("bus {n} cannot be on a pi3hat: bus N is connector JC N, so give bus numbers 1 to 5"),
             });
         }
         let spi: Box<dyn Pi3hatSpi> = match carrier {

@@ -181,3 +181,31 @@ fn lockstep_on_a_real_bus_is_refused_in_one_sentence() {
     assert!(e.contains("lockstep runs only on simulated buses"), "{e}");
     assert_eq!(e.trim().lines().count(), 1, "{e}");
 }
+
+/// The quadruped through the simulated pi3hat (connectors JC1-JC4 of one board, attitude
+/// from its IMU), in simulated time: every cycle of a 1 kHz run completes with every reply,
+/// and the cycle's simulated time is the board's SPI time plus the wires.
+#[test]
+fn the_quadruped_runs_through_the_simulated_pi3hat_at_1khz_with_every_reply() {
+    let mut args = vec!["run", "--lockstep", "--duration", "1", "--quiet", "--json"];
+    let flags: Vec<String> = (1..=4)
+        .flat_map(|b| {
+            [
+                "--bus".to_string(),
+                format!("{b}=pi3hat:sim"),
+                "--ids".to_string(),
+                format!("{b}={}-{}", 3 * b - 2, 3 * b),
+            ]
+        })
+        .collect();
+    args.extend(flags.iter().map(String::as_str));
+    let o = rtloop(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let j = summary(&o);
+    assert_eq!(j["cycles"], 1000, "{j}");
+    assert_eq!(j["missing_replies"], 0, "{j}");
+    assert_eq!(j["overruns"], 0, "{j}");
+    assert_eq!(j["imu_samples"], 1000, "the board's attitude every cycle: {j}");
+    let p50 = j["cycle_us"]["p50"].as_f64().unwrap();
+    assert!(p50 > 500.0 && p50 < 1000.0, "SPI and wire time, under the period: {p50} µs");
+}

@@ -657,7 +657,8 @@ impl SimPi3hat {
                 if !cfg.fd && size > 8 {
                     return Err(RegisterError::Malformed("more than 8 bytes on a classic CAN port"));
                 }
-                let flags = FrameFlags { extended: id > 0x7FF, fd: cfg.fd, brs: cfg.fd && cfg.bitrate_switch, remote: false };
+                let flags =
+                    FrameFlags { extended: id > 0x7FF, fd: cfg.fd, brs: cfg.fd && cfg.bitrate_switch, remote: false };
                 let mut frame = CanFdFrame { id, flags, len: size as u8, ..Default::default() };
                 frame.data[..size].copy_from_slice(payload);
                 // Nothing cabled: the frame leaves the controller and nobody acknowledges it.
@@ -673,8 +674,9 @@ impl SimPi3hat {
                 let Some(i) = bus_of(processor, port) else {
                     return Err(RegisterError::UnknownRegister { processor, address });
                 };
-                let cfg = CanPortConfig::decode(data)
-                    .ok_or(RegisterError::Malformed("CAN configuration short or with a bit rate that is not positive"))?;
+                let cfg = CanPortConfig::decode(data).ok_or(RegisterError::Malformed(
+                    "CAN configuration short or with a bit rate that is not positive",
+                ))?;
                 self.port_config[i] = cfg;
                 if let Some(b) = self.buses[i].as_mut().filter(|b| b.config().nominal_bitrate != u32::MAX) {
                     b.set_bitrates(cfg.nominal_bitrate as u32, cfg.data_bitrate as u32);
