@@ -411,3 +411,18 @@ def test_the_stand_example_runs_and_exits_0():
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "0 missing replies" in out.stdout and "final positions" in out.stdout
+
+
+def test_a_robot_on_the_simulated_pi3hat_reads_its_attitude():
+    buses = {b: "pi3hat:sim" for b in range(1, 5)}
+    servos = {b: [3 * b - 2, 3 * b - 1, 3 * b] for b in range(1, 5)}
+    with rtloop.Robot(buses=buses, servos=servos, clock="virtual") as r:
+        states = [r.cycle(position=0.0, velocity=0.0) for _ in range(20)]
+    assert all(s.missing == 0 for s in states)
+    assert all(s.fresh.all() for s in states)
+    # The board's SPI transactions and the wires take simulated time: well under a period.
+    assert all(100e-6 < s.duration < 0.001 for s in states)
+    w, x, y, z = states[-1].imu["quaternion"]
+    assert w * w + x * x + y * y + z * z == pytest.approx(1.0, abs=1e-4)
+    with pytest.raises(ValueError, match="JC"):
+        rtloop.Robot(buses={6: "pi3hat:sim"}, servos={6: [1]})

@@ -81,6 +81,12 @@ impl RobotSpec {
             if seen.insert(b.bus, ()).is_some() {
                 return Err(format!("bus {} is given twice", b.bus));
             }
+            if matches!(b.uri, BusUri::Pi3hat { .. }) && b.bus > 5 {
+                return Err(format!(
+                    "bus {} cannot be on a pi3hat: bus N is its connector JC N, so give pi3hat buses numbers 1 to 5",
+                    b.bus
+                ));
+            }
             if b.servos.is_empty() {
                 return Err(format!(
                     "bus {} has no servo ids: add --ids {}=1,2,3 (or servos = [..] in the file)",
@@ -264,6 +270,7 @@ mod tests {
             (&["1=sim"], &["1=1,1"], "twice"),
             (&["1=sim"], &["1=200"], "not a servo id"),
             (&["1=sim", "1=sim"], &["1=1"], "given twice"),
+            (&["6=pi3hat:sim"], &["6=1"], "connector JC N"),
         ];
         for (b, i, want) in cases {
             let b: Vec<String> = b.iter().map(|s| s.to_string()).collect();

@@ -622,7 +622,10 @@ impl BcmSpi {
     }
 
     /// One transaction on `cs`: the gap since the last one, chip select low, the hold, the
-    /// exchange, the hold, chip select high.
+    /// exchange, chip select high. The board's reference also lists a hold before chip select
+    /// rises; the official library does not wait one (chip select rises once the controller
+    /// is done), and neither does this: a transaction takes what `SpiTiming::transaction_ns`
+    /// (and the simulated board) say.
     fn transaction(&mut self, cs: ChipSelect, address: u8, data: Data<'_>) -> Result<(), SpiError> {
         if data.len() > MAX_TRANSFER {
             return Err(SpiError::TooLong(data.len()));
@@ -637,7 +640,6 @@ impl BcmSpi {
             ChipSelect::Spi0Cs0 => self.spi0_exchange(address, data, &deadline),
             ChipSelect::Spi1Cs0 | ChipSelect::Spi1Cs1 => self.aux_exchange(address, data, &deadline),
         };
-        hold(self.timing.cs_hold_ns);
         match cs {
             ChipSelect::Spi0Cs0 => {
                 let state = self.spi0.read(SPI0_CS);
