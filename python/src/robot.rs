@@ -861,19 +861,20 @@ struct OpenPlan {
 }
 
 impl OpenPlan {
-    fn robot_config(&self) -> RobotConfig {
-        let mut config = RobotConfig::default();
+    /// The robot configuration for `spec`: its query (compact on a pi3hat), at float
+    /// resolution when asked.
+    fn robot_config(&self, spec: &RobotSpec) -> RobotConfig {
+        let mut config = RobotConfig { query: spec.query_format(), ..RobotConfig::default() };
         config.cycle.timeout_ns = self.timeout_ns;
         config.cycle.rx_baseline_wait_ns = self.reply_wait_ns;
         if self.config_resolution == Resolution::Float {
             config.position_resolution = PositionResolution::all(Resolution::Float);
-            let mut q: QueryFormat = QueryFormat::comprehensive();
-            q.position = Some(Resolution::Float);
-            q.velocity = Some(Resolution::Float);
-            q.torque = Some(Resolution::Float);
-            q.q_current = Some(Resolution::Float);
-            q.d_current = Some(Resolution::Float);
-            config.query = q;
+            let q: &mut QueryFormat = &mut config.query;
+            for field in [&mut q.position, &mut q.velocity, &mut q.torque, &mut q.q_current, &mut q.d_current] {
+                if field.is_some() {
+                    *field = Some(Resolution::Float);
+                }
+            }
         }
         config
     }
@@ -904,7 +905,7 @@ fn open_robot<C: Clock + Clone + Send + 'static>(
     let options = io::open::OpenOptions { sim_bus, ..Default::default() };
     let (transports, imu) = spec.open(clock.clone(), options).map_err(OpenFailure::Os)?;
     let servos: Vec<ServoSpec> = spec.servo_specs();
-    let mut robot = io::Robot::new(transports, servos.clone(), imu, clock, plan.robot_config())
+    let mut robot = io::Robot::new(transports, servos.clone(), imu, clock, plan.robot_config(spec))
         .map_err(|e| OpenFailure::Setup(e.to_string()))?;
     if let Some(p) = plan.start_position {
         for s in &servos {

@@ -1119,11 +1119,7 @@ where
     let seed =
         config.faults.seed.unwrap_or_else(|| if lockstep { LOCKSTEP_SEED } else { crate::config::random_seed() });
     let mut robot_config = RobotConfig { position_resolution: command_resolution(), ..RobotConfig::default() };
-    if robot_spec.has_pi3hat() {
-        // Every byte crosses the pi3hat's SPI twice as slowly as the CAN-FD data phase: the
-        // comprehensive query's replies alone would keep a 12-servo cycle above 1 ms.
-        robot_config.query = proto::host::QueryFormat::compact();
-    }
+    robot_config.query = robot_spec.query_format();
     // Never let one cycle run into the next period, nor keep Ctrl-C waiting.
     robot_config.cycle.timeout_ns = (config.period_ns() / 10 * 9).clamp(50_000, MAX_CYCLE_TIMEOUT_NS);
     let sim_bus = sim::BusConfig {
