@@ -17,8 +17,7 @@ fn quadruped(clock: &VirtualClock, options: OpenOptions) -> Robot<VirtualClock> 
         (0..4).map(|b| BusRequest { number: b as u8 + 1, uri: &SIM, sim_servo_ids: &ids[b] }).collect();
     let opened = open_buses(&requests, clock.clone(), options).unwrap();
     assert!(opened.imu.is_some(), "the board's IMU comes with its buses");
-    let servos: Vec<ServoSpec> =
-        (0..4).flat_map(|b| ids[b].iter().map(move |&id| ServoSpec { bus: b, id })).collect();
+    let servos: Vec<ServoSpec> = (0..4).flat_map(|b| ids[b].iter().map(move |&id| ServoSpec { bus: b, id })).collect();
     let config = RobotConfig { query: proto::host::QueryFormat::compact(), ..RobotConfig::default() };
     Robot::new(opened.transports, servos, opened.imu, clock.clone(), config).unwrap()
 }

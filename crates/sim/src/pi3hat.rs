@@ -59,8 +59,9 @@ pub const CAN_CONFIG_LEN: usize = 21;
 pub const ERROR_STATUS_LEN: usize = 12;
 /// Bytes of the IMU configuration (registers 35/36).
 pub const IMU_CONFIG_LEN: usize = 16;
-/// Bytes of register 97: a 20-byte git hash, then a 12-byte serial number.
-pub const IDENT_LEN: usize = 32;
+/// Bytes of register 97: a 20-byte git hash, a "dirty" byte (the firmware was built from a
+/// modified tree when non-zero), then a 12-byte serial number (the firmware's `device_info.h`).
+pub const IDENT_LEN: usize = 33;
 /// Bytes of a received frame's header in register 3 (flags/size, 4-byte id).
 pub const RX_HEADER_LEN: usize = 5;
 
@@ -616,10 +617,11 @@ impl SimPi3hat {
             }
             reg::IDENT => {
                 let mut b = [0u8; IDENT_LEN];
-                // A stable made-up "git hash": the processor number repeated.
+                // A stable made-up "git hash": the processor number repeated; built clean.
                 b[..20].fill(0x50 + processor);
-                b[20..].copy_from_slice(&self.serial);
-                b[31] = b'0' + processor;
+                b[20] = 0;
+                b[21..].copy_from_slice(&self.serial);
+                b[32] = b'0' + processor;
                 put(out, &b);
             }
             _ => return Err(RegisterError::UnknownRegister { processor, address }),
@@ -657,7 +659,8 @@ impl SimPi3hat {
                 if !cfg.fd && size > 8 {
                     return Err(RegisterError::Malformed("more than 8 bytes on a classic CAN port"));
                 }
-                let flags = FrameFlags { extended: id > 0x7FF, fd: cfg.fd, brs: cfg.fd && cfg.bitrate_switch, remote: false };
+                let flags =
+                    FrameFlags { extended: id > 0x7FF, fd: cfg.fd, brs: cfg.fd && cfg.bitrate_switch, remote: false };
                 let mut frame = CanFdFrame { id, flags, len: size as u8, ..Default::default() };
                 frame.data[..size].copy_from_slice(payload);
                 // Nothing cabled: the frame leaves the controller and nobody acknowledges it.
@@ -673,8 +676,9 @@ impl SimPi3hat {
                 let Some(i) = bus_of(processor, port) else {
                     return Err(RegisterError::UnknownRegister { processor, address });
                 };
-                let cfg = CanPortConfig::decode(data)
-                    .ok_or(RegisterError::Malformed("CAN configuration short or with a bit rate that is not positive"))?;
+                let cfg = CanPortConfig::decode(data).ok_or(RegisterError::Malformed(
+                    "CAN configuration short or with a bit rate that is not positive",
+                ))?;
                 self.port_config[i] = cfg;
                 if let Some(b) = self.buses[i].as_mut().filter(|b| b.config().nominal_bitrate != u32::MAX) {
                     b.set_bitrates(cfg.nominal_bitrate as u32, cfg.data_bitrate as u32);
