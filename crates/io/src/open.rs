@@ -44,6 +44,9 @@ pub struct OpenedBuses {
     pub transports: Vec<Box<dyn Transport>>,
     /// The attitude source of the first pi3hat, when its options read the attitude.
     pub imu: Option<Box<dyn ImuSource>>,
+    /// Each pi3hat opened, by carrier: the device its ports share, for one-shot queries
+    /// between cycles (identity, CAN configuration).
+    pub pi3hats: Vec<(Pi3hatCarrier, crate::pi3hat::SharedPi3hat)>,
 }
 
 /// Open the bus at `uri`. A `sim` bus is an in-process simulated bus populated with
@@ -88,6 +91,7 @@ pub fn open_buses<C: Clock + Clone + Send + 'static>(
     let mut slots: Vec<Option<Box<dyn Transport>>> = (0..requests.len()).map(|_| None).collect();
     let mut imu: Option<Box<dyn ImuSource>> = None;
     let mut carriers: Vec<Pi3hatCarrier> = Vec::new();
+    let mut pi3hats = Vec::new();
     for (i, r) in requests.iter().enumerate() {
         let mut bus_config = options.sim_bus;
         bus_config.fault_seed = sim::bus_fault_seed(options.sim_bus.fault_seed, r.number);
@@ -137,6 +141,9 @@ pub fn open_buses<C: Clock + Clone + Send + 'static>(
         let with_imu = imu.is_none() && options.pi3hat.attitude;
         let pi3hat_options = Pi3hatOptions { attitude: with_imu, ..options.pi3hat };
         let (ports, hat_imu) = crate::pi3hat::open_shared(spi, &numbers, pi3hat_options, &uri)?;
+        if let Some(p) = ports.first() {
+            pi3hats.push((carrier, p.device().clone()));
+        }
         for (&i, port) in mine.iter().zip(ports) {
             slots[i] = Some(Box::new(port));
         }
@@ -146,7 +153,7 @@ pub fn open_buses<C: Clock + Clone + Send + 'static>(
     }
     let transports = slots.into_iter().flatten().collect::<Vec<_>>();
     debug_assert_eq!(transports.len(), requests.len());
-    Ok(OpenedBuses { transports, imu })
+    Ok(OpenedBuses { transports, imu, pi3hats })
 }
 
 /// `pi3hat`: `/dev/mem` (the official library's way, fastest) when running as root, else

@@ -106,6 +106,9 @@ pub struct Pi3hatOptions {
     pub can: CanPortConfig,
     /// The configuration written to JC5 when it is used.
     pub slow_can: CanPortConfig,
+    /// Per bus (index bus - 1): a configuration that replaces `can` / `slow_can` for that
+    /// port (`rtloop can --can-config`).
+    pub bus_can: [Option<CanPortConfig>; 5],
     /// Read the attitude every cycle.
     pub attitude: bool,
     /// Poll the "ready" register until a fresh attitude is there before reading it.
@@ -121,10 +124,20 @@ impl Default for Pi3hatOptions {
             timing: SpiTiming::default(),
             can: CanPortConfig::FD_DEFAULT,
             slow_can: CanPortConfig::SLOW_DEFAULT,
+            bus_can: [None; 5],
             attitude: true,
             wait_for_attitude: false,
             min_turnaround_ns: 20_000,
         }
+    }
+}
+
+impl Pi3hatOptions {
+    /// The configuration bus `bus` (1-5) is given at start: its `bus_can` entry, else
+    /// `slow_can` for JC5 and `can` for the others.
+    pub fn port_config(&self, bus: u8) -> CanPortConfig {
+        let fallback = if bus == 5 { self.slow_can } else { self.can };
+        usize::from(bus).checked_sub(1).and_then(|i| self.bus_can.get(i).copied().flatten()).unwrap_or(fallback)
     }
 }
 
@@ -141,6 +154,8 @@ pub struct ProcessorInfo {
     pub imu_version: Option<u8>,
     /// Git hash of the firmware.
     pub git_hash: [u8; 20],
+    /// The firmware was built from a modified tree.
+    pub dirty: bool,
     /// Serial number.
     pub serial: [u8; 12],
 }
@@ -253,7 +268,7 @@ impl Pi3hat {
             if used & (1 << (b - 1)) == 0 {
                 continue;
             }
-            let want = if b == 5 { options.slow_can } else { options.can };
+            let want = options.port_config(b);
             hat.write_can_config(b, &want).map_err(|e| format!("pi3hat:{name} bus {b}: {e}"))?;
             let got = hat.can_config(b).map_err(|e| format!("pi3hat:{name} bus {b}: {e}"))?;
             if got != Some(want) {
@@ -320,9 +335,10 @@ impl Pi3hat {
         self.read(processor, reg::IDENT, &mut ident)?;
         let mut git_hash = [0u8; 20];
         git_hash.copy_from_slice(&ident[..20]);
+        let dirty = ident[20] != 0;
         let mut serial = [0u8; 12];
-        serial.copy_from_slice(&ident[20..]);
-        Ok(ProcessorInfo { processor, can_version, interface_type, imu_version, git_hash, serial })
+        serial.copy_from_slice(&ident[21..]);
+        Ok(ProcessorInfo { processor, can_version, interface_type, imu_version, git_hash, dirty, serial })
     }
 
     /// Read the error status of bus `bus`'s port (register 6 of its processor).
@@ -384,7 +400,7 @@ impl Pi3hat {
     /// without stuffing and with the options' minimum turnaround, give when the reply can
     /// be back at the earliest. A lower bound: polling never starts after a reply arrived.
     fn note_due(&mut self, slot: usize, frame: &CanFdFrame, at_ns: u64) {
-        let cfg = if slot == 4 { self.options.slow_can } else { self.options.can };
+        let cfg = self.options.port_config(slot as u8 + 1);
         let start = at_ns.max(self.wire_free_ns[slot]);
         let end = start + min_frame_time_ns(frame, &cfg);
         self.wire_free_ns[slot] = end;

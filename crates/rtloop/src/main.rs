@@ -46,7 +46,9 @@ enum Command {
     /// diagnostic console: --console, --dump-config, --restore-config FILE (moteus_tool-like).
     #[command(after_help = DEVICE_EXIT_STATUS)]
     Servo(ServoArgs),
-    /// Send and receive raw CAN-FD frames for one cycle (pi3hat_tool-like).
+    /// Send and receive raw CAN-FD frames for one cycle or a loop, pi3hat_tool-like; on a
+    /// pi3hat also its attitude (--read-att), identity (--info) and CAN configuration
+    /// (--can-config).
     #[command(after_help = DEVICE_EXIT_STATUS)]
     Can(CanArgs),
     /// Read TLOG0003 telemetry logs (rtloop's or mjlib's).
@@ -216,28 +218,71 @@ struct ServoArgs {
 
 #[derive(Args)]
 struct CanArgs {
-    /// The address of bus 1: sim, fdcanusb:PATH, socketcan:IFACE or udp:HOST:PORT.
+    /// The address of bus 1: sim, fdcanusb:PATH, socketcan:IFACE, udp:HOST:PORT — or a pi3hat
+    /// (pi3hat, pi3hat:spidev, pi3hat:mem, pi3hat:sim), whose connectors JC1-JC5 are then every
+    /// bus 1-5 used, as pi3hat_tool addresses them.
     #[arg(long, short)]
     transport: Option<String>,
     /// More buses: N=URI (repeatable).
     #[arg(long = "bus", value_name = "N=URI")]
     buses: Vec<String>,
-    /// BUS,HEXID,HEXDATA[,r] — send a frame; r: expect a reply (repeatable).
-    #[arg(long = "write-can", value_name = "BUS,HEXID,HEXDATA[,r]")]
+    /// BUS,HEXID,HEXDATA[,r] — send a frame; r: expect a reply (repeatable). On a pi3hat, JC5
+    /// is classic CAN: at most 8 data bytes there.
+    #[arg(long = "write-can", short = 'c', value_name = "BUS,HEXID,HEXDATA[,r]")]
     write_can: Vec<String>,
     /// Listen on BUS even when no reply is expected (repeatable).
     #[arg(long = "read-can", value_name = "BUS")]
     read_can: Vec<u8>,
-    /// Loop and print the cycle rate once a second.
+    /// pi3hat: read the IMU's attitude in the cycle (waiting for a fresh one) and print
+    /// `ATT w=… x=… y=… z=…  dps=(…) a=(…)`.
+    #[arg(long = "read-att")]
+    read_att: bool,
+    /// pi3hat: print each processor's git hash, clean/dirty, serial number and protocol
+    /// versions (CAN1:, CAN2:, AUX: lines).
     #[arg(long)]
+    info: bool,
+    /// pi3hat: configure bus BUS (1-5) with pi3hat_tool's options — rN nominal bit rate (up to
+    /// 1000000), RN data bit rate (up to 8000000), d/D CAN-FD off/on, b/B bit rate switch
+    /// off/on, t/T automatic retransmission off/on, m/M bus monitor off/on, e.g.
+    /// --can-config 1,r1000000,R2000000,D,B (repeatable). Given at all, with or without a
+    /// value, every used port's configuration read back is printed (CANCFG lines).
+    #[arg(long = "can-config", value_name = "BUS,OPTIONS", num_args = 0..=1)]
+    can_config: Option<Vec<String>>,
+    /// Loop and print the cycle rate once a second.
+    #[arg(long, short)]
     run: bool,
     /// With --run: stop after this many seconds (default: until Ctrl-C).
     #[arg(long, allow_negative_numbers = true)]
     duration: Option<f64>,
-    /// Cycle timeout, ms (above 0, at most 60000).
-    #[arg(long, default_value_t = 20.0, allow_negative_numbers = true)]
-    timeout_ms: f64,
-    /// Servo ids to simulate on `sim` buses (default: every id written to).
+    /// With --run: write one line per cycle to FILE, the nanoseconds since the previous cycle
+    /// ended (pi3hat_tool's delta-t log). The file must not exist yet.
+    #[arg(long = "time-log", value_name = "FILE")]
+    time_log: Option<std::path::PathBuf>,
+    /// Pin to CPU, run SCHED_RR (priority 10) and lock memory; what the system refuses is a
+    /// warning.
+    #[arg(long, value_name = "CPU", allow_hyphen_values = true)]
+    realtime: Option<String>,
+    /// Cycle timeout, ms (above 0, at most 60000; default 20). Or give --can-timeout-ns.
+    #[arg(long, allow_negative_numbers = true)]
+    timeout_ms: Option<f64>,
+    /// Cycle timeout, ns (above 0, at most 10000000000).
+    #[arg(long = "can-timeout-ns", value_name = "NS", allow_hyphen_values = true)]
+    can_timeout_ns: Option<f64>,
+    /// The least time to listen on --read-can buses, ns (0 to 10000000000; default 200000).
+    #[arg(long = "can-min-tx-wait-ns", value_name = "NS", allow_hyphen_values = true)]
+    can_min_tx_wait_ns: Option<f64>,
+    /// How long past the wire-time estimate to wait for missing replies, ns (0 to
+    /// 10000000000; default: the timeout).
+    #[arg(long = "can-rx-baseline-wait-ns", value_name = "NS", allow_hyphen_values = true)]
+    can_rx_baseline_wait_ns: Option<f64>,
+    /// Keep listening this long after the last expected reply, ns (0 to 10000000000;
+    /// default 0).
+    #[arg(long = "can-rx-extra-wait-ns", value_name = "NS", allow_hyphen_values = true)]
+    can_rx_extra_wait_ns: Option<f64>,
+    /// pi3hat: SPI clock, Hz (100000 to 10000000; default 10000000).
+    #[arg(long = "spi-speed-hz", alias = "spi-speed", value_name = "HZ", allow_hyphen_values = true)]
+    spi_speed_hz: Option<f64>,
+    /// Servo ids to simulate on `sim` and `pi3hat:sim` buses (default: every id written to).
     #[arg(long, value_name = "LIST")]
     sim_servos: Option<String>,
 }
@@ -734,10 +779,12 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             finish_device_command(rtloop::cli::servo::run(&req)?)
         }
         Command::Can(a) => {
+            let transport = a
+                .transport
+                .as_deref()
+                .map(|t| io::uri::parse(t).map_err(|e| format!("--transport {t}: {e}")))
+                .transpose()?;
             let mut buses = std::collections::BTreeMap::new();
-            if let Some(t) = &a.transport {
-                buses.insert(1u8, io::uri::parse(t).map_err(|e| format!("--transport {t}: {e}"))?);
-            }
             for b in &a.buses {
                 let (n, uri) = rtloop::robot_spec::parse_bus_flag(b)?;
                 if buses.insert(n, uri).is_some() {
@@ -747,6 +794,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             let writes =
                 a.write_can.iter().map(|w| rtloop::cli::can::parse_write_can(w)).collect::<Result<Vec<_>, _>>()?;
             let req = rtloop::cli::can::CanRequest {
+                transport,
                 buses,
                 writes,
                 reads: a.read_can.clone(),
@@ -754,6 +802,18 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                 duration_s: a.duration,
                 timeout_ms: a.timeout_ms,
                 sim_servos: a.sim_servos.clone(),
+                read_att: a.read_att,
+                info: a.info,
+                can_config: a.can_config.clone(),
+                time_log: a.time_log.clone(),
+                realtime: a.realtime.clone(),
+                timing: rtloop::cli::can::TimingFlags {
+                    timeout_ns: a.can_timeout_ns,
+                    min_tx_wait_ns: a.can_min_tx_wait_ns,
+                    rx_baseline_wait_ns: a.can_rx_baseline_wait_ns,
+                    rx_extra_wait_ns: a.can_rx_extra_wait_ns,
+                },
+                spi_speed_hz: a.spi_speed_hz,
             };
             finish_device_command(rtloop::cli::can::run(&req)?)
         }

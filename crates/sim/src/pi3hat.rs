@@ -59,8 +59,9 @@ pub const CAN_CONFIG_LEN: usize = 21;
 pub const ERROR_STATUS_LEN: usize = 12;
 /// Bytes of the IMU configuration (registers 35/36).
 pub const IMU_CONFIG_LEN: usize = 16;
-/// Bytes of register 97: a 20-byte git hash, then a 12-byte serial number.
-pub const IDENT_LEN: usize = 32;
+/// Bytes of register 97: a 20-byte git hash, a "dirty" byte (the firmware was built from a
+/// modified tree when non-zero), then a 12-byte serial number (the firmware's `device_info.h`).
+pub const IDENT_LEN: usize = 33;
 /// Bytes of a received frame's header in register 3 (flags/size, 4-byte id).
 pub const RX_HEADER_LEN: usize = 5;
 
@@ -616,10 +617,11 @@ impl SimPi3hat {
             }
             reg::IDENT => {
                 let mut b = [0u8; IDENT_LEN];
-                // A stable made-up "git hash": the processor number repeated.
+                // A stable made-up "git hash": the processor number repeated; built clean.
                 b[..20].fill(0x50 + processor);
-                b[20..].copy_from_slice(&self.serial);
-                b[31] = b'0' + processor;
+                b[20] = 0;
+                b[21..].copy_from_slice(&self.serial);
+                b[32] = b'0' + processor;
                 put(out, &b);
             }
             _ => return Err(RegisterError::UnknownRegister { processor, address }),
