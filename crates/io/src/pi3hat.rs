@@ -12,7 +12,7 @@
 //! * replies are read through the receive status (register 2) and one pop (register 3) per
 //!   frame it shows, once per processor per polling round, and sorted to their ports;
 //! * at start the protocol versions are checked (0x04 for CAN, 0x20 for the IMU) and each used
-//!   port's CAN configuration is written (registers 9/10) and read back (7/8);
+//!   port's CAN configuration is read (registers 7/8), written when it differs (9/10) and read back;
 //! * every [`ERROR_STATUS_PERIOD_NS`] each used processor's error status (register 6) is read
 //!   and surfaces in [`TransportCounters::can_status`].
 //!
@@ -269,6 +269,12 @@ impl Pi3hat {
                 continue;
             }
             let want = options.port_config(b);
+            // As the official library does: write only what differs (a rewrite resets the
+            // controller), then read it back.
+            let before = hat.can_config(b).map_err(|e| format!("pi3hat:{name} bus {b}: {e}"))?;
+            if before == Some(want) {
+                continue;
+            }
             hat.write_can_config(b, &want).map_err(|e| format!("pi3hat:{name} bus {b}: {e}"))?;
             let got = hat.can_config(b).map_err(|e| format!("pi3hat:{name} bus {b}: {e}"))?;
             if got != Some(want) {

@@ -126,8 +126,8 @@ fn can_config_sets_ports_and_prints_them_read_back() {
         lines,
         [
             "CANCFG 1 nominal=500000 data=2000000 fd=on brs=on retransmit=on restricted=off monitor=off",
-            "CANCFG 2 nominal=1000000 data=5000000 fd=off brs=off retransmit=off restricted=off monitor=on",
-            "CANCFG 5 nominal=125000 data=125000 fd=off brs=off retransmit=off restricted=off monitor=off",
+            "CANCFG 2 nominal=1000000 data=5000000 fd=off brs=off retransmit=on restricted=off monitor=on",
+            "CANCFG 5 nominal=125000 data=125000 fd=off brs=off retransmit=on restricted=off monitor=off",
             // Servo 1 still answers at the new bit rates.
             "CAN 1,100,2300000000",
             "CAN 5,200,2300000000",
@@ -136,7 +136,7 @@ fn can_config_sets_ports_and_prints_them_read_back() {
     // Printing alone: the defaults of the port used.
     assert_eq!(
         ok_lines(&["--can-config", "--read-can", "3"]),
-        ["CANCFG 3 nominal=1000000 data=5000000 fd=on brs=on retransmit=off restricted=off monitor=off"]
+        ["CANCFG 3 nominal=1000000 data=5000000 fd=on brs=on retransmit=on restricted=off monitor=off"]
     );
 }
 

@@ -53,8 +53,9 @@ pub const RX_STATUS_SLOTS: usize = 6;
 pub const ATTITUDE_LEN: usize = 2 + 20 * 4 + 8;
 /// The attitude's short read (present, update time, quaternion, rates, accelerations).
 pub const ATTITUDE_SHORT_LEN: usize = 2 + 10 * 4;
-/// Bytes of a CAN port configuration (registers 7-10).
-pub const CAN_CONFIG_LEN: usize = 21;
+/// Bytes of a CAN port configuration (registers 7-10) at protocol version 4: the 21 bytes of
+/// earlier versions, then the u32 "cancel all" time.
+pub const CAN_CONFIG_LEN: usize = 25;
 /// Bytes of the error status register (6): six per port.
 pub const ERROR_STATUS_LEN: usize = 12;
 /// Bytes of the IMU configuration (registers 35/36).
@@ -156,8 +157,12 @@ pub struct CanPortConfig {
     pub restricted: bool,
     /// Bus monitoring mode (listen only).
     pub bus_monitor: bool,
-    /// Timing overrides: nominal prescaler, sjw, seg1, seg2, then the data ones (0 = auto).
-    pub timing: [u8; 8],
+    /// Bit timing overrides, each an i8 (-1: computed from the bit rate; any value ≥ 0 is
+    /// used as given): nominal prescaler, sync jump width, time segment 1 and 2, then the
+    /// same for the data phase (of an 85 MHz clock).
+    pub timing: [i8; 8],
+    /// After this long without a frame from the host, queued transmissions are cancelled, ms.
+    pub cancel_all_ms: u32,
 }
 
 impl CanPortConfig {
@@ -167,10 +172,11 @@ impl CanPortConfig {
         data_bitrate: 5_000_000,
         fd: true,
         bitrate_switch: true,
-        automatic_retransmission: false,
+        automatic_retransmission: true,
         restricted: false,
         bus_monitor: false,
-        timing: [0; 8],
+        timing: [-1; 8],
+        cancel_all_ms: 50,
     };
 
     /// JC5's defaults: classic CAN at 125 kbit/s.
@@ -179,10 +185,11 @@ impl CanPortConfig {
         data_bitrate: 125_000,
         fd: false,
         bitrate_switch: false,
-        automatic_retransmission: false,
+        automatic_retransmission: true,
         restricted: false,
         bus_monitor: false,
-        timing: [0; 8],
+        timing: [-1; 8],
+        cancel_all_ms: 50,
     };
 
     /// The register bytes.
@@ -195,7 +202,10 @@ impl CanPortConfig {
         out[10] = u8::from(self.automatic_retransmission);
         out[11] = u8::from(self.restricted);
         out[12] = u8::from(self.bus_monitor);
-        out[13..21].copy_from_slice(&self.timing);
+        for (slot, t) in out[13..21].iter_mut().zip(self.timing) {
+            *slot = t as u8;
+        }
+        out[21..25].copy_from_slice(&self.cancel_all_ms.to_le_bytes());
         out
     }
 
@@ -211,7 +221,8 @@ impl CanPortConfig {
             automatic_retransmission: b[10] != 0,
             restricted: b[11] != 0,
             bus_monitor: b[12] != 0,
-            timing: b[13..21].try_into().ok()?,
+            timing: core::array::from_fn(|i| b[13 + i] as i8),
+            cancel_all_ms: u32::from_le_bytes([b[21], b[22], b[23], b[24]]),
         };
         (cfg.nominal_bitrate > 0 && cfg.data_bitrate > 0).then_some(cfg)
     }

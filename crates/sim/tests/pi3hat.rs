@@ -208,7 +208,7 @@ fn can_configuration_round_trips_and_sets_the_bit_rates() {
     let mut b = board(Pi3hatConfig::default(), &[1]);
     let cfg = CanPortConfig { nominal_bitrate: 500_000, data_bitrate: 2_000_000, ..CanPortConfig::FD_DEFAULT };
     assert_eq!(b.write(1, reg::SET_CONFIG_PORT1, &cfg.encode(), 0).result, Ok(()));
-    let mut back = [0u8; 21];
+    let mut back = [0u8; sim::pi3hat::CAN_CONFIG_LEN];
     b.read(1, reg::CONFIG_PORT1, &mut back, 0);
     assert_eq!(CanPortConfig::decode(&back), Some(cfg));
     assert_eq!(b.bus(2).unwrap().config().data_bitrate, 2_000_000);

@@ -201,9 +201,9 @@ pub fn format_processor_info(i: &ProcessorInfo) -> String {
     line
 }
 
-/// `CANCFG 1 nominal=1000000 data=5000000 fd=on brs=on retransmit=off restricted=off
+/// `CANCFG 1 nominal=1000000 data=5000000 fd=on brs=on retransmit=on restricted=off
 /// monitor=off`: a port's configuration as read back (the bit-timing overrides follow as
-/// `timing=…` when any is set).
+/// `timing=…` when any is set, i.e. not -1).
 pub fn format_can_config(bus: u8, c: &CanPortConfig) -> String {
     let on = |b: bool| if b { "on" } else { "off" };
     let mut line = format!(
@@ -216,7 +216,7 @@ pub fn format_can_config(bus: u8, c: &CanPortConfig) -> String {
         on(c.restricted),
         on(c.bus_monitor)
     );
-    if c.timing.iter().any(|&t| t != 0) {
+    if c.timing.iter().any(|&t| t != -1) {
         let t: Vec<String> = c.timing.iter().map(|t| t.to_string()).collect();
         line += &format!(" timing={}", t.join(","));
     }
@@ -965,7 +965,7 @@ mod tests {
         assert_eq!((bus, c.nominal_bitrate, c.fd), (5, 250_000, false));
         assert_eq!(
             format_can_config(1, &CanPortConfig::FD_DEFAULT),
-            "CANCFG 1 nominal=1000000 data=5000000 fd=on brs=on retransmit=off restricted=off monitor=off"
+            "CANCFG 1 nominal=1000000 data=5000000 fd=on brs=on retransmit=on restricted=off monitor=off"
         );
         for (bad, want) in [
             ("0,D", "not a pi3hat bus"),
