@@ -16,7 +16,7 @@
 //! `write`; spin without a bound (a missing board ends a transaction with `ETIMEDOUT` after
 //! [`TIMEOUT_NS`]); access memory outside the mapped pages; leave a chip select low.
 
-use super::{ChipSelect, Pi3hatSpi, SpiError, SpiTiming};
+use super::{ChipSelect, Data, Pi3hatSpi, SpiError, SpiTiming};
 use crate::clock::monotonic_now_ns;
 use crate::transport::OpenError;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -494,23 +494,6 @@ pub struct BcmSpi {
     aux_cntl0: u32,
     /// When the last transaction on each chip select ended (chip select high), monotonic ns.
     last_end_ns: [u64; 3],
-}
-
-/// The data part of a transaction.
-enum Data<'a> {
-    /// Clock out zeros, keep what comes back.
-    Read(&'a mut [u8]),
-    /// Clock out these bytes.
-    Write(&'a [u8]),
-}
-
-impl Data<'_> {
-    fn len(&self) -> usize {
-        match self {
-            Data::Read(out) => out.len(),
-            Data::Write(bytes) => bytes.len(),
-        }
-    }
 }
 
 /// Read a device-tree file, `None` when it cannot be read.

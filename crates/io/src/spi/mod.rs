@@ -20,6 +20,24 @@ pub mod spidev;
 use crate::clock::Clock;
 use std::fmt;
 
+/// The data part of one transaction, for the hardware carriers.
+pub(crate) enum Data<'a> {
+    /// Clock out zeros, keep what comes back.
+    Read(&'a mut [u8]),
+    /// Clock out these bytes.
+    Write(&'a [u8]),
+}
+
+impl Data<'_> {
+    /// Bytes clocked after the address.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Data::Read(out) => out.len(),
+            Data::Write(bytes) => bytes.len(),
+        }
+    }
+}
+
 /// The three chip selects the pi3hat's processors sit on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ChipSelect {

@@ -14,7 +14,7 @@
 //! Must never: allocate, format or block beyond the ioctl itself in `read` / `write`; pass
 //! the kernel a buffer shorter than the length it is told; panic on any length or input.
 
-use super::{ChipSelect, Pi3hatSpi, SpiError, SpiTiming};
+use super::{ChipSelect, Data, Pi3hatSpi, SpiError, SpiTiming};
 use crate::clock::monotonic_now_ns;
 use crate::transport::OpenError;
 use std::fs::File;
@@ -207,14 +207,6 @@ impl SpidevSpi {
         }
         Ok(())
     }
-}
-
-/// The data part of a transaction.
-enum Data<'a> {
-    /// Clock out zeros, keep what comes back.
-    Read(&'a mut [u8]),
-    /// Clock out these bytes.
-    Write(&'a [u8]),
 }
 
 impl Pi3hatSpi for SpidevSpi {
