@@ -1054,6 +1054,19 @@ pub(crate) fn command_resolution() -> proto::host::PositionResolution {
     RobotConfig::default().position_resolution
 }
 
+/// The protocol settings a run uses on `robot` (before its timing is set): position commands
+/// at [`command_resolution`], and the comprehensive query — or, on a pi3hat, the compact one.
+/// `rtloop budget` builds its frames with the same settings.
+pub fn robot_config_for(robot: &crate::robot_spec::RobotSpec) -> RobotConfig {
+    let mut config = RobotConfig { position_resolution: command_resolution(), ..RobotConfig::default() };
+    if robot.has_pi3hat() {
+        // Every byte crosses the pi3hat's SPI twice as slowly as the CAN-FD data phase: the
+        // comprehensive query's replies alone would keep a 12-servo cycle above 1 ms.
+        config.query = proto::host::QueryFormat::compact();
+    }
+    config
+}
+
 /// Simulated time for a lockstep run: the loop's sleeps move the robot's virtual clock.
 struct VirtualTime(io::VirtualClock);
 
@@ -1118,12 +1131,7 @@ where
     }
     let seed =
         config.faults.seed.unwrap_or_else(|| if lockstep { LOCKSTEP_SEED } else { crate::config::random_seed() });
-    let mut robot_config = RobotConfig { position_resolution: command_resolution(), ..RobotConfig::default() };
-    if robot_spec.has_pi3hat() {
-        // Every byte crosses the pi3hat's SPI twice as slowly as the CAN-FD data phase: the
-        // comprehensive query's replies alone would keep a 12-servo cycle above 1 ms.
-        robot_config.query = proto::host::QueryFormat::compact();
-    }
+    let mut robot_config = robot_config_for(&robot_spec);
     // Never let one cycle run into the next period, nor keep Ctrl-C waiting.
     robot_config.cycle.timeout_ns = (config.period_ns() / 10 * 9).clamp(50_000, MAX_CYCLE_TIMEOUT_NS);
     let sim_bus = sim::BusConfig {
