@@ -27,6 +27,7 @@
 //! | `faults.overheat` times | 0 … 31 536 000 s |
 //! | `faults.seed` | 0 … 9 223 372 036 854 775 807, or absent (random, printed in the summary) |
 //! | `sim.start_position_rev` | −1 … 1 rev |
+//! | `servo_bus_map` keys, ids | bus numbers 1 … 255 (1 … 5 when `transport` is a pi3hat, the default); ids 1 … 127 |
 
 use crate::robot_spec::{BusSpec, RobotSpec};
 use serde::{Deserialize, Serialize};
@@ -54,6 +55,14 @@ pub struct RunConfig {
     pub faults: FaultsConfig,
     /// Simulated-bus physics.
     pub sim: SimConfig,
+    /// The transport of every bus of `servo_bus_map` (a bus address; `pi3hat` when absent).
+    /// Read from a file only: [`RunConfig::from_toml`] turns the map into `bus` tables.
+    #[serde(skip_serializing)]
+    pub transport: Option<String>,
+    /// The buses as bus number → servo ids, the moteus pi3hat transport's `servo_bus_map`:
+    /// the alternative to `[[bus]]` tables. Read from a file only, like `transport`.
+    #[serde(skip_serializing)]
+    pub servo_bus_map: Option<crate::robot_spec::ServoBusMap>,
 }
 
 /// Simulated-bus physics.
@@ -182,6 +191,8 @@ impl Default for RunConfig {
             realtime: RealtimeConfig::default(),
             faults: FaultsConfig::default(),
             sim: SimConfig::default(),
+            transport: None,
+            servo_bus_map: None,
         }
     }
 }
@@ -367,7 +378,16 @@ pub fn random_seed() -> u64 {
 impl RunConfig {
     /// Parse a TOML file's text and check it. Errors are one sentence with the line.
     pub fn from_toml(text: &str) -> Result<Self, String> {
-        let c: RunConfig = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
+        let mut c: RunConfig = toml::from_str(text).map_err(|e| crate::robot_spec::file_error(text, &e, true))?;
+        // `[servo_bus_map]` (and `transport`) become the `bus` tables.
+        let map = c.servo_bus_map.take();
+        let transport = c.transport.take();
+        let bus_tables = map.is_some() && toml::from_str::<toml::Table>(text).is_ok_and(|t| t.contains_key("bus"));
+        if let Some(buses) =
+            crate::robot_spec::resolve_servo_bus_map(text, bus_tables, transport.as_deref(), map.as_ref())?
+        {
+            c.buses = buses;
+        }
         c.validate()?;
         Ok(c)
     }
@@ -587,9 +607,10 @@ pub fn parse_cpu_dma_latency(s: &str) -> Result<CpuDmaLatencyMode, String> {
     }
 }
 
-/// A TOML error as one sentence: the line, what is wrong, and for a key that landed in the
-/// wrong table (a top-level key written after a `[[bus]]` block) how to fix it.
-fn toml_error(text: &str, e: &toml::de::Error) -> String {
+/// A TOML error as one sentence: the line, what is wrong, and (with `hint`, for a run
+/// configuration) for a key that landed in the wrong table (a top-level key written after a
+/// `[[bus]]` block) how to fix it.
+pub(crate) fn toml_error(text: &str, e: &toml::de::Error, hint: bool) -> String {
     let message = e.message().trim().trim_end_matches('.').replace('\n', " ");
     let start = e.span().map(|span| span.start).filter(|&i| text.is_char_boundary(i));
     let line = start.map(|i| text[..i].matches('\n').count() + 1);
@@ -600,7 +621,8 @@ fn toml_error(text: &str, e: &toml::de::Error) -> String {
         .map(str::trim)
         .filter(|l| !l.is_empty() && l.len() <= 80);
     let top_level = ["rate_hz", "duration_s", "motion", "gains", "safety", "realtime", "faults", "sim"];
-    let misplaced = message.starts_with("unknown field")
+    let misplaced = hint
+        && message.starts_with("unknown field")
         && top_level.iter().any(|k| message.starts_with(&format!("unknown field `{k}`")));
     let hint = if misplaced {
         "; a key after a [[bus]] (or other) table belongs to that table: move top-level keys above the first table"

@@ -30,12 +30,16 @@ enum Command {
     /// the summary (and --json) still prints, with the reasons under `problems`; 2 for a
     /// usage or setup error (one sentence on stderr, no summary).
     Run(Box<RunArgs>),
-    /// Print the cycle-time model ("the spreadsheet") for the built-in robot, term by term.
-    Budget {
-        /// Print one JSON object instead of the table.
-        #[arg(long)]
-        json: bool,
-    },
+    /// Print the cycle-time model ("the spreadsheet") of a robot, term by term; on a simulated
+    /// pi3hat, measured beside it.
+    ///
+    /// The robot: the built-in quadruped, or --config FILE / --bus / --ids as rtloop run takes
+    /// them, or --pi3hat (the quadruped on pi3hat:sim connectors JC1-JC4). A robot whose buses
+    /// are all on a pi3hat is modelled transaction by transaction on the board's SPI, and, on
+    /// pi3hat:sim, measured with the frames rtloop run sends: --cycles cycles at 1 kHz on a
+    /// virtual clock (exact simulated time) and on the real clock (plus this host's time).
+    /// --seed-case sets the source post's "around 740us" beside the model and the simulation.
+    Budget(BudgetArgs),
     /// Build or take apart moteus CAN-FD frames.
     #[command(subcommand)]
     Frame(FrameCommand),
@@ -128,6 +132,33 @@ enum LogCommand {
         #[arg(long)]
         one_axis: bool,
     },
+}
+
+#[derive(Args)]
+struct BudgetArgs {
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// A TOML run configuration or robot file: its [[bus]] tables or [servo_bus_map].
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// A bus of the robot: N=URI, as with rtloop run (repeatable; replaces the file's buses).
+    #[arg(long = "bus", value_name = "N=URI")]
+    buses: Vec<String>,
+    /// Servo ids of bus N, e.g. 1=1,2,3 or 1=1-3 (repeatable).
+    #[arg(long = "ids", value_name = "N=LIST")]
+    ids: Vec<String>,
+    /// The built-in quadruped on a simulated pi3hat: bus N on connector JC N, N = 1-4.
+    #[arg(long)]
+    pi3hat: bool,
+    /// The source post's case: 12 servos on pi3hat buses 1-4, full position command and the
+    /// comprehensive query, attitude; model and simulation beside its 740 µs, and the same
+    /// for rtloop run's pi3hat frames.
+    #[arg(long, conflicts_with_all = ["config", "buses", "ids", "pi3hat"])]
+    seed_case: bool,
+    /// Cycles to measure on each clock, 0 (the model only) to 100000.
+    #[arg(long, value_name = "N", default_value_t = rtloop::cli::budget::DEFAULT_CYCLES)]
+    cycles: u64,
 }
 
 #[derive(Args)]
@@ -675,9 +706,21 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             }
             Ok(())
         }
-        Command::Budget { json } => {
-            let text = if json { rtloop::cli::budget::render_json() } else { rtloop::cli::budget::render_table() };
-            console::line(text)
+        Command::Budget(a) => {
+            let from_file = match &a.config {
+                Some(path) => {
+                    let text = std::fs::read_to_string(path)
+                        .map_err(|e| format!("cannot read --config {}: {e}", path.display()))?;
+                    let config = rtloop::config::RunConfig::from_toml(&text)
+                        .map_err(|e| format!("--config {}: {e}", path.display()))?;
+                    Some(config.robot())
+                }
+                None => None,
+            };
+            let robot = rtloop::cli::budget::robot_from_args(from_file, &a.buses, &a.ids, a.pi3hat)?;
+            let request =
+                rtloop::cli::budget::BudgetRequest { robot, cycles: a.cycles, seed_case: a.seed_case, json: a.json };
+            console::line(rtloop::cli::budget::run(&request)?)
         }
         Command::Frame(FrameCommand::Encode(a)) => {
             let kind = match a.kind {

@@ -1,13 +1,183 @@
 //! Which buses a robot has, what carries each one and which servo ids live on it — from
-//! command-line flags (`--bus 1=fdcanusb:/dev/ttyACM0 --ids 1=1,2,3`) or a TOML file.
+//! command-line flags (`--bus 1=fdcanusb:/dev/ttyACM0 --ids 1=1,2,3`) or a TOML file, whose
+//! buses are either `[[bus]]` tables or, in the shape of the moteus pi3hat transport's
+//! `servo_bus_map`, one `[servo_bus_map]` table (bus number → servo ids) with an optional
+//! `transport` (a bus address for every bus; `pi3hat` by default):
+//!
+//! ```toml
+//! transport = "pi3hat"
+//! [servo_bus_map]
+//! 1 = [11, 12, 13]
+//! 2 = [21, 22, 23]
+//! ```
 //!
 //! Must never: guess. A bus without ids, ids without a bus, a repeated bus number, a
-//! malformed list or an unknown key in a `[[bus]]` table is one clear error that names the
-//! flag or line and shows a correct form.
+//! malformed list, an unknown key in a `[[bus]]` table, a `servo_bus_map` key that is not a
+//! bus number (1-255; 1-5 on a pi3hat), or both forms in one file is one clear error that
+//! names the flag or line and shows a correct form.
 
 use io::{BusUri, Clock, Robot, RobotConfig, ServoSpec, Transport};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;
+
+/// The transport of a `servo_bus_map` file that names none.
+pub const DEFAULT_MAP_TRANSPORT: &str = "pi3hat";
+
+/// A robot's buses as bus number → servo ids: the shape of the moteus pi3hat transport's
+/// `servo_bus_map` (`Pi3HatRouter(servo_bus_map={1: [11, 12, 13], 2: [21, 22, 23]})`).
+/// Read from a TOML table whose keys are the bus numbers.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ServoBusMap(pub BTreeMap<u8, Vec<u8>>);
+
+impl<'de> Deserialize<'de> for ServoBusMap {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Keys;
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = ServoBusMap;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a table of bus number = [servo ids], e.g. 1 = [11, 12, 13]")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ServoBusMap, A::Error> {
+                let mut out = BTreeMap::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    let Some(bus) = key.trim().parse::<u8>().ok().filter(|&b| b >= 1) else {
+                        return Err(serde::de::Error::custom(format!(
+                            "servo_bus_map key '{key}' is not a bus number: give bus numbers 1 to 255 as keys, e.g. \
+                             1 = [11, 12, 13]"
+                        )));
+                    };
+                    let ids: Vec<u8> = map.next_value()?;
+                    if out.insert(bus, ids).is_some() {
+                        return Err(serde::de::Error::custom(format!(
+                            "servo_bus_map names bus {bus} twice ('{key}'): give each bus one list of ids"
+                        )));
+                    }
+                }
+                Ok(ServoBusMap(out))
+            }
+        }
+        d.deserialize_map(Keys)
+    }
+}
+
+impl ServoBusMap {
+    /// The buses it names, every one on `transport` (a bus address; `None`: `pi3hat`).
+    /// On a pi3hat a bus number is a connector, JC1-JC5. The ids are checked by
+    /// [`RobotSpec::validate`].
+    pub fn buses(&self, transport: Option<&str>) -> Result<Vec<BusSpec>, String> {
+        let text = transport.unwrap_or(DEFAULT_MAP_TRANSPORT);
+        let uri = io::uri::parse(text).map_err(|e| format!("transport = \"{text}\": {e}"))?;
+        if let BusUri::Pi3hat { .. } = uri {
+            if let Some(bus) = self.0.keys().find(|&&b| b > 5) {
+                return Err(format!(
+                    "servo_bus_map bus {bus} cannot be on a pi3hat: its buses are connectors JC1-JC5, so give bus \
+                     numbers 1 to 5 (or another transport)"
+                ));
+            }
+        }
+        if self.0.is_empty() {
+            return Err("servo_bus_map names no bus: give at least one, e.g. 1 = [11, 12, 13]".into());
+        }
+        if let Some(bus) = self.0.iter().find(|(_, ids)| ids.is_empty()).map(|(b, _)| b) {
+            return Err(format!("servo_bus_map bus {bus} has no servo ids: list them, e.g. {bus} = [11, 12, 13]"));
+        }
+        Ok(self.0.iter().map(|(&bus, ids)| BusSpec { bus, uri: uri.clone(), servos: ids.clone() }).collect())
+    }
+}
+
+/// The buses of a robot file that gives `[servo_bus_map]` (and perhaps `transport`), or
+/// `None` when it gives neither. `bus_tables` says whether the file has `[[bus]]` tables too
+/// (an error: one form or the other); `text` is the file, for the line of a mistake.
+pub fn resolve_servo_bus_map(
+    text: &str,
+    bus_tables: bool,
+    transport: Option<&str>,
+    map: Option<&ServoBusMap>,
+) -> Result<Option<Vec<BusSpec>>, String> {
+    let at = |table: Option<&str>, key: &str, what: String| match key_line(text, table, key) {
+        Some(line) => format!("line {line}: {what}"),
+        None => what,
+    };
+    let Some(map) = map else {
+        return match transport {
+            Some(_) => Err(at(
+                None,
+                "transport",
+                "transport only applies to a [servo_bus_map] table: add one, or drop it and give each [[bus]] its \
+                 uri"
+                .into(),
+            )),
+            None => Ok(None),
+        };
+    };
+    if bus_tables {
+        return Err(at(
+            None,
+            "servo_bus_map",
+            "a robot file gives its buses as [[bus]] tables or as one [servo_bus_map] table, not both: keep one".into(),
+        ));
+    }
+    map.buses(transport).map(Some).map_err(|e| {
+        let too_high = map.0.keys().find(|&&b| b > 5);
+        let empty = map.0.iter().find(|(_, ids)| ids.is_empty()).map(|(b, _)| b);
+        if e.starts_with("transport") {
+            at(None, "transport", e)
+        } else if let Some(bus) = too_high.filter(|_| e.contains("pi3hat")).or(empty) {
+            at(Some("servo_bus_map"), &bus.to_string(), e)
+        } else {
+            at(None, "servo_bus_map", e)
+        }
+    })
+}
+
+/// A TOML error of a robot or run file as one sentence with its line; a `servo_bus_map` key
+/// that is not a bus number is pointed at on its own line (the parser only knows its table).
+pub(crate) fn file_error(text: &str, e: &toml::de::Error, hint: bool) -> String {
+    let message = e.message().trim();
+    let key = ["servo_bus_map key '", " twice ('"]
+        .iter()
+        .find_map(|m| message.split_once(m))
+        .and_then(|(_, rest)| rest.split('\'').next());
+    if let Some(line) = key.and_then(|k| key_line(text, Some("servo_bus_map"), k.trim())) {
+        let source = text.lines().nth(line - 1).map_or("", str::trim);
+        return format!("line {line} ({source}): {}", message.trim_end_matches('.'));
+    }
+    crate::config::toml_error(text, e, hint)
+}
+
+/// The line (1-based) of `key` in `table` (`None`: the top level; a table header line
+/// itself counts as the key's line), by a plain scan of the text: good enough to point at a
+/// mistake, never needed for parsing.
+fn key_line(text: &str, table: Option<&str>, key: &str) -> Option<usize> {
+    let mut current: Option<String> = None;
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if let Some(header) = l.strip_prefix('[') {
+            let name = header.trim_start_matches('[').split(']').next().unwrap_or("").trim().to_string();
+            if table.is_none() && name == key {
+                return Some(i + 1);
+            }
+            current = Some(name);
+            continue;
+        }
+        let Some((k, _)) = l.split_once('=') else { continue };
+        let k = k.trim().trim_matches('"').trim_matches('\'');
+        if k == key && current.as_deref() == table {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
+/// A robot file: `[[bus]]` tables, or `[servo_bus_map]` with an optional `transport`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RobotFile {
+    #[serde(rename = "bus")]
+    buses: Option<Vec<BusSpec>>,
+    transport: Option<String>,
+    servo_bus_map: Option<ServoBusMap>,
+}
 
 /// One bus of a robot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -125,8 +295,26 @@ impl RobotSpec {
     /// uri = "fdcanusb:/dev/ttyACM0"
     /// servos = [1, 2, 3]
     /// ```
+    ///
+    /// or, the same buses as the moteus pi3hat transport's `servo_bus_map`:
+    ///
+    /// ```toml
+    /// transport = "fdcanusb:/dev/ttyACM0"   # optional; "pi3hat" by default
+    /// [servo_bus_map]
+    /// 1 = [1, 2, 3]
+    /// ```
     pub fn from_toml(text: &str) -> Result<Self, String> {
-        let spec: RobotSpec = toml::from_str(text).map_err(|e| e.message().trim().replace('\n', " "))?;
+        let file: RobotFile = toml::from_str(text).map_err(|e| file_error(text, &e, false))?;
+        let from_map =
+            resolve_servo_bus_map(text, file.buses.is_some(), file.transport.as_deref(), file.servo_bus_map.as_ref())?;
+        let spec = RobotSpec {
+            buses: match (from_map, file.buses) {
+                (Some(buses), _) | (None, Some(buses)) => buses,
+                (None, None) => {
+                    return Err("the robot file names no bus: give [[bus]] tables or a [servo_bus_map] table".into())
+                }
+            },
+        };
         spec.validate()?;
         Ok(spec)
     }
@@ -299,5 +487,75 @@ mod tests {
         assert_eq!(RobotSpec::from_toml(&text).unwrap(), spec);
         let e = RobotSpec::from_toml("[[bus]]\nbus = 1\nuri = \"nope\"\nservos = [1]\n").unwrap_err();
         assert!(e.contains("not a bus address"), "{e}");
+    }
+
+    const MAP: &str = "transport = \"pi3hat:sim\"\n[servo_bus_map]\n1 = [11, 12, 13]\n2 = [21, 22, 23]\n";
+
+    #[test]
+    fn a_servo_bus_map_is_the_same_robot_as_its_bus_tables() {
+        let tables = "[[bus]]\nbus = 1\nuri = \"pi3hat:sim\"\nservos = [11, 12, 13]\n\n\
+                      [[bus]]\nbus = 2\nuri = \"pi3hat:sim\"\nservos = [21, 22, 23]\n";
+        let from_map = RobotSpec::from_toml(MAP).unwrap();
+        assert_eq!(from_map, RobotSpec::from_toml(tables).unwrap());
+        assert_eq!(from_map.buses[1].servos, vec![21, 22, 23]);
+        // A run configuration takes the same shape, with its other keys.
+        let run = crate::config::RunConfig::from_toml(&format!("rate_hz = 500.0\n{MAP}")).unwrap();
+        assert_eq!(run.robot(), from_map);
+        assert_eq!(run.rate_hz, 500.0);
+        assert_eq!(run, crate::config::RunConfig::from_toml(&format!("rate_hz = 500.0\n{tables}")).unwrap());
+        // Printed back, it is [[bus]] tables, which read back the same.
+        let printed = run.to_toml();
+        assert!(printed.contains("[[bus]]") && !printed.contains("servo_bus_map"), "{printed}");
+        assert_eq!(crate::config::RunConfig::from_toml(&printed).unwrap(), run);
+    }
+
+    #[test]
+    fn a_servo_bus_map_defaults_to_the_pi3hat_and_takes_any_bus_address() {
+        let spec = RobotSpec::from_toml("[servo_bus_map]\n3 = [1]\n1 = [2, 4]\n").unwrap();
+        assert_eq!(spec.buses.len(), 2);
+        assert_eq!(spec.buses[0].bus, 1, "in bus order");
+        assert_eq!(spec.buses[0].uri, BusUri::Pi3hat { carrier: io::Pi3hatCarrier::Auto });
+        let spec = RobotSpec::from_toml("transport = \"sim\"\n[servo_bus_map]\n200 = [5]\n").unwrap();
+        assert_eq!(spec.buses[0], BusSpec { bus: 200, uri: BusUri::Sim, servos: vec![5] });
+        let inline = RobotSpec::from_toml("servo_bus_map = { 1 = [11, 12, 13], 2 = [21, 22, 23] }\n").unwrap();
+        assert_eq!(inline.buses.len(), 2);
+    }
+
+    #[test]
+    fn servo_bus_map_mistakes_are_one_sentence_with_the_line() {
+        let cases: &[(&str, &str)] = &[
+            ("[servo_bus_map]\nx = [1]\n", "line 2 (x = [1]): servo_bus_map key 'x' is not a bus number"),
+            ("[servo_bus_map]\n0 = [1]\n", "line 2 (0 = [1]): servo_bus_map key '0' is not a bus number"),
+            ("[servo_bus_map]\n1 = [1]\n256 = [2]\n", "line 3 (256 = [2]): servo_bus_map key '256'"),
+            ("[servo_bus_map]\n1 = [1]\n6 = [2]\n", "line 3: servo_bus_map bus 6 cannot be on a pi3hat"),
+            (
+                "transport = \"pi3hat:sim\"\n[servo_bus_map]\n9 = [1]\n",
+                "line 3: servo_bus_map bus 9 cannot be on a pi3hat",
+            ),
+            ("[servo_bus_map]\n1 = [1]\n01 = [2]\n", "names bus 1 twice"),
+            ("[servo_bus_map]\n1 = []\n", "line 2: servo_bus_map bus 1 has no servo ids"),
+            ("[servo_bus_map]\n", "servo_bus_map names no bus"),
+            ("[servo_bus_map]\n1 = [300]\n", "line 2 (1 = [300])"),
+            ("[servo_bus_map]\n1 = 5\n", "line 2 (1 = 5)"),
+            ("[servo_bus_map]\n1 = [128]\n", "servo id 128 on bus 1 is outside 1..=127"),
+            ("[servo_bus_map]\n1 = [3, 3]\n", "servo id 3 appears twice on bus 1"),
+            ("transport = \"serial:x\"\n[servo_bus_map]\n1 = [1]\n", "line 1: transport = \"serial:x\""),
+            ("transport = \"sim\"\n", "line 1: transport only applies to a [servo_bus_map] table"),
+            (
+                "[[bus]]\nbus = 1\nuri = \"sim\"\nservos = [1]\n[servo_bus_map]\n1 = [1]\n",
+                "line 5: a robot file gives its buses as [[bus]] tables or as one [servo_bus_map] table, not both",
+            ),
+            ("servo_bus_mapp = 1\n", "line 1 (servo_bus_mapp = 1): unknown field `servo_bus_mapp`"),
+            ("[servo_bus_map]\n1 = [1]\nspeed = 2\n", "line 3 (speed = 2): servo_bus_map key 'speed'"),
+        ];
+        for (text, want) in cases {
+            let e = RobotSpec::from_toml(text).unwrap_err();
+            assert!(e.contains(want), "{text:?}: {e}");
+            assert!(!e.contains('\n'), "one line: {e}");
+            let e = crate::config::RunConfig::from_toml(text).unwrap_err();
+            assert!(e.contains(want), "run config {text:?}: {e}");
+        }
+        let e = RobotSpec::from_toml("").unwrap_err();
+        assert!(e.contains("names no bus"), "{e}");
     }
 }

@@ -1054,6 +1054,13 @@ pub(crate) fn command_resolution() -> proto::host::PositionResolution {
     RobotConfig::default().position_resolution
 }
 
+/// The protocol settings a run uses on `robot` (before its timing is set): position commands
+/// at [`command_resolution`], and the comprehensive query — or, on a pi3hat, the compact one.
+/// `rtloop budget` builds its frames with the same settings.
+pub fn robot_config_for(robot: &crate::robot_spec::RobotSpec) -> RobotConfig {
+    RobotConfig { position_resolution: command_resolution(), query: robot.query_format(), ..RobotConfig::default() }
+}
+
 /// Simulated time for a lockstep run: the loop's sleeps move the robot's virtual clock.
 struct VirtualTime(io::VirtualClock);
 
@@ -1118,8 +1125,7 @@ where
     }
     let seed =
         config.faults.seed.unwrap_or_else(|| if lockstep { LOCKSTEP_SEED } else { crate::config::random_seed() });
-    let mut robot_config = RobotConfig { position_resolution: command_resolution(), ..RobotConfig::default() };
-    robot_config.query = robot_spec.query_format();
+    let mut robot_config = robot_config_for(&robot_spec);
     // Never let one cycle run into the next period, nor keep Ctrl-C waiting.
     robot_config.cycle.timeout_ns = (config.period_ns() / 10 * 9).clamp(50_000, MAX_CYCLE_TIMEOUT_NS);
     let sim_bus = sim::BusConfig {

@@ -207,3 +207,129 @@ fn a_reader_that_goes_away_ends_nothing() {
         assert_eq!(status.code(), Some(1), "nothing listens: exit 1, even with nowhere to say so");
     }
 }
+
+#[test]
+fn budget_on_a_pi3hat_prints_the_spi_terms_and_the_measurement() {
+    let o = rtloop(&["budget", "--pi3hat", "--cycles", "100"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for want in [
+        "on a pi3hat (JC1-JC4)",
+        "spi drain",
+        "spi writes",
+        "spi attitude",
+        "spi status",
+        "spi pops",
+        "spi waits",
+        "critical path: SPI",
+        "virtual clock",
+        "real clock",
+    ] {
+        assert!(out.contains(want), "{want}:\n{out}");
+    }
+
+    let o = rtloop(&["budget", "--pi3hat", "--json", "--cycles", "100"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let hat = &j["pi3hat"];
+    // rtloop run's pi3hat frames: 23-byte command (register 5: header + 2-byte id + payload),
+    // 16-byte compact reply (pop: 5-byte header + 16).
+    assert_eq!(hat["write_bytes"], 26, "{j}");
+    assert_eq!(hat["pop_bytes"], 21, "{j}");
+    assert_eq!(hat["critical_path"], "spi", "{j}");
+    let total = j["total_us"].as_f64().unwrap();
+    let sum: f64 = j["terms"].as_array().unwrap().iter().map(|t| t["us"].as_f64().unwrap()).sum();
+    assert!((sum - total).abs() < 0.01, "{j}");
+    // Virtual time is exact: the SPI-bound quadruped measures what the model says.
+    let v = &j["measured"]["virtual"];
+    assert_eq!(v["cycles"], 100);
+    assert_eq!(v["missing"], 0);
+    assert!((v["p50_us"].as_f64().unwrap() - total).abs() < 0.05, "{j}");
+    // The real clock is whatever this machine does; it is reported, never asserted.
+    assert!(j["measured"]["real"]["p50_us"].as_f64().unwrap() > 0.0, "{j}");
+}
+
+#[test]
+fn budget_takes_the_robot_as_rtloop_run_does() {
+    // Flags: two servos on JC3 only.
+    let o = rtloop(&["budget", "--bus", "3=pi3hat:sim", "--ids", "3=1,2", "--json", "--cycles", "20"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(j["buses"].as_array().unwrap().len(), 1);
+    assert_eq!(j["buses"][0]["bus"], 3);
+    assert_eq!(j["pi3hat"]["transactions"].as_u64().unwrap(), 1 + 2 + 1 + 2 + 2, "drain, writes, attitude, reads: {j}");
+    assert_eq!(j["measured"]["virtual"]["missing"], 0);
+    // A robot file in the servo_bus_map shape.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("robot.toml");
+    std::fs::write(&file, "transport = \"pi3hat:sim\"\n[servo_bus_map]\n1 = [1, 2, 3]\n3 = [4, 5, 6]\n").unwrap();
+    let o = rtloop(&["budget", "--config", file.to_str().unwrap(), "--cycles", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("6 servos on a pi3hat (JC1, JC3)") && !out.contains("virtual clock"), "{out}");
+    // Hardware is modelled, never measured.
+    let o = rtloop(&["budget", "--bus", "1=pi3hat:spidev", "--ids", "1=1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("not measured: bus 1 is pi3hat:spidev"), "{}", stdout(&o));
+    // Mistakes: one sentence, exit 2.
+    for (args, want) in [
+        (&["budget", "--pi3hat", "--bus", "1=sim", "--ids", "1=1"][..], "--pi3hat is the built-in quadruped"),
+        (&["budget", "--pi3hat", "--cycles", "100001"][..], "--cycles 100001"),
+        (&["budget", "--seed-case", "--pi3hat"][..], "cannot be used with"),
+        (&["budget", "--bus", "6=pi3hat:sim", "--ids", "6=1"][..], "bus 6 cannot be on a pi3hat"),
+    ] {
+        let o = rtloop(args);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.contains(want) && !e.contains("panicked"), "{args:?}: {e}");
+    }
+}
+
+#[test]
+fn budget_seed_case_sets_the_model_and_the_simulation_beside_740_us() {
+    let o = rtloop(&["budget", "--seed-case", "--cycles", "20"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for want in ["740", "seed frames", "run frames", "writes", "pops", "slowest bus on the wire", "what explains"] {
+        assert!(out.contains(want), "{want}:\n{out}");
+    }
+    let o = rtloop(&["budget", "--seed-case", "--json", "--cycles", "20"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(j["seed_us"], 740.0);
+    for case in ["seed", "run"] {
+        let c = &j[case];
+        let model = c["model_us"].as_f64().unwrap();
+        let sum: f64 = c["terms"].as_array().unwrap().iter().map(|t| t["us"].as_f64().unwrap()).sum();
+        assert!((sum - model).abs() < 0.01, "{case}: {c}");
+        // Twelve servos on four buses: SPI-bound, and then model and virtual time agree exactly.
+        assert_eq!(c["critical_path"], "spi", "{case}: {c}");
+        assert!((c["measured"]["virtual"]["p50_us"].as_f64().unwrap() - model).abs() < 0.05, "{case}: {c}");
+    }
+    // The seed's comprehensive query answers with more than the run's compact one.
+    assert!(j["seed"]["reply_bytes"].as_u64() > j["run"]["reply_bytes"].as_u64(), "{j}");
+    assert!(j["explanation"].as_array().unwrap().len() >= 3, "{j}");
+}
+
+#[test]
+fn run_drives_a_servo_bus_map_robot_file_on_the_simulated_pi3hat() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("robot.toml");
+    std::fs::write(
+        &file,
+        "duration_s = 5.0\ntransport = \"pi3hat:sim\"\n\n[servo_bus_map]\n1 = [11, 12, 13]\n2 = [21, 22, 23]\n",
+    )
+    .unwrap();
+    let o = rtloop(&["run", "--config", file.to_str().unwrap(), "--lockstep", "--duration", "0.2", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: Value = serde_json::from_str(stdout(&o).lines().last().unwrap()).unwrap();
+    assert_eq!(j["servos"], 6);
+    assert_eq!(j["buses"], 2);
+    assert_eq!(j["missing_replies"], 0, "{j}");
+    assert_eq!(j["cycles"], 200);
+    // The summary's model is the pi3hat's: the same figure `rtloop budget` gives that robot.
+    let o = rtloop(&["budget", "--config", file.to_str().unwrap(), "--json", "--cycles", "0"]);
+    let b: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(j["model_cycle_us"], b["total_us"], "{j}\n{b}");
+    assert!(b["pi3hat"].is_object(), "{b}");
+}
