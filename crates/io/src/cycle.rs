@@ -5,7 +5,8 @@
 //! Order inside a cycle (see `shared/spec/pi3hat-and-cycle.md`):
 //! 1. estimate, per bus, when every reply can be back, from the frames' real bit counts;
 //! 2. drain frames that arrived since the last cycle (late replies to earlier requests):
-//!    they are handed to the caller marked [`RxFrame::drained`], never counted as answers;
+//!    they are handed to the caller marked [`RxFrame::drained`], never counted as answers
+//!    (buses whose reads cost time, a pi3hat's, only when earlier replies are still owed);
 //! 3. write all frames one per bus per pass, round-robin (buses in [`Transport::write_rank`]
 //!    order), so every bus starts transmitting as early as possible while the rest queue behind;
 //! 4. read the IMU while the replies are on the wires;
@@ -347,9 +348,16 @@ impl<C: Clock> Cycler<C> {
 
         // 2. Take what arrived since the last cycle on every bus that will be read. These
         //    frames were on their way before this cycle's requests: they go to the caller
-        //    marked as drained, who may attribute them to earlier requests.
+        //    marked as drained, who may attribute them to earlier requests. A bus whose reads
+        //    cost bus time (a pi3hat's) is drained only when earlier replies are still owed
+        //    or it is force-checked: otherwise a drain could only find strays, which the
+        //    collection below reads anyway (and the matcher does not take for answers).
         for b in 0..nbus {
             if !read(self.expected[b], b) {
+                continue;
+            }
+            let owed = awaited.get(b).is_some_and(|&n| n > 0) || forced & (1 << b) != 0;
+            if self.costly_reads & (1 << b) != 0 && !owed {
                 continue;
             }
             for _ in 0..MAX_DRAIN_FRAMES {

@@ -41,8 +41,10 @@
 //! each transaction taking [`Pi3hatConfig::transaction_ns`] (2 × CS hold + address hold +
 //! (1 + bytes) × 8 bits at the SPI clock):
 //!
-//! 1. **drain** — one receive-status read (register 2, 6 bytes) per processor with buses in
-//!    use, for replies left over from the last cycle (there are none in the model);
+//! 1. **drain** — none: the transport reads a processor before its writes only when replies
+//!    of an earlier cycle are still owed (one receive-status read, 6 bytes, per such
+//!    processor), and in the model every reply is in by the end of its cycle (the term stays,
+//!    at 0, so a late cycle's cost has its name);
 //! 2. **writes** — one transaction per command (register 5 when the id fits in two bytes:
 //!    1 header byte + 2 id bytes + the payload, without the padding the board restores; else
 //!    register 4 with a 4-byte id), one per bus per pass in bus order 1, 3, 5, 2, 4
@@ -606,17 +608,15 @@ fn predict_pi3hat(model: &CycleModel, host: &Pi3hatHost) -> Prediction {
     let frames = bus_frames(model);
     let mut spi = SpiLine { host, free_ns: 0, idle_ns: 0, log: Vec::new() };
 
-    // 1. Drain: one status read per processor with servos, in the order of its first bus
-    //    (the order the processors are polled in later too).
+    // 1. Drain: nothing is owed from an earlier cycle in the model, so no processor is read
+    //    before the writes (see the module docs). The processors are polled later in the
+    //    order of their first bus.
     let mut processors: Vec<u8> = Vec::new();
     for (i, &n) in model.servos_per_bus.iter().enumerate() {
         let p = host.processor(i);
         if n > 0 && !processors.contains(&p) {
             processors.push(p);
         }
-    }
-    for &p in &processors {
-        spi.run(SpiPhase::Drain, p, None, RX_STATUS_SLOTS);
     }
 
     // 2. Writes: one per bus per pass, buses in the library's order.
@@ -918,26 +918,25 @@ mod tests {
         let p = predict(&m);
         let hat = p.pi3hat.as_ref().unwrap();
         // At 10 MHz with 3 µs holds a transaction of n bytes takes 9 µs + (1 + n) × 0.8 µs.
-        let drain = 9_000 + 7 * 800; // receive status, 6 B: 14.6 µs
+        let status = 9_000 + 7 * 800; // receive status, 6 B: 14.6 µs
         let write = 9_000 + 24 * 800; // header + 2-byte id + 20 B: 28.2 µs
         let attitude = 9_000 + 43 * 800; // 42 B: 43.4 µs
-        let status = drain;
         let pop = 9_000 + 22 * 800; // 5 B header + 16 B: 26.6 µs
         assert_eq!(hat.write_bytes, 23);
         assert_eq!(hat.pop_bytes, 21);
         let (c, r) = (p.command.ns, p.reply.ns);
         // The command goes on the wire when its write ends; the reply lands a turnaround after
         // the command and its own wire time later: long after the attitude read.
-        let handed_over = drain + write;
+        let handed_over = write;
         let landed = handed_over + c + m.turnaround_ns + r;
-        assert!(landed > drain + write + attitude + 9_800, "{landed}");
+        assert!(landed > write + attitude + 9_800, "{landed}");
         // The status read is sampled 9.8 µs after it starts (CS gap and hold, the address
         // byte, the address hold): it starts 9.8 µs before the reply lands.
-        let waits = landed - 9_800 - (drain + write + attitude);
+        let waits = landed - 9_800 - (write + attitude);
         let end = landed - 9_800 + status + pop;
         assert_eq!(p.total_ns, end);
         let term = |name: &str| p.terms.iter().find(|t| t.name == name).unwrap().ns;
-        assert_eq!(term("spi drain"), drain);
+        assert_eq!(term("spi drain"), 0, "nothing owed from an earlier cycle");
         assert_eq!(term("spi writes"), write);
         assert_eq!(term("spi attitude"), attitude);
         assert_eq!(term("spi status"), status);
@@ -975,7 +974,7 @@ mod tests {
         for w in hat.transactions.windows(2) {
             assert!(w[1].start_ns >= w[0].end_ns(), "{w:?}");
         }
-        assert_eq!(hat.count(SpiPhase::Drain), 2, "processors 1 and 2 serve JC1-JC4");
+        assert_eq!(hat.count(SpiPhase::Drain), 0, "nothing owed from an earlier cycle");
         assert_eq!(hat.count(SpiPhase::Write), 12);
         assert_eq!(hat.count(SpiPhase::Pop), 12);
         assert_eq!(hat.count(SpiPhase::Attitude), 1);
