@@ -92,10 +92,13 @@ pub fn open_buses<C: Clock + Clone + Send + 'static>(
     let mut imu: Option<Box<dyn ImuSource>> = None;
     let mut carriers: Vec<Pi3hatCarrier> = Vec::new();
     let mut pi3hats = Vec::new();
+    // Each simulated bus gets its own fault seed, derived from the run's and its number.
+    let bus_config = |number: u8| sim::BusConfig {
+        fault_seed: sim::bus_fault_seed(options.sim_bus.fault_seed, number),
+        ..options.sim_bus
+    };
     for (i, r) in requests.iter().enumerate() {
-        let mut bus_config = options.sim_bus;
-        bus_config.fault_seed = sim::bus_fault_seed(options.sim_bus.fault_seed, r.number);
-        match open_single(r.uri, r.sim_servo_ids, options, bus_config)? {
+        match open_single(r.uri, r.sim_servo_ids, options, bus_config(r.number))? {
             Some(t) => slots[i] = Some(t),
             None => {
                 if let BusUri::Pi3hat { carrier } = r.uri {
@@ -122,14 +125,13 @@ pub fn open_buses<C: Clock + Clone + Send + 'static>(
                 let mut board = sim::pi3hat::SimPi3hat::new(sim_pi3hat_config(options.pi3hat.timing));
                 for &i in &mine {
                     let r = &requests[i];
-                    let mut bus_config = options.sim_bus;
-                    bus_config.fault_seed = sim::bus_fault_seed(options.sim_bus.fault_seed, r.number);
-                    if r.number == 5 && bus_config.nominal_bitrate != u32::MAX {
+                    let mut config = bus_config(r.number);
+                    if r.number == 5 && config.nominal_bitrate != u32::MAX {
                         // JC5 is the board's slow classic-CAN port.
-                        bus_config.nominal_bitrate = 125_000;
-                        bus_config.data_bitrate = 125_000;
+                        config.nominal_bitrate = 125_000;
+                        config.data_bitrate = 125_000;
                     }
-                    board.attach_bus(r.number, sim_bus(bus_config, r.sim_servo_ids));
+                    board.attach_bus(r.number, sim_bus(config, r.sim_servo_ids));
                 }
                 board.attach_imu(sim::Imu::new(sim::DEFAULT_IMU_SEED));
                 Box::new(SimSpi::new(board, clock.clone()))

@@ -196,8 +196,6 @@ pub struct Pi3hat {
     options: Pi3hatOptions,
     /// Received frames per bus (index bus - 1), sorted from the processors' queues.
     ports: [PortQueue; 5],
-    /// Bitmask of the buses (bit n-1 for bus n) in use.
-    used: u8,
     /// The `now_ns` of each processor's latest poll: one poll per processor per round.
     polled_at: [Option<u64>; 3],
     /// Per bus: when its CAN wire is free at the earliest (commands written so far).
@@ -225,7 +223,6 @@ impl Pi3hat {
             spi,
             options,
             ports: [PortQueue::EMPTY; 5],
-            used,
             polled_at: [None; 3],
             wire_free_ns: [0; 5],
             due: [DueQueue::EMPTY; 5],
@@ -294,12 +291,12 @@ impl Pi3hat {
     }
 
     fn read(&mut self, processor: u8, address: u8, out: &mut [u8]) -> Result<(), SpiError> {
-        let cs = ChipSelect::of_processor(processor).ok_or(SpiError::TooLong(0))?;
+        let cs = ChipSelect::of_processor(processor).ok_or(SpiError::NoSuchProcessor(processor))?;
         self.spi.read(cs, address, out)
     }
 
     fn write(&mut self, processor: u8, address: u8, data: &[u8]) -> Result<(), SpiError> {
-        let cs = ChipSelect::of_processor(processor).ok_or(SpiError::TooLong(0))?;
+        let cs = ChipSelect::of_processor(processor).ok_or(SpiError::NoSuchProcessor(processor))?;
         self.spi.write(cs, address, data)
     }
 
@@ -320,13 +317,13 @@ impl Pi3hat {
 
     /// Write bus `bus`'s CAN configuration (registers 9/10).
     pub fn write_can_config(&mut self, bus: u8, cfg: &CanPortConfig) -> Result<(), SpiError> {
-        let (p, port) = board::processor_port(bus).ok_or(SpiError::TooLong(0))?;
+        let (p, port) = board::processor_port(bus).ok_or(SpiError::NoSuchBus(bus))?;
         self.write(p, reg::SET_CONFIG_PORT0 + port, &cfg.encode())
     }
 
     /// Read bus `bus`'s CAN configuration (registers 7/8); `None` when the bytes make no sense.
     pub fn can_config(&mut self, bus: u8) -> Result<Option<CanPortConfig>, SpiError> {
-        let (p, port) = board::processor_port(bus).ok_or(SpiError::TooLong(0))?;
+        let (p, port) = board::processor_port(bus).ok_or(SpiError::NoSuchBus(bus))?;
         let mut b = [0u8; board::CAN_CONFIG_LEN];
         self.read(p, reg::CONFIG_PORT0 + port, &mut b)?;
         Ok(CanPortConfig::decode(&b))
@@ -349,9 +346,8 @@ impl Pi3hat {
 
     /// Read the error status of bus `bus`'s port (register 6 of its processor).
     pub fn error_status(&mut self, bus: u8) -> Result<CanErrorStatus, SpiError> {
-        let (p, port) = board::processor_port(bus).ok_or(SpiError::TooLong(0))?;
+        let (p, _) = board::processor_port(bus).ok_or(SpiError::NoSuchBus(bus))?;
         self.refresh_status(p)?;
-        let _ = port;
         Ok(self.counters[usize::from(bus - 1)].can_status.unwrap_or_default())
     }
 
@@ -359,9 +355,7 @@ impl Pi3hat {
         let mut b = [0u8; board::ERROR_STATUS_LEN];
         self.read(processor, reg::ERROR_STATUS, &mut b)?;
         for port in 0..2u8 {
-            let Some(bus) = (1..=5u8).find(|&n| board::processor_port(n) == Some((processor, port))) else {
-                continue;
-            };
+            let Some(bus) = board::bus_of_port(processor, port) else { continue };
             let mut six = [0u8; 6];
             six.copy_from_slice(&b[usize::from(port) * 6..usize::from(port) * 6 + 6]);
             self.counters[usize::from(bus - 1)].can_status = Some(CanErrorStatus::decode(&six));
@@ -429,6 +423,7 @@ impl Pi3hat {
         match e {
             SpiError::Os(errno) => TransportError::Os(errno),
             SpiError::TooLong(_) => TransportError::Protocol("SPI transfer too long"),
+            SpiError::NoSuchBus(_) | SpiError::NoSuchProcessor(_) => TransportError::Protocol("no such pi3hat bus"),
             SpiError::Register(_) => {
                 self.counters[slot].protocol_errors += 1;
                 TransportError::Protocol("the pi3hat refused a register transaction")
@@ -494,7 +489,7 @@ impl Pi3hat {
         }
         let port = head >> 7;
         let payload_len = usize::from(head & 0x7f).saturating_sub(1);
-        let bus = (1..=5u8).find(|&n| board::processor_port(n) == Some((p, port)));
+        let bus = board::bus_of_port(p, port);
         let (Some(bus), Some(payload)) = (bus, bytes.get(board::RX_HEADER_LEN..board::RX_HEADER_LEN + payload_len))
         else {
             self.counters[self.first_bus_of(p)].protocol_errors += 1;
@@ -548,11 +543,6 @@ impl Pi3hat {
             self.refresh_status(p)?;
         }
         Ok(())
-    }
-
-    /// Whether bus `bus` was opened on this board.
-    pub fn uses(&self, bus: u8) -> bool {
-        (1..=5).contains(&bus) && self.used & (1 << (bus - 1)) != 0
     }
 }
 

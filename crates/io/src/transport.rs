@@ -163,8 +163,10 @@ pub trait Transport: Send {
     }
 
     /// Each `recv` that finds nothing still costs bus time (a pi3hat's SPI transactions),
-    /// so the cycle stops reading this bus once its expected replies are all in; frames
-    /// arriving later are taken at the next cycle's start (marked drained). False for
+    /// so the cycle stops reading this bus once its expected replies are all in, and drains
+    /// it at a cycle's start only when replies to earlier requests are still owed (or it is
+    /// force-checked); frames arriving in between are read by the next cycle's collection,
+    /// where the caller's matcher keeps them from counting as its answers. False for
     /// transports whose empty reads cost nothing.
     fn reads_cost_time(&self) -> bool {
         false

@@ -396,16 +396,22 @@ pub struct SimPi3hat {
     serial: [u8; 12],
 }
 
-/// The connector (bus 1-5) of a processor's port.
-fn bus_of(processor: u8, port: u8) -> Option<usize> {
+/// The bus (connector JC1-JC5) behind port 0-1 of processor 1-3: the inverse of
+/// [`processor_port`].
+pub fn bus_of_port(processor: u8, port: u8) -> Option<u8> {
     match (processor, port) {
-        (1, 0) => Some(0),
-        (1, 1) => Some(1),
-        (2, 0) => Some(2),
-        (2, 1) => Some(3),
-        (3, 0) => Some(4),
+        (1, 0) => Some(1),
+        (1, 1) => Some(2),
+        (2, 0) => Some(3),
+        (2, 1) => Some(4),
+        (3, 0) => Some(5),
         _ => None,
     }
+}
+
+/// The index (0-4) of the bus behind a processor's port.
+fn bus_of(processor: u8, port: u8) -> Option<usize> {
+    bus_of_port(processor, port).map(|n| usize::from(n - 1))
 }
 
 /// The processor (1-3) and port (0-1) of bus 1-5.

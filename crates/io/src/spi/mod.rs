@@ -133,6 +133,10 @@ pub enum SpiError {
     Os(i32),
     /// The transfer is longer than the carrier can move in one transaction.
     TooLong(usize),
+    /// No such bus on a pi3hat (its connectors are JC1-JC5).
+    NoSuchBus(u8),
+    /// No such processor on a pi3hat (it has 1 to 3).
+    NoSuchProcessor(u8),
     /// The simulated board refused the transaction (unknown register, malformed write, …).
     Register(sim::pi3hat::RegisterError),
 }
@@ -142,6 +146,8 @@ impl fmt::Display for SpiError {
         match self {
             SpiError::Os(e) => write!(f, "SPI transfer failed: {}", std::io::Error::from_raw_os_error(*e)),
             SpiError::TooLong(n) => write!(f, "SPI transfer of {n} bytes is longer than one transaction can move"),
+            SpiError::NoSuchBus(b) => write!(f, "bus {b} is not on a pi3hat: its connectors are JC1-JC5"),
+            SpiError::NoSuchProcessor(p) => write!(f, "the pi3hat has no processor {p}: give 1 to 3"),
             SpiError::Register(e) => write!(f, "{e}"),
         }
     }
