@@ -449,8 +449,7 @@ impl<C: Clock> Cycler<C> {
                 if !read(self.expected[b], b) {
                     continue;
                 }
-                let complete = self.received[b] >= self.expected[b] && forced & (1 << b) == 0;
-                if complete && self.costly_reads & (1 << b) != 0 {
+                if self.done_reading(b, forced) {
                     continue;
                 }
                 loop {
@@ -491,7 +490,8 @@ impl<C: Clock> Cycler<C> {
             let mut blind = false;
             self.pollfds.clear();
             for b in 0..nbus {
-                if st.failed_buses & (1 << b) != 0 {
+                // A bus no longer read cannot end the wait: its hint would only wake the loop.
+                if st.failed_buses & (1 << b) != 0 || self.done_reading(b, forced) {
                     continue;
                 }
                 let bus = &self.buses[b];
@@ -519,6 +519,14 @@ impl<C: Clock> Cycler<C> {
         }
         st.finished_ns = self.clock.now_ns();
         st
+    }
+}
+
+impl<C: Clock> Cycler<C> {
+    /// Bus `b` has every reply it expects, is not force-checked, and reading it costs bus
+    /// time ([`Transport::reads_cost_time`]): the cycle stops reading it.
+    fn done_reading(&self, b: usize, forced: u32) -> bool {
+        self.costly_reads & (1 << b) != 0 && forced & (1 << b) == 0 && self.received[b] >= self.expected[b]
     }
 }
 
