@@ -492,7 +492,7 @@ fn euid() -> u32 {
 
 fn set_affinity(cpus: &[usize]) -> Result<(), String> {
     let possible = read_cpu_list_file("/sys/devices/system/cpu/possible");
-    let online = read_cpu_list_file("/sys/devices/system/cpu/online").or_else(|| possible.clone());
+    let online = online_cpus().or_else(|| possible.clone());
     let setsize = libc::CPU_SETSIZE as usize;
     let exists = |c: usize| c < setsize && possible.as_ref().is_none_or(|p| p.contains(&c));
     let missing: Vec<usize> = cpus.iter().copied().filter(|&c| !exists(c)).collect();
@@ -620,6 +620,12 @@ pub fn format_cpu_list(cpus: &[usize]) -> String {
     } else {
         parts.join(",")
     }
+}
+
+/// The CPUs the kernel lists as online (`/sys/devices/system/cpu/online`), `None` when that
+/// cannot be read.
+pub fn online_cpus() -> Option<Vec<usize>> {
+    read_cpu_list_file("/sys/devices/system/cpu/online")
 }
 
 fn read_cpu_list_file(path: &str) -> Option<Vec<usize>> {
@@ -841,9 +847,7 @@ fn set_deadline(d: &DeadlineParams, affinity_requested: bool) -> Result<(), Stri
         }
         libc::EPERM => {
             let allowed = read_affinity().map(|c| format_cpu_list(&c)).unwrap_or_else(|| "unknown".into());
-            let online = read_cpu_list_file("/sys/devices/system/cpu/online")
-                .map(|c| format_cpu_list(&c))
-                .unwrap_or_else(|| "unknown".into());
+            let online = online_cpus().map(|c| format_cpu_list(&c)).unwrap_or_else(|| "unknown".into());
             if affinity_requested || allowed != online {
                 format!(
                     "the thread's CPU affinity ({allowed}) is narrower than its root domain ({online}); \
@@ -1110,7 +1114,7 @@ pub fn current_conditions() -> Conditions {
         kernel_policy: sched.map(|(code, _)| kernel_policy_name(code)),
         priority: sched.map(|(_, p)| p),
         affinity: read_affinity(),
-        online_cpus: read_cpu_list_file("/sys/devices/system/cpu/online"),
+        online_cpus: online_cpus(),
         isolated_cpus: read_cpu_list_file("/sys/devices/system/cpu/isolated"),
         timer_slack_ns: read_timer_slack(),
         rlimit_rtprio: read_rlimit(libc::RLIMIT_RTPRIO),

@@ -31,7 +31,7 @@
 //! with `--time-log`, or allocate, format or write a file inside the `--run` loop's cycles
 //! (durations go through a ring to a writer thread).
 
-use crate::cli::frame::parse_hex;
+use crate::cli::frame::{hex, parse_hex};
 use crate::cli::servo::{device_refusal, explain_bus_error, Outcome};
 use crate::numbers::{millis_from_user, seconds_from_user, MAX_DURATION_S, MAX_TIMEOUT_MS};
 use crate::robot_spec::parse_id_list;
@@ -161,10 +161,6 @@ pub struct CanRequest {
 /// pi3hat_tool prints it.
 pub fn format_rx(bus: u8, f: &CanFdFrame) -> String {
     format!("CAN {bus},{:X},{}", f.id, hex(f.payload()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `ATT w=0.999 x=0.013 y=-0.006 z=-0.029  dps=(  0.1, -0.1, -0.1) a=( 0.0, 0.0, 0.0)`: the
@@ -324,10 +320,7 @@ pub fn spi_timing_from_user(hz: f64) -> Result<SpiTiming, String> {
 
 /// The CPU of `--realtime CPU`: a number naming one of this machine's online CPUs.
 pub fn realtime_cpu_from_user(text: &str) -> Result<usize, String> {
-    let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .ok()
-        .and_then(|t| rt::setup::parse_cpu_list(&t))
-        .filter(|l| !l.is_empty());
+    let online = rt::setup::online_cpus().filter(|l| !l.is_empty());
     let listed = online.as_deref().map_or_else(|| "0".to_string(), rt::setup::format_cpu_list);
     let cpu = text.trim().parse::<usize>().map_err(|_| {
         format!("--realtime {text} is not a CPU number: give one of this machine's online CPUs ({listed})")

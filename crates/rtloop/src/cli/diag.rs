@@ -19,6 +19,7 @@
 //! text — refused here with one sentence); read a FILE that is not a regular file (a FIFO is
 //! never waited on) or larger than [`MAX_RESTORE_BYTES`]; or exit 0 when anything was refused.
 
+use crate::cli::frame::hex;
 use crate::cli::servo::Outcome;
 use crate::numbers::{millis_from_user, MAX_TIMEOUT_MS};
 use io::diagnostic::{ConsoleAnswer, DiagError, DiagnosticClient, DiagnosticOptions, MAX_COMMAND};
@@ -206,11 +207,6 @@ fn read_bounded_line(input: &mut impl BufRead, line: &mut Vec<u8>, limit: usize)
             return Ok(Some(overlong));
         }
     }
-}
-
-/// Lowercase hex of `bytes`.
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Standard input lines → commands; answers → standard output as they come.

@@ -78,7 +78,8 @@ pub fn encode(kind: CommandKind, req: &EncodeRequest) -> Result<String, String> 
     Ok(format!("{:04x} {}", id, hex(w.as_slice())))
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lowercase hex of `bytes`, two digits each (the inverse of [`parse_hex`]).
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
