@@ -55,6 +55,8 @@ pub struct RunConfig {
     pub faults: FaultsConfig,
     /// Simulated-bus physics.
     pub sim: SimConfig,
+    /// Live telemetry (Foxglove, zenoh) and remote commands.
+    pub live: LiveConfig,
     /// The transport of every bus of `servo_bus_map` (a bus address; `pi3hat` when absent).
     /// Read from a file only: [`RunConfig::from_toml`] turns the map into `bus` tables.
     #[serde(skip_serializing)]
@@ -84,6 +86,84 @@ pub struct SimConfig {
 impl Default for SimConfig {
     fn default() -> Self {
         SimConfig { wire_time: true, start_position_rev: 0.0, lockstep: false }
+    }
+}
+
+/// Live telemetry while the loop runs (`crate::live`): a Foxglove WebSocket server, zenoh
+/// publications and remote commands. Off unless asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LiveConfig {
+    /// The robot's name, as zenoh's keys (`rtloop/NAME/...`) carry it: letters, digits, `-`
+    /// and `_`, 1 to 64 of them. Absent: this machine's host name.
+    pub name: Option<String>,
+    /// Serve the Foxglove WebSocket protocol on this address (`127.0.0.1:8765` is
+    /// Foxglove's default). A non-loopback address needs `allow_remote`.
+    pub foxglove: Option<String>,
+    /// Send Foxglove every Nth cycle (1 … 1 000 000; 10: 100 Hz at 1 kHz).
+    pub foxglove_every: u32,
+    /// Publish over zenoh: `"peer"` (peer mode, loopback only unless `allow_remote`) or the
+    /// path of a zenoh configuration file (JSON5: mode, listen and connect endpoints, a router).
+    pub zenoh: Option<String>,
+    /// Publish to zenoh every Nth cycle (1 … 1 000 000).
+    pub zenoh_every: u32,
+    /// Let the live servers listen on, and zenoh reach, addresses other than loopback.
+    pub allow_remote: bool,
+}
+
+impl Default for LiveConfig {
+    fn default() -> Self {
+        LiveConfig {
+            name: None,
+            foxglove: None,
+            foxglove_every: DEFAULT_LIVE_EVERY,
+            zenoh: None,
+            zenoh_every: DEFAULT_LIVE_EVERY,
+            allow_remote: false,
+        }
+    }
+}
+
+/// The default decimation of live telemetry: every 10th cycle (100 Hz at 1 kHz).
+pub const DEFAULT_LIVE_EVERY: u32 = 10;
+
+impl LiveConfig {
+    /// Foxglove or zenoh is on.
+    pub fn any(&self) -> bool {
+        self.foxglove.is_some() || self.zenoh.is_some()
+    }
+
+    /// The robot's name: `name`, else the host name (its characters outside `[A-Za-z0-9_-]`
+    /// made `_`), else `robot`.
+    pub fn robot_name(&self) -> String {
+        if let Some(n) = &self.name {
+            return n.clone();
+        }
+        // The kernel's host name (what `hostname` prints); a network namespace shares it.
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let host = host.trim();
+        let cleaned: String = host
+            .chars()
+            .take(64)
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+            .collect();
+        if cleaned.is_empty() {
+            "robot".into()
+        } else {
+            cleaned
+        }
+    }
+}
+
+/// Check a robot name (`live.name`, `--name`).
+pub fn check_robot_name(name: &str) -> Result<(), String> {
+    let ok = (1..=64).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a robot name: give 1 to 64 letters, digits, '-' or '_' (it becomes part of zenoh keys)"
+        ))
     }
 }
 
@@ -191,6 +271,7 @@ impl Default for RunConfig {
             realtime: RealtimeConfig::default(),
             faults: FaultsConfig::default(),
             sim: SimConfig::default(),
+            live: LiveConfig::default(),
             transport: None,
             servo_bus_map: None,
         }
@@ -316,6 +397,11 @@ pub fn flag_of(key: &str) -> Option<&'static str> {
         "faults.corrupt_rate" => "--corrupt-rate",
         "faults.reply_delay_us" => "--reply-delay-us",
         "faults.seed" => "--seed",
+        "live.name" => "--name",
+        "live.foxglove" => "--foxglove",
+        "live.foxglove_every" => "--foxglove-every",
+        "live.zenoh" => "--zenoh",
+        "live.zenoh_every" => "--zenoh-every",
         _ => return None,
     })
 }
@@ -553,6 +639,24 @@ impl RunConfig {
             .overrun
             .parse::<rt::periodic::OverrunPolicy>()
             .map_err(|e| format!("{}: {e}", names.name("realtime.overrun")))?;
+        for (key, every) in
+            [("live.foxglove_every", self.live.foxglove_every), ("live.zenoh_every", self.live.zenoh_every)]
+        {
+            if !(1..=crate::live::MAX_EVERY).contains(&every) {
+                return Err(format!(
+                    "{} is out of range: give 1 (every cycle) to {} cycles, e.g. 10 for 100 Hz at 1 kHz",
+                    names.show(key, &every),
+                    crate::live::MAX_EVERY
+                ));
+            }
+        }
+        if let Some(name) = &self.live.name {
+            check_robot_name(name).map_err(|e| format!("{}: {e}", names.name("live.name")))?;
+        }
+        if let Some(addr) = &self.live.foxglove {
+            crate::live::foxglove::parse_address(addr, self.live.allow_remote)
+                .map_err(|e| format!("{}: {e}", names.name("live.foxglove")))?;
+        }
         self.robot().validate()?;
         let overheats = self.overheats()?;
         let sim_ids: Vec<u8> =

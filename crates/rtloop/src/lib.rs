@@ -57,6 +57,7 @@ pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod controller;
+pub mod live;
 pub mod motion;
 mod numbers;
 pub mod robot_spec;
@@ -75,7 +76,7 @@ pub mod summary {
     pub use crate::stats::Percentiles;
 }
 mod stats;
-mod telemetry;
+pub mod telemetry;
 
 pub use controller::{Controller, Flow, Output, PositionCommand, ServoCommand, ServoStatus, State};
 pub use robot_spec::RobotSpec;

@@ -433,6 +433,28 @@ struct RunArgs {
     /// stop or brake.
     #[arg(long, value_name = "MODE", default_value = "zero-velocity")]
     agent_on_timeout: String,
+    /// Serve the loop live to Foxglove (WebSocket protocol) on ADDR, 127.0.0.1:8765 when
+    /// given alone: open ws://127.0.0.1:8765 in Foxglove. Channels /cycle, /imu, /events,
+    /// /bus/B/servo/ID/state and .../command. Another machine's address needs --allow-remote.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = rtloop::live::foxglove::DEFAULT_ADDRESS)]
+    foxglove: Option<String>,
+    /// Send Foxglove every Nth cycle (1 … 1000000; default 10: 100 Hz at 1 kHz).
+    #[arg(long, value_name = "N")]
+    foxglove_every: Option<u32>,
+    /// Publish the state over zenoh under rtloop/NAME/state/..., events under
+    /// rtloop/NAME/events, and take stop, zero_velocity and rearm on rtloop/NAME/cmd. Alone:
+    /// peer mode on loopback; CONFIG: a zenoh configuration file (a router, endpoints).
+    #[arg(long, value_name = "CONFIG", num_args = 0..=1, default_missing_value = "peer")]
+    zenoh: Option<String>,
+    /// Publish to zenoh every Nth cycle (1 … 1000000; default 10).
+    #[arg(long, value_name = "N")]
+    zenoh_every: Option<u32>,
+    /// The robot's name in zenoh keys (letters, digits, - and _; default: the host name).
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// Let --foxglove listen on, and --zenoh reach, addresses other than loopback.
+    #[arg(long)]
+    allow_remote: bool,
 }
 
 impl RunArgs {
@@ -509,6 +531,23 @@ impl RunArgs {
         if self.lockstep {
             c.sim.lockstep = true;
         }
+        let live = &mut c.live;
+        if let Some(a) = &self.foxglove {
+            live.foxglove = Some(a.clone());
+        }
+        if let Some(n) = self.foxglove_every {
+            live.foxglove_every = n;
+        }
+        if let Some(z) = &self.zenoh {
+            live.zenoh = Some(z.clone());
+        }
+        if let Some(n) = self.zenoh_every {
+            live.zenoh_every = n;
+        }
+        if let Some(n) = &self.name {
+            live.name = Some(n.clone());
+        }
+        live.allow_remote |= self.allow_remote;
         c.validate_flags()?;
         Ok(c)
     }

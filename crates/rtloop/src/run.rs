@@ -79,6 +79,18 @@ pub struct RunOptions {
     pub log: Option<std::path::PathBuf>,
 }
 
+/// What the live publishers got.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LiveSummary {
+    /// Messages the cycle thread could not hand to the telemetry thread (its ring was full):
+    /// no publisher saw them. (With `--log`, the log's `dropped` counts the same ones.)
+    pub handoff_dropped: u64,
+    /// Each publisher.
+    pub publishers: Vec<crate::live::LiveStats>,
+    /// Remote commands accepted.
+    pub remote_commands: u64,
+}
+
 /// What the telemetry log got.
 #[derive(Debug, Clone, Serialize)]
 pub struct LogSummary {
@@ -336,6 +348,8 @@ pub struct RunSummary {
     pub realtime: RealtimeSummary,
     /// The telemetry log, when one was written.
     pub log: Option<LogSummary>,
+    /// The live publishers (Foxglove, zenoh, your own), when there were any.
+    pub live: Option<LiveSummary>,
     /// What the agent did, when the run followed one (`rtloop run --agent`).
     pub agent: Option<crate::agent::AgentSummary>,
     /// Final state per servo: keyed by its id (`"5"`), or by id and bus number (`"5@2"`) when
@@ -473,11 +487,21 @@ pub struct Hooks {
     pub leave_rt: Box<dyn Fn() + Send>,
     /// Set to stop the run as Ctrl-C / SIGTERM does (checked with the signal flag).
     pub stop: Arc<AtomicBool>,
+    /// The operator's commands (zenoh's command key sets them; so may you).
+    pub remote: Arc<crate::live::RemoteControl>,
+    /// Live publishers of your own, besides those the configuration asks for.
+    pub publishers: Vec<crate::live::Publisher>,
 }
 
 impl Default for Hooks {
     fn default() -> Self {
-        Hooks { enter_rt: Box::new(|| {}), leave_rt: Box::new(|| {}), stop: Arc::new(AtomicBool::new(false)) }
+        Hooks {
+            enter_rt: Box::new(|| {}),
+            leave_rt: Box::new(|| {}),
+            stop: Arc::new(AtomicBool::new(false)),
+            remote: Arc::new(crate::live::RemoteControl::new()),
+            publishers: Vec::new(),
+        }
     }
 }
 
@@ -612,7 +636,11 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
     let mut figures = CycleFigures::default();
     let (mut missing, mut timeouts, mut terr, mut imu_samples, mut control_late) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut accounting = ReplyAccounting::default();
-    let stop = || crate::signals::stop_requested() || hooks.stop.load(Ordering::Relaxed);
+    let stop =
+        || crate::signals::stop_requested() || hooks.stop.load(Ordering::Relaxed) || hooks.remote.stop_requested();
+    // The operator's commands as last seen (`crate::live::RemoteControl`).
+    let mut remote_held = false;
+    let mut remote_rearms = hooks.remote.rearms();
     let mut telemetry: Option<C::Telemetry> = None;
     let mut events_seen;
     let watchdog_s = config.gains.watchdog_timeout_s;
@@ -773,9 +801,25 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
         if rearm {
             supervisor.rearm(now);
         }
+        // The operator's commands: a re-arm ends the hold and the safe mode; a hold sends
+        // every healthy servo zero velocity, whatever the control law asks.
+        let rearms = hooks.remote.rearms();
+        if rearms != remote_rearms {
+            remote_rearms = rearms;
+            supervisor.record(now, None, EventKind::Controller("remote_rearm"));
+            supervisor.rearm(now);
+        }
+        let held = hooks.remote.held();
+        if held && !remote_held {
+            supervisor.record(now, None, EventKind::Controller("remote_zero_velocity"));
+        }
+        remote_held = held;
         commands.copy_from_slice(&wanted);
         enforce_watchdog(&mut commands, watchdog_s);
         supervisor.apply(&mut commands);
+        if held {
+            hold_at_zero_velocity(&mut commands, supervisor.faulted());
+        }
         let report = robot.cycle(&commands, &mut replies, &mut imu);
         let now = clock.now_ns();
         periods.note(report.cycle, tick.index);
@@ -793,9 +837,11 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
             timed_out: report.stats.timed_out,
         };
         if let Some(log) = logger.as_mut() {
-            cycle_log.fill(&tick, dt, &report, &servos, &bus_numbers, &commands, &replies, &imu);
-            log.log(LogMsg::Cycle(cycle_log));
-            if let Some(value) = telemetry.take() {
+            if log.wants_cycle(tick.index) {
+                cycle_log.fill(&tick, dt, &report, &servos, &bus_numbers, &commands, &replies, &imu);
+                log.log(LogMsg::Cycle(cycle_log));
+            }
+            if let Some(value) = telemetry.take().filter(|_| log.wants_custom()) {
                 log.log(LogMsg::Custom { at_ns: tick.woke_ns, value });
             }
             events_logged = log_events(log, &supervisor, events_logged, &bus_numbers);
@@ -816,6 +862,9 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
             ended_by_controller = true;
             break;
         }
+    }
+    if hooks.remote.stop_requested() {
+        supervisor.record(clock.now_ns(), None, EventKind::Controller("remote_stop"));
     }
     let mut shutdown_cycles = 0;
     {
@@ -897,6 +946,14 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
         supervisor,
         start_ns: start,
         robot,
+    }
+}
+
+/// Hold every servo at zero velocity (the operator asked, `crate::live::RemoteCommand`),
+/// but only query a faulted one, as the safe mode does: its fault stays reported.
+fn hold_at_zero_velocity(commands: &mut [ServoCommand], faulted: &[bool]) {
+    for (i, c) in commands.iter_mut().enumerate() {
+        *c = if faulted.get(i).copied().unwrap_or(false) { ServoCommand::Query } else { ServoCommand::ZeroVelocity };
     }
 }
 
@@ -1094,7 +1151,13 @@ pub fn execute<C: Controller + 'static>(opts: &RunOptions, hooks: Hooks, control
     }
 }
 
-fn execute_on<C, K, T>(opts: &RunOptions, hooks: Hooks, controller: C, clock: K, time: T) -> Result<RunSummary, String>
+fn execute_on<C, K, T>(
+    opts: &RunOptions,
+    mut hooks: Hooks,
+    controller: C,
+    clock: K,
+    time: T,
+) -> Result<RunSummary, String>
 where
     C: Controller + 'static,
     K: Clock + Clone + Send + 'static,
@@ -1174,10 +1237,25 @@ where
     let thread_config = config.clone();
     let thread_bus_numbers = bus_numbers.clone();
     let main_thread = std::thread::current();
-    // The telemetry log: its writer thread starts now; the cycle thread gets the ring's
-    // producer end.
-    let (logger, log_thread) = match &opts.log {
-        Some(path) => {
+    // The live publishers: started now, so a taken port or an unreachable router is an
+    // error before the run.
+    let mut publishers = std::mem::take(&mut hooks.publishers);
+    let hooks_remote = Arc::clone(&hooks.remote);
+    publishers.extend(crate::live::publishers(&config.live, &hooks.remote)?);
+    let live_robot = crate::live::LiveRobot {
+        name: config.live.robot_name(),
+        rate_hz: config.rate_hz,
+        servos: servos.iter().map(|s| (bus_numbers.get(s.bus).copied().unwrap_or(0), s.id)).collect(),
+        imu: true,
+    };
+    // Stamped with wall-clock time, also in lockstep: a viewer shows when it happened.
+    let fanout = crate::live::Fanout::start(publishers, &live_robot, crate::telemetry::epoch_offset_us());
+    let live_every = (!fanout.is_empty()).then(|| fanout.finest_every());
+    let fanout = Arc::new(std::sync::Mutex::new(fanout));
+    // The telemetry thread (the log file, the live publishers): it starts now; the cycle
+    // thread gets the ring's producer end.
+    let (logger, log_thread) = match (&opts.log, live_every) {
+        (Some(path), _) => {
             let mut writer = tlog::writer::FileWriter::create(path)
                 .map_err(|e| format!("cannot create the log {}: {e}", path.display()))?;
             let mut sink = LogSink::<C::Telemetry>::register(&mut writer, C::TELEMETRY_RECORD)
@@ -1186,13 +1264,32 @@ where
                 // Simulated time from 0: stamps that do not depend on when the run happened.
                 sink.set_epoch_offset_us(0);
             }
-            let (logger, thread) = tlog::realtime::spawn(LOG_RING_MESSAGES, writer, move |w, m| sink.write(w, m))
-                .map_err(|e| format!("log {}: {e}", path.display()))?;
+            let live = Arc::clone(&fanout);
+            let (logger, thread) = tlog::realtime::spawn(LOG_RING_MESSAGES, writer, move |w, m| {
+                if live_every.is_some() {
+                    live.lock().unwrap_or_else(|e| e.into_inner()).offer(&m);
+                }
+                sink.write(w, m)
+            })
+            .map_err(|e| format!("log {}: {e}", path.display()))?;
             // Lockstep has no deadline to keep: its log waits for the writer rather than drop
             // a cycle, so it has every cycle whatever the host's speed.
             (Some(LogHandOff::new(logger, lockstep)), Some(thread))
         }
-        None => (None, None),
+        (None, Some(every)) => {
+            // No file: the thread only feeds the publishers; its log goes nowhere.
+            let writer = tlog::writer::FileWriter::new(std::io::sink(), Default::default())
+                .map_err(|e| format!("live telemetry: {e}"))?;
+            let live = Arc::clone(&fanout);
+            let (logger, thread) =
+                tlog::realtime::spawn(LOG_RING_MESSAGES, writer, move |_, m: LogMsg<C::Telemetry>| {
+                    live.lock().unwrap_or_else(|e| e.into_inner()).offer(&m);
+                    Ok(())
+                })
+                .map_err(|e| format!("live telemetry: {e}"))?;
+            (Some(LogHandOff::new(logger, lockstep).live_only(every)), Some(thread))
+        }
+        (None, None) => (None, None),
     };
     let handle = std::thread::Builder::new()
         .name("rtloop-cycle".into())
@@ -1254,20 +1351,32 @@ where
         handle.join().map_err(|_| "the cycle thread panicked".to_string())?.ok_or("the cycle thread stopped")?;
     let cpu_dma_latency_held = cpu_dma_latency.is_some();
     drop(cpu_dma_latency);
-    let log = match (log_thread, &opts.log) {
-        (Some(t), Some(path)) => {
-            let st = t.finish().map_err(|e| format!("log {}: {e}", path.display()))?;
-            Some(LogSummary {
-                path: path.display().to_string(),
-                written: st.written,
-                dropped: st.dropped,
-                lost: st.lost,
-                write_errors: st.write_errors,
-                first_error: st.first_error,
-                complete: st.complete,
-                bytes: st.bytes,
-            })
+    let log_stats = match log_thread {
+        Some(t) => Some(t.finish().map_err(|e| match &opts.log {
+            Some(path) => format!("log {}: {e}", path.display()),
+            None => format!("live telemetry: {e}"),
+        })?),
+        None => None,
+    };
+    let live = live_every.map(|_| {
+        let publishers = fanout.lock().unwrap_or_else(|e| e.into_inner()).finish();
+        LiveSummary {
+            handoff_dropped: log_stats.as_ref().map_or(0, |st| st.dropped),
+            publishers,
+            remote_commands: hooks_remote.accepted(),
         }
+    });
+    let log = match (log_stats, &opts.log) {
+        (Some(st), Some(path)) => Some(LogSummary {
+            path: path.display().to_string(),
+            written: st.written,
+            dropped: st.dropped,
+            lost: st.lost,
+            write_errors: st.write_errors,
+            first_error: st.first_error,
+            complete: st.complete,
+            bytes: st.bytes,
+        }),
         _ => None,
     };
     let mut summary = summarize(&config, &servos, &bus_numbers, buses, result, &applied, seed);
@@ -1276,6 +1385,7 @@ where
         summary.status = "degraded";
     }
     summary.log = log;
+    summary.live = live;
     // A run that kept far below its rate is not "lost servos", but it did not do what was
     // asked: say so.
     if summary.cycles >= 2 && summary.rate_hz < 0.9 * summary.target_rate_hz {
@@ -1516,6 +1626,7 @@ fn summarize<K: Clock>(
         final_state,
         agent: None,
         log: None,
+        live: None,
     }
 }
 
@@ -1590,6 +1701,22 @@ pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()
              {} expired  {} unqueried  {} unattributed  {} undecodable",
             a.late, a.lost, a.expired, a.unqueried, a.unattributed, a.decode_errors
         )?;
+    }
+    if let Some(live) = &s.live {
+        for p in &live.publishers {
+            writeln!(
+                out,
+                "  live         {} {}: {} cycles, {} events, {} messages, {} dropped, {} refused, {} errors",
+                p.sink, p.endpoint, p.cycles, p.events, p.messages, p.dropped, p.refused, p.errors
+            )?;
+        }
+        if live.handoff_dropped + live.remote_commands > 0 {
+            writeln!(
+                out,
+                "  live         {} messages dropped at the hand-off  {} remote commands",
+                live.handoff_dropped, live.remote_commands
+            )?;
+        }
     }
     let p = |x: &Percentiles| format!("p50 {:7.1}  p99 {:7.1}  max {:7.1} µs", x.p50, x.p99, x.max);
     writeln!(out, "  cycle time   {}   (model predicts {:.1} µs)", p(&s.cycle_us), s.model_cycle_us)?;

@@ -163,6 +163,27 @@ impl Runtime {
         self
     }
 
+    /// Live telemetry and the operator's commands: a Foxglove server, zenoh, the robot's name
+    /// (what `rtloop run --foxglove/--zenoh/--name` set; see [`LiveConfig`](crate::config::LiveConfig)).
+    pub fn live(mut self, live: crate::config::LiveConfig) -> Self {
+        self.options.config.live = live;
+        self
+    }
+
+    /// Publish the loop's cycles (every `every`-th, by index) and all its events to a
+    /// publisher of your own, off the real-time thread ([`crate::live`]): a view, a bridge to
+    /// another middleware, a recorder.
+    pub fn publish(mut self, sink: impl crate::live::LiveSink + 'static, every: u32) -> Self {
+        self.hooks.publishers.push(crate::live::Publisher::new(Box::new(sink), every));
+        self
+    }
+
+    /// The operator's commands (stop, hold at zero velocity, re-arm), settable from any thread;
+    /// zenoh's command key uses the same ([`crate::live::RemoteControl`]).
+    pub fn remote_control(&self) -> Arc<crate::live::RemoteControl> {
+        Arc::clone(&self.hooks.remote)
+    }
+
     /// Print a progress line on stderr while running.
     pub fn progress(mut self, on: bool) -> Self {
         self.options.progress = on;

@@ -24,6 +24,11 @@ pub struct LogHandOff<T> {
     logger: RtLogger<LogMsg<T>>,
     /// Lockstep: wait for room in a full ring rather than drop.
     wait: bool,
+    /// Hand over only the cycles whose index this divides (1 with a log file: every cycle;
+    /// without one, the finest decimation of the live publishers).
+    cycle_every: u64,
+    /// Hand over the controller's telemetry (only a log file records it).
+    custom: bool,
 }
 
 impl<T> LogHandOff<T> {
@@ -31,7 +36,28 @@ impl<T> LogHandOff<T> {
     /// ([`RtLogger::log_waiting`]: it still drops, and counts, if the writer thread is gone,
     /// stopping or stuck) rather than dropped ([`RtLogger::log`], wait-free).
     pub fn new(logger: RtLogger<LogMsg<T>>, lockstep: bool) -> Self {
-        LogHandOff { logger, wait: lockstep }
+        LogHandOff { logger, wait: lockstep, cycle_every: 1, custom: true }
+    }
+
+    /// Without a log file, only live publishers read the ring: hand over only the cycles
+    /// they want (indices divisible by `every`) and no controller telemetry, so the cycle
+    /// thread copies nothing nobody reads.
+    pub fn live_only(mut self, every: u32) -> Self {
+        self.cycle_every = u64::from(every.max(1));
+        self.custom = false;
+        self
+    }
+
+    /// Someone reads cycle `index`.
+    #[inline]
+    pub fn wants_cycle(&self, index: u64) -> bool {
+        index % self.cycle_every == 0
+    }
+
+    /// Someone reads the controller's telemetry.
+    #[inline]
+    pub fn wants_custom(&self) -> bool {
+        self.custom
     }
 
     /// Hand `msg` to the writer thread; false when it was dropped (and counted). Wait-free in

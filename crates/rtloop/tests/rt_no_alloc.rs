@@ -90,6 +90,50 @@ fn the_real_time_loop_with_telemetry_logging_never_allocates() {
     assert_eq!(allocations, 0, "the real-time section allocated while logging");
 }
 
+/// A publisher that allocates on every call: on the telemetry thread, never the cycle thread.
+struct Allocating(Vec<Vec<u8>>);
+
+impl rtloop::live::LiveSink for Allocating {
+    fn start(&mut self, _robot: &rtloop::live::LiveRobot) {}
+    fn cycle(&mut self, cycle: &rtloop::live::LiveCycle<'_>) {
+        self.0.push(serde_json::to_vec(&cycle.timing).unwrap());
+    }
+    fn event(&mut self, _stamp_us: i64, event: &rtloop::live::EventMsg<'_>) {
+        self.0.push(event.kind.as_bytes().to_vec());
+    }
+    fn stats(&self) -> rtloop::live::LiveStats {
+        rtloop::live::LiveStats { cycles: self.0.len() as u64, ..Default::default() }
+    }
+}
+
+#[test]
+fn live_publishing_and_remote_commands_never_allocate_on_the_cycle_thread() {
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    ALLOCATIONS.store(0, Ordering::SeqCst);
+    let config = RunConfig { rate_hz: 2000.0, duration_s: 1.5, ..RunConfig::default() };
+    let mut hooks = Hooks {
+        enter_rt: Box::new(testkit::start_counting),
+        leave_rt: Box::new(|| ALLOCATIONS.store(testkit::stop_counting(), Ordering::SeqCst)),
+        ..Hooks::default()
+    };
+    hooks.publishers.push(rtloop::live::Publisher::new(Box::new(Allocating(Vec::new())), 1));
+    // The operator holds the servos, then re-arms, while the loop runs.
+    let remote = std::sync::Arc::clone(&hooks.remote);
+    let operator = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        remote.request(rtloop::live::RemoteCommand::ZeroVelocity);
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        remote.request(rtloop::live::RemoteCommand::Rearm);
+    });
+    let summary = run_with_hooks(&RunOptions { config, progress: false, log: None }, hooks).unwrap();
+    operator.join().unwrap();
+    let live = summary.live.expect("a live summary");
+    assert!(live.publishers[0].cycles > 1000, "{:?}", live);
+    assert_eq!(live.remote_commands, 2);
+    assert!(summary.events.iter().any(|e| e.kind == "remote_zero_velocity"), "{:?}", summary.events);
+    assert_eq!(ALLOCATIONS.load(Ordering::SeqCst), 0, "the real-time section allocated while publishing");
+}
+
 #[test]
 fn a_stopped_run_with_its_shutdown_cycle_never_allocates() {
     let path = std::env::temp_dir().join(format!("rtloop-noalloc-stop-{}.tlog", std::process::id()));

@@ -1,0 +1,636 @@
+//! Live telemetry: the cycle, the servos, the IMU and the events of a running loop, handed
+//! to publishers (the Foxglove WebSocket server, zenoh, or one of your own) while it runs —
+//! and the operator's few remote commands handed back.
+//!
+//! **How data leaves the loop.** The cycle thread hands each cycle to the telemetry thread
+//! through the same wait-free ring as the log ([`tlog::realtime`]): a full ring drops the
+//! message and counts it, never waits. On the telemetry thread a [`Fanout`] turns every
+//! cycle a publisher wants (its decimation, `every` N cycles, by the cycle's index) into a
+//! [`LiveCycle`] and hands it to each [`LiveSink`]; events go to every sink, undecimated.
+//! A sink must not block the telemetry thread either (it shares it with the log file): one
+//! that cannot keep up drops, and counts, in its own queues.
+//!
+//! **The messages.** [`CycleTiming`], [`ServoStateMsg`], [`ServoCommandMsg`], [`ImuMsg`] and
+//! [`EventMsg`] are what every publisher sends, as JSON ([`schemas`] gives their JSON
+//! schemas): a log played back (`rtloop log serve`) and a live run carry the same messages.
+//! A value the servo did not report is `null`.
+//!
+//! **Commands from the operator.** [`RemoteControl`] is a handful of atomics a publisher
+//! (zenoh's command key) sets and the cycle thread reads once per cycle, wait-free: stop
+//! the run (as Ctrl-C does), hold every servo at zero velocity, re-arm (end the hold and the
+//! safety supervisor's safe mode, as a controller's `rearm` does). Nothing else from the
+//! network reaches the servos.
+//!
+//! Must never: make the cycle thread wait, lock or allocate for a publisher; let a
+//! publisher's failure stop the log or the loop (it is counted in [`LiveStats`]).
+
+pub mod foxglove;
+pub mod zenoh;
+
+use crate::telemetry::{CycleLog, LogMsg};
+use serde::Serialize;
+use serde_json::{json, Value as Json};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The largest decimation: one message every this many cycles.
+pub const MAX_EVERY: u32 = 1_000_000;
+
+/// Check a decimation given by a user (`--foxglove-every`, `--zenoh-every`).
+pub fn check_every(flag: &str, every: u32) -> Result<u32, String> {
+    if (1..=MAX_EVERY).contains(&every) {
+        Ok(every)
+    } else {
+        Err(format!(
+            "{flag} {every}: give a number of cycles from 1 (every cycle) to {MAX_EVERY}, e.g. 10 for 100 Hz at 1 kHz"
+        ))
+    }
+}
+
+/// The publishers a run's configuration asks for (`[live]`, `--foxglove`, `--zenoh`), started
+/// now: a server that cannot bind, or a zenoh session that cannot open, is an error before
+/// the run rather than a run nobody can see.
+pub fn publishers(config: &crate::config::LiveConfig, remote: &Arc<RemoteControl>) -> Result<Vec<Publisher>, String> {
+    let mut out = Vec::new();
+    if config.foxglove.is_some() {
+        out.push(foxglove::publisher(config)?);
+    }
+    if config.zenoh.is_some() {
+        out.push(zenoh::publisher(config, &config.robot_name(), Arc::clone(remote))?);
+    }
+    Ok(out)
+}
+
+/// What a publisher learns before the first cycle: who the robot is and what it has.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveRobot {
+    /// The robot's name (zenoh's key expressions carry it).
+    pub name: String,
+    /// The loop rate, Hz.
+    pub rate_hz: f64,
+    /// Every servo, in cycle order: (bus number, id).
+    pub servos: Vec<(u8, u8)>,
+    /// The run has an IMU whose attitude is measured (a pi3hat, or the simulated one).
+    pub imu: bool,
+}
+
+/// One cycle, as publishers get it.
+#[derive(Debug, Clone, Copy)]
+pub struct LiveCycle<'a> {
+    /// Wall-clock time of the cycle's wakeup, µs since the UNIX epoch.
+    pub stamp_us: i64,
+    /// Timing and reply counts.
+    pub timing: CycleTiming,
+    /// Every servo's command and state (see [`ServoStateMsg::from_log`] and
+    /// [`ServoCommandMsg::from_log`]).
+    pub servos: &'a [crate::telemetry::ServoLog],
+    /// The attitude.
+    pub imu: ImuMsg,
+}
+
+/// The cycle's timing: `/cycle` in Foxglove, `rtloop/<robot>/state/cycle` in zenoh.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct CycleTiming {
+    /// Period index.
+    pub index: u64,
+    /// Wakeup latency, µs.
+    pub wakeup_us: f64,
+    /// Cycle duration (commands out, replies in), µs.
+    pub cycle_us: f64,
+    /// Replies missing.
+    pub missing: u32,
+    /// Replies to earlier cycles' requests that arrived in this one.
+    pub late: u32,
+    /// Servos commanded without a query (a reply of theirs still outstanding).
+    pub unqueried: u32,
+    /// The cycle hit its deadline.
+    pub timed_out: bool,
+}
+
+/// One servo's state.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ServoStateMsg {
+    /// Bus number.
+    pub bus: u8,
+    /// Servo id.
+    pub id: u8,
+    /// The state answers this cycle's request.
+    pub fresh: bool,
+    /// Cycles between the request the state answers and this one; null before any reply.
+    pub age_cycles: Option<u32>,
+    /// moteus mode (255: none reported).
+    pub mode: u8,
+    /// Position, rev.
+    pub position: f64,
+    /// Velocity, rev/s.
+    pub velocity: f64,
+    /// Torque, N·m.
+    pub torque: f64,
+    /// Q-axis current, A.
+    pub q_current: f64,
+    /// Supply voltage, V.
+    pub voltage: f64,
+    /// Board temperature, °C.
+    pub temperature: f64,
+    /// Motor temperature, °C.
+    pub motor_temperature: f64,
+    /// Fault code (0: none).
+    pub fault: u8,
+}
+
+impl ServoStateMsg {
+    /// The state half of a logged servo.
+    pub fn from_log(s: &crate::telemetry::ServoLog) -> Self {
+        ServoStateMsg {
+            bus: s.bus,
+            id: s.id,
+            fresh: s.fresh,
+            age_cycles: s.state_age_cycles,
+            mode: s.mode,
+            position: s.position,
+            velocity: s.velocity,
+            torque: s.torque,
+            q_current: s.q_current,
+            voltage: s.voltage,
+            temperature: s.temperature,
+            motor_temperature: s.motor_temperature,
+            fault: s.fault,
+        }
+    }
+}
+
+/// What one servo was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ServoCommandMsg {
+    /// Bus number.
+    pub bus: u8,
+    /// Servo id.
+    pub id: u8,
+    /// The mode commanded: 10 position, 0 stop, 12 zero velocity, 15 brake, 255 query only.
+    pub mode: u8,
+    /// Position, rev (null: hold / not a position command).
+    pub position: f64,
+    /// Velocity, rev/s.
+    pub velocity: f64,
+    /// Maximum torque, N·m.
+    pub maximum_torque: f64,
+}
+
+impl ServoCommandMsg {
+    /// The command half of a logged servo.
+    pub fn from_log(s: &crate::telemetry::ServoLog) -> Self {
+        ServoCommandMsg {
+            bus: s.bus,
+            id: s.id,
+            mode: s.command_mode,
+            position: s.command_position,
+            velocity: s.command_velocity,
+            maximum_torque: s.command_maximum_torque,
+        }
+    }
+}
+
+/// A 3-vector.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Vec3 {
+    /// x
+    pub x: f64,
+    /// y
+    pub y: f64,
+    /// z
+    pub z: f64,
+}
+
+/// An attitude quaternion.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Quat {
+    /// x
+    pub x: f64,
+    /// y
+    pub y: f64,
+    /// z
+    pub z: f64,
+    /// w
+    pub w: f64,
+}
+
+impl Default for Quat {
+    fn default() -> Self {
+        Quat { x: 0.0, y: 0.0, z: 0.0, w: 1.0 }
+    }
+}
+
+/// The IMU (pi3hat frame: +x forward, +y right, +z down).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct ImuMsg {
+    /// Attitude.
+    pub orientation: Quat,
+    /// Body rates, deg/s.
+    pub rate_dps: Vec3,
+    /// Acceleration without gravity, m/s².
+    pub accel_mps2: Vec3,
+}
+
+impl ImuMsg {
+    /// From the cycle's IMU sample.
+    pub fn from_sample(s: &sim::ImuSample) -> Self {
+        let [w, x, y, z] = s.quaternion;
+        let v = |a: [f64; 3]| Vec3 { x: a[0], y: a[1], z: a[2] };
+        ImuMsg { orientation: Quat { x, y, z, w }, rate_dps: v(s.rate_dps), accel_mps2: v(s.accel_mps2) }
+    }
+}
+
+/// An event: a fault, a servo missing, the safe mode, a remote command, the shutdown…
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct EventMsg<'a> {
+    /// Bus number of the servo, 0 for the robot.
+    pub bus: u8,
+    /// Servo id, 0 for the robot.
+    pub servo: u8,
+    /// What happened (the names of `rtloop run`'s summary and log).
+    pub kind: &'a str,
+}
+
+/// JSON schemas (draft 2020-12) of the messages, by the name publishers give them.
+pub mod schemas {
+    use super::*;
+
+    fn number() -> Json {
+        json!({"type": ["number", "null"]})
+    }
+
+    fn vec3() -> Json {
+        json!({"type": "object", "properties": {"x": number(), "y": number(), "z": number()}})
+    }
+
+    /// `rtloop.CycleTiming`.
+    pub fn cycle_timing() -> Json {
+        json!({"title": "rtloop.CycleTiming", "type": "object", "properties": {
+            "index": {"type": "integer"}, "wakeup_us": number(), "cycle_us": number(),
+            "missing": {"type": "integer"}, "late": {"type": "integer"},
+            "unqueried": {"type": "integer"}, "timed_out": {"type": "boolean"}}})
+    }
+
+    /// `rtloop.ServoState`.
+    pub fn servo_state() -> Json {
+        json!({"title": "rtloop.ServoState", "type": "object", "properties": {
+            "bus": {"type": "integer"}, "id": {"type": "integer"}, "fresh": {"type": "boolean"},
+            "age_cycles": {"type": ["integer", "null"]}, "mode": {"type": "integer"},
+            "position": number(), "velocity": number(), "torque": number(), "q_current": number(),
+            "voltage": number(), "temperature": number(), "motor_temperature": number(),
+            "fault": {"type": "integer"}}})
+    }
+
+    /// `rtloop.ServoCommand`.
+    pub fn servo_command() -> Json {
+        json!({"title": "rtloop.ServoCommand", "type": "object", "properties": {
+            "bus": {"type": "integer"}, "id": {"type": "integer"}, "mode": {"type": "integer"},
+            "position": number(), "velocity": number(), "maximum_torque": number()}})
+    }
+
+    /// `rtloop.Imu`.
+    pub fn imu() -> Json {
+        json!({"title": "rtloop.Imu", "type": "object", "properties": {
+            "orientation": {"type": "object", "properties": {
+                "x": number(), "y": number(), "z": number(), "w": number()}},
+            "rate_dps": vec3(), "accel_mps2": vec3()}})
+    }
+
+    /// `rtloop.Event`.
+    pub fn event() -> Json {
+        json!({"title": "rtloop.Event", "type": "object", "properties": {
+            "bus": {"type": "integer"}, "servo": {"type": "integer"}, "kind": {"type": "string"}}})
+    }
+}
+
+/// What a publisher did, for the run summary.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct LiveStats {
+    /// Which publisher ("foxglove", "zenoh", …).
+    pub sink: String,
+    /// Where it publishes (an address, a key prefix).
+    pub endpoint: String,
+    /// Cycles it was handed (after its decimation).
+    pub cycles: u64,
+    /// Events it was handed.
+    pub events: u64,
+    /// Messages it sent (a cycle is several: timing, one per servo, …).
+    pub messages: u64,
+    /// Messages it dropped because a client or the network could not keep up.
+    pub dropped: u64,
+    /// Bad input it refused (malformed client messages, garbage on a command key, …).
+    pub refused: u64,
+    /// Publishing errors (not counted in `dropped`).
+    pub errors: u64,
+    /// Anything else it counts (clients connected, commands accepted, …).
+    pub detail: std::collections::BTreeMap<String, u64>,
+}
+
+/// A publisher of live telemetry. It runs on the telemetry thread, which also writes the
+/// log: none of its calls may block (queue and drop, counting, instead).
+pub trait LiveSink: Send {
+    /// Before the first cycle: what the robot is (advertise channels, declare keys).
+    fn start(&mut self, robot: &LiveRobot);
+    /// One cycle (already decimated).
+    fn cycle(&mut self, cycle: &LiveCycle<'_>);
+    /// One event, stamped in µs since the UNIX epoch.
+    fn event(&mut self, stamp_us: i64, event: &EventMsg<'_>);
+    /// What it did so far.
+    fn stats(&self) -> LiveStats;
+    /// The run is over: close (after the last cycle and event).
+    fn finish(&mut self) {}
+}
+
+/// A publisher and its decimation.
+pub struct Publisher {
+    sink: Box<dyn LiveSink>,
+    every: u32,
+}
+
+impl Publisher {
+    /// Publish every `every`-th cycle (by the cycle's index: indices divisible by `every`)
+    /// to `sink`; every event.
+    pub fn new(sink: Box<dyn LiveSink>, every: u32) -> Self {
+        Publisher { sink, every: every.clamp(1, MAX_EVERY) }
+    }
+
+    /// Its decimation.
+    pub fn every(&self) -> u32 {
+        self.every
+    }
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher").field("every", &self.every).finish_non_exhaustive()
+    }
+}
+
+/// The telemetry thread's side: hands cycles and events to every publisher.
+#[derive(Debug, Default)]
+pub struct Fanout {
+    publishers: Vec<Publisher>,
+    epoch_offset_us: i64,
+}
+
+impl Fanout {
+    /// Start every publisher with `robot`; stamps are the loop's clock plus
+    /// `epoch_offset_us` (see [`crate::telemetry::epoch_offset_us`]).
+    pub fn start(mut publishers: Vec<Publisher>, robot: &LiveRobot, epoch_offset_us: i64) -> Self {
+        for p in &mut publishers {
+            p.sink.start(robot);
+        }
+        Fanout { publishers, epoch_offset_us }
+    }
+
+    /// No publisher.
+    pub fn is_empty(&self) -> bool {
+        self.publishers.is_empty()
+    }
+
+    /// The smallest decimation: the cycle thread need hand over no other cycles when nothing
+    /// else (a log file) wants them.
+    pub fn finest_every(&self) -> u32 {
+        self.publishers.iter().map(|p| p.every).min().unwrap_or(1)
+    }
+
+    /// Hand one message of the loop to the publishers that want it.
+    pub fn offer<T>(&mut self, msg: &LogMsg<T>) {
+        match msg {
+            LogMsg::Cycle(c) => {
+                if !self.publishers.iter().any(|p| c.index % u64::from(p.every) == 0) {
+                    return;
+                }
+                let cycle = self.live_cycle(c);
+                for p in &mut self.publishers {
+                    if c.index % u64::from(p.every) == 0 {
+                        p.sink.cycle(&cycle);
+                    }
+                }
+            }
+            LogMsg::Event { at_ns, bus, servo, kind } => {
+                let stamp = self.epoch_offset_us + (*at_ns / 1000) as i64;
+                let e = EventMsg { bus: *bus, servo: *servo, kind };
+                for p in &mut self.publishers {
+                    p.sink.event(stamp, &e);
+                }
+            }
+            LogMsg::Custom { .. } => {}
+        }
+    }
+
+    /// A cycle as publishers get it.
+    pub fn live_cycle<'a>(&self, c: &'a CycleLog) -> LiveCycle<'a> {
+        live_cycle(c, self.epoch_offset_us)
+    }
+
+    /// Close every publisher; what each did.
+    pub fn finish(&mut self) -> Vec<LiveStats> {
+        self.publishers
+            .iter_mut()
+            .map(|p| {
+                p.sink.finish();
+                p.sink.stats()
+            })
+            .collect()
+    }
+}
+
+/// A logged cycle as publishers get it, stamped with `epoch_offset_us` plus its wakeup.
+pub fn live_cycle(c: &CycleLog, epoch_offset_us: i64) -> LiveCycle<'_> {
+    let n = (c.servos_len as usize).min(c.servos.len());
+    LiveCycle {
+        stamp_us: epoch_offset_us + (c.woke_ns / 1000) as i64,
+        timing: CycleTiming {
+            index: c.index,
+            wakeup_us: c.wakeup_ns as f64 / 1000.0,
+            cycle_us: c.cycle_ns as f64 / 1000.0,
+            missing: c.missing,
+            late: c.late,
+            unqueried: c.unqueried,
+            timed_out: c.timed_out,
+        },
+        servos: &c.servos[..n],
+        imu: ImuMsg::from_sample(&c.imu),
+    }
+}
+
+/// The operator's commands, from the network to the cycle thread: set by a publisher (any
+/// thread), read by the cycle thread once per cycle. Atomics only: wait-free both ways.
+#[derive(Debug, Default)]
+pub struct RemoteControl {
+    stop: AtomicBool,
+    hold: AtomicBool,
+    rearms: AtomicU64,
+    accepted: AtomicU64,
+}
+
+/// A command an operator may send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteCommand {
+    /// End the run as Ctrl-C does: the shutdown cycle leaves every servo in the safe mode.
+    Stop,
+    /// Hold every healthy servo at zero velocity (mode 12) until [`RemoteCommand::Rearm`],
+    /// whatever the control law asks.
+    ZeroVelocity,
+    /// End the hold and the safety supervisor's safe mode: the control law (or the agent)
+    /// drives again.
+    Rearm,
+}
+
+impl RemoteCommand {
+    /// Every command, by its name on the wire.
+    pub const ALL: [(&'static str, RemoteCommand); 3] = [
+        ("stop", RemoteCommand::Stop),
+        ("zero_velocity", RemoteCommand::ZeroVelocity),
+        ("rearm", RemoteCommand::Rearm),
+    ];
+
+    /// The command named `name` (`stop`, `zero_velocity`, `rearm`).
+    pub fn parse(name: &str) -> Option<RemoteCommand> {
+        Self::ALL.iter().find(|(n, _)| *n == name).map(|&(_, c)| c)
+    }
+
+    /// Its name on the wire.
+    pub fn name(self) -> &'static str {
+        Self::ALL.iter().find(|(_, c)| *c == self).map_or("?", |(n, _)| n)
+    }
+}
+
+impl RemoteControl {
+    /// A new one: no command yet.
+    pub fn new() -> Self {
+        RemoteControl::default()
+    }
+
+    /// Ask for `command` (any thread; wait-free).
+    pub fn request(&self, command: RemoteCommand) {
+        match command {
+            RemoteCommand::Stop => self.stop.store(true, Ordering::Release),
+            RemoteCommand::ZeroVelocity => self.hold.store(true, Ordering::Release),
+            RemoteCommand::Rearm => {
+                self.hold.store(false, Ordering::Release);
+                self.rearms.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        self.accepted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A stop was asked for.
+    pub fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// The servos are to be held at zero velocity.
+    pub fn held(&self) -> bool {
+        self.hold.load(Ordering::Acquire)
+    }
+
+    /// How many re-arms were asked for so far.
+    pub fn rearms(&self) -> u64 {
+        self.rearms.load(Ordering::Acquire)
+    }
+
+    /// Commands accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct Seen {
+        robot: Option<LiveRobot>,
+        cycles: Vec<u64>,
+        events: Vec<String>,
+        finished: bool,
+    }
+
+    struct Recorder(Arc<Mutex<Seen>>);
+
+    impl LiveSink for Recorder {
+        fn start(&mut self, robot: &LiveRobot) {
+            self.0.lock().unwrap().robot = Some(robot.clone());
+        }
+        fn cycle(&mut self, cycle: &LiveCycle<'_>) {
+            self.0.lock().unwrap().cycles.push(cycle.timing.index);
+        }
+        fn event(&mut self, _stamp_us: i64, event: &EventMsg<'_>) {
+            self.0.lock().unwrap().events.push(event.kind.to_string());
+        }
+        fn stats(&self) -> LiveStats {
+            LiveStats { sink: "recorder".into(), ..Default::default() }
+        }
+        fn finish(&mut self) {
+            self.0.lock().unwrap().finished = true;
+        }
+    }
+
+    #[test]
+    fn each_publisher_gets_the_cycles_of_its_decimation_and_every_event() {
+        let a = Arc::new(Mutex::new(Seen::default()));
+        let b = Arc::new(Mutex::new(Seen::default()));
+        let robot = LiveRobot { name: "r".into(), rate_hz: 1000.0, servos: vec![(1, 1)], imu: true };
+        let mut fan = Fanout::start(
+            vec![Publisher::new(Box::new(Recorder(a.clone())), 1), Publisher::new(Box::new(Recorder(b.clone())), 4)],
+            &robot,
+            0,
+        );
+        assert_eq!(fan.finest_every(), 1);
+        let mut c = CycleLog::default();
+        for index in 0..10 {
+            c.index = index;
+            fan.offer::<()>(&LogMsg::Cycle(c));
+        }
+        fan.offer::<()>(&LogMsg::Event { at_ns: 5, bus: 1, servo: 1, kind: "fault" });
+        fan.offer::<()>(&LogMsg::Custom { at_ns: 5, value: () });
+        let stats = fan.finish();
+        assert_eq!(stats.len(), 2);
+        let a = a.lock().unwrap();
+        let b = b.lock().unwrap();
+        assert_eq!(a.robot.as_ref(), Some(&robot));
+        assert_eq!(a.cycles, (0..10).collect::<Vec<_>>());
+        assert_eq!(b.cycles, vec![0, 4, 8]);
+        assert_eq!(a.events, ["fault"]);
+        assert_eq!(b.events, ["fault"]);
+        assert!(a.finished && b.finished);
+    }
+
+    #[test]
+    fn a_decimation_out_of_range_is_one_sentence() {
+        assert_eq!(check_every("--foxglove-every", 10), Ok(10));
+        let e = check_every("--foxglove-every", 0).unwrap_err();
+        assert!(e.starts_with("--foxglove-every 0: give") && !e.contains('\n'), "{e}");
+        assert!(check_every("--zenoh-every", MAX_EVERY + 1).is_err());
+    }
+
+    #[test]
+    fn remote_commands_parse_by_name_and_set_their_flags() {
+        let r = RemoteControl::new();
+        assert!(!r.held() && !r.stop_requested() && r.rearms() == 0);
+        for (name, c) in RemoteCommand::ALL {
+            assert_eq!(RemoteCommand::parse(name), Some(c));
+            assert_eq!(c.name(), name);
+        }
+        assert_eq!(RemoteCommand::parse("STOP"), None);
+        r.request(RemoteCommand::ZeroVelocity);
+        assert!(r.held());
+        r.request(RemoteCommand::Rearm);
+        assert!(!r.held() && r.rearms() == 1);
+        r.request(RemoteCommand::Stop);
+        assert!(r.stop_requested());
+        assert_eq!(r.accepted(), 3);
+    }
+
+    #[test]
+    fn a_servo_without_a_reported_value_is_null_in_json() {
+        let s = crate::telemetry::ServoLog { position: f64::NAN, ..Default::default() };
+        let v = serde_json::to_value(ServoStateMsg::from_log(&s)).unwrap();
+        assert_eq!(v["position"], Json::Null);
+        assert_eq!(v["age_cycles"], Json::Null);
+    }
+}
