@@ -51,7 +51,7 @@ impl<T> LogHandOff<T> {
     /// Someone reads cycle `index`.
     #[inline]
     pub fn wants_cycle(&self, index: u64) -> bool {
-        index % self.cycle_every == 0
+        index.is_multiple_of(self.cycle_every)
     }
 
     /// Someone reads the controller's telemetry.

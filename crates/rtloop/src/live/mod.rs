@@ -398,12 +398,12 @@ impl Fanout {
     pub fn offer<T>(&mut self, msg: &LogMsg<T>) {
         match msg {
             LogMsg::Cycle(c) => {
-                if !self.publishers.iter().any(|p| c.index % u64::from(p.every) == 0) {
+                if !self.publishers.iter().any(|p| c.index.is_multiple_of(u64::from(p.every))) {
                     return;
                 }
                 let cycle = self.live_cycle(c);
                 for p in &mut self.publishers {
-                    if c.index % u64::from(p.every) == 0 {
+                    if c.index.is_multiple_of(u64::from(p.every)) {
                         p.sink.cycle(&cycle);
                     }
                 }
