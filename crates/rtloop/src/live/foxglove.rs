@@ -33,9 +33,7 @@ use super::{CycleTiming, EventMsg, ImuMsg, LiveCycle, LiveRobot, LiveSink, LiveS
 use super::{ServoCommandMsg, ServoStateMsg};
 use crate::config::LiveConfig;
 use crate::telemetry::ServoLog;
-use foxglove::websocket::{
-    Capability, ChannelView, Client, PlaybackControlRequest, PlaybackState, ServerListener,
-};
+use foxglove::websocket::{Capability, ChannelView, Client, PlaybackControlRequest, PlaybackState, ServerListener};
 use foxglove::{ChannelBuilder, Context, PartialMetadata, RawChannel, Schema, WebSocketServerHandle};
 use serde::Serialize;
 use serde_json::{json, Value as Json};
@@ -84,7 +82,10 @@ pub fn parse_address(text: &str, allow_remote: bool) -> Result<SocketAddr, Strin
 pub fn publisher(config: &LiveConfig) -> Result<Publisher, String> {
     let addr = parse_address(config.foxglove.as_deref().unwrap_or(DEFAULT_ADDRESS), config.allow_remote)?;
     let every = super::check_every("--foxglove-every", config.foxglove_every)?;
-    let sink = FoxgloveSink::bind(addr, ServeOptions { name: format!("rtloop {}", config.robot_name()), ..Default::default() })?;
+    let sink = FoxgloveSink::bind(
+        addr,
+        ServeOptions { name: format!("rtloop {}", config.robot_name()), ..Default::default() },
+    )?;
     Ok(Publisher::new(Box::new(sink), every))
 }
 
@@ -118,7 +119,8 @@ pub mod wellknown {
     }
 
     fn xyz(keys: &[&str]) -> Json {
-        let props: serde_json::Map<String, Json> = keys.iter().map(|k| (k.to_string(), json!({"type": "number"}))).collect();
+        let props: serde_json::Map<String, Json> =
+            keys.iter().map(|k| (k.to_string(), json!({"type": "number"}))).collect();
         json!({"type": "object", "properties": props, "required": keys})
     }
 
@@ -242,7 +244,9 @@ impl Counters {
             self.add(d, 1);
             self.refused.fetch_add(1, Ordering::Relaxed);
         };
-        if let Some(rest) = text.strip_prefix("Sending error to client ").or_else(|| text.strip_prefix("Sending warning to client ")) {
+        if let Some(rest) =
+            text.strip_prefix("Sending error to client ").or_else(|| text.strip_prefix("Sending warning to client "))
+        {
             // "<addr>: <the status sent>"
             let status = rest.split_once(": ").map_or(rest, |(_, s)| s);
             if status.starts_with("Invalid message") {
@@ -432,9 +436,18 @@ struct OwnedCycle {
 #[allow(clippy::large_enum_variant)]
 enum Item {
     Cycle(OwnedCycle),
-    Event { stamp_us: i64, bus: u8, servo: u8, kind: String },
+    Event {
+        stamp_us: i64,
+        bus: u8,
+        servo: u8,
+        kind: String,
+    },
     /// A message on a channel of the caller's (`rtloop log serve`'s `/log/<record>`).
-    Raw { channel: Arc<RawChannel>, stamp_us: i64, payload: Vec<u8> },
+    Raw {
+        channel: Arc<RawChannel>,
+        stamp_us: i64,
+        payload: Vec<u8>,
+    },
 }
 
 /// The publisher thread: serialise each item into reused buffers, hand it to the SDK.
@@ -520,6 +533,8 @@ pub struct FoxgloveSink {
     thread: Option<std::thread::JoinHandle<()>>,
     /// Messages one cycle makes (to count a dropped cycle's messages).
     per_cycle: u64,
+    /// How long [`LiveSink::finish`] leaves clients to read what is queued.
+    linger: std::time::Duration,
 }
 
 impl std::fmt::Debug for FoxgloveSink {
@@ -560,16 +575,16 @@ impl FoxgloveSink {
             playback = Some(handler);
         }
         server = server.listener(Arc::new(Listener { counters: Arc::clone(&counters), playback }));
-        let handle = tracing::dispatcher::with_default(&dispatch, || runtime.block_on(server.start())).map_err(|e| {
-            match &e {
+        let handle = tracing::dispatcher::with_default(&dispatch, || runtime.block_on(server.start())).map_err(
+            |e| match &e {
                 foxglove::FoxgloveError::Bind(io) if io.kind() == std::io::ErrorKind::AddrInUse => format!(
                     "cannot serve Foxglove on {addr}: the port is taken (another rtloop or Foxglove server?); give a \
                      free one, e.g. --foxglove 127.0.0.1:{}",
                     addr.port().wrapping_add(1).max(1024)
                 ),
                 _ => format!("cannot serve Foxglove on {addr}: {e}; give another address with --foxglove HOST:PORT"),
-            }
-        })?;
+            },
+        )?;
         let addr = SocketAddr::new(addr.ip(), handle.port());
         Ok(FoxgloveSink {
             addr,
@@ -581,6 +596,7 @@ impl FoxgloveSink {
             tx: None,
             thread: None,
             per_cycle: 1,
+            linger: std::time::Duration::ZERO,
         })
     }
 
@@ -618,6 +634,12 @@ impl FoxgloveSink {
         if let Some(h) = &self.handle {
             h.broadcast_playback_state(state);
         }
+    }
+
+    /// Leave clients `linger` to read what is queued when [`LiveSink::finish`] stops the
+    /// server (`rtloop log serve --exit-at-end`; a live run stops at once).
+    pub fn set_linger(&mut self, linger: std::time::Duration) {
+        self.linger = linger;
     }
 
     /// Count bad input found outside the SDK (a playback request out of range).
@@ -690,7 +712,8 @@ impl LiveSink for FoxgloveSink {
 
     fn stats(&self) -> LiveStats {
         let c = &self.counters;
-        let detail: BTreeMap<String, u64> = DETAIL.iter().zip(&c.detail).map(|(k, v)| (k.to_string(), v.load(Ordering::Relaxed))).collect();
+        let detail: BTreeMap<String, u64> =
+            DETAIL.iter().zip(&c.detail).map(|(k, v)| (k.to_string(), v.load(Ordering::Relaxed))).collect();
         LiveStats {
             sink: "foxglove".into(),
             endpoint: format!("ws://{}", self.addr),
@@ -713,6 +736,9 @@ impl LiveSink for FoxgloveSink {
             }
         }
         if let Some(h) = self.handle.take() {
+            if h.client_count() > 0 {
+                std::thread::sleep(self.linger);
+            }
             let _ = h.stop().wait_blocking();
         }
         if let Some(rt) = self.runtime.take() {
@@ -791,7 +817,10 @@ mod tests {
         use tracing::Level;
         c.note_sdk_event(Level::DEBUG, "Sending error to client 127.0.0.1:5: Invalid message: expected value");
         c.note_sdk_event(Level::DEBUG, "Sending error to client 127.0.0.1:5: Unknown channel ID: 99");
-        c.note_sdk_event(Level::DEBUG, "Sending error to client 127.0.0.1:5: Server does not support parameters capability");
+        c.note_sdk_event(
+            Level::DEBUG,
+            "Sending error to client 127.0.0.1:5: Server does not support parameters capability",
+        );
         c.note_sdk_event(Level::ERROR, "Client 127.0.0.1:5 attempted to subscribe to unknown channel: 99");
         c.note_sdk_event(Level::ERROR, "Dropping client 127.0.0.1:5: handshake failed");
         c.note_sdk_event(Level::INFO, "outbox for client 127.0.0.1:5 full");
