@@ -19,7 +19,8 @@ use support::*;
 /// The test venv's packages beside rtloop (pinned: a new release must not change the
 /// results under us). pandas for `to_pandas`, moteus for the comparisons with the official
 /// client, python-snappy for mjlib's reader when `RTLOOP_MJLIB` names a checkout, vermin to
-/// check that the pure-Python side runs on the oldest Python the wheel claims (3.9).
+/// check that the pure-Python side runs on the oldest Python the wheel claims (3.9); websockets
+/// and jsonschema for the Foxglove client of `test_foxglove.py`.
 const PACKAGES: &[&str] = &[
     "pytest==9.2.0",
     "numpy==2.4.6",

@@ -739,7 +739,7 @@ impl LiveSink for FoxgloveSink {
             if h.client_count() > 0 {
                 std::thread::sleep(self.linger);
             }
-            let _ = h.stop().wait_blocking();
+            h.stop().wait_blocking();
         }
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_timeout(std::time::Duration::from_secs(1));
