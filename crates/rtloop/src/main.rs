@@ -115,6 +115,37 @@ enum LogCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Play a log back to Foxglove clients on the same channels as `rtloop run --foxglove`,
+    /// with time control (the app's playback bar: play, pause, seek, speed). Playback starts
+    /// when the first client subscribes.
+    Serve {
+        /// The log.
+        file: std::path::PathBuf,
+        /// Serve the Foxglove WebSocket protocol here (loopback unless --allow-remote).
+        #[arg(long, value_name = "ADDR", default_value = rtloop::live::foxglove::DEFAULT_ADDRESS)]
+        foxglove: String,
+        /// Log seconds per second (0.01 to 1000).
+        #[arg(long, default_value_t = 1.0)]
+        speed: f64,
+        /// Start this many seconds after the log's first item.
+        #[arg(long, allow_negative_numbers = true)]
+        start: Option<f64>,
+        /// End this many seconds after the log's first item.
+        #[arg(long, allow_negative_numbers = true)]
+        end: Option<f64>,
+        /// Start over at the end.
+        #[arg(long = "loop")]
+        looping: bool,
+        /// Exit at the end of the log instead of waiting, paused, for a seek or Ctrl-C.
+        #[arg(long)]
+        exit_at_end: bool,
+        /// Let other machines connect (an address other than loopback).
+        #[arg(long)]
+        allow_remote: bool,
+        /// Print one JSON object at the end.
+        #[arg(long)]
+        json: bool,
+    },
     /// Plot fields against time to a PNG.
     Plot {
         /// The log.
@@ -927,6 +958,10 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                 }
                 LogCommand::Export { file, csv, mcap, record, force, json } => {
                     ("export", log_cmd::export(&file, csv.as_deref(), mcap.as_deref(), record.as_deref(), force, json)?)
+                }
+                LogCommand::Serve { file, foxglove, speed, start, end, looping, exit_at_end, allow_remote, json } => {
+                    let opts = log_cmd::ServeArgs { foxglove, speed, start, end, looping, exit_at_end, allow_remote };
+                    ("serve", log_cmd::serve(&file, &opts, json)?)
                 }
                 LogCommand::Plot { file, fields, out, force, one_axis } => {
                     ("plot", log_cmd::plot(&file, &fields, &out, force, one_axis)?)

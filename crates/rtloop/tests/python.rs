@@ -20,7 +20,8 @@ use support::*;
 /// results under us). pandas for `to_pandas`, moteus for the comparisons with the official
 /// client, python-snappy for mjlib's reader when `RTLOOP_MJLIB` names a checkout, vermin to
 /// check that the pure-Python side runs on the oldest Python the wheel claims (3.9),
-/// eclipse-zenoh for `rtloop run --zenoh` (1.10.2: the protocol of the `zenoh` crate rtloop uses).
+/// eclipse-zenoh for `rtloop run --zenoh` (1.10.2: the protocol of the `zenoh` crate rtloop
+/// uses), websockets and jsonschema for the Foxglove client of `test_foxglove.py`.
 const PACKAGES: &[&str] = &[
     "pytest==9.2.0",
     "numpy==2.4.6",
@@ -29,6 +30,8 @@ const PACKAGES: &[&str] = &[
     "python-snappy==0.7.3",
     "vermin==1.9.2",
     "eclipse-zenoh==1.10.2",
+    "websockets==17.4",
+    "jsonschema==4.26.0",
 ];
 
 fn repo_root() -> &'static Path {

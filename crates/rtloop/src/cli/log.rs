@@ -1,7 +1,7 @@
 //! `rtloop log`: look into TLOG0003 files — ours or mjlib's. `info` (records, schemas,
 //! counts, time span, recovered and corrupt blocks), `dump` (JSON lines, by record and
 //! time), `export` (CSV with flattened columns, or MCAP with a JSON schema per record, for
-//! Foxglove and PlotJuggler), `plot` (PNG).
+//! Foxglove and PlotJuggler), `plot` (PNG), `serve` (to Foxglove clients, `crate::live::playback`).
 //!
 //! Must never: give up on a damaged file while complete blocks remain — a cut or corrupt
 //! log is read as far as it goes and the damage is reported (counts and byte offsets, on
@@ -541,4 +541,61 @@ mod tests {
         assert_eq!(super::iso(1_583_798_400_000_000), "2020-03-10T00:00:00.000000Z");
         assert_eq!(super::iso(0), "1970-01-01T00:00:00.000000Z");
     }
+}
+
+/// `rtloop log serve`'s options.
+#[derive(Debug, Clone)]
+pub struct ServeArgs {
+    /// `--foxglove ADDR`.
+    pub foxglove: String,
+    /// `--speed`.
+    pub speed: f64,
+    /// `--start` (s).
+    pub start: Option<f64>,
+    /// `--end` (s).
+    pub end: Option<f64>,
+    /// `--loop`.
+    pub looping: bool,
+    /// `--exit-at-end`.
+    pub exit_at_end: bool,
+    /// `--allow-remote`.
+    pub allow_remote: bool,
+}
+
+/// `rtloop log serve`: play the log to Foxglove clients; the damage met comes back as
+/// warnings, the counts as text (or one JSON object).
+pub fn serve(path: &Path, args: &ServeArgs, as_json: bool) -> Result<Outcome, String> {
+    use crate::live::playback;
+    let addr = crate::live::foxglove::parse_address(&args.foxglove, args.allow_remote)?;
+    let opts = playback::PlaybackOptions {
+        addr,
+        speed: playback::check_speed(args.speed)?,
+        start_s: args.start,
+        end_s: args.end,
+        looping: args.looping,
+        exit_at_end: args.exit_at_end,
+    };
+    let report = playback::serve(path, &opts)?;
+    let warnings = report.problems.iter().map(ToString::to_string).collect();
+    let text = if as_json {
+        serde_json::to_string(&report).map_err(|e| e.to_string())?
+    } else {
+        let f = &report.foxglove;
+        format!(
+            "{}: {} cycles, {} events, {} other items played ({} restarts); foxglove {}: {} messages, {} dropped, {} refused, \
+             {} errors, {} clients",
+            report.file,
+            report.cycles,
+            report.events,
+            report.other,
+            report.restarts,
+            f.endpoint,
+            f.messages,
+            f.dropped,
+            f.refused,
+            f.errors,
+            f.detail.get("clients_connected").copied().unwrap_or(0)
+        )
+    };
+    Ok(Outcome { text, warnings, failure: None })
 }

@@ -25,6 +25,7 @@
 //! publisher's failure stop the log or the loop (it is counted in [`LiveStats`]).
 
 pub mod foxglove;
+pub mod playback;
 pub mod zenoh;
 
 use crate::telemetry::{CycleLog, LogMsg};
