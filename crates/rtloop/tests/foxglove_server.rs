@@ -1,6 +1,7 @@
 //! The Foxglove server with a real WebSocket client (tungstenite, already in the SDK's
 //! dependency tree): serverInfo, the advertisements, a subscription and its messageData,
 //! checked byte for byte against the protocol; the counts the server reports.
+#![cfg(feature = "foxglove")]
 
 use rtloop::live::foxglove::{FoxgloveSink, ServeOptions};
 use rtloop::live::{live_cycle, LiveRobot, LiveSink};

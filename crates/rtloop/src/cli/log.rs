@@ -564,6 +564,14 @@ pub struct ServeArgs {
 
 /// `rtloop log serve`: play the log to Foxglove clients; the damage met comes back as
 /// warnings, the counts as text (or one JSON object).
+#[cfg(not(feature = "foxglove"))]
+pub fn serve(_path: &Path, _args: &ServeArgs, _as_json: bool) -> Result<Outcome, String> {
+    Err(crate::live::built_without("foxglove", "rtloop log serve"))
+}
+
+/// `rtloop log serve`: play the log to Foxglove clients; the damage met comes back as
+/// warnings, the counts as text (or one JSON object).
+#[cfg(feature = "foxglove")]
 pub fn serve(path: &Path, args: &ServeArgs, as_json: bool) -> Result<Outcome, String> {
     use crate::live::playback;
     let addr = crate::live::foxglove::parse_address(&args.foxglove, args.allow_remote)?;

@@ -39,13 +39,12 @@ use serde::Serialize;
 use serde_json::{json, Value as Json};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 
-/// Foxglove's default address.
-pub const DEFAULT_ADDRESS: &str = "127.0.0.1:8765";
+pub use super::address::{parse_address, DEFAULT_ADDRESS};
 
 /// Items (cycles, events) the telemetry thread may queue for the publisher thread before
 /// it drops: 256 cycles is a quarter second at every cycle of 1 kHz.
@@ -53,29 +52,6 @@ pub const QUEUE_LEN: usize = 256;
 
 /// Messages the SDK queues per client before it drops that client's oldest (its default).
 pub const CLIENT_BACKLOG: usize = 1024;
-
-/// The address to serve on: `HOST:PORT` (`PORT` alone means loopback); a non-loopback
-/// address only with `allow_remote`.
-pub fn parse_address(text: &str, allow_remote: bool) -> Result<SocketAddr, String> {
-    let text = text.trim();
-    let with_host = if !text.is_empty() && text.chars().all(|c| c.is_ascii_digit()) {
-        format!("127.0.0.1:{text}")
-    } else {
-        text.to_string()
-    };
-    let addr = with_host
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| format!("{text:?} is not an address: give HOST:PORT, e.g. {DEFAULT_ADDRESS}"))?;
-    if !addr.ip().is_loopback() && !allow_remote {
-        return Err(format!(
-            "{addr} is not a loopback address: add --allow-remote (live.allow_remote = true) to let other machines \
-             connect, or use 127.0.0.1"
-        ));
-    }
-    Ok(addr)
-}
 
 /// Start the server `config.foxglove` names (bound before the run starts, so a taken port
 /// is an error now rather than a silent run without a view).
@@ -768,19 +744,6 @@ pub fn event_json(stamp_us: i64, event: &EventMsg<'_>) -> Json {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn loopback_by_default_and_anything_else_only_when_allowed() {
-        assert_eq!(parse_address("8765", false).unwrap().to_string(), "127.0.0.1:8765");
-        assert_eq!(parse_address("127.0.0.1:9000", false).unwrap().port(), 9000);
-        assert_eq!(parse_address("[::1]:9000", false).unwrap().port(), 9000);
-        let e = parse_address("0.0.0.0:8765", false).unwrap_err();
-        assert!(e.contains("--allow-remote") && !e.contains('\n'), "{e}");
-        assert!(parse_address("0.0.0.0:8765", true).is_ok());
-        for bad in ["", "nonsense", "127.0.0.1:99999", "127.0.0.1"] {
-            assert!(parse_address(bad, false).unwrap_err().contains("give HOST:PORT"), "{bad}");
-        }
-    }
 
     #[test]
     fn channels_are_named_by_bus_and_servo() {

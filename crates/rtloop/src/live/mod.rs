@@ -24,9 +24,43 @@
 //! Must never: make the cycle thread wait, lock or allocate for a publisher; let a
 //! publisher's failure stop the log or the loop (it is counted in [`LiveStats`]).
 
+pub mod address;
+#[cfg(feature = "foxglove")]
 pub mod foxglove;
+#[cfg(feature = "foxglove")]
 pub mod playback;
+#[cfg(feature = "zenoh")]
 pub mod zenoh;
+
+/// This build has no Foxglove server (the `foxglove` feature is off).
+#[cfg(not(feature = "foxglove"))]
+pub mod foxglove {
+    pub use super::address::{parse_address, DEFAULT_ADDRESS};
+
+    /// Refuses: this build has no Foxglove server.
+    pub fn publisher(_config: &crate::config::LiveConfig) -> Result<super::Publisher, String> {
+        Err(super::built_without("foxglove", "--foxglove"))
+    }
+}
+
+/// This build has no zenoh (the `zenoh` feature is off).
+#[cfg(not(feature = "zenoh"))]
+pub mod zenoh {
+    /// Refuses: this build has no zenoh.
+    pub fn publisher(
+        _config: &crate::config::LiveConfig,
+        _robot: &str,
+        _remote: std::sync::Arc<super::RemoteControl>,
+    ) -> Result<super::Publisher, String> {
+        Err(super::built_without("zenoh", "--zenoh"))
+    }
+}
+
+/// The one sentence for a publisher this build lacks.
+#[allow(dead_code)] // Used only when a feature is off.
+pub(crate) fn built_without(feature: &str, flag: &str) -> String {
+    format!("{flag}: this rtloop was built without the `{feature}` feature; build it with `cargo build --release -p rtloop --features {feature}` (on by default)")
+}
 
 use crate::telemetry::{CycleLog, LogMsg};
 use serde::Serialize;
