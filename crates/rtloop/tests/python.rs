@@ -19,9 +19,17 @@ use support::*;
 /// The test venv's packages beside rtloop (pinned: a new release must not change the
 /// results under us). pandas for `to_pandas`, moteus for the comparisons with the official
 /// client, python-snappy for mjlib's reader when `RTLOOP_MJLIB` names a checkout, vermin to
-/// check that the pure-Python side runs on the oldest Python the wheel claims (3.9).
-const PACKAGES: &[&str] =
-    &["pytest==9.2.0", "numpy==2.4.6", "pandas==3.1.1", "moteus==1.1.1", "python-snappy==0.7.3", "vermin==1.9.2"];
+/// check that the pure-Python side runs on the oldest Python the wheel claims (3.9), duckdb
+/// to query what `rtloop log export --parquet` writes (test_parquet.py).
+const PACKAGES: &[&str] = &[
+    "pytest==9.2.0",
+    "numpy==2.4.6",
+    "pandas==3.1.1",
+    "moteus==1.1.1",
+    "python-snappy==0.7.3",
+    "vermin==1.9.2",
+    "duckdb==2.0.0",
+];
 
 fn repo_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().and_then(Path::parent).expect("crates/rtloop is two levels down")
