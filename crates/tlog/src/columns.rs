@@ -1480,6 +1480,8 @@ pub struct ColumnBuilder {
     reserve: bool,
     /// Most rows a chunk is expected to hold (the caller's chunk size): caps the reservation.
     chunk_rows: usize,
+    /// Most values (rows × columns) a chunk is expected to hold: caps the reservation too.
+    chunk_values: usize,
     file_len: u64,
     /// Rows decoded in all chunks.
     rows_total: u64,
@@ -1523,6 +1525,7 @@ impl ColumnBuilder {
             chunk_first_offset: None,
             reserve: options.to_us.is_none(),
             chunk_rows: usize::MAX,
+            chunk_values: usize::MAX,
             file_len: reader.len(),
             rows_total: 0,
         })
@@ -1531,6 +1534,13 @@ impl ColumnBuilder {
     /// Expect chunks of about `rows` rows: column memory is reserved for no more.
     pub fn with_chunk_rows(mut self, rows: usize) -> Self {
         self.chunk_rows = rows.max(1);
+        self
+    }
+
+    /// Expect chunks of about `values` values (rows × columns): column memory is reserved
+    /// for no more.
+    pub fn with_chunk_values(mut self, values: usize) -> Self {
+        self.chunk_values = values.max(1);
         self
     }
 
@@ -1602,7 +1612,8 @@ impl ColumnBuilder {
             let walked = item.offset.saturating_sub(first).max(1);
             let total = self.file_len.saturating_sub(first);
             let guess = (BLOCK_ROWS as u64).saturating_mul(total) / walked;
-            let cap = MAX_RESERVED_ROWS.min(u64::try_from(self.chunk_rows).unwrap_or(u64::MAX));
+            let chunk_rows = self.chunk_rows.min(self.chunk_values / columns.cols.len().max(1));
+            let cap = MAX_RESERVED_ROWS.min(u64::try_from(chunk_rows).unwrap_or(u64::MAX));
             columns.expected_rows = Some(usize::try_from(guess.min(cap)).unwrap_or(0) + BLOCK_ROWS);
         }
         self.chunk_first_offset.get_or_insert(item.offset);

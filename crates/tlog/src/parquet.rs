@@ -56,6 +56,7 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
 
 use crate::columns::{Cell, Column, ColumnBuilder, ColumnData, ColumnOptions, Columns, ColumnsError, NO_TIMESTAMP};
 use crate::export::{note_no_schema, note_read_error};
@@ -214,7 +215,9 @@ pub fn records_to_parquet<W: Write + Send>(
         if sinks.iter().any(|s| s.builder.record() == name) {
             continue;
         }
-        let builder = ColumnBuilder::new(reader, &name, &column_options)?.with_chunk_rows(options.row_group_rows);
+        let builder = ColumnBuilder::new(reader, &name, &column_options)?
+            .with_chunk_rows(options.row_group_rows)
+            .with_chunk_values(options.row_group_values);
         sinks.push(RecordSink::new(builder, out, options));
     }
     let records = reader.records();
@@ -333,14 +336,23 @@ impl<W: Write + Send> RecordSink<W> {
         };
         let mut metadata = vec![KeyValue::new("rtloop.record".to_string(), record.clone())];
         metadata.extend(self.options.metadata.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())));
-        let properties = WriterProperties::builder()
+        let mut properties = WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::default()))
             // Row groups are ours: one per chunk, flushed explicitly.
             .set_max_row_group_row_count(None)
             .set_max_row_group_bytes(None)
+            // Dictionaries for text only (enum names, robot, run): a dictionary per numeric
+            // column held each column's distinct values until it gave up, 1 MiB per column —
+            // more memory than the row group itself — where zstd already packs repeats.
+            .set_dictionary_enabled(false)
             .set_created_by(format!("rtloop {}", env!("CARGO_PKG_VERSION")))
-            .set_key_value_metadata(Some(metadata))
-            .build();
+            .set_key_value_metadata(Some(metadata));
+        for field in layout.schema.fields() {
+            if matches!(field.data_type(), DataType::Utf8 | DataType::Binary) {
+                properties = properties.set_column_dictionary_enabled(ColumnPath::new(vec![field.name().clone()]), true);
+            }
+        }
+        let properties = properties.build();
         let writer =
             ArrowWriter::try_new(out, layout.schema.clone(), Some(properties)).map_err(|e| encode_error(&record, e))?;
         self.stats.columns = layout.columns.len();
