@@ -247,6 +247,19 @@ fn a_dataset_spans_robots_and_runs_and_skips_what_is_not_a_log() {
         assert_eq!(std::fs::read_dir(clean.join(record)).unwrap().count(), 2, "{record}");
     }
     assert_eq!(strings(&clean.join("event/run2.parquet"), "robot"), [Some("quad".to_string())]);
+    // A dataset inside the directory it reads, made again with --force: the earlier dataset
+    // is not read as logs (by any spelling of its path).
+    let alpha = logs.join("alpha");
+    let inside = alpha.join("ds");
+    for (force, spelled) in [(false, inside.clone()), (true, alpha.join(".").join("ds"))] {
+        let mut args = vec!["log", "export", "--dataset", s(&alpha), "--parquet", s(&spelled), "--json"];
+        if force {
+            args.push("--force");
+        }
+        let o = rtloop(&args);
+        assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+        assert_eq!(last_json(&o)["exported"], 2);
+    }
 }
 
 #[test]

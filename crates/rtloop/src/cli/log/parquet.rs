@@ -131,10 +131,11 @@ pub(super) fn export_parquet(
             return Err(ExportFailed { message: e.to_string(), report });
         }
         let summary = format!(
-            "{}: {} rows of record '{record}' in {} row groups, {} bytes",
+            "{}: {} rows of record '{record}' in {} row group{}, {} bytes",
             out.display(),
             stats.rows,
             stats.row_groups,
+            if stats.row_groups == 1 { "" } else { "s" },
             stats.bytes
         );
         return Ok(ExportDone { summary, report });
@@ -213,6 +214,9 @@ fn check_robot(robot: &str) -> Result<(), String> {
 /// later, by name, as not a log. A path that does not exist is a mistake on the command
 /// line.
 fn dataset_logs(paths: &[std::path::PathBuf], skip: &Path) -> Result<Vec<std::path::PathBuf>, String> {
+    // The output (an earlier export being replaced) by any spelling of its path.
+    let skip = std::fs::canonicalize(skip).unwrap_or_else(|_| skip.to_path_buf());
+    let skip = skip.as_path();
     fn walk(dir: &Path, skip: &Path, depth: usize, out: &mut Vec<std::path::PathBuf>) -> Result<(), String> {
         let cannot = |e: std::io::Error| format!("cannot read the directory {}: {e}", dir.display());
         let mut entries: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
@@ -223,11 +227,9 @@ fn dataset_logs(paths: &[std::path::PathBuf], skip: &Path) -> Result<Vec<std::pa
             .collect();
         entries.sort();
         for path in entries {
-            if path == skip {
-                continue;
-            }
             // Links followed (a directory of links to logs), loops bounded by the depth.
             match std::fs::metadata(&path) {
+                Ok(m) if m.is_dir() && std::fs::canonicalize(&path).is_ok_and(|p| p == skip) => {}
                 Ok(m) if m.is_dir() && depth < MAX_DATASET_DEPTH => walk(&path, skip, depth + 1, out)?,
                 Ok(m) if m.is_dir() => {}
                 _ => out.push(path),
