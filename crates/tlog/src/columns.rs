@@ -40,7 +40,9 @@
 //! claiming 2^60 items is refused before anything is reserved; the values a record may set
 //! up are capped at [`MAX_NODES`]; reserving ahead is a capped guess that may fail without
 //! harm), or touch anything but the reader it is given (no files of its own, no printing).
-//! Memory is that of the table asked for: columns × rows.
+//! Memory is that of the table asked for: columns × rows — or of one chunk of rows, read
+//! with [`read_chunks`] or a [`ColumnBuilder`] (what the Parquet export writes a row group
+//! at a time with; chunks concatenated are the whole read).
 
 use std::collections::HashMap;
 use std::fmt;

@@ -481,6 +481,39 @@ fn a_record_wider_than_the_staging_block_reads_as_the_reference() {
     let got = assert_agrees(&reader, "x", &ColumnOptions::default()).unwrap();
     assert_eq!((got.rows(), got.columns.len()), (150, 4999 + 1));
     assert!(matches!(got.get("u").unwrap().data, ColumnData::F64(_)));
+    // In chunks too: across staging blocks, past the staged columns, widening mid-chunk.
+    for rows in [7, 63, 64, 65, 149] {
+        for mask_floats in [false, true] {
+            assert_chunks_agree(&reader, "x", &ColumnOptions { mask_floats, ..ColumnOptions::default() }, rows)
+                .unwrap();
+        }
+    }
+}
+
+#[test]
+fn long_reads_in_chunks_across_staging_blocks_are_the_whole_read() {
+    // More rows than several staging blocks (64 rows), chunk sizes on and off their edges,
+    // arrays that grow and shrink, optional values, untimed items.
+    let samples: Vec<Sample> = (0..700u32)
+        .map(|i| Sample {
+            count: i,
+            value: f64::from(i) / 3.0,
+            flag: i % 3 == 0,
+            maybe: (i % 5 != 0).then_some(f64::from(i)),
+            name: format!("n{}", i % 7),
+            joints: (0..(i % 4) as u8).map(|id| Joint { id, position: f32::from(id), fault: None }).collect(),
+            named: (0..(i % 3)).map(|k| (format!("k{k}"), k as i16)).collect(),
+            ..Sample::default()
+        })
+        .collect();
+    let untimed: Vec<bool> = (0..700).map(|i| i % 97 == 0).collect();
+    let reader = FileReader::from_bytes(sample_log(&samples, &untimed, WriterOptions::default())).unwrap();
+    for rows in [1, 63, 64, 65, 128, 200, 699, 700, 10_000] {
+        for mask_floats in [false, true] {
+            let options = ColumnOptions { mask_floats, enum_names: rows % 2 == 0, ..ColumnOptions::default() };
+            assert_chunks_agree(&reader, "sample", &options, rows).unwrap();
+        }
+    }
 }
 
 /// Record "x" of `schema` with one item per payload, read with the default options.

@@ -89,7 +89,7 @@ fn cycle(i: u64, servos: usize) -> Cycle {
         index: i,
         cycle_us: 250.0 + i as f64 / 8.0,
         torque: -(i as f32) / 4.0,
-        delta: -(i as i16) * 300,
+        delta: (i as i16).wrapping_mul(-300),
         ok: i.is_multiple_of(3),
         label: format!("l{i}"),
         mode: if i.is_multiple_of(2) { Mode::Stopped } else { Mode::Position },
@@ -275,6 +275,20 @@ fn every_cell_is_the_csv_cell_nulls_where_a_row_lacks_the_value() {
     assert_eq!(table.csv_cells("servo.2.position")[1], "");
     assert_eq!(table.csv_cells("servo.0.age")[1], "");
     assert_eq!(table.csv_cells("mode")[..2], ["Stopped".to_string(), "Position".to_string()]);
+}
+
+#[test]
+fn long_tables_over_many_row_groups_are_the_csv() {
+    // Row groups across the column reader's staging blocks (64 rows), not on their edges.
+    let bytes = log(400, |i| if i == 0 { 3 } else { 1 + i as usize % 3 });
+    let (stats, table) = export(&bytes, "cycle", &ParquetOptions { row_group_rows: 70, ..ParquetOptions::default() });
+    assert_eq!(table.row_groups, vec![70, 70, 70, 70, 70, 50]);
+    assert!(stats.problems.is_empty(), "{:?}", stats.problems);
+    let (header, rows, _) = csv(&bytes, "cycle");
+    for (i, name) in header.iter().enumerate() {
+        let want: Vec<String> = rows.iter().map(|r| r[i].clone()).collect();
+        assert_eq!(table.csv_cells(name), want, "column {name}");
+    }
 }
 
 #[test]
