@@ -497,7 +497,7 @@ impl NativeLog {
         enum_names: bool,
     ) -> PyResult<(Vec<String>, Vec<Py<PyAny>>, Py<PyAny>, Py<PyAny>, Vec<String>)> {
         let reader = self.reader()?;
-        let options = ColumnOptions { from_us, to_us, fields, enum_names };
+        let options = ColumnOptions { from_us, to_us, fields, enum_names, ..ColumnOptions::default() };
         let output = py.detach(|| columns::read(&reader, name, &options)).map_err(|e| match e {
             ColumnsError::NoRecord { .. } => unknown_record(&reader, name),
             ColumnsError::SchemaUnreadable { offset, error, .. } => TlogError::new_err(format!(

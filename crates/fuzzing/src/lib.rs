@@ -368,7 +368,9 @@ pub fn tlog_reader(data: &[u8]) {
 }
 
 /// The column reader (`tlog::columns::read`, behind `rtloop.tlog`'s `read`) on every record
-/// of a log, with the default options, enum names with `fields`, and a time window. The
+/// of a log, with the default options, enum names with `fields`, and a time window; and in
+/// chunks of two rows (`read_chunks`, behind the Parquet export), which must give the same
+/// rows. The
 /// input is a log when it starts with `TLOG0003`; otherwise it is the schema and payloads
 /// of one record, written into a log here (see [`raw_record_log`]), so that the fuzzer
 /// reaches the decoder without having to forge CRCs. Whatever is read must be a
@@ -387,6 +389,15 @@ pub fn tlog_columns(data: &[u8]) {
         ColumnOptions { from_us: first_us.map(|t| t.saturating_add(1)), to_us: Some(i64::MAX), ..Default::default() };
     let named = ColumnOptions { enum_names: true, fields: Some(vec!["*".into(), "?".into()]), ..Default::default() };
     for name in &names {
+        // Read in chunks of two rows, the rows and their timestamps are the whole read's.
+        if let Ok(whole) = columns::read(&reader, name, &ColumnOptions::default()) {
+            let chunks = columns::read_chunks(&reader, name, &ColumnOptions::default(), 2)
+                .and_then(|chunks| chunks.collect::<Result<Vec<_>, _>>())
+                .expect("the chunks of a record that reads whole read too");
+            let stamps: Vec<i64> = chunks.iter().flat_map(|c| c.timestamps_us.iter().copied()).collect();
+            assert_eq!(stamps, whole.timestamps_us, "chunks of '{name}'");
+            assert!(chunks.iter().all(|c| c.rows() <= 2));
+        }
         for options in [ColumnOptions::default(), named.clone(), window.clone()] {
             match columns::read(&reader, name, &options) {
                 Ok(got) => check_columns(&reader, name, &options, &got),

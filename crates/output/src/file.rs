@@ -64,6 +64,9 @@ pub enum OutputError {
     Dash,
     /// The directory the destination would go in does not exist (or is not a directory).
     NoDirectory { dest: PathBuf, dir: PathBuf },
+    /// The destination of an output directory exists and cannot be replaced: it is not a
+    /// directory holding only an earlier export's files (`why` says what it is or holds).
+    NotAnExport { dest: PathBuf, why: String },
     /// The file system refused.
     Io { dest: PathBuf, error: io::Error },
 }
@@ -99,6 +102,12 @@ impl fmt::Display for OutputError {
                 "cannot create {}: the directory {} does not exist; create it or choose another path",
                 dest.display(),
                 dir.display()
+            ),
+            OutputError::NotAnExport { dest, why } => write!(
+                f,
+                "{} {why}: an export replaces only a directory of an earlier export's files (even with --force); give \
+                 a new directory",
+                dest.display()
             ),
             OutputError::Io { dest, error } => write!(f, "cannot write {}: {error}", dest.display()),
         }

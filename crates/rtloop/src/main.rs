@@ -64,6 +64,12 @@ enum Command {
     Lab(lab::cli::LabCommand),
 }
 
+/// The exit status of `rtloop log export`.
+const EXPORT_EXIT_STATUS: &str = "Exit status: 0 when the output was written (damage met in a log is \
+reported on stderr and in --json, and left out); 1 when a --dataset export was written but skipped a file \
+that is not a readable log, or left out damaged parts of a log; 2 when nothing was written (a mistake on \
+the command line, an output that exists without --force, a record without items).";
+
 /// The exit status of `rtloop servo` and `rtloop can`.
 const DEVICE_EXIT_STATUS: &str = "Exit status: 0 when every expected reply arrived; 1 when the command ran \
 but a reply was missing or a bus failed (stderr says which, and what the device said if it refused a frame), \
@@ -94,17 +100,33 @@ enum LogCommand {
         #[arg(long, allow_negative_numbers = true)]
         to: Option<f64>,
     },
-    /// Flatten a record to CSV, or every record to MCAP (Foxglove, PlotJuggler).
+    /// Flatten a record to CSV, every record to MCAP (Foxglove, PlotJuggler), or records to
+    /// Parquet tables (DuckDB, pandas, Polars) — of one log, or of many as one dataset.
+    #[command(after_help = EXPORT_EXIT_STATUS)]
     Export {
-        /// The log.
-        file: std::path::PathBuf,
+        /// The log (with --dataset: logs, and directories searched for logs).
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<std::path::PathBuf>,
         /// Write CSV here (one row per item of the record).
         #[arg(long, value_name = "OUT")]
         csv: Option<std::path::PathBuf>,
         /// Write MCAP here (one channel per record, JSON messages with a JSON schema).
         #[arg(long, value_name = "OUT")]
         mcap: Option<std::path::PathBuf>,
-        /// The record for CSV (default: `cycle`, or the only record).
+        /// Write Parquet here: OUT.parquet holds one record (--record, or as for CSV); any
+        /// other OUT is a new directory of <record>.parquet, one per record (with --dataset,
+        /// OUT/<record>/<run>.parquet).
+        #[arg(long, value_name = "OUT")]
+        parquet: Option<std::path::PathBuf>,
+        /// Export every log given (and every file under each directory given) into one
+        /// Parquet dataset, with `robot` and `run` columns.
+        #[arg(long)]
+        dataset: bool,
+        /// The dataset's robot column (default: the name of each log's directory).
+        #[arg(long, value_name = "NAME")]
+        robot: Option<String>,
+        /// The record for CSV and a .parquet file (default: `cycle`, or the only record);
+        /// for a Parquet directory or dataset, only this record (default: all).
         #[arg(long)]
         record: Option<String>,
         /// Replace the output if it exists (never the log itself).
@@ -956,8 +978,19 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                     drop(out);
                     ("dump", outcome)
                 }
-                LogCommand::Export { file, csv, mcap, record, force, json } => {
-                    ("export", log_cmd::export(&file, csv.as_deref(), mcap.as_deref(), record.as_deref(), force, json)?)
+                LogCommand::Export { files, csv, mcap, parquet, dataset, robot, record, force, json } => {
+                    let request = log_cmd::ExportRequest {
+                        files: &files,
+                        csv: csv.as_deref(),
+                        mcap: mcap.as_deref(),
+                        parquet: parquet.as_deref(),
+                        dataset,
+                        robot: robot.as_deref(),
+                        record: record.as_deref(),
+                        force,
+                        json,
+                    };
+                    ("export", log_cmd::export(&request)?)
                 }
                 LogCommand::Serve { file, foxglove, speed, start, end, looping, exit_at_end, allow_remote, json } => {
                     let opts = log_cmd::ServeArgs { foxglove, speed, start, end, looping, exit_at_end, allow_remote };
@@ -972,6 +1005,11 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             }
             if !outcome.text.is_empty() {
                 console::line(&outcome.text)?;
+            }
+            if let (Some(incomplete), None) = (&outcome.incomplete, &outcome.failure) {
+                // Done, but something was left out (a dataset skipped a file): exit 1.
+                console::note(format!("rtloop log {what}: {incomplete}"));
+                std::process::exit(1);
             }
             // A failure that still printed its report (export --json): exit 2 all the same.
             outcome.failure.map_or(Ok(()), Err)

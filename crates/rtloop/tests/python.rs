@@ -21,7 +21,8 @@ use support::*;
 /// client, python-snappy for mjlib's reader when `RTLOOP_MJLIB` names a checkout, vermin to
 /// check that the pure-Python side runs on the oldest Python the wheel claims (3.9),
 /// eclipse-zenoh for `rtloop run --zenoh` (1.10.2: the protocol of the `zenoh` crate rtloop
-/// uses), websockets and jsonschema for the Foxglove client of `test_foxglove.py`.
+/// uses), websockets and jsonschema for the Foxglove client of `test_foxglove.py`, duckdb to
+/// query what `rtloop log export --parquet` writes (test_parquet.py).
 const PACKAGES: &[&str] = &[
     "pytest==9.2.0",
     "numpy==2.4.6",
@@ -32,6 +33,7 @@ const PACKAGES: &[&str] = &[
     "eclipse-zenoh==1.10.2",
     "websockets==17.4",
     "jsonschema==4.26.0",
+    "duckdb==2.0.0",
 ];
 
 fn repo_root() -> &'static Path {

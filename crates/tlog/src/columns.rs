@@ -40,7 +40,9 @@
 //! claiming 2^60 items is refused before anything is reserved; the values a record may set
 //! up are capped at [`MAX_NODES`]; reserving ahead is a capped guess that may fail without
 //! harm), or touch anything but the reader it is given (no files of its own, no printing).
-//! Memory is that of the table asked for: columns × rows.
+//! Memory is that of the table asked for: columns × rows — or of one chunk of rows, read
+//! with [`read_chunks`] or a [`ColumnBuilder`] (what the Parquet export writes a row group
+//! at a time with; chunks concatenated are the whole read).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -96,6 +98,10 @@ pub struct ColumnOptions {
     /// Enums as their item name (an `Obj` column of strings; a value the schema does not
     /// name stays its integer) rather than their integer (`U64`).
     pub enum_names: bool,
+    /// Mark the missing rows of float columns in [`Column::missing`] too (they hold NaN
+    /// either way), so that a NaN the log holds and a value the row lacks can be told apart:
+    /// what a table with nulls (Parquet) needs, and numpy does not.
+    pub mask_floats: bool,
 }
 
 /// A record read into columns.
@@ -108,6 +114,9 @@ pub struct Columns {
     /// One per row: the item's timestamp in µs since the epoch, [`NO_TIMESTAMP`] for an item
     /// without one.
     pub timestamps_us: Vec<i64>,
+    /// One per row: the byte offset of the item's data block in the log (where to look, or
+    /// what to name in a message about that row).
+    pub item_offsets: Vec<u64>,
     /// What was met and skipped: corrupt blocks, the cut at the end, a schema that does not
     /// parse (another block of the same name), items that do not decode — counted per kind
     /// with the byte offsets of the first and last.
@@ -136,8 +145,9 @@ pub struct Column {
     pub name: String,
     pub data: ColumnData,
     /// Which rows have no value, for `Bool`, `I64` and `U64` data (whose missing rows hold
-    /// `false` or 0); `None` when every row has one, and always `None` for the other kinds
-    /// (whose missing rows are NaN or [`Cell::None`]).
+    /// `false` or 0), and for `F32` and `F64` data when [`ColumnOptions::mask_floats`] asks
+    /// (their missing rows are NaN); `None` when every row has one, and always `None` for
+    /// `Obj` and `Null` data (whose missing rows are [`Cell::None`], or all of them).
     pub missing: Option<Vec<bool>>,
 }
 
@@ -421,14 +431,17 @@ struct Buffer {
     data: Data,
     /// Rows in `data` (missing ones included).
     len: usize,
-    /// Which rows have no value, for storages without NaN (created on the first such row).
+    /// Which rows have no value, for storages without NaN, and for floats when
+    /// `mask_floats` (created on the first such row).
     missing: Option<Vec<bool>>,
+    /// Floats keep a mask of their missing rows too ([`ColumnOptions::mask_floats`]).
+    mask_floats: bool,
 }
 
 impl Buffer {
     /// A column of `kind` (the schema's); `rows` earlier rows without a value in it.
-    fn new(name: String, key: Vec<u32>, rows: usize, kind: Kind) -> Self {
-        let mut column = Buffer { name, key, data: Data::Null, len: rows, missing: None };
+    fn new(name: String, key: Vec<u32>, rows: usize, kind: Kind, mask_floats: bool) -> Self {
+        let mut column = Buffer { name, key, data: Data::Null, len: rows, missing: None, mask_floats };
         // Typed from the start, so that a read of no rows still has the schema's types.
         column.convert(kind);
         column
@@ -516,11 +529,11 @@ impl Buffer {
             Data::Null => false,
             Data::F64(v) => {
                 v.push(f64::NAN);
-                false
+                self.mask_floats
             }
             Data::F32(v) => {
                 v.push(f32::NAN);
-                false
+                self.mask_floats
             }
             Data::Obj(v) => {
                 v.push(Cell::None);
@@ -582,6 +595,11 @@ impl Buffer {
         if all_missing && matches!(target, Kind::Bool | Kind::I64 | Kind::U64) && len > 0 {
             self.missing = Some(vec![true; len]);
         }
+        if self.mask_floats && matches!(target, Kind::F64 | Kind::F32) {
+            // The rows missing before are missing still (the mask of an integer column
+            // marks the very rows its conversion made NaN).
+            self.missing = if all_missing && len > 0 { Some(vec![true; len]) } else { missing };
+        }
     }
 
     /// Forget the rows from `row` on (an item that failed to decode half way).
@@ -618,10 +636,14 @@ impl Buffer {
         };
     }
 
-    /// The finished column, as [`read`] returns it.
-    fn into_column(self) -> Column {
-        let data = match self.data {
-            Data::Null => ColumnData::Null(self.len),
+    /// The rows filled so far as a finished column (as [`read`] returns it), leaving this
+    /// one empty, of the same storage, for the next chunk.
+    fn take(&mut self) -> Column {
+        let kind = self.kind();
+        let len = std::mem::take(&mut self.len);
+        let missing = self.missing.take();
+        let data = match std::mem::replace(&mut self.data, Data::Null) {
+            Data::Null => ColumnData::Null(len),
             Data::Bool(v) => ColumnData::Bool(v),
             Data::I64(v) => ColumnData::I64(v),
             Data::U64(v) => ColumnData::U64(v),
@@ -629,7 +651,9 @@ impl Buffer {
             Data::F64(v) => ColumnData::F64(v),
             Data::Obj(v) => ColumnData::Obj(v),
         };
-        Column { name: self.name, data, missing: self.missing }
+        // No rows: an empty vector of the same kind, no mask.
+        self.convert(kind);
+        Column { name: self.name.clone(), data, missing }
     }
 }
 
@@ -729,12 +753,15 @@ struct Table {
     /// Values dropped because a column of the same name already had one in that row
     /// (dotted names that collide in a foreign log).
     collisions: u64,
+    /// Floats keep a mask of their missing rows ([`ColumnOptions::mask_floats`]).
+    mask_floats: bool,
 }
 
 impl Table {
     /// No columns yet; `selector` is `fields` (None: keep every column).
-    fn new(selector: Option<Selector>) -> Self {
+    fn new(selector: Option<Selector>, mask_floats: bool) -> Self {
         Table {
+            mask_floats,
             cols: Vec::new(),
             hot: Vec::new(),
             block: Vec::new(),
@@ -782,7 +809,7 @@ impl Table {
         }
         let i = self.cols.len();
         self.by_name.insert(name.clone(), i);
-        self.cols.push(Buffer::new(name, key, self.row, kind));
+        self.cols.push(Buffer::new(name, key, self.row, kind, self.mask_floats));
         // Not staged until the next block: the block has no room for it.
         self.hot.push(Hot { filled: self.row, start: 0, staged: 0, staging: Kind::Null });
         Ok(i)
@@ -923,15 +950,33 @@ impl Table {
         self.written = 0;
     }
 
-    /// Every column with all its values, in schema order.
-    fn finish(mut self) -> (Vec<Buffer>, Self) {
+    /// Every column with the rows completed so far, in schema order; the table keeps its
+    /// columns (empty, with their storage) and starts again at row 0. Called between rows.
+    fn take(&mut self) -> Vec<Column> {
         for col in 0..self.cols.len() {
             self.flush(col);
         }
-        let mut cols = std::mem::take(&mut self.cols);
+        let mut order: Vec<usize> = (0..self.cols.len()).collect();
         // Stable: leaves sharing a key keep their first-seen order.
-        cols.sort_by(|a, b| a.key.cmp(&b.key));
-        (cols, self)
+        order.sort_by(|&a, &b| {
+            let key = |i: usize| self.cols.get(i).map(|c| c.key.as_slice());
+            key(a).cmp(&key(b))
+        });
+        let columns = order.iter().filter_map(|&i| self.cols.get_mut(i).map(Buffer::take)).collect();
+        self.row = 0;
+        self.block_start = 0;
+        self.written = 0;
+        self.expected_rows = None;
+        let width = self.width;
+        for (col, (column, hot)) in self.cols.iter().zip(&mut self.hot).enumerate() {
+            *hot = Hot {
+                filled: 0,
+                start: 0,
+                staged: 0,
+                staging: if col < width { column.stageable() } else { Kind::Null },
+            };
+        }
+        columns
     }
 }
 
@@ -1407,53 +1452,144 @@ fn decode(
 // ---------------------------------------------------------------------------------------
 // Reading a record into columns
 
-/// Read record `record` of `reader` into columns: every item the reader yields for it
-/// (within [`ColumnOptions::from_us`] and [`ColumnOptions::to_us`]) that decodes is one row;
-/// see the module docs for names, types and damage.
+/// Builds one record's columns from items handed to it, a chunk of rows at a time: what
+/// [`read`] and [`read_chunks`] walk a log with, and what a caller that walks the log itself
+/// (one pass feeding several records, as the Parquet export does) uses directly.
 ///
-/// Errors ([`ColumnsError`]) are only for what makes the whole read impossible; a corrupt
-/// block, a cut or an item that does not decode is counted in [`Columns::problems`] and the
-/// read goes on. Several records of one name (a log registering a name twice) are read
-/// together, each item by its own schema.
-pub fn read(reader: &FileReader, record: &str, options: &ColumnOptions) -> Result<Columns, ColumnsError> {
-    let name = record;
-    let Some(info) = reader.record(name) else {
-        return Err(ColumnsError::NoRecord { record: name.to_string() });
-    };
-    if info.schema.is_none() {
-        return Err(ColumnsError::SchemaUnreadable {
-            record: name.to_string(),
-            offset: info.schema_offset,
-            error: info.schema_error.unwrap_or_else(|| "unknown error".to_string()),
-        });
-    }
-    let (from_us, to_us, fields) = (options.from_us, options.to_us, options.fields.as_deref());
-    let options = Options { enum_names: options.enum_names };
-    let records = reader.records();
-    let mut columns = Table::new(fields.map(Selector::new));
-    let mut plans: HashMap<u64, Option<Vec<Op>>> = HashMap::new();
-    let mut problems = Problems::default();
-    let mut timestamps_us = Vec::new();
-    for record in records.iter().filter(|r| r.name == name) {
-        if let Some(error) = &record.schema_error {
-            problems.schema_unreadable(record.id, &record.name, record.schema_offset, error);
-        }
-    }
-    let mut first_offset: Option<u64> = None;
-    let filter = ItemFilter { record: Some(name.to_string()), from_us, to_us };
-    for item in reader.items(filter) {
-        let item = match item {
-            Ok(item) => item,
-            Err(error) => {
-                note_read_error(&mut problems, &error);
-                continue;
-            }
+/// Feed it items with [`push`](Self::push) (items of other records are ignored) and reader
+/// errors with [`note_read_error`](Self::note_read_error); [`take`](Self::take) returns the
+/// rows completed so far and starts the next chunk, with the columns, their storage and the
+/// decoder kept. Memory is that of the rows not yet taken. Chunks concatenated are what one
+/// [`read`] gives (a column that first appears in a later chunk has no rows in the earlier
+/// ones; one that widened in a later chunk has its earlier rows in the narrower storage).
+pub struct ColumnBuilder {
+    name: String,
+    /// The log's records of this name (a log may register a name twice).
+    records: Vec<crate::reader::RecordInfo>,
+    options: Options,
+    fields: Option<Vec<String>>,
+    table: Table,
+    /// The decoder of each record id met (None: its schema does not parse).
+    plans: HashMap<u64, Option<Vec<Op>>>,
+    problems: Problems,
+    timestamps_us: Vec<i64>,
+    item_offsets: Vec<u64>,
+    /// Collisions already handed out with earlier chunks.
+    collisions_taken: u64,
+    /// Offset of the chunk's first item, for the guess of how many rows to reserve.
+    chunk_first_offset: Option<u64>,
+    /// Reserve column memory ahead (not when the read stops at a time bound).
+    reserve: bool,
+    /// Most rows a chunk is expected to hold (the caller's chunk size): caps the reservation.
+    chunk_rows: usize,
+    /// Most values (rows × columns) a chunk is expected to hold: caps the reservation too.
+    chunk_values: usize,
+    file_len: u64,
+    /// Rows decoded in all chunks.
+    rows_total: u64,
+}
+
+impl ColumnBuilder {
+    /// A builder of record `record` of `reader`'s columns. Errors: no such record, or its
+    /// (first) schema does not parse; other schemas of the same name that do not parse are
+    /// problems counted in the first chunk.
+    pub fn new(reader: &FileReader, record: &str, options: &ColumnOptions) -> Result<Self, ColumnsError> {
+        let name = record;
+        let Some(info) = reader.record(name) else {
+            return Err(ColumnsError::NoRecord { record: name.to_string() });
         };
-        if let std::collections::hash_map::Entry::Vacant(entry) = plans.entry(item.record_id) {
-            let plan = match records.iter().find(|r| r.id == item.record_id).and_then(|r| r.schema.as_ref()) {
+        if info.schema.is_none() {
+            return Err(ColumnsError::SchemaUnreadable {
+                record: name.to_string(),
+                offset: info.schema_offset,
+                error: info.schema_error.unwrap_or_else(|| "unknown error".to_string()),
+            });
+        }
+        let records: Vec<_> = reader.records().into_iter().filter(|r| r.name == name).collect();
+        let mut problems = Problems::default();
+        for record in &records {
+            if let Some(error) = &record.schema_error {
+                problems.schema_unreadable(record.id, &record.name, record.schema_offset, error);
+            }
+        }
+        let fields = options.fields.clone();
+        Ok(ColumnBuilder {
+            name: name.to_string(),
+            records,
+            options: Options { enum_names: options.enum_names },
+            table: Table::new(fields.as_deref().map(Selector::new), options.mask_floats),
+            fields,
+            plans: HashMap::new(),
+            problems,
+            timestamps_us: Vec::new(),
+            item_offsets: Vec::new(),
+            collisions_taken: 0,
+            chunk_first_offset: None,
+            reserve: options.to_us.is_none(),
+            chunk_rows: usize::MAX,
+            chunk_values: usize::MAX,
+            file_len: reader.len(),
+            rows_total: 0,
+        })
+    }
+
+    /// Expect chunks of about `rows` rows: column memory is reserved for no more.
+    pub fn with_chunk_rows(mut self, rows: usize) -> Self {
+        self.chunk_rows = rows.max(1);
+        self
+    }
+
+    /// Expect chunks of about `values` values (rows × columns): column memory is reserved
+    /// for no more.
+    pub fn with_chunk_values(mut self, values: usize) -> Self {
+        self.chunk_values = values.max(1);
+        self
+    }
+
+    /// The record's name.
+    pub fn record(&self) -> &str {
+        &self.name
+    }
+
+    /// The id of the record (the first, when the log registers its name twice).
+    pub fn record_id(&self) -> Option<u64> {
+        self.records.first().map(|r| r.id)
+    }
+
+    /// Whether items of record id `id` are this record's.
+    pub fn wants(&self, id: u64) -> bool {
+        self.records.iter().any(|r| r.id == id)
+    }
+
+    /// Rows completed and not taken yet.
+    pub fn rows(&self) -> usize {
+        self.table.row
+    }
+
+    /// Columns so far (a record with arrays or maps grows them as items show new indices
+    /// and keys).
+    pub fn columns(&self) -> usize {
+        self.table.cols.len()
+    }
+
+    /// Count a reader error (a corrupt block, or the cut at the end) with the damage.
+    pub fn note_read_error(&mut self, error: &Error) {
+        note_read_error(&mut self.problems, error);
+    }
+
+    /// Decode one item into the next row (an item of another record is ignored). An item
+    /// that does not decode is counted in the problems and makes no row; the only errors
+    /// are those that make the whole read impossible (a record too large for columns).
+    pub fn push(&mut self, item: &crate::reader::Item) -> Result<(), ColumnsError> {
+        if !self.wants(item.record_id) {
+            return Ok(());
+        }
+        let name = self.name.as_str();
+        if let std::collections::hash_map::Entry::Vacant(entry) = self.plans.entry(item.record_id) {
+            let plan = match self.records.iter().find(|r| r.id == item.record_id).and_then(|r| r.schema.as_ref()) {
                 Some(schema) => {
                     let mut steps = Vec::new();
-                    compile(schema, "", &[], false, &mut columns, options, &mut steps)
+                    compile(schema, "", &[], false, &mut self.table, self.options, &mut steps)
                         .map_err(|e| e.for_record(name))?;
                     Some(steps)
                 }
@@ -1461,65 +1597,174 @@ pub fn read(reader: &FileReader, record: &str, options: &ColumnOptions) -> Resul
             };
             entry.insert(plan);
         }
-        let Some(Some(plan)) = plans.get_mut(&item.record_id) else {
-            problems.data_without_readable_schema(item.record_id);
-            continue;
+        let Some(Some(plan)) = self.plans.get_mut(&item.record_id) else {
+            if let Some(record) = self.records.iter().find(|r| r.id == item.record_id) {
+                // Noted again in case an earlier chunk took the first note away.
+                let what = record.schema_error.as_deref().unwrap_or("unknown error");
+                self.problems.schema_unreadable(record.id, &record.name, record.schema_offset, what);
+            }
+            self.problems.data_without_readable_schema(item.record_id);
+            return Ok(());
         };
-        if columns.row == BLOCK_ROWS && to_us.is_none() {
+        let columns = &mut self.table;
+        if columns.row == BLOCK_ROWS && self.reserve {
             // Rows per byte of file so far, times the bytes left: reserving the columns once
             // spares the copies of growing them (a guess; capped, and only ever reserved).
-            let first = *first_offset.get_or_insert(item.offset);
+            let first = *self.chunk_first_offset.get_or_insert(item.offset);
             let walked = item.offset.saturating_sub(first).max(1);
-            let total = reader.len().saturating_sub(first);
+            let total = self.file_len.saturating_sub(first);
             let guess = (BLOCK_ROWS as u64).saturating_mul(total) / walked;
-            columns.expected_rows = Some(usize::try_from(guess.min(MAX_RESERVED_ROWS)).unwrap_or(0) + BLOCK_ROWS);
+            let chunk_rows = self.chunk_rows.min(self.chunk_values / columns.cols.len().max(1));
+            let cap = MAX_RESERVED_ROWS.min(u64::try_from(chunk_rows).unwrap_or(u64::MAX));
+            columns.expected_rows = Some(usize::try_from(guess.min(cap)).unwrap_or(0) + BLOCK_ROWS);
         }
-        first_offset.get_or_insert(item.offset);
+        self.chunk_first_offset.get_or_insert(item.offset);
         let mut payload = Payload::new(&item.data);
-        match decode(plan, &mut payload, &mut columns, options).map_err(|e| *e) {
+        match decode(plan, &mut payload, columns, self.options).map_err(|e| *e) {
             Ok(()) => {
                 columns.finish_row();
                 // Items without a timestamp stay visible as such (numpy's NaT).
-                timestamps_us.push(item.timestamp_us.unwrap_or(NO_TIMESTAMP));
+                self.timestamps_us.push(item.timestamp_us.unwrap_or(NO_TIMESTAMP));
+                self.item_offsets.push(item.offset);
+                self.rows_total += 1;
             }
             Err(DecodeError::Bad(e)) => {
                 columns.abandon_row();
-                problems.note(ProblemKind::Undecodable, Some(item.record_id), Some(name), item.offset, || {
+                self.problems.note(ProblemKind::Undecodable, Some(item.record_id), Some(name), item.offset, || {
                     format!("payload of record '{name}' does not decode: {e}")
                 });
             }
             Err(DecodeError::Limit(e)) => return Err(e.for_record(name)),
         }
+        Ok(())
     }
-    if plans.is_empty() {
-        // No item: the record's fixed columns still come back, empty, with their types.
-        if let Some(schema) = records.iter().find(|r| r.name == name).and_then(|r| r.schema.as_ref()) {
-            compile(schema, "", &[], false, &mut columns, options, &mut Vec::new()).map_err(|e| e.for_record(name))?;
+
+    /// The rows completed so far, with the problems and collisions met since the last
+    /// chunk; the next chunk starts empty. Before any item was pushed the chunk still has
+    /// the columns the record's schema fixes (no arrays or maps), empty, with their types.
+    pub fn take(&mut self) -> Result<Columns, ColumnsError> {
+        if self.plans.is_empty() && self.table.cols.is_empty() {
+            // No item: the record's fixed columns still come back, empty, with their types.
+            if let Some(schema) = self.records.first().and_then(|r| r.schema.as_ref()) {
+                compile(schema, "", &[], false, &mut self.table, self.options, &mut Vec::new())
+                    .map_err(|e| e.for_record(&self.name))?;
+            }
+        }
+        let collisions = self.table.collisions - self.collisions_taken;
+        self.collisions_taken = self.table.collisions;
+        self.chunk_first_offset = None;
+        Ok(Columns {
+            columns: self.table.take(),
+            timestamps_us: std::mem::take(&mut self.timestamps_us),
+            item_offsets: std::mem::take(&mut self.item_offsets),
+            problems: std::mem::take(&mut self.problems),
+            collisions,
+        })
+    }
+
+    /// Whether the problems or collisions met since the last chunk are worth a chunk of
+    /// their own (at the end of a read, with no rows left).
+    pub fn has_news(&self) -> bool {
+        !self.problems.is_empty() || self.table.collisions != self.collisions_taken
+    }
+
+    /// The last chunk ([`take`](Self::take)), after checking that every
+    /// [`ColumnOptions::fields`] pattern matched a column once an item was read.
+    pub fn finish(&mut self) -> Result<Columns, ColumnsError> {
+        let unmatched: Vec<String> = match (&self.table.selector, &self.fields) {
+            (Some(selector), Some(fields)) if self.rows_total > 0 => fields
+                .iter()
+                .zip(&selector.hits)
+                .filter(|(_, hit)| !**hit)
+                .map(|(pattern, _)| pattern.clone())
+                .collect(),
+            _ => Vec::new(),
+        };
+        if !unmatched.is_empty() {
+            return Err(ColumnsError::NoMatch {
+                record: self.name.clone(),
+                patterns: unmatched,
+                sample: std::mem::take(&mut self.table.seen_sample),
+                columns: self.table.seen,
+            });
+        }
+        self.take()
+    }
+}
+
+/// Read record `record` of `reader` into columns: every item the reader yields for it
+/// (within [`ColumnOptions::from_us`] and [`ColumnOptions::to_us`]) that decodes is one row;
+/// see the module docs for names, types and damage.
+///
+/// Errors ([`ColumnsError`]) are only for what makes the whole read impossible; a corrupt
+/// block, a cut or an item that does not decode is counted in [`Columns::problems`] and the
+/// read goes on. Several records of one name (a log registering a name twice) are read
+/// together, each item by its own schema. Memory is that of the whole table: for a log too
+/// big for that, [`read_chunks`].
+pub fn read(reader: &FileReader, record: &str, options: &ColumnOptions) -> Result<Columns, ColumnsError> {
+    let mut builder = ColumnBuilder::new(reader, record, options)?;
+    let filter = ItemFilter { record: Some(record.to_string()), from_us: options.from_us, to_us: options.to_us };
+    for item in reader.items(filter) {
+        match item {
+            Ok(item) => builder.push(&item)?,
+            Err(error) => builder.note_read_error(&error),
         }
     }
-    let unmatched: Vec<String> = match &columns.selector {
-        Some(selector) if columns.row > 0 => fields
-            .unwrap_or(&[])
-            .iter()
-            .zip(&selector.hits)
-            .filter(|(_, hit)| !**hit)
-            .map(|(pattern, _)| pattern.clone())
-            .collect(),
-        _ => Vec::new(),
-    };
-    if !unmatched.is_empty() {
-        return Err(ColumnsError::NoMatch {
-            record: name.to_string(),
-            patterns: unmatched,
-            sample: columns.seen_sample,
-            columns: columns.seen,
-        });
+    builder.finish()
+}
+
+/// [`read`] a chunk of at most `rows` rows at a time (at least one), so that memory is that
+/// of one chunk, not of the log. Every chunk has rows, except: a record without a row gives
+/// one empty chunk (with its fixed columns, as [`read`]), and damage met after the last full
+/// chunk comes in a last chunk of its own. Each chunk carries the problems and collisions
+/// met while it was read; an error ends the iteration. Chunks concatenated are what [`read`]
+/// gives (see [`ColumnBuilder`]).
+pub fn read_chunks<'r>(
+    reader: &'r FileReader,
+    record: &str,
+    options: &ColumnOptions,
+    rows: usize,
+) -> Result<ColumnChunks<'r>, ColumnsError> {
+    let rows = rows.max(1);
+    let builder = ColumnBuilder::new(reader, record, options)?.with_chunk_rows(rows);
+    let filter = ItemFilter { record: Some(record.to_string()), from_us: options.from_us, to_us: options.to_us };
+    Ok(ColumnChunks { items: reader.items(filter), builder: Some(builder), rows, yielded: false })
+}
+
+/// The chunks of [`read_chunks`].
+pub struct ColumnChunks<'r> {
+    items: crate::reader::Items<'r>,
+    /// None once the last chunk (or an error) was given.
+    builder: Option<ColumnBuilder>,
+    rows: usize,
+    yielded: bool,
+}
+
+impl Iterator for ColumnChunks<'_> {
+    type Item = Result<Columns, ColumnsError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let builder = self.builder.as_mut()?;
+        for item in self.items.by_ref() {
+            match item {
+                Ok(item) => {
+                    if let Err(error) = builder.push(&item) {
+                        self.builder = None;
+                        return Some(Err(error));
+                    }
+                }
+                Err(error) => builder.note_read_error(&error),
+            }
+            if builder.rows() >= self.rows {
+                self.yielded = true;
+                return Some(builder.take());
+            }
+        }
+        let mut builder = self.builder.take()?;
+        if self.yielded && builder.rows() == 0 && !builder.has_news() {
+            // Nothing since the last chunk; only the final check is left.
+            return builder.finish().err().map(Err);
+        }
+        Some(builder.finish())
     }
-    let (cols, columns) = columns.finish();
-    Ok(Columns {
-        columns: cols.into_iter().map(Buffer::into_column).collect(),
-        timestamps_us,
-        problems,
-        collisions: columns.collisions,
-    })
 }

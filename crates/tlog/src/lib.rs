@@ -10,7 +10,9 @@
 //! * [`realtime`] — a wait-free hand-off so the real-time thread never waits on logging (and a
 //!   waiting one for runs without a deadline).
 //! * [`reader`], [`value`], [`export`], [`plot`] — reading, decoding, exporting, plotting.
-//! * [`columns`] — a record read into typed column buffers (what `rtloop.tlog` hands numpy).
+//! * [`columns`] — a record read into typed column buffers (what `rtloop.tlog` hands numpy),
+//!   whole or a chunk at a time.
+//! * `parquet` (the `parquet` feature) — records as Parquet tables, a row group at a time.
 //! * [`survey`] — what a log holds and every kind of damage in it, counted with offsets.
 //!
 //! The log files themselves (writer, reader, exports, plots and their dependencies) are the
@@ -26,6 +28,8 @@ pub mod columns;
 #[cfg(feature = "files")]
 pub mod export;
 pub mod format;
+#[cfg(feature = "parquet")]
+pub mod parquet;
 #[cfg(feature = "files")]
 pub mod plot;
 #[cfg(feature = "files")]

@@ -27,8 +27,10 @@ pub enum ProblemKind {
     SchemaUnreadable,
     /// Items that do not decode against their record's schema.
     Undecodable,
-    /// Items with values the CSV header (taken from the first item) has no column for; the
-    /// row was written without them.
+    /// Items with values the export's columns have no place for: the CSV header is taken
+    /// from the first item, a Parquet file's columns and types from its first row group, so
+    /// a later item with a longer array (or a value of another type) does not fit. The row was
+    /// written without them.
     ValuesWithoutColumn,
 }
 
@@ -118,8 +120,8 @@ impl fmt::Display for Problem {
             ),
             ProblemKind::ValuesWithoutColumn => write!(
                 f,
-                "{} of {record} have values the CSV header has no column for, written without them ({}; the \
-                 first: {})",
+                "{} of {record} have values the export has no column for (its columns are fixed by its first \
+                 rows), written without them ({}; the first: {})",
                 plural(self.count, "item", "items"),
                 span(self),
                 self.what
@@ -203,6 +205,39 @@ impl Problems {
         let key = (ProblemKind::SchemaUnreadable, Some(record_id));
         if let Some(p) = self.index.get(&key).and_then(|&i| self.list.get_mut(i)) {
             p.count += 1;
+        }
+    }
+
+    /// Add the problems of a later part of the same walk (a later chunk of a read): counts
+    /// add up, offsets widen, the first description stays; kinds and records not seen yet
+    /// are appended in their order, within [`MAX_RECORDS_PER_KIND`] as [`Problems::note`].
+    pub fn merge(&mut self, later: Problems) {
+        for problem in later.list {
+            let Problem { kind, record_id, record, count, first_offset, last_offset, what } = problem;
+            if count == 0 {
+                // A schema that does not parse, before any of its data: noted as such.
+                if let (ProblemKind::SchemaUnreadable, Some(id), Some(name)) = (kind, record_id, &record) {
+                    self.schema_unreadable(id, name, first_offset, &what);
+                }
+                continue;
+            }
+            let mut what = Some(what);
+            self.note(kind, record_id, record.as_deref(), first_offset, || what.take().unwrap_or_default());
+            let key = self.key_of(kind, record_id);
+            if let Some(p) = self.index.get(&key).and_then(|&i| self.list.get_mut(i)) {
+                p.count += count - 1;
+                p.last_offset = p.last_offset.max(last_offset);
+            }
+        }
+    }
+
+    /// Where [`Problems::note`] counts `(kind, record_id)`: under `None` once the kind lists
+    /// [`MAX_RECORDS_PER_KIND`] other records.
+    fn key_of(&self, kind: ProblemKind, record_id: Option<u64>) -> (ProblemKind, Option<u64>) {
+        if self.index.contains_key(&(kind, record_id)) {
+            (kind, record_id)
+        } else {
+            (kind, None)
         }
     }
 

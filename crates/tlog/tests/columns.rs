@@ -481,6 +481,39 @@ fn a_record_wider_than_the_staging_block_reads_as_the_reference() {
     let got = assert_agrees(&reader, "x", &ColumnOptions::default()).unwrap();
     assert_eq!((got.rows(), got.columns.len()), (150, 4999 + 1));
     assert!(matches!(got.get("u").unwrap().data, ColumnData::F64(_)));
+    // In chunks too: across staging blocks, past the staged columns, widening mid-chunk.
+    for rows in [7, 63, 64, 65, 149] {
+        for mask_floats in [false, true] {
+            assert_chunks_agree(&reader, "x", &ColumnOptions { mask_floats, ..ColumnOptions::default() }, rows)
+                .unwrap();
+        }
+    }
+}
+
+#[test]
+fn long_reads_in_chunks_across_staging_blocks_are_the_whole_read() {
+    // More rows than several staging blocks (64 rows), chunk sizes on and off their edges,
+    // arrays that grow and shrink, optional values, untimed items.
+    let samples: Vec<Sample> = (0..700u32)
+        .map(|i| Sample {
+            count: i,
+            value: f64::from(i) / 3.0,
+            flag: i % 3 == 0,
+            maybe: (i % 5 != 0).then_some(f64::from(i)),
+            name: format!("n{}", i % 7),
+            joints: (0..(i % 4) as u8).map(|id| Joint { id, position: f32::from(id), fault: None }).collect(),
+            named: (0..(i % 3)).map(|k| (format!("k{k}"), k as i16)).collect(),
+            ..Sample::default()
+        })
+        .collect();
+    let untimed: Vec<bool> = (0..700).map(|i| i % 97 == 0).collect();
+    let reader = FileReader::from_bytes(sample_log(&samples, &untimed, WriterOptions::default())).unwrap();
+    for rows in [1, 63, 64, 65, 128, 200, 699, 700, 10_000] {
+        for mask_floats in [false, true] {
+            let options = ColumnOptions { mask_floats, enum_names: rows % 2 == 0, ..ColumnOptions::default() };
+            assert_chunks_agree(&reader, "sample", &options, rows).unwrap();
+        }
+    }
 }
 
 /// Record "x" of `schema` with one item per payload, read with the default options.
@@ -663,7 +696,7 @@ proptest! {
     ) {
         let bytes = sample_log(&samples, &untimed, options);
         let reader = FileReader::from_bytes(bytes).unwrap();
-        let options = ColumnOptions { from_us, to_us, fields: None, enum_names };
+        let options = ColumnOptions { from_us, to_us, fields: None, enum_names, ..ColumnOptions::default() };
         let got = assert_agrees(&reader, "sample", &options)?;
         prop_assert!(got.problems.is_empty(), "{:?}", got.problems);
         if samples.is_empty() {
@@ -796,5 +829,215 @@ proptest! {
                 assert_consistent(&got);
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Chunks: `read_chunks` concatenated is `read`
+
+/// Two cells hold the same value: both missing (or a NaN float), equal, or equal as floats
+/// (a column that widened to floats later in the read).
+fn same_cell(a: &Cell, b: &Cell) -> bool {
+    if is_missing(a) || is_missing(b) {
+        return is_missing(a) && is_missing(b);
+    }
+    match (a, b) {
+        (Cell::F64(_), _) | (_, Cell::F64(_)) => a.as_f64().zip(b.as_f64()).is_some_and(|(x, y)| same_float(x, y)),
+        _ => a == b,
+    }
+}
+
+/// Assert that the chunks of `read_chunks(…, rows)` concatenated are what `read` gives: the
+/// same rows (every chunk full but the last), timestamps and offsets, every column's cells
+/// (a column missing from a chunk has no value in its rows), the problems merged and the
+/// collisions summed, the last chunk's columns the whole read's, in order; or the same error.
+fn assert_chunks_agree(
+    reader: &FileReader,
+    record: &str,
+    options: &ColumnOptions,
+    rows: usize,
+) -> Result<(), TestCaseError> {
+    let whole = columns::read(reader, record, options);
+    let chunks: Result<Vec<Columns>, ColumnsError> =
+        columns::read_chunks(reader, record, options, rows).and_then(|chunks| chunks.collect());
+    let (whole, chunks) = match (whole, chunks) {
+        (Ok(whole), Ok(chunks)) => (whole, chunks),
+        (Err(a), Err(b)) => {
+            prop_assert_eq!(a, b);
+            return Ok(());
+        }
+        (whole, chunks) => {
+            return Err(TestCaseError::fail(format!("read {:?}, chunks {:?}", whole.err(), chunks.err())));
+        }
+    };
+    prop_assert!(!chunks.is_empty(), "no chunk at all");
+    for (i, chunk) in chunks.iter().enumerate() {
+        assert_consistent_masked(chunk, options.mask_floats);
+        if i + 1 < chunks.len() {
+            prop_assert_eq!(chunk.rows(), rows, "chunk {} of {} is not full", i, chunks.len());
+        } else {
+            prop_assert!(chunk.rows() <= rows);
+        }
+    }
+    let timestamps: Vec<i64> = chunks.iter().flat_map(|c| c.timestamps_us.iter().copied()).collect();
+    prop_assert_eq!(&timestamps, &whole.timestamps_us);
+    let offsets: Vec<u64> = chunks.iter().flat_map(|c| c.item_offsets.iter().copied()).collect();
+    prop_assert_eq!(&offsets, &whole.item_offsets);
+    let last = chunks.last().unwrap();
+    let names = |c: &Columns| c.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+    prop_assert_eq!(names(last), names(&whole));
+    for column in &whole.columns {
+        let mut row = 0;
+        for chunk in &chunks {
+            let part = chunk.get(&column.name);
+            for r in 0..chunk.rows() {
+                let got = part.and_then(|p| p.cell(r)).unwrap_or(Cell::None);
+                let want = column.cell(row).unwrap();
+                prop_assert!(
+                    same_cell(&got, &want),
+                    "{} row {}: {:?} in chunks, {:?} whole",
+                    column.name,
+                    row,
+                    got,
+                    want
+                );
+                row += 1;
+            }
+        }
+    }
+    let mut problems = tlog::survey::Problems::default();
+    for chunk in &chunks {
+        problems.merge(chunk.problems.clone());
+    }
+    prop_assert_eq!(problems.list(), whole.problems.list());
+    prop_assert_eq!(chunks.iter().map(|c| c.collisions).sum::<u64>(), whole.collisions);
+    Ok(())
+}
+
+/// [`assert_consistent`], where float columns may keep a mask too (`mask_floats`).
+fn assert_consistent_masked(got: &Columns, mask_floats: bool) {
+    if !mask_floats {
+        return assert_consistent(got);
+    }
+    let rows = got.rows();
+    assert_eq!(got.item_offsets.len(), rows);
+    for column in &got.columns {
+        assert_eq!(column.len(), rows, "column {} has {} rows of {rows}", column.name, column.len());
+        if let Some(missing) = &column.missing {
+            assert_eq!(missing.len(), rows, "mask of {}", column.name);
+            assert!(!matches!(column.data, ColumnData::Obj(_) | ColumnData::Null(_)));
+        }
+    }
+}
+
+#[test]
+fn masked_floats_tell_a_nan_from_no_value() {
+    let samples = [
+        Sample { maybe: Some(f64::NAN), ..Sample::default() },
+        Sample { maybe: None, ..Sample::default() },
+        Sample { maybe: Some(2.5), ..Sample::default() },
+    ];
+    let reader = FileReader::from_bytes(sample_log(&samples, &[], WriterOptions::default())).unwrap();
+    let plain = columns::read(&reader, "sample", &ColumnOptions::default()).unwrap();
+    assert_eq!(plain.get("maybe").unwrap().missing, None);
+    let masked =
+        columns::read(&reader, "sample", &ColumnOptions { mask_floats: true, ..ColumnOptions::default() }).unwrap();
+    let maybe = masked.get("maybe").unwrap();
+    assert_eq!(maybe.missing, Some(vec![false, true, false]));
+    assert!(matches!(maybe.cell(0), Some(Cell::F64(x)) if x.is_nan()));
+    assert_eq!(maybe.cell(1), Some(Cell::None));
+    assert_eq!(maybe.cell(2), Some(Cell::F64(2.5)));
+    // The same values otherwise, and floats never missing in a column every row fills.
+    assert_eq!(masked.get("value").unwrap().missing, None);
+    assert_eq!(format!("{:?}", plain.get("maybe").unwrap().data), format!("{:?}", maybe.data));
+}
+
+#[test]
+fn chunks_of_a_damaged_log_carry_its_damage() {
+    let samples: Vec<Sample> = (0..20).map(|i| Sample { count: i, ..Sample::default() }).collect();
+    let mut bytes = sample_log(&samples, &[], WriterOptions::default());
+    bytes.truncate(bytes.len() * 2 / 3);
+    let reader = FileReader::from_bytes(bytes).unwrap();
+    let chunks: Vec<Columns> =
+        columns::read_chunks(&reader, "sample", &ColumnOptions::default(), 4).unwrap().map(Result::unwrap).collect();
+    let whole = columns::read(&reader, "sample", &ColumnOptions::default()).unwrap();
+    assert!(whole.rows() > 4 && whole.rows() < 20, "{}", whole.rows());
+    assert!(whole.problems.list().iter().any(|p| p.kind == tlog::survey::ProblemKind::Truncated));
+    // The cut is met after the last item: its chunk may have no rows, but it comes.
+    assert!(chunks.last().unwrap().problems.list().iter().any(|p| p.kind == tlog::survey::ProblemKind::Truncated));
+    assert_eq!(chunks.iter().map(Columns::rows).sum::<usize>(), whole.rows());
+}
+
+proptest! {
+    #![proptest_config(cases())]
+
+    #[test]
+    fn serde_records_in_chunks_are_the_whole_read(
+        samples in prop::collection::vec(sample(), 0..12),
+        untimed in prop::collection::vec(prop::bool::weighted(0.2), 0..12),
+        options in writer_options(),
+        (from_us, to_us) in window(),
+        enum_names in any::<bool>(),
+        mask_floats in any::<bool>(),
+        rows in 1usize..6,
+    ) {
+        let reader = FileReader::from_bytes(sample_log(&samples, &untimed, options)).unwrap();
+        let options = ColumnOptions { from_us, to_us, fields: None, enum_names, mask_floats };
+        assert_chunks_agree(&reader, "sample", &options, rows)?;
+        assert_chunks_agree(&reader, "other", &options, rows)?;
+    }
+
+    #[test]
+    fn widening_unions_in_chunks_are_the_whole_read(
+        items in prop::collection::vec(mixed_item(), 0..14),
+        enum_names in any::<bool>(),
+        mask_floats in any::<bool>(),
+        rows in 1usize..6,
+    ) {
+        let payloads: Vec<Vec<u8>> = items.iter().map(encode_item).collect();
+        let payloads: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+        let reader = raw_log(&mixed_schema().to_binary(), &payloads);
+        let options = ColumnOptions { enum_names, mask_floats, ..ColumnOptions::default() };
+        assert_chunks_agree(&reader, "x", &options, rows)?;
+    }
+
+    #[test]
+    fn fields_in_chunks_are_the_whole_read(
+        samples in prop::collection::vec(sample(), 0..6),
+        picks in prop::collection::vec(0usize..5, 1..3),
+        rows in 1usize..4,
+    ) {
+        let patterns = ["small", "joints.*.position", "named.*", "nope", "*.id"];
+        let fields: Vec<String> = picks.iter().map(|&i| patterns[i].to_string()).collect();
+        let reader = FileReader::from_bytes(sample_log(&samples, &[], WriterOptions::default())).unwrap();
+        assert_chunks_agree(&reader, "sample", &ColumnOptions { fields: Some(fields), ..ColumnOptions::default() }, rows)?;
+    }
+
+    #[test]
+    fn damaged_logs_in_chunks_are_the_whole_read(
+        samples in prop::collection::vec(sample(), 1..8),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 0..6),
+        cut in prop::option::of(any::<prop::sample::Index>()),
+        payload_bytes in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 0..6),
+        rows in 1usize..5,
+    ) {
+        let mut bytes = sample_log(&samples, &[], WriterOptions { seek_marker_interval_us: Some(1), ..WriterOptions::default() });
+        for (at, xor) in flips {
+            let at = at.index(bytes.len());
+            bytes[at] ^= xor;
+        }
+        if let Some(cut) = cut {
+            bytes.truncate(cut.index(bytes.len() + 1));
+        }
+        if let Ok(reader) = FileReader::from_bytes(bytes) {
+            for name in ["sample", "other"] {
+                assert_chunks_agree(&reader, name, &ColumnOptions::default(), rows)?;
+                assert_chunks_agree(&reader, name, &ColumnOptions { mask_floats: true, ..ColumnOptions::default() }, rows)?;
+            }
+        }
+        // Payloads that do not decode, between ones that do.
+        let payloads: Vec<&[u8]> = payload_bytes.iter().map(Vec::as_slice).collect();
+        let reader = raw_log(&tlog::schema::schema_of::<Sample>().unwrap().to_binary(), &payloads);
+        assert_chunks_agree(&reader, "x", &ColumnOptions::default(), rows)?;
     }
 }

@@ -30,6 +30,9 @@ pub struct Outcome {
     pub text: String,
     pub warnings: Vec<String>,
     pub failure: Option<String>,
+    /// The command did its work but left something out (a dataset export skipped a file,
+    /// or a log's damage): one sentence; exit status 1.
+    pub incomplete: Option<String>,
 }
 
 fn cannot_read(path: &Path, e: impl std::fmt::Display) -> String {
@@ -87,6 +90,40 @@ fn iso(us: i64) -> String {
 /// exact decimal (1700000001502000 µs → 1700000001.502), unlike `us as f64 * 1e-6`.
 fn seconds(us: i64) -> f64 {
     tlog::value::micros_to_seconds(us)
+}
+
+#[cfg(feature = "parquet")]
+mod parquet;
+#[cfg(feature = "parquet")]
+use parquet::{export_dataset, export_parquet};
+
+/// Without the `parquet` feature (the Python package's build of this crate), a Parquet export
+/// is refused in one sentence.
+#[cfg(not(feature = "parquet"))]
+const NO_PARQUET: &str = "this rtloop was built without Parquet support (the cargo feature `parquet`, on by default)";
+
+#[cfg(not(feature = "parquet"))]
+fn export_parquet(
+    _: &Path,
+    _: FileReader,
+    _: FileIdentity,
+    _: &Path,
+    _: Option<&str>,
+    _: bool,
+) -> Result<ExportDone, ExportFailed> {
+    Err(NO_PARQUET.into())
+}
+
+#[cfg(not(feature = "parquet"))]
+fn export_dataset(
+    _: &[std::path::PathBuf],
+    _: &Path,
+    _: Option<&str>,
+    _: Option<&str>,
+    _: bool,
+    _: bool,
+) -> Result<Outcome, String> {
+    Err(NO_PARQUET.into())
 }
 
 fn problems_json(problems: &[Problem]) -> Json {
@@ -290,7 +327,7 @@ pub fn dump(
             None => "no item matched".to_string(),
         });
     }
-    Ok(Outcome { text: String::new(), warnings, failure: None })
+    Ok(Outcome { text: String::new(), warnings, failure: None, incomplete: None })
 }
 
 /// A write of the dump failed: `Ok(true)` when only the reader went away (a closed pipe,
@@ -347,28 +384,66 @@ fn problems_clause(problems: &[Problem]) -> String {
     problems.iter().map(|p| format!("; {p}")).collect()
 }
 
-/// `rtloop log export`: CSV of one record or MCAP of every record, written to a temporary
-/// file beside the output and renamed into place only when something was written. Never
-/// onto the log itself; an existing output only with `force`. With `as_json` the last line
-/// of the text is one JSON object, also when the export failed (`error` then says why, and
-/// the outcome carries the failure).
-pub fn export(
-    path: &Path,
-    csv: Option<&Path>,
-    mcap: Option<&Path>,
-    record: Option<&str>,
-    force: bool,
-    as_json: bool,
-) -> Result<Outcome, String> {
-    let (format, out) = match (csv, mcap) {
-        (Some(out), None) => (Some("csv"), Some(out)),
-        (None, Some(out)) => (Some("mcap"), Some(out)),
+/// What `rtloop log export` is asked to do.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ExportRequest<'a> {
+    /// The log (several logs, or directories of logs, with `dataset`).
+    pub files: &'a [std::path::PathBuf],
+    pub csv: Option<&'a Path>,
+    pub mcap: Option<&'a Path>,
+    pub parquet: Option<&'a Path>,
+    /// Every log of `files` into one Parquet dataset at `parquet`.
+    pub dataset: bool,
+    /// The dataset's `robot` column (default: each log's directory name).
+    pub robot: Option<&'a str>,
+    pub record: Option<&'a str>,
+    pub force: bool,
+    pub json: bool,
+}
+
+/// `rtloop log export`: CSV of one record, MCAP of every record, or Parquet (one record to a
+/// `.parquet` file, every record to a directory, or many logs to a dataset), written to a
+/// temporary file or directory beside the output and renamed into place only when something
+/// was written. Never onto the log itself; an existing output only with `force`. With
+/// `json` the last line of the text is one JSON object, also when the export failed (`error`
+/// then says why, and the outcome carries the failure).
+pub fn export(request: &ExportRequest<'_>) -> Result<Outcome, String> {
+    let &ExportRequest { files, csv, mcap, parquet, dataset, robot, record, force, json: as_json } = request;
+    if dataset {
+        if csv.is_some() || mcap.is_some() {
+            return Err("--dataset writes Parquet only: give --parquet OUT_DIR, without --csv or --mcap".into());
+        }
+        let Some(out) = parquet else {
+            return Err("--dataset needs --parquet OUT_DIR: the directory to write the dataset into".into());
+        };
+        return export_dataset(files, out, record, robot, force, as_json);
+    }
+    if robot.is_some() {
+        return Err("--robot names the robot column of a --dataset export: give --dataset too, or leave it out".into());
+    }
+    let path = match files {
+        [one] => one.as_path(),
+        [] => return Err("give the log to export".into()),
+        _ => {
+            return Err(format!(
+                "give one log to export ({} given), or --dataset --parquet OUT_DIR to export several into one \
+                 dataset",
+                files.len()
+            ))
+        }
+    };
+    let (format, out) = match (csv, mcap, parquet) {
+        (Some(out), None, None) => (Some("csv"), Some(out)),
+        (None, Some(out), None) => (Some("mcap"), Some(out)),
+        (None, None, Some(out)) => (Some("parquet"), Some(out)),
         _ => (None, None),
     };
     let result = export_to(path, format.zip(out), record, force);
     if !as_json {
         return match result {
-            Ok(done) => Ok(Outcome { text: done.summary, warnings: done.report.warnings(), failure: None }),
+            Ok(done) => {
+                Ok(Outcome { text: done.summary, warnings: done.report.warnings(), failure: None, incomplete: None })
+            }
             Err(failed) => Err(failed.message),
         };
     }
@@ -394,7 +469,7 @@ pub fn export(
     };
     // On failure the sentence already names the problems: no separate warnings.
     let warnings = if failure.is_some() { Vec::new() } else { report.warnings() };
-    Ok(Outcome { text, warnings, failure })
+    Ok(Outcome { text, warnings, failure, incomplete: None })
 }
 
 /// What an export wrote (or would have) and met, for the summary and `--json`.
@@ -455,7 +530,10 @@ fn export_to(
     force: bool,
 ) -> Result<ExportDone, ExportFailed> {
     let (reader, identity) = open_input(path)?;
-    let (format, out) = output.ok_or("give exactly one of --csv OUT or --mcap OUT")?;
+    let (format, out) = output.ok_or("give exactly one of --csv OUT, --mcap OUT or --parquet OUT")?;
+    if format == "parquet" {
+        return export_parquet(path, reader, identity, out, record, force);
+    }
     let flag = if format == "csv" { "--csv" } else { "--mcap" };
     let cannot_export = |e: tlog::format::TlogError| format!("cannot export {}: {e}", path.display());
     if format == "csv" {
@@ -531,7 +609,7 @@ pub fn plot(path: &Path, fields: &str, out: &Path, force: bool, one_axis: bool) 
     warnings.extend(stats.empty.iter().map(|(field, why)| format!("field '{field}' {why}: its panel is empty")));
     let drawn = stats.points.iter().filter(|&&points| points > 0).count();
     let text = format!("{}: {drawn} of {} series drawn", out.display(), list.len());
-    Ok(Outcome { text, warnings, failure: None })
+    Ok(Outcome { text, warnings, failure: None, incomplete: None })
 }
 
 #[cfg(test)]
