@@ -127,13 +127,6 @@ fn warn(py: Python<'_>, message: &str, stacklevel: i32) -> PyResult<()> {
     PyErr::warn(py, &py.get_type::<TlogWarning>(), &message, stacklevel)
 }
 
-/// Count a reader error (a corrupt block, or the cut at the end).
-fn note_read_error(problems: &mut Problems, error: &Error) {
-    let kind =
-        if matches!(error, Error::Truncated { .. }) { ProblemKind::Truncated } else { ProblemKind::CorruptBlock };
-    problems.note(kind, None, None, error_offset(error).unwrap_or(0), || error.to_string());
-}
-
 // ---------------------------------------------------------------------------------------
 // Columns to numpy
 
@@ -238,7 +231,7 @@ fn summarize(reader: &FileReader) -> Summary {
         let item = match item {
             Ok(item) => item,
             Err(error) => {
-                note_read_error(&mut problems, &error);
+                problems.note_read_error(&error);
                 match error {
                     Error::Truncated { offset } => damage.truncated_at = Some(offset),
                     other => {
@@ -605,7 +598,7 @@ impl ItemIter {
                 let item = match item {
                     Ok(item) => item,
                     Err(error) => {
-                        note_read_error(problems, &error);
+                        problems.note_read_error(&error);
                         continue;
                     }
                 };

@@ -62,12 +62,7 @@ pub struct McapStats {
 
 /// Note a reader error (a corrupt block, or the cut at the end) as a problem.
 pub(crate) fn note_read_error(problems: &mut Problems, error: &TlogError) {
-    let offset = crate::reader::error_offset(error).unwrap_or(0);
-    let kind = match error {
-        TlogError::Truncated { .. } => ProblemKind::Truncated,
-        _ => ProblemKind::CorruptBlock,
-    };
-    problems.note(kind, None, None, offset, || error.to_string());
+    problems.note_read_error(error);
 }
 
 /// Note a data block whose record id has no schema block.

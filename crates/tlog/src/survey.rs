@@ -145,6 +145,16 @@ pub struct Problems {
 }
 
 impl Problems {
+    /// Count a reader error: the cut at the end of a log ([`ProblemKind::Truncated`]) or a
+    /// corrupt block, at the offset the error names.
+    pub fn note_read_error(&mut self, error: &crate::format::TlogError) {
+        let kind = match error {
+            crate::format::TlogError::Truncated { .. } => ProblemKind::Truncated,
+            _ => ProblemKind::CorruptBlock,
+        };
+        self.note(kind, None, None, crate::reader::error_offset(error).unwrap_or(0), || error.to_string());
+    }
+
     /// Count one occurrence at `offset`. `what` is only built for the first occurrence.
     pub fn note(
         &mut self,

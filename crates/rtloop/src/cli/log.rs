@@ -231,16 +231,6 @@ fn to_us(reader: &FileReader, flag: &str, t: Option<f64>) -> Result<Option<i64>,
     Ok(Some(start.saturating_add(us)))
 }
 
-/// Count a reader error (a corrupt block, or the cut at the end).
-fn note_read_error(problems: &mut Problems, e: &tlog::format::TlogError) {
-    let kind = if matches!(e, tlog::format::TlogError::Truncated { .. }) {
-        ProblemKind::Truncated
-    } else {
-        ProblemKind::CorruptBlock
-    };
-    problems.note(kind, None, None, tlog::reader::error_offset(e).unwrap_or(0), || e.to_string());
-}
-
 /// `rtloop log dump`: one JSON object per line into `out`; damage met on the way comes back
 /// as warnings (it is also in the lines: `error` and `decode_error` objects).
 pub fn dump(
@@ -305,7 +295,7 @@ pub fn dump(
                 json!({"record": name, "time": it.timestamp_us.map(seconds), "offset": it.offset, "value": value})
             }
             Err(e) => {
-                note_read_error(&mut problems, &e);
+                problems.note_read_error(&e);
                 json!({"error": e.to_string(), "offset": tlog::reader::error_offset(&e)})
             }
         };
@@ -683,5 +673,5 @@ pub fn serve(path: &Path, args: &ServeArgs, as_json: bool) -> Result<Outcome, St
             f.detail.get("clients_connected").copied().unwrap_or(0)
         )
     };
-    Ok(Outcome { text, warnings, failure: None })
+    Ok(Outcome { text, warnings, ..Default::default() })
 }

@@ -164,15 +164,6 @@ fn state(c: &Control, did_seek: bool) -> PlaybackState {
     }
 }
 
-fn note_read_error(problems: &mut Problems, e: &tlog::format::TlogError) {
-    let kind = if matches!(e, tlog::format::TlogError::Truncated { .. }) {
-        ProblemKind::Truncated
-    } else {
-        ProblemKind::CorruptBlock
-    };
-    problems.note(kind, None, None, tlog::reader::error_offset(e).unwrap_or(0), || e.to_string());
-}
-
 /// Serve the log at `path` until its end (`exit_at_end`), or until Ctrl-C.
 pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, String> {
     let speed = check_speed(opts.speed)?;
@@ -345,7 +336,7 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Stri
             }
             Some(Err(e)) => {
                 if first_pass {
-                    note_read_error(&mut problems, &e);
+                    problems.note_read_error(&e);
                 }
                 continue;
             }
