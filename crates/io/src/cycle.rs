@@ -251,6 +251,11 @@ impl<C: Clock> Cycler<C> {
         &self.clock
     }
 
+    /// The cycle reads an IMU (a simulated one, or a pi3hat's).
+    pub fn has_imu(&self) -> bool {
+        self.imu.is_some()
+    }
+
     /// Number of buses.
     pub fn bus_count(&self) -> usize {
         self.buses.len()

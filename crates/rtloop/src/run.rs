@@ -1246,7 +1246,7 @@ where
         name: config.live.robot_name(),
         rate_hz: config.rate_hz,
         servos: servos.iter().map(|s| (bus_numbers.get(s.bus).copied().unwrap_or(0), s.id)).collect(),
-        imu: true,
+        imu: robot.cycler().has_imu(),
     };
     // Stamped with wall-clock time, also in lockstep: a viewer shows when it happened.
     let fanout = crate::live::Fanout::start(publishers, &live_robot, crate::telemetry::epoch_offset_us());

@@ -315,7 +315,7 @@ pub struct EventLogRecord {
 /// `CLOCK_REALTIME − CLOCK_MONOTONIC` in µs, so monotonic stamps become wall-clock log
 /// timestamps (µs since the UNIX epoch, as TLOG0003 wants).
 pub fn epoch_offset_us() -> i64 {
-    let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
+    let wall = tlog::realtime::now_us();
     wall - (rt::periodic::now_ns() / 1000) as i64
 }
 

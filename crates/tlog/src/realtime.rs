@@ -380,6 +380,7 @@ impl Landing {
     }
 }
 
-fn now_us() -> i64 {
+/// Wall-clock time as TLOG0003 stamps it: µs since the UNIX epoch (0 for a clock before it).
+pub fn now_us() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
 }

@@ -36,7 +36,7 @@ use crate::telemetry::ServoLog;
 use foxglove::websocket::{Capability, ChannelView, Client, PlaybackControlRequest, PlaybackState, ServerListener};
 use foxglove::{ChannelBuilder, Context, PartialMetadata, RawChannel, Schema, WebSocketServerHandle};
 use serde::Serialize;
-use serde_json::{json, Value as Json};
+use serde_json::Value as Json;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -469,21 +469,7 @@ fn publish_loop(rx: Receiver<Item>, channels: Channels, counters: Arc<Counters>,
             }
             Item::Event { stamp_us, bus, servo, kind } => {
                 let ns = stamp_ns(stamp_us);
-                text.clear();
-                if bus == 0 && servo == 0 {
-                    text.push_str(&kind);
-                } else {
-                    use std::fmt::Write;
-                    let _ = write!(text, "{kind} (bus {bus}, servo {servo})");
-                }
-                let m = LogMsg {
-                    timestamp: Time::from_ns(ns),
-                    level: event_level(&kind),
-                    message: &text,
-                    name: "rtloop",
-                    file: "",
-                    line: 0,
-                };
+                let m = log_message(ns, &EventMsg { bus, servo, kind: &kind }, &mut text);
                 send(&channels.events, ns, &|b| serde_json::to_writer(b, &m));
             }
             Item::Raw { channel, stamp_us, payload } => {
@@ -729,21 +715,36 @@ impl Drop for FoxgloveSink {
     }
 }
 
+/// The `/events` message (`foxglove.Log`) of an event at `ns`; its text is written into
+/// `text` (reused by the publisher thread).
+fn log_message<'a>(ns: u64, event: &EventMsg<'_>, text: &'a mut String) -> LogMsg<'a> {
+    text.clear();
+    if event.bus == 0 && event.servo == 0 {
+        text.push_str(event.kind);
+    } else {
+        use std::fmt::Write;
+        let _ = write!(text, "{} (bus {}, servo {})", event.kind, event.bus, event.servo);
+    }
+    LogMsg {
+        timestamp: Time::from_ns(ns),
+        level: event_level(event.kind),
+        message: text,
+        name: "rtloop",
+        file: "",
+        line: 0,
+    }
+}
+
 /// A JSON value for tests and tools: what the `/events` channel sends for an event.
 pub fn event_json(stamp_us: i64, event: &EventMsg<'_>) -> Json {
-    let ns = stamp_ns(stamp_us);
-    let message = if event.bus == 0 && event.servo == 0 {
-        event.kind.to_string()
-    } else {
-        format!("{} (bus {}, servo {})", event.kind, event.bus, event.servo)
-    };
-    json!({"timestamp": Time::from_ns(ns), "level": event_level(event.kind), "message": message,
-           "name": "rtloop", "file": "", "line": 0})
+    let mut text = String::new();
+    serde_json::to_value(log_message(stamp_ns(stamp_us), event, &mut text)).unwrap_or(Json::Null)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn channels_are_named_by_bus_and_servo() {

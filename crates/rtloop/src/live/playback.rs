@@ -215,8 +215,7 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Stri
         let refused = Arc::clone(&refused_requests);
         Arc::new(move |req| {
             let mut c = control.lock().unwrap_or_else(|e| e.into_inner());
-            let s = f64::from(req.playback_speed);
-            if s.is_finite() && (SPEED_RANGE.0..=SPEED_RANGE.1).contains(&s) {
+            if let Ok(s) = check_speed(f64::from(req.playback_speed)) {
                 c.speed = s;
             } else {
                 refused.fetch_add(1, Ordering::Relaxed);

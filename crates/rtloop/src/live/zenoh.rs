@@ -225,11 +225,6 @@ pub fn is_loopback_endpoint(endpoint: &str) -> bool {
     host.eq_ignore_ascii_case("localhost") || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
-/// Wall-clock time, µs since the UNIX epoch (a refusal's stamp).
-fn now_us() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
-}
-
 fn first_line(e: &dyn std::fmt::Display) -> String {
     e.to_string().lines().next().unwrap_or("").trim().to_string()
 }
@@ -361,8 +356,13 @@ pub fn publisher(config: &LiveConfig, robot: &str, remote: Arc<RemoteControl>) -
                     put(&reply_key, bytes, (&counters.reply_messages, &counters.reply_bytes));
                 }
                 if let Some(reason) = refusal.as_deref() {
-                    let event =
-                        EventOut { stamp_us: now_us(), bus: 0, servo: 0, kind: "remote_refused", reason: Some(reason) };
+                    let event = EventOut {
+                        stamp_us: tlog::realtime::now_us(),
+                        bus: 0,
+                        servo: 0,
+                        kind: "remote_refused",
+                        reason: Some(reason),
+                    };
                     if let Ok(bytes) = serde_json::to_vec(&event) {
                         put(&events_key, bytes, (&counters.event_messages, &counters.event_bytes));
                     }
