@@ -412,8 +412,15 @@ impl<T: TimeSource> PeriodicLoop<T> {
         self.next_deadline_ns = next_deadline_ns;
     }
 
-    /// Counters and latency summaries so far. Does not allocate, but is meant for reporting,
-    /// not for every cycle.
+    /// Cycles that ended after the next deadline had passed, so far: a plain counter, cheap
+    /// enough to read every cycle (unlike [`PeriodicLoop::stats`]).
+    pub fn overruns(&self) -> u64 {
+        self.overruns
+    }
+
+    /// Counters and latency summaries so far. Does not allocate, but computes percentiles over
+    /// two histograms (tens of µs): for reporting, never for every cycle — read
+    /// [`PeriodicLoop::overruns`] there.
     pub fn stats(&self) -> LoopStats {
         LoopStats {
             cycles: self.cycles,
@@ -498,6 +505,18 @@ mod tests {
         }
         let s = l.stats();
         assert_eq!((s.cycles, s.overruns, s.skipped_periods), (10, 0, 0));
+    }
+
+    #[test]
+    fn the_overrun_counter_matches_the_statistics() {
+        let mut l = manual(1_000, OverrunPolicy::Skip);
+        for late in [300, 1_500, 200, 2_700] {
+            l.wait_next();
+            l.clock_mut().advance(late);
+            l.end_cycle();
+            assert_eq!(l.overruns(), l.stats().overruns);
+        }
+        assert_eq!(l.overruns(), 2);
     }
 
     #[test]
