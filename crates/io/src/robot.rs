@@ -60,8 +60,8 @@
 //! that answers nothing at all for longer than two windows after a request (the window to
 //! give it up, another to release its tag), whose very late answer then arrives after the
 //! tag went to a newer request. Keep the window above the longest a servo can be silent and
-//! still answer; a reply that matches no reserved tag is counted
-//! ([`CycleReport::unattributed`]) and ignored.
+//! still answer; a reply that answers no outstanding request (a given-up one's, a
+//! duplicate, a stray) is counted ([`CycleReport::unattributed`]) and ignored.
 //!
 //! Must never: allocate inside [`Robot::cycle`] (every buffer is sized in [`Robot::new`]),
 //! let a malformed or unexpected reply disturb another servo's state, or hand out a state as
