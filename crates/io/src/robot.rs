@@ -12,15 +12,15 @@
 //! way and land inside the next cycle, where it would look like the answer to the *next*
 //! request. A moteus servo answers to the CAN source id of the request (the reply's
 //! destination is the request's source), so the robot uses a few host source ids as *reply
-//! tags* (`host_id .. host_id + reply_tags`): each request to a servo carries a tag no
-//! outstanding request of that servo holds, and the reply's tag names its request exactly.
-//! Tags rise with the requests of a servo and start again from `host_id` only when nothing
-//! of it is outstanding: a tag is part of the reply's CAN id, the lowest id wins the bus, so
-//! rising tags keep a servo's queued replies in the order of its requests. In the usual case
-//! (every reply back within its cycle) every request goes out from `host_id`, as the moteus
-//! clients send it.
+//! tags* (`host_id .. host_id + reply_tags`): each request to a servo carries a tag that no
+//! request of that servo which may still be answered holds (a *reserved* tag), and the
+//! reply's tag names its request exactly. Tags rise with the requests of a servo and start
+//! again from `host_id` only when none of its tags is reserved: a tag is part of the reply's
+//! CAN id, the lowest id wins the bus, so rising tags keep a servo's queued replies in the
+//! order of its requests. In the usual case (every reply back within its cycle) every
+//! request goes out from `host_id`, as the moteus clients send it.
 //!
-//! A tag is held until it can no longer be answered:
+//! A request holds its tag until one of these:
 //! * its own reply arrives; or
 //! * a *newer* request of the same servo is answered: a servo answers its requests in the
 //!   order it received them and the rising tags keep its replies in that order on the bus,
@@ -28,21 +28,40 @@
 //!   [`CycleReport::lost`]); this frees the tags of a slow but living servo however late its
 //!   replies are; or
 //! * the servo has answered nothing at all for [`RobotConfig::late_reply_window_ns`] (100 ms
-//!   by default) since the request was sent: the request is presumed lost
-//!   ([`CycleReport::expired`]), so a servo that went silent is asked again.
+//!   by default) since the request was sent: the request is given up
+//!   ([`CycleReport::expired`]), no longer waited for, and its tag is *quarantined*.
 //!
-//! When every tag of a servo is held, the servo gets its command without a query and
-//! without the reply bit (from [`UNQUERIED_SOURCE`], so the command ranks below every reply
-//! on the bus), so nothing it sends can be taken for a newer request's answer; it counts as
-//! not queried. With `reply_tags = 1` this is plain per-servo outstanding-reply
-//! accounting. A late reply updates the state only if it is newer than what the state holds,
-//! and [`ServoReply::request_cycle`] always says which cycle's request the state answers.
+//! Giving up on a request does not stop its answer from coming (a host or simulator that
+//! stalls for longer than the window delivers it afterwards), so a quarantined tag is not
+//! reused until nothing can still come with it:
+//! * its own answer arrives: it is the given-up request's (no other request holds the tag),
+//!   counted in [`CycleReport::unattributed`] and ignored; or
+//! * a newer request is answered (as above: nothing older can follow). The next request
+//!   takes a tag above the quarantined ones, so a servo that is only slow proves its
+//!   quarantined tags free with its next answer; or
+//! * the servo has answered nothing at all for another window since the request was given
+//!   up: without this bound a servo whose answers were lost, or one switched off and on
+//!   again, would never be asked again.
+//!
+//! When no tag above a servo's reserved ones is left, the servo gets its command without a
+//! query and without the reply bit (from [`UNQUERIED_SOURCE`], so the command ranks below
+//! every reply on the bus), so nothing it sends can be taken for a newer request's answer;
+//! it counts as not queried ([`CycleReport::unqueried`]), and the cycle waits, up to its
+//! deadline, for the late answer that would free a tag. With `reply_tags = 1` this is plain
+//! per-servo outstanding-reply accounting: a servo whose request was given up is only
+//! commanded until that request's answer comes or another window of silence has passed —
+//! the price of never mistaking that answer for a newer one's is that a servo whose one
+//! reply is lost goes unqueried for two windows instead of one. With more tags the servo is
+//! asked again at once on the next tag up, unless it had used up its tags. A late reply
+//! updates the state only if it is newer than what the state holds, and
+//! [`ServoReply::request_cycle`] always says which cycle's request the state answers.
 //!
 //! The one case no host can rule out without a sequence number in the protocol: a servo
-//! silent for longer than the window (no answer to anything) whose very late reply then
-//! arrives after its tag went to a newer request. Keep the window above the longest a servo
-//! can be silent and still answer; a reply that matches no outstanding request is counted
-//! ([`CycleReport::unattributed`]) and ignored.
+//! that answers nothing at all for longer than two windows after a request (the window to
+//! give it up, another to release its tag), whose very late answer then arrives after the
+//! tag went to a newer request. Keep the window above the longest a servo can be silent and
+//! still answer; a reply that answers no outstanding request (a given-up one's, a
+//! duplicate, a stray) is counted ([`CycleReport::unattributed`]) and ignored.
 //!
 //! Must never: allocate inside [`Robot::cycle`] (every buffer is sized in [`Robot::new`]),
 //! let a malformed or unexpected reply disturb another servo's state, or hand out a state as
@@ -131,8 +150,10 @@ pub struct RobotConfig {
     /// same buses use nearby ids; raise it for servos whose replies come many cycles late.
     pub reply_tags: u8,
     /// How long a servo that answers nothing at all may stay silent before its outstanding
-    /// requests are presumed lost and their tags reused. It must exceed the longest delay the
-    /// buses and adapters can add to a reply; a servo that keeps answering (late or not)
+    /// requests are given up (no longer waited for; the servo is asked again on a fresh tag
+    /// if one is left), and again before the tags of given-up requests are reused. A reply
+    /// later than twice this, from a servo silent all that time, is the one case that could
+    /// be taken for a newer request's answer; a servo that keeps answering (late or not)
     /// frees its tags by answering, whatever this is.
     pub late_reply_window_ns: u64,
 }
@@ -163,8 +184,9 @@ pub struct CycleReport {
     pub missing: u32,
     /// Servos sent a request that expects a reply.
     pub queried: u32,
-    /// Servos commanded without a query, because every reply tag of theirs was held by an
-    /// outstanding request (no newer request may be asked while its answer is ambiguous).
+    /// Servos commanded without a query, because no reply tag of theirs was left above the
+    /// reserved ones (held by an outstanding request, or quarantined after one was given up):
+    /// no newer request may be asked while its answer would be ambiguous.
     pub unqueried: u32,
     /// Replies to requests of earlier cycles that arrived this cycle (attributed to their
     /// own request, never reported fresh).
@@ -173,10 +195,10 @@ pub struct CycleReport {
     /// (it answers in order, so these will never be answered).
     pub lost: u32,
     /// Outstanding requests given up this cycle: the servo answered nothing within the
-    /// late-reply window.
+    /// late-reply window. Their tags are quarantined (see the module doc).
     pub expired: u32,
-    /// Replies from a servo of this robot that answer no outstanding request: a duplicate,
-    /// or an answer later than the late-reply window (ignored).
+    /// Replies from a servo of this robot that answer no outstanding request (ignored): the
+    /// answer to a request given up (expired), a duplicate, or a stray.
     pub unattributed: u32,
     /// Replies that failed to decode (the servo counts as missing).
     pub decode_errors: u32,
@@ -195,11 +217,24 @@ struct Outstanding {
     sent_ns: u64,
 }
 
-/// Reply bookkeeping of one servo.
+/// A request given up (expired) whose answer may still come: its tag is not reused until it
+/// cannot (see the module doc).
+#[derive(Debug, Clone, Copy)]
+struct Quarantined {
+    /// The cycle that sent it.
+    cycle: u64,
+    /// When it was given up.
+    since_ns: u64,
+}
+
+/// Reply bookkeeping of one servo. A tag is *reserved* while it is held or quarantined; a
+/// tag is in at most one of the two.
 #[derive(Debug, Clone, Copy, Default)]
 struct ServoTags {
     /// Tag `t` (source id `host_id + t`) → the request holding it.
     held: [Option<Outstanding>; MAX_REPLY_TAGS as usize],
+    /// Tag `t` → the given-up request whose answer may still come with that tag.
+    quarantined: [Option<Quarantined>; MAX_REPLY_TAGS as usize],
     /// The tag of this cycle's request, if the servo was queried.
     current: Option<u8>,
     /// This cycle's reply was seen by the cycle's matcher (a duplicate is not counted twice).
@@ -208,6 +243,12 @@ struct ServoTags {
     last_answer_ns: u64,
     /// Tags (bit t) whose request is given up at the end of this cycle unless answered.
     expiring: u16,
+}
+
+impl ServoTags {
+    fn reserved(&self, t: usize) -> bool {
+        self.held[t].is_some() || self.quarantined[t].is_some()
+    }
 }
 
 /// Servos on buses, cycled together.
@@ -304,6 +345,12 @@ impl<C: Clock> Robot<C> {
         self.tags.iter().map(|t| t.held.iter().filter(|h| h.is_some()).count()).sum()
     }
 
+    /// Tags of given-up (expired) requests kept from reuse because their answers may still
+    /// come (see the module doc).
+    pub fn quarantined(&self) -> usize {
+        self.tags.iter().map(|t| t.quarantined.iter().filter(|q| q.is_some()).count()).sum()
+    }
+
     /// Encode one command frame for servo `spec` into `frame`, as the first request of a
     /// robot would carry it (source `host_id`, reply requested).
     pub fn encode_command(
@@ -347,8 +394,9 @@ impl<C: Clock> Robot<C> {
             // Tags rise with the requests they tag: the reply's tag is in its CAN id, and when
             // a servo holds several replies the lowest id goes first, so rising tags keep its
             // replies in the order of its requests (which is what lets a newer answer prove an
-            // older request lost). Back to the first tag only when nothing is outstanding.
-            let above = tags.held[..ntags as usize].iter().rposition(Option::is_some).map_or(0, |t| t + 1);
+            // older request lost). A quarantined tag counts like a held one: its answer may
+            // still come. Back to the first tag only when no tag is reserved.
+            let above = (0..ntags as usize).rev().find(|&t| tags.reserved(t)).map_or(0, |t| t + 1);
             let free = (above < ntags as usize).then_some(above as u8);
             let slot = &mut self.tx[ntx];
             let request = match free {
@@ -374,12 +422,12 @@ impl<C: Clock> Robot<C> {
             }
         }
 
-        // A servo left unqueried has a reply outstanding: the cycle waits for that late answer
-        // (up to the same deadline) as it would for a fresh one, so it is taken as soon as it
-        // is in and a loop without a period does not spin.
+        // A servo left unqueried has a reply outstanding or quarantined: the cycle waits for
+        // that late answer (up to the same deadline) as it would for a fresh one, so it is
+        // taken as soon as it is in (freeing tags) and a loop without a period does not spin.
         self.awaited.fill(0);
         for (spec, t) in self.servos.iter().zip(&self.tags).take(n) {
-            if t.current.is_none() && t.held.iter().any(Option::is_some) {
+            if t.current.is_none() && (0..ntags as usize).any(|tag| t.reserved(tag)) {
                 if let Some(a) = self.awaited.get_mut(spec.bus) {
                     *a += 1;
                 }
@@ -395,8 +443,7 @@ impl<C: Clock> Robot<C> {
                 // This cycle's own answer, or the one late answer an unqueried servo's cycle
                 // waits for.
                 Some(t)
-                    if !t.answered
-                        && (t.current == Some(tag) || (t.current.is_none() && t.held[tag as usize].is_some())) =>
+                    if !t.answered && (t.current == Some(tag) || (t.current.is_none() && t.reserved(tag as usize))) =>
                 {
                     t.answered = true;
                     true
@@ -421,44 +468,71 @@ impl<C: Clock> Robot<C> {
                 report.unexpected += 1;
                 continue;
             };
-            let request = match tags.held[tag as usize] {
+            let (request_cycle, given_up) = match (tags.held[tag as usize], tags.quarantined[tag as usize]) {
                 // A frame taken before this cycle's writes cannot answer this cycle's request.
-                Some(req) if !(r.drained && req.cycle == this_cycle) => req,
+                (Some(req), _) if !(r.drained && req.cycle == this_cycle) => (req.cycle, false),
+                // The answer to a request given up: no newer request holds its tag, so it is
+                // that request's; too late to hand over (counted as given up already).
+                (None, Some(q)) => (q.cycle, true),
                 _ => {
                     report.unattributed += 1;
                     continue;
                 }
             };
             tags.held[tag as usize] = None;
+            tags.quarantined[tag as usize] = None;
             tags.last_answer_ns = r.at_ns;
             // The servo answers in order: whatever it was asked before this request and has not
             // answered by now never will be.
             for held in tags.held.iter_mut().take(ntags as usize) {
-                if held.is_some_and(|h| h.cycle < request.cycle) {
+                if held.is_some_and(|h| h.cycle < request_cycle) {
                     *held = None;
                     report.lost += 1;
                 }
+            }
+            for q in tags.quarantined.iter_mut().take(ntags as usize) {
+                if q.is_some_and(|q| q.cycle < request_cycle) {
+                    *q = None;
+                }
+            }
+            if given_up {
+                report.unattributed += 1;
+                continue;
             }
             let mut state = ServoState::default();
             if host::decode_reply(r.frame.payload(), &mut state).is_err() {
                 report.decode_errors += 1;
                 continue;
             }
-            if request.cycle != this_cycle {
+            if request_cycle != this_cycle {
                 report.late += 1;
             }
             // Never let an older answer replace a newer one.
-            if reply.request_cycle.is_none_or(|c| c < request.cycle) {
+            if reply.request_cycle.is_none_or(|c| c < request_cycle) {
                 reply.state = state;
-                reply.request_cycle = Some(request.cycle);
+                reply.request_cycle = Some(request_cycle);
                 reply.received_ns = r.at_ns;
-                reply.fresh = request.cycle == this_cycle;
+                reply.fresh = request_cycle == this_cycle;
             }
         }
+        let finished_ns = report.stats.finished_ns;
         for tags in self.tags.iter_mut().take(n) {
-            for (t, held) in tags.held.iter_mut().enumerate().take(ntags as usize) {
-                if tags.expiring & (1 << t) != 0 && held.take().is_some() {
-                    report.expired += 1;
+            let last_answer_ns = tags.last_answer_ns;
+            for t in 0..ntags as usize {
+                // Given up, the request keeps its tag from reuse (quarantine) until its answer,
+                // or a newer one, shows that nothing can still come with it...
+                if tags.expiring & (1 << t) != 0 {
+                    if let Some(h) = tags.held[t].take() {
+                        tags.quarantined[t] = Some(Quarantined { cycle: h.cycle, since_ns: now });
+                        report.expired += 1;
+                    }
+                }
+                // ...or the servo has stayed silent for another window: without that bound a
+                // servo whose answers are all lost would never be asked again.
+                if tags.quarantined[t]
+                    .is_some_and(|q| finished_ns.saturating_sub(q.since_ns.max(last_answer_ns)) >= window)
+                {
+                    tags.quarantined[t] = None;
                 }
             }
         }
