@@ -58,10 +58,9 @@ pub(crate) fn c_name(name: &str) -> CString {
 /// `shm_open` with `flags` (O_NOFOLLOW, O_NONBLOCK and O_CLOEXEC added) and `mode`.
 ///
 /// `/dev/shm` is world-writable: anyone may plant a FIFO under an agent's name, and opening
-/// a FIFO read-only without O_NONBLOCK waits for a writer that may never come (a SIGINT
-/// handler that only raises a stop flag does not end that wait). With O_NONBLOCK the open
-/// returns at once; for a regular file it changes nothing. Callers then refuse anything but
-/// a regular file ([`not_regular`]).
+/// a FIFO read-only without O_NONBLOCK waits for a writer that may never come. With
+/// O_NONBLOCK the open returns at once; for a regular file it changes nothing. Callers then
+/// refuse anything but a regular file ([`not_regular`]).
 pub(crate) fn open(name: &str, flags: libc::c_int, mode: libc::mode_t) -> io::Result<OwnedFd> {
     let c = c_name(name);
     let flags = flags | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;

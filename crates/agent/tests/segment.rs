@@ -115,7 +115,7 @@ const FIFO_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 #[test]
 fn a_planted_fifo_is_refused_at_once_by_the_spine() {
     // Opened without O_NONBLOCK, the spine's read-only look at the existing name waited for
-    // a writer for ever (and Ctrl-C, which only raises the run's stop flag, did not end it).
+    // a writer for ever.
     let name = common::unique_name("fifo");
     let fifo = common::PlantedFifo::new(&name);
     let n = name.clone();
