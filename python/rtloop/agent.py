@@ -57,6 +57,9 @@ class Agent(_rtloop.Agent):
         ProtocolVersionError: the spine speaks another protocol version
             (``.spine_version``, ``.agent_version``).
         AgentBusy: another live agent is attached (``.pid``).
+        RuntimeError: ``/dev/shm/rtloop-NAME`` is not an rtloop agent segment (wrong magic
+            or sizes), or not a regular file at all (e.g. a FIFO another user made there:
+            refused at once, never waited on).
         OSError: the segment cannot be opened or mapped (e.g. ``PermissionError`` when it
             belongs to another user).
 

@@ -375,6 +375,33 @@ def test_another_protocol_version_or_a_foreign_file_is_refused():
         path.unlink(missing_ok=True)
 
 
+def test_a_fifo_planted_under_the_name_is_refused_at_once(rtloop_bin):
+    # /dev/shm is world-writable: any local user can make a FIFO under any agent name.
+    # Opened without O_NONBLOCK it would hang the spine, and the agent took its 0 bytes for
+    # a segment still being created and retried until `wait` ran out.
+    name = unique("fifo")
+    path = segment(name)
+    os.mkfifo(path, 0o666)
+    try:
+        with pytest.raises(RuntimeError) as info:
+            rtloop.Agent(name, wait=0)
+        assert not isinstance(info.value, rtloop.SpineNotFound)
+        assert str(info.value) == (
+            f"/dev/shm/rtloop-{name} is a FIFO (named pipe), not a regular file; "
+            "remove it if it is yours, or use another agent name"
+        )
+        spine = start_spine(rtloop_bin, name, "--duration", "1")
+        try:
+            _, err = spine.communicate(timeout=60)
+        finally:
+            kill(spine)
+        assert spine.returncode != 0
+        assert f"/dev/shm/rtloop-{name} exists but is a FIFO (named pipe), not a regular file" in err, err
+        assert path.is_fifo(), "left alone"
+    finally:
+        path.unlink(missing_ok=True)
+
+
 def test_bench_rows(rtloop_bin):
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bench"))
     try:

@@ -369,7 +369,9 @@ static inline int rtloop_agent_attach(rtloop_agent *a, const char *name, char *e
     }
     char path[80];
     snprintf(path, sizeof path, "/rtloop-%s", name);
-    int fd = shm_open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
+    /* O_NONBLOCK: /dev/shm is world-writable, and a FIFO planted under this name must be
+     * refused below, not waited on. It changes nothing for the regular file a spine makes. */
+    int fd = shm_open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0);
     if (fd < 0) {
         int e = errno;
         if (e == ENOENT) {
@@ -384,6 +386,17 @@ static inline int rtloop_agent_attach(rtloop_agent *a, const char *name, char *e
     struct stat st;
     if (fstat(fd, &st) != 0) {
         snprintf(err, errlen, "cannot inspect /dev/shm/rtloop-%s: %s", name, strerror(errno));
+        close(fd);
+        return RTLOOP_ERROR;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        const char *what = S_ISFIFO(st.st_mode)  ? "is a FIFO (named pipe), not a regular file"
+                           : S_ISDIR(st.st_mode)  ? "is a directory, not a regular file"
+                           : S_ISSOCK(st.st_mode) ? "is a socket, not a regular file"
+                           : S_ISCHR(st.st_mode)  ? "is a character device, not a regular file"
+                           : S_ISBLK(st.st_mode)  ? "is a block device, not a regular file"
+                                                  : "is not a regular file";
+        snprintf(err, errlen, "/dev/shm/rtloop-%s %s; remove it if it is yours, or use another agent name", name, what);
         close(fd);
         return RTLOOP_ERROR;
     }

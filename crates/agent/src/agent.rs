@@ -26,6 +26,14 @@ pub enum AttachError {
     NotReady(String),
     /// The segment is not an rtloop agent segment.
     BadMagic(String),
+    /// The name is taken by something that is not a regular file (a FIFO someone planted in
+    /// the world-writable `/dev/shm`, a directory, ...): never waited on, never retried.
+    NotRegular {
+        /// The agent name.
+        name: String,
+        /// What it is instead ("is a FIFO (named pipe), not a regular file").
+        what: &'static str,
+    },
     /// The segment is smaller than this agent's layout needs.
     TooSmall {
         /// The agent name.
@@ -84,6 +92,9 @@ impl fmt::Display for AttachError {
             AttachError::NotReady(n) => write!(f, "the spine is still creating /dev/shm/rtloop-{n}; retry in a moment"),
             AttachError::BadMagic(n) => {
                 write!(f, "/dev/shm/rtloop-{n} is not an rtloop agent segment (wrong magic); check the agent name")
+            }
+            AttachError::NotRegular { name, what } => {
+                write!(f, "/dev/shm/rtloop-{name} {what}; remove it if it is yours, or use another agent name")
             }
             AttachError::TooSmall { name, size } => write!(
                 f,
@@ -146,6 +157,11 @@ impl Agent {
             Err(e) => return Err(io_err("open", e)),
         };
         let st = shm::fstat(&fd).map_err(|e| io_err("inspect", e))?;
+        // The open did not block (shm::open adds O_NONBLOCK); a FIFO has size 0 and would
+        // otherwise read as "not ready", retried for ever.
+        if let Some(what) = shm::not_regular(&st) {
+            return Err(AttachError::NotRegular { name: name.to_string(), what });
+        }
         let size = st.st_size as u64;
         if size == 0 {
             return Err(AttachError::NotReady(name.to_string()));

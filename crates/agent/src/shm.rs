@@ -55,11 +55,17 @@ pub(crate) fn c_name(name: &str) -> CString {
     CString::new(shm_name(name)).unwrap_or_default()
 }
 
-/// `shm_open` with `flags` (O_NOFOLLOW and O_CLOEXEC added) and `mode`.
+/// `shm_open` with `flags` (O_NOFOLLOW, O_NONBLOCK and O_CLOEXEC added) and `mode`.
+///
+/// `/dev/shm` is world-writable: anyone may plant a FIFO under an agent's name, and opening
+/// a FIFO read-only without O_NONBLOCK waits for a writer that may never come. With
+/// O_NONBLOCK the open returns at once; for a regular file it changes nothing. Callers then
+/// refuse anything but a regular file ([`not_regular`]).
 pub(crate) fn open(name: &str, flags: libc::c_int, mode: libc::mode_t) -> io::Result<OwnedFd> {
     let c = c_name(name);
+    let flags = flags | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
     // SAFETY: `c` is a NUL-terminated string that outlives the call.
-    let fd = unsafe { libc::shm_open(c.as_ptr(), flags | libc::O_NOFOLLOW | libc::O_CLOEXEC, mode as libc::c_uint) };
+    let fd = unsafe { libc::shm_open(c.as_ptr(), flags, mode as libc::c_uint) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -86,6 +92,20 @@ pub(crate) fn fstat(fd: &OwnedFd) -> io::Result<libc::stat> {
         return Err(io::Error::last_os_error());
     }
     Ok(st)
+}
+
+/// What an opened segment is when it is not a regular file (`None`: it is one), worded to
+/// follow "exists but" / "is".
+pub(crate) fn not_regular(st: &libc::stat) -> Option<&'static str> {
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => None,
+        libc::S_IFIFO => Some("is a FIFO (named pipe), not a regular file"),
+        libc::S_IFDIR => Some("is a directory, not a regular file"),
+        libc::S_IFSOCK => Some("is a socket, not a regular file"),
+        libc::S_IFCHR => Some("is a character device, not a regular file"),
+        libc::S_IFBLK => Some("is a block device, not a regular file"),
+        _ => Some("is not a regular file"),
+    }
 }
 
 /// Whether process `pid` is known to be gone: `kill(pid, 0)` fails with ESRCH. A pid we

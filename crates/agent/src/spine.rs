@@ -560,8 +560,10 @@ fn inspect_existing(name: &str) -> Result<i32, SpineError> {
     };
     let st =
         shm::fstat(&fd).map_err(|err| SpineError::Io { name: name.to_string(), op: "inspect the existing", err })?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err(foreign("is not a regular file"));
+    // The open did not block (shm::open adds O_NONBLOCK): a FIFO someone planted here is
+    // refused now rather than waited on.
+    if let Some(why) = shm::not_regular(&st) {
+        return Err(foreign(why));
     }
     if (st.st_size as u64) < FROZEN_PREFIX as u64 {
         return Err(foreign("is too small to be an rtloop agent segment"));

@@ -220,6 +220,30 @@ fn the_c_agent_exits_1_with_one_line_when_it_cannot_attach() {
 }
 
 #[test]
+fn the_c_agent_refuses_a_planted_fifo_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = c_agent(dir.path()) else {
+        testkit::skip("needs a C compiler (cc)");
+        return;
+    };
+    // Any local user can make a FIFO in /dev/shm. The header's attach used to read it as a
+    // segment still being created (0 bytes) and retry; it must say what it is, at once.
+    let name = common::unique_name("cfifo");
+    let _fifo = common::PlantedFifo::new(&name);
+    let mut child = Command::new(&exe).arg(&name).stderr(Stdio::piped()).spawn().unwrap();
+    let status = wait_exit(&mut child, Duration::from_secs(20));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "agent: /dev/shm/rtloop-{name} is a FIFO (named pipe), not a regular file; remove it if it is yours, or use another agent name"
+        )
+    );
+}
+
+#[test]
 fn the_c_header_compiles_alone_without_warnings() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("only_header.c");

@@ -5,7 +5,7 @@ mod common;
 
 use agent::layout::{Header, Plain, MAGIC, TOTAL_SIZE, VERSION};
 use agent::{Agent, AttachError, Spine, SpineConfig, SpineError};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 
 fn config(name: &str) -> SpineConfig {
     SpineConfig::new(name, &common::servos(4), 1000.0)
@@ -106,6 +106,50 @@ fn foreign_files_and_symlinks_are_never_replaced() {
     assert!(err.contains("is a symbolic link"), "{err}");
     assert!(matches!(Agent::attach(&name), Err(AttachError::Io { .. })), "an agent does not follow it either");
     std::fs::remove_file(&path).unwrap();
+}
+
+// /dev/shm is world-writable: any local user can make a FIFO under an agent's name. The
+// limit bounds a hang; the calls checked return without waiting.
+const FIFO_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+#[test]
+fn a_planted_fifo_is_refused_at_once_by_the_spine() {
+    // Opened without O_NONBLOCK, the spine's read-only look at the existing name waited for
+    // a writer for ever.
+    let name = common::unique_name("fifo");
+    let fifo = common::PlantedFifo::new(&name);
+    let n = name.clone();
+    let err = common::within(FIFO_LIMIT, move || Spine::create(&config(&n)).err().map(|e| e.to_string()));
+    let err = err.expect("a spine never takes over a FIFO");
+    one_sentence(&err);
+    assert_eq!(
+        err,
+        format!(
+            "/dev/shm/rtloop-{name} exists but is a FIFO (named pipe), not a regular file; remove it if it is yours, or pick another --agent name"
+        )
+    );
+    assert!(std::fs::symlink_metadata(&fifo.path).unwrap().file_type().is_fifo(), "left alone");
+}
+
+#[test]
+fn a_planted_fifo_is_refused_at_once_by_the_agent() {
+    // The agent's read-write open of a FIFO does not wait on Linux, but it saw a 0-byte
+    // file, "still being created", and its callers retried for ever.
+    let name = common::unique_name("afifo");
+    let fifo = common::PlantedFifo::new(&name);
+    let n = name.clone();
+    let err = common::within(FIFO_LIMIT, move || Agent::attach(&n).err()).expect("an agent never attaches to a FIFO");
+    assert!(!err.is_retryable(), "a FIFO is not a segment still being created: {err}");
+    let msg = err.to_string();
+    one_sentence(&msg);
+    assert_eq!(
+        msg,
+        format!(
+            "/dev/shm/rtloop-{name} is a FIFO (named pipe), not a regular file; remove it if it is yours, or use another agent name"
+        )
+    );
+    assert!(matches!(err, AttachError::NotRegular { .. }), "{err:?}");
+    assert!(std::fs::symlink_metadata(&fifo.path).unwrap().file_type().is_fifo(), "left alone");
 }
 
 /// A hand-made segment: a valid header, then `edit` applied.

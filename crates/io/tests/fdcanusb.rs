@@ -501,6 +501,13 @@ fn open_errors_say_what_is_wrong() {
     assert!(err.message.contains("not a serial device"), "{err}");
     assert!(err.message.contains(file.to_str().unwrap()), "{err}");
 
+    // A FIFO at the path (anyone can make one in /tmp, where `rtloop sim` links its pty):
+    // opened without blocking (O_NONBLOCK) and refused, never waited on for a peer.
+    let fifo = dir.join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    let err = FdcanusbTransport::open(fifo.to_str().unwrap(), FdcanusbOptions::default()).err().unwrap();
+    assert_eq!(err.message, format!("{} is not a serial device", fifo.display()));
+
     // A dangling link, like a by-id link of an unplugged adapter, reads as missing too.
     let dangling = dir.join("dangling");
     std::os::unix::fs::symlink(dir.join("gone"), &dangling).unwrap();

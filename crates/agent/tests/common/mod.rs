@@ -50,3 +50,43 @@ pub fn cases_run(test: &str, cases: Option<u32>) -> usize {
     let trace = String::from_utf8_lossy(&out.stderr);
     trace.lines().filter(|l| l.contains("Test case passed") || l.contains("Test case rejected")).count()
 }
+
+/// A FIFO planted at `/dev/shm/rtloop-NAME`, as any local user can (`/dev/shm` is
+/// world-writable). Dropping it releases whoever is blocked opening it for reading (a
+/// writer comes and goes) and removes it.
+pub struct PlantedFifo {
+    pub path: std::path::PathBuf,
+}
+
+impl PlantedFifo {
+    pub fn new(name: &str) -> PlantedFifo {
+        let path = agent::segment_path(name);
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0, "mkfifo: {}", std::io::Error::last_os_error());
+        PlantedFifo { path }
+    }
+}
+
+impl Drop for PlantedFifo {
+    fn drop(&mut self) {
+        use std::os::unix::fs::OpenOptionsExt;
+        // A blocked reader's open returns once a writer opens (ENXIO here: nobody reads).
+        let _ = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(&self.path);
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Run `f` on a thread and return its result, or fail the test if it has none within
+/// `limit` (a call that blocks for ever fails instead of hanging the suite). The limit is a
+/// bound on a hang, not a timing assertion: the calls checked return without waiting.
+pub fn within<T: Send + 'static>(limit: std::time::Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(v) => v,
+        Err(_) => panic!("still blocked after {limit:?}"),
+    }
+}
