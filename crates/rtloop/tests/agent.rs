@@ -282,6 +282,9 @@ fn answer(a: &mut agent::Agent, cycle: u64) {
     a.send();
 }
 
+/// What a lockstep agent saw of a state: (cycle, status, timeouts, rearms, arm token changed).
+type Seen = (u64, u32, u64, u64, bool);
+
 /// A lockstep agent: answers every new state (re-arming when asked) until the spine ends;
 /// `silent(cycle)` says whether to leave that state unanswered and sleep `pause` instead,
 /// and `quit(cycle)` whether to exit (detach) at that state. Returns every distinct state it
@@ -291,7 +294,7 @@ fn lockstep_agent(
     silent: fn(u64) -> bool,
     quit: fn(u64) -> bool,
     pause: Duration,
-) -> std::thread::JoinHandle<Vec<(u64, u32, u64, u64, bool)>> {
+) -> std::thread::JoinHandle<Vec<Seen>> {
     std::thread::spawn(move || {
         let mut a = attach(&name);
         let mut last = u64::MAX;
