@@ -876,7 +876,8 @@ impl AgentState {
         self.block.rejected
     }
 
-    /// Command reads the spine gave up on (the agent was mid-write every try) so far.
+    /// Cycles whose command the spine could not read consistently (the agent was mid-write
+    /// on every try) so far, at most one per cycle.
     #[getter]
     fn torn(&self) -> u64 {
         self.block.torn

@@ -107,7 +107,12 @@ def test_lockstep_every_cycle_gets_the_agents_command(rtloop_bin):
             assert agent.servo_count == 12 and agent.rate_hz == 1000.0 and agent.period == pytest.approx(0.001)
             assert list(agent.ids) == list(range(1, 13))
             first = agent.wait_next(timeout=5)
+            # The spine measures before it waits: query-only cycles until every servo has
+            # answered a cycle's request (one here), so the first state waited on is cycle 1.
+            while first is not None and (first.request_cycle < 0).any():
+                first = agent.wait_next(timeout=5)
             assert first is not None and first.status == "waiting" and not first.armed
+            assert first.cycle == 1 and (first.request_cycle == 0).all() and first.fresh.all()
             # Lockstep: the spine waits for this state's command, so nothing newer comes.
             assert agent.wait_next(timeout=0.05) is None
             cycles = [first.cycle]
@@ -122,8 +127,9 @@ def test_lockstep_every_cycle_gets_the_agents_command(rtloop_bin):
         assert code == 0, err
         assert summary["lockstep"] is True
         a = summary["agent"]
-        assert a["commands_applied"] == summary["cycles"], a
-        assert a["cycles_without_command"] == 0, a
+        assert a["commands_applied"] == summary["cycles"] - 1, a
+        assert a["cycles_without_command"] == 1, "cycle 0 only measured the servos"
+        assert a["torn"] == 0, a
         assert cycles == sorted(set(cycles)), "every state is returned once, in order"
     finally:
         stop_spine(spine, name)
@@ -420,13 +426,16 @@ def test_bench_rows(rtloop_bin):
 
 def test_ctrl_c_interrupts_a_wait(rtloop_bin):
     name = unique("sigint")
-    # Lockstep: after its first state the spine waits for the agent, so wait_next would
-    # wait for ever; SIGINT must still reach Python as KeyboardInterrupt.
+    # Lockstep: at its first measured state the spine waits for the agent (up to
+    # --agent-wait, 60 s), so wait_next waits; SIGINT must still reach Python as
+    # KeyboardInterrupt.
     spine = start_spine(rtloop_bin, name, "--lockstep", "--duration", "30")
     code = (
         "import rtloop, sys\n"
         f"a = rtloop.Agent({name!r})\n"
-        "a.wait_next()\n"
+        "s = a.wait_next()\n"
+        "while (s.request_cycle < 0).any():\n"
+        "    s = a.wait_next()\n"
         "try:\n"
         "    print('waiting', flush=True)\n"
         "    a.wait_next()\n"

@@ -522,14 +522,18 @@ static inline int rtloop_agent_read_state(const rtloop_agent *a, rtloop_state *o
     return rtloop__read(a->map + RTLOOP_STATE_OFFSET, out, sizeof *out / 8, RTLOOP_READ_TRIES);
 }
 
-/* Write a->command with the next heartbeat (sets heartbeat and servo_count); returns the heartbeat. */
 /* The state block's sequence now (one atomic load): equal to the `seq` of the last state
  * read, nothing new was published — poll this, and copy the block only when it moved. */
 static inline uint64_t rtloop_agent_state_sequence(const rtloop_agent *a) {
     return atomic_load_explicit(rtloop__seq((void *)(a->map + RTLOOP_STATE_OFFSET)), memory_order_acquire);
 }
 
+/* Write a->command with the next heartbeat (sets heartbeat and servo_count); returns the heartbeat.
+ * States this agent's version first: the spine follows commands only while agent_version is
+ * its own, and an agent of another version that tried to attach meanwhile overwrote it. */
 static inline uint64_t rtloop_agent_write_command(rtloop_agent *a) {
+    atomic_store_explicit((_Atomic uint32_t *)&((rtloop_header *)a->map)->agent_version, RTLOOP_AGENT_VERSION,
+                          memory_order_relaxed);
     a->command.heartbeat += 1;
     a->command.servo_count = a->header.servo_count;
     rtloop__write(a->map + RTLOOP_COMMAND_OFFSET, &a->command, sizeof a->command / 8, &a->command_seq);

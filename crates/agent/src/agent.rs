@@ -288,8 +288,13 @@ impl Agent {
         &mut self.command
     }
 
-    /// Write the command (seqlock) with the next heartbeat; returns the heartbeat.
+    /// Write the command (seqlock) with the next heartbeat; returns the heartbeat. States
+    /// this agent's protocol version first (one atomic store): the spine follows commands
+    /// only while `agent_version` is its own, and an agent of another version that tried
+    /// to attach meanwhile overwrote it.
     pub fn send(&mut self) -> u64 {
+        // SAFETY: the header is mapped; agent_version is accessed atomically only.
+        unsafe { header_atomics::agent_version(self.map.ptr()) }.store(VERSION, Ordering::Relaxed);
         self.command.heartbeat = self.command.heartbeat.wrapping_add(1);
         self.command.servo_count = self.header.servo_count;
         // SAFETY: the command block is mapped, 64-byte aligned; this agent is its only

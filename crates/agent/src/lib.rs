@@ -36,7 +36,9 @@ pub mod validate;
 pub use agent::{Agent, AttachError, SpineGone};
 pub use layout::{CommandBlock, Header, RawServoCommand, RawServoState, ServoInfo, StateBlock};
 pub use shm::{monotonic_ns, pid_dead, segment_path, validate_name, NameError};
-pub use spine::{Counters, Lockstep, Poll, Spine, SpineConfig, SpineError, VersionMismatch, DEFAULT_TIMEOUT_NS};
+pub use spine::{
+    Counters, Lockstep, Poll, Spine, SpineConfig, SpineError, VersionMismatch, DEFAULT_ARM_WAIT_NS, DEFAULT_TIMEOUT_NS,
+};
 pub use validate::{validate, CommandError, Limits, PositionFields, ValidCommand};
 
 /// Atomic views of the header's fields that change after publication, and whole-header

@@ -13,7 +13,7 @@ use crate::layout::{
 use crate::shm::{self, Mapping, NameError};
 use crate::validate::{validate, CommandError, Limits, ValidCommand};
 use crate::{header_atomics, seqlock};
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU64, Ordering};
 use std::fmt;
 use std::io;
 use std::os::fd::OwnedFd;
@@ -28,6 +28,14 @@ pub const SPINE_READ_TRIES: u32 = 4;
 /// Lockstep: how long [`Spine::wait_command_for`] spins before it sleeps between looks.
 pub const LOCKSTEP_SPIN_NS: u64 = 200_000;
 
+/// Lockstep: how long, by default, [`Spine::wait_command_for`] waits for an agent to arm the
+/// spine (status `WAITING` or `SAFE`) before it gives up ([`Lockstep::NotArmed`]), ns.
+pub const DEFAULT_ARM_WAIT_NS: u64 = 60_000_000_000;
+
+/// Distinct foreign `agent_version` values [`Spine::version_mismatch`] reports (each once);
+/// further ones are still ignored, just not reported.
+const REPORTED_VERSIONS: usize = 8;
+
 /// How to create the segment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpineConfig {
@@ -41,6 +49,9 @@ pub struct SpineConfig {
     pub lockstep: bool,
     /// Agent liveness timeout, ns.
     pub timeout_ns: u64,
+    /// Lockstep: how long the spine waits, in wall-clock time, for an agent to arm it before
+    /// [`Spine::wait_command_for`] gives up, ns.
+    pub arm_wait_ns: u64,
 }
 
 impl SpineConfig {
@@ -52,6 +63,7 @@ impl SpineConfig {
             rate_hz,
             lockstep: false,
             timeout_ns: DEFAULT_TIMEOUT_NS,
+            arm_wait_ns: DEFAULT_ARM_WAIT_NS,
         }
     }
 }
@@ -126,9 +138,11 @@ pub enum Poll {
     /// No new command. While following, the last command still applies (until the timeout).
     Unchanged,
     /// A new command that is not followed: the spine is waiting for arming, safe (and the
-    /// token did not match), or shutting down. It still counts as a heartbeat.
+    /// token did not match), or shutting down, or the header's `agent_version` is not this
+    /// spine's (counted in [`Counters::wrong_version`]). It still counts as a heartbeat.
     Ignored,
-    /// No consistent read in [`SPINE_READ_TRIES`] tries (counted in `torn`).
+    /// No consistent read in [`SPINE_READ_TRIES`] tries (counted in `torn` by
+    /// [`Spine::poll_command`], which looks once per cycle).
     Torn,
     /// The agent's heartbeat stopped for longer than the timeout: the spine went safe just
     /// now and published a new arm token.
@@ -142,16 +156,24 @@ pub enum Lockstep {
     Command,
     /// The stop flag was raised.
     Stopped,
-    /// The attached agent's process is gone.
+    /// The agent is gone: the pid it registered is dead, or it unregistered (`agent_pid`
+    /// back to 0) after registering.
     AgentGone,
-    /// Nothing usable within the timeout (the spine may have gone safe).
+    /// The spine was following, and no command for the cycle came within the timeout: it
+    /// went safe just now (`timeouts` + 1, a new arm token). The caller applies the safe
+    /// command and goes on to the next cycle.
     TimedOut,
+    /// The spine was waiting to be armed (`WAITING` or `SAFE`) and nothing armed it within
+    /// [`SpineConfig::arm_wait_ns`].
+    NotArmed,
 }
 
-/// An agent with another protocol version tried to attach (it refused itself).
+/// The header's `agent_version` is not this spine's: an agent of another protocol version
+/// tried to attach (and refused itself), or (`agent` 0) commands were written without any
+/// agent stating its version. Either way the spine ignores the commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VersionMismatch {
-    /// The agent's version.
+    /// The agent's version (0: none stated).
     pub agent: u32,
     /// This spine's version.
     pub spine: u32,
@@ -159,11 +181,20 @@ pub struct VersionMismatch {
 
 impl fmt::Display for VersionMismatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "agent speaks protocol version {}, this spine {}; rebuild the agent against this rtloop's rtloop_agent.h",
-            self.agent, self.spine
-        )
+        match self.agent {
+            0 => write!(
+                f,
+                "an agent wrote commands without stating its protocol version (agent_version 0), this spine speaks {}; \
+                 the spine ignores them: attach with the rtloop agent library, which writes its version",
+                self.spine
+            ),
+            agent => write!(
+                f,
+                "agent speaks protocol version {agent}, this spine {}; the spine ignores its commands: rebuild the \
+                 agent against this rtloop's rtloop_agent.h",
+                self.spine
+            ),
+        }
     }
 }
 
@@ -172,14 +203,17 @@ impl fmt::Display for VersionMismatch {
 pub struct Counters {
     /// Liveness timeouts.
     pub timeouts: u64,
-    /// Armings, the first included.
+    /// Armings, the first included (the state's `rearms`).
     pub rearms: u64,
     /// Servo commands refused by validation ([`Spine::note_rejected`]).
     pub rejected: u64,
-    /// Torn command reads.
+    /// Cycles whose command could not be read consistently (the agent was mid-write on every
+    /// try), at most one per cycle.
     pub torn: u64,
     /// New commands seen (heartbeats).
     pub commands: u64,
+    /// New commands ignored because the header's `agent_version` was not this spine's.
+    pub wrong_version: u64,
 }
 
 /// The spine's side of one segment. Dropping it publishes status `ENDED` and removes the
@@ -204,7 +238,15 @@ pub struct Spine {
     rng: u64,
     counters: Counters,
     last_rejected_cycle: Option<u64>,
-    reported_version: u32,
+    /// Lockstep: how long to wait to be armed, ns.
+    arm_wait_ns: u64,
+    /// An agent registered its pid at some point (so `agent_pid` back at 0 means it left).
+    agent_seen: bool,
+    /// The `agent_version` of the last command ignored for its version.
+    ignored_version: Option<u32>,
+    /// Foreign versions already reported (each once).
+    reported_versions: [u32; REPORTED_VERSIONS],
+    reported_len: usize,
 }
 
 // SAFETY: the mapping is owned by the Spine (unmapped only in its drop) and all accesses to
@@ -307,7 +349,11 @@ impl Spine {
             rng: 0,
             counters: Counters::default(),
             last_rejected_cycle: None,
-            reported_version: 0,
+            arm_wait_ns: config.arm_wait_ns,
+            agent_seen: false,
+            ignored_version: None,
+            reported_versions: [0; REPORTED_VERSIONS],
+            reported_len: 0,
         };
         spine.arm_token = next_token(&mut rng, 0);
         spine.rng = rng;
@@ -385,19 +431,40 @@ impl Spine {
     /// agent's liveness: a consistent read whose heartbeat differs from the last one seen is
     /// a new command. While following, a heartbeat older than the timeout sends the spine
     /// safe. No allocation, no system call, at most [`SPINE_READ_TRIES`] block copies.
+    ///
+    /// Meant to be called once per cycle: each [`Poll::Torn`] it returns counts one torn
+    /// cycle.
     pub fn poll_command(&mut self, now_ns: u64) -> Poll {
+        let outcome = self.look(now_ns);
+        if outcome == Poll::Torn {
+            self.counters.torn += 1;
+        }
+        if self.status == status::FOLLOWING && now_ns.saturating_sub(self.last_beat_ns) > self.header.timeout_ns {
+            self.time_out();
+            return Poll::TimedOut;
+        }
+        outcome
+    }
+
+    /// One look at the command block, without the liveness timeout and without counting a
+    /// torn read.
+    fn look(&mut self, now_ns: u64) -> Poll {
         // SAFETY: the command block is inside our mapping and 64-byte aligned.
         let seq = unsafe { seqlock::sequence(self.map.ptr().add(COMMAND_OFFSET)) };
         // The sequence of the last consistent read, unchanged: no new command, and no copy
         // (a copy while the agent writes would only slow both sides down).
-        let outcome = if Some(seq) == self.seen_seq { Poll::Unchanged } else { self.read_command(now_ns) };
-        if self.status == status::FOLLOWING && now_ns.saturating_sub(self.last_beat_ns) > self.header.timeout_ns {
-            self.status = status::SAFE;
-            self.counters.timeouts += 1;
-            self.arm_token = next_token(&mut self.rng, self.arm_token);
-            return Poll::TimedOut;
+        if Some(seq) == self.seen_seq {
+            Poll::Unchanged
+        } else {
+            self.read_command(now_ns)
         }
-        outcome
+    }
+
+    /// The agent timed out: go safe, count it, publish a fresh token (with the next state).
+    fn time_out(&mut self) {
+        self.status = status::SAFE;
+        self.counters.timeouts += 1;
+        self.arm_token = next_token(&mut self.rng, self.arm_token);
     }
 
     /// Copy the command block out (seqlock) and judge it.
@@ -409,14 +476,22 @@ impl Spine {
             self.seen_seq = Some(s);
         }
         match read {
-            Err(seqlock::Torn) => {
-                self.counters.torn += 1;
-                Poll::Torn
-            }
+            Err(seqlock::Torn) => Poll::Torn,
             Ok(_) if self.scratch.heartbeat == self.seen_heartbeat => Poll::Unchanged,
             Ok(_) => {
                 self.seen_heartbeat = self.scratch.heartbeat;
                 self.counters.commands += 1;
+                // Loaded after the read's acquire fence: an agent stores its version before
+                // it writes a command, so this is at least the version of that command's
+                // writer. Commands are only ever followed from an agent of this version.
+                // SAFETY: the header is inside our mapping; agent_version is only accessed
+                // atomically.
+                let version = unsafe { header_atomics::agent_version(self.map.ptr()) }.load(Ordering::Relaxed);
+                if version != VERSION {
+                    self.counters.wrong_version += 1;
+                    self.ignored_version = Some(version);
+                    return Poll::Ignored;
+                }
                 match self.status {
                     status::FOLLOWING => {
                         self.take_command(now_ns);
@@ -425,6 +500,7 @@ impl Spine {
                     status::WAITING | status::SAFE if self.scratch.arm_token == self.arm_token => {
                         self.status = status::FOLLOWING;
                         self.counters.rearms += 1;
+                        self.agent_seen |= self.agent_pid().is_some();
                         self.take_command(now_ns);
                         Poll::Armed
                     }
@@ -476,66 +552,105 @@ impl Spine {
         self.status = status::SHUTTING_DOWN;
     }
 
-    /// The pid of the attached agent, if one says it is attached.
+    /// The pid of the attached agent, if one says it is attached (a positive pid: 0 is
+    /// "none", and a negative value names no process).
     pub fn agent_pid(&self) -> Option<i32> {
         // SAFETY: the header is inside our mapping; agent_pid is only accessed atomically.
         let pid = unsafe { header_atomics::agent_pid(self.map.ptr()) }.load(Ordering::Relaxed);
-        (pid != 0).then_some(pid)
+        (pid > 0).then_some(pid)
     }
 
-    /// An agent with another protocol version tried to attach since the last call: report
-    /// it once (one atomic load; no allocation).
+    /// Whether the agent is gone: the pid it registered is dead, or it registered once and
+    /// `agent_pid` is back at 0 (it detached). One atomic load, plus `kill(pid, 0)`.
+    fn agent_left(&mut self) -> bool {
+        match self.agent_pid() {
+            Some(pid) => {
+                self.agent_seen = true;
+                shm::pid_dead(pid)
+            }
+            None => self.agent_seen,
+        }
+    }
+
+    /// A foreign protocol version to report, once per distinct value: the header's
+    /// `agent_version` when it is neither 0 nor this spine's (an agent of another version
+    /// tried to attach), or the version of commands the spine ignored for it (0 included:
+    /// commands written by no agent that stated a version). One atomic load; no allocation.
     pub fn version_mismatch(&mut self) -> Option<VersionMismatch> {
         // SAFETY: the header is inside our mapping; agent_version is only accessed atomically.
         let v = unsafe { header_atomics::agent_version(self.map.ptr()) }.load(Ordering::Relaxed);
-        if v == self.reported_version {
-            return None;
+        let candidates = [(v != 0 && v != VERSION).then_some(v), self.ignored_version.take()];
+        for v in candidates.into_iter().flatten() {
+            let reported = &self.reported_versions[..self.reported_len];
+            if reported.contains(&v) {
+                continue;
+            }
+            if let Some(slot) = self.reported_versions.get_mut(self.reported_len) {
+                *slot = v;
+                self.reported_len += 1;
+                return Some(VersionMismatch { agent: v, spine: VERSION });
+            }
         }
-        self.reported_version = v;
-        (v != 0 && v != VERSION).then_some(VersionMismatch { agent: v, spine: VERSION })
+        None
     }
 
-    /// Lockstep: wait until a followed command with `for_cycle == cycle` arrives (polling
-    /// with the real monotonic clock, spinning for [`LOCKSTEP_SPIN_NS`] then sleeping 20 µs at a time), the
-    /// `stop` flag rises, the attached agent's process is gone, or no such command came
-    /// within the timeout. Blocks: for lockstep runs only, never on a real-time path.
-    pub fn wait_command_for(&mut self, cycle: u64, stop: &AtomicBool) -> Lockstep {
+    /// Lockstep: wait, in wall-clock time, for the agent's command for `cycle` (simulated
+    /// time stands still meanwhile). Polls with the real monotonic clock, spinning for
+    /// [`LOCKSTEP_SPIN_NS`] then sleeping 20 µs at a time. Ends with:
+    /// * [`Lockstep::Command`]: a followed command with `for_cycle == cycle` (an arming one
+    ///   included) arrived;
+    /// * [`Lockstep::TimedOut`]: the spine was following and no such command came within
+    ///   `timeout_ns` of the call: the spine went safe (the caller applies the safe command
+    ///   and goes on);
+    /// * [`Lockstep::NotArmed`]: the spine was waiting to be armed (`WAITING` or `SAFE`) and
+    ///   nothing armed it within [`SpineConfig::arm_wait_ns`];
+    /// * [`Lockstep::AgentGone`]: the agent's registered pid is dead, or it detached;
+    /// * [`Lockstep::Stopped`]: `stop` returned true.
+    ///
+    /// A wait that ends without the command while the last read was torn counts one torn
+    /// cycle. Blocks: for lockstep runs only, never on a real-time path.
+    pub fn wait_command_for(&mut self, cycle: u64, stop: impl Fn() -> bool) -> Lockstep {
         let start = shm::monotonic_ns();
         let mut spins = 0u32;
         let mut now = start;
-        loop {
+        let mut torn;
+        let outcome = loop {
             // Reading the clock costs more than a look at the command: every 64th look (a few
             // µs apart while spinning), and after every sleep.
             if spins.is_multiple_of(64) || now.saturating_sub(start) >= LOCKSTEP_SPIN_NS {
                 now = shm::monotonic_ns();
             }
-            match self.poll_command(now) {
-                Poll::TimedOut => return Lockstep::TimedOut,
-                _ if self.following() && self.command.for_cycle == cycle => return Lockstep::Command,
-                _ => {}
+            torn = self.look(now) == Poll::Torn;
+            if self.following() && self.command.for_cycle == cycle {
+                break Lockstep::Command;
             }
-            if stop.load(Ordering::Relaxed) {
-                return Lockstep::Stopped;
+            if stop() {
+                break Lockstep::Stopped;
             }
-            if !self.following() && now.saturating_sub(start) > self.header.timeout_ns {
-                return Lockstep::TimedOut;
+            let waited = now.saturating_sub(start);
+            if self.following() && waited > self.header.timeout_ns {
+                self.time_out();
+                break Lockstep::TimedOut;
+            }
+            if !self.following() && waited > self.arm_wait_ns {
+                break Lockstep::NotArmed;
             }
             spins += 1;
             // Spin for the first 200 µs (an agent on its own core answers well within that,
             // and a sleep would cost more than the step), then sleep in short slices.
-            if now.saturating_sub(start) < LOCKSTEP_SPIN_NS {
+            if waited < LOCKSTEP_SPIN_NS {
                 core::hint::spin_loop();
                 continue;
             }
-            if spins.is_multiple_of(64) {
-                if let Some(pid) = self.agent_pid() {
-                    if shm::pid_dead(pid) {
-                        return Lockstep::AgentGone;
-                    }
-                }
+            if spins.is_multiple_of(64) && self.agent_left() {
+                break Lockstep::AgentGone;
             }
             std::thread::sleep(std::time::Duration::from_micros(20));
+        };
+        if torn && outcome != Lockstep::Command {
+            self.counters.torn += 1;
         }
+        outcome
     }
 }
 
@@ -582,6 +697,11 @@ fn inspect_existing(name: &str) -> Result<i32, SpineError> {
     };
     if magic != MAGIC {
         return Err(foreign("is not an rtloop agent segment (wrong magic)"));
+    }
+    // A spine writes its own (positive) pid; 0 or a negative one names no process (kill
+    // would address a process group or every process), so no live spine owns the file.
+    if pid <= 0 {
+        return Err(foreign("names no spine process (its spine_pid is 0 or negative)"));
     }
     if !shm::pid_dead(pid) {
         return Err(SpineError::Owned { name: name.to_string(), pid });

@@ -271,3 +271,24 @@ fn spine_configuration_mistakes_are_one_sentence() {
     one_sentence(&Spine::create(&c).err().unwrap().to_string());
     assert!(!agent::segment_path(&name).exists());
 }
+
+#[test]
+fn a_segment_whose_spine_pid_names_no_process_is_foreign_not_a_live_spine() {
+    // kill(0, 0) and kill(-1, 0) succeed (they address process groups): such a pid once
+    // made "another spine (pid 0) owns …".
+    for pid in [0, -1] {
+        let name = common::unique_name("nopid");
+        fake_segment(&name, agent::layout::TOTAL_SIZE, |h| h.spine_pid = pid);
+        let err = Spine::create(&config(&name)).err().unwrap().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "/dev/shm/rtloop-{name} exists but names no spine process (its spine_pid is 0 or negative); remove \
+                 it if it is yours, or pick another --agent name"
+            ),
+            "spine_pid {pid}"
+        );
+        assert!(agent::segment_path(&name).exists(), "left alone");
+        std::fs::remove_file(agent::segment_path(&name)).unwrap();
+    }
+}

@@ -347,7 +347,7 @@ fn lockstep_waits_for_the_command_of_each_cycle() {
     for cycle in 1..=50u64 {
         spine.state_mut().cycle = cycle;
         spine.publish(agent::monotonic_ns());
-        assert_eq!(spine.wait_command_for(cycle, &stop), Lockstep::Command, "cycle {cycle}");
+        assert_eq!(spine.wait_command_for(cycle, || stop.load(Ordering::Relaxed)), Lockstep::Command, "cycle {cycle}");
         assert_eq!(spine.command().unwrap().for_cycle, cycle);
         let Some(Ok(ValidCommand::Position(p))) = spine.command_for(0, &Limits::default()) else { panic!() };
         assert_eq!(p.position, Some(cycle as f64 * 0.001));
@@ -358,17 +358,117 @@ fn lockstep_waits_for_the_command_of_each_cycle() {
 }
 
 #[test]
-fn lockstep_wait_ends_on_stop_and_on_timeout() {
+fn lockstep_wait_ends_on_stop_on_the_arm_wait_on_a_timeout_and_when_the_agent_leaves() {
     let name = common::unique_name("lockstop");
     let mut config = SpineConfig::new(&name, &common::servos(1), 1000.0);
     config.lockstep = true;
     config.timeout_ns = 20 * MS;
+    config.arm_wait_ns = 50 * MS;
     let (mut spine, _) = Spine::create(&config).unwrap();
-    let stop = AtomicBool::new(true);
-    assert_eq!(spine.wait_command_for(1, &stop), Lockstep::Stopped);
+    let publish = |spine: &mut Spine, cycle: u64| {
+        spine.state_mut().cycle = cycle;
+        spine.publish(agent::monotonic_ns());
+    };
+    assert_eq!(spine.wait_command_for(1, || true), Lockstep::Stopped);
+
+    // Nobody arms it: the wait ends after the arm wait, not the (shorter) timeout, and
+    // nothing timed out (there was nothing to time out).
     let start = Instant::now();
-    assert_eq!(spine.wait_command_for(1, &AtomicBool::new(false)), Lockstep::TimedOut);
-    assert!(start.elapsed() >= Duration::from_millis(20));
+    assert_eq!(spine.wait_command_for(1, || false), Lockstep::NotArmed);
+    assert!(start.elapsed() >= Duration::from_millis(50));
+    assert_eq!((spine.status(), spine.counters().timeouts), (status::WAITING, 0));
+
+    // Armed by the command answering cycle 1.
+    let mut agent = Agent::attach(&name).unwrap();
+    publish(&mut spine, 1);
+    agent.read_state().unwrap();
+    assert!(agent.rearm_if_needed());
+    agent.command_mut().for_cycle = 1;
+    agent.send();
+    assert_eq!(spine.wait_command_for(1, || false), Lockstep::Command);
+
+    // Silent while following: the cycle times out, the spine is SAFE with a fresh token.
+    let token = spine.arm_token();
+    publish(&mut spine, 2);
+    assert_eq!(spine.wait_command_for(2, || false), Lockstep::TimedOut);
+    assert_eq!((spine.status(), spine.counters().timeouts), (status::SAFE, 1));
+    assert_ne!(spine.arm_token(), token);
+    publish(&mut spine, 3);
+    let st = *agent.read_state().unwrap();
+    assert_eq!((st.cycle, st.status, st.timeouts, st.arm_token), (3, status::SAFE, 1, spine.arm_token()));
+
+    // Commands with the old token are ignored: the arm wait ends the wait.
+    agent.command_mut().for_cycle = 3;
+    agent.send();
+    assert_eq!(spine.wait_command_for(3, || false), Lockstep::NotArmed);
+
+    // The new token re-arms it.
+    assert!(agent.rearm_if_needed());
+    agent.send();
+    assert_eq!(spine.wait_command_for(3, || false), Lockstep::Command);
+    assert_eq!(spine.counters().rearms, 2);
+
+    // A writer that died mid-write (odd sequence): the cycle times out, one torn cycle (not
+    // one per look).
+    let seq = u64::from_le_bytes(common::read_raw(&name, agent::layout::COMMAND_OFFSET, 8).try_into().unwrap());
+    common::write_raw(&name, agent::layout::COMMAND_OFFSET, &(seq | 1).to_le_bytes());
+    publish(&mut spine, 4);
+    assert_eq!(spine.wait_command_for(4, || false), Lockstep::TimedOut);
+    assert_eq!(spine.counters().torn, 1);
+    common::write_raw(&name, agent::layout::COMMAND_OFFSET, &seq.to_le_bytes());
+
+    // The agent detaches (exits): the wait ends at once, whatever the arm wait.
+    drop(agent);
+    assert_eq!(spine.wait_command_for(5, || false), Lockstep::AgentGone);
+}
+
+#[test]
+fn commands_are_followed_only_from_an_agent_of_this_version() {
+    let name = common::unique_name("foreign");
+    let (mut spine, _) = Spine::create(&SpineConfig::new(&name, &common::servos(1), 1000.0)).unwrap();
+    let mut seq = 0u64;
+    let mut write = |spine: &Spine, version: u32, heartbeat: u64| {
+        common::write_raw(&name, 84, &version.to_le_bytes());
+        let mut block = agent::CommandBlock::empty();
+        seq += 2;
+        block.seq = seq;
+        block.heartbeat = heartbeat;
+        block.arm_token = spine.arm_token();
+        block.servo_count = 1;
+        common::write_command_raw(&name, &block);
+    };
+    // An agent of version 2 that ignored its refusal and echoes the token: ignored.
+    write(&spine, 2, 1);
+    assert_eq!(spine.poll_command(MS), Poll::Ignored);
+    assert!(!spine.following());
+    let m = spine.version_mismatch().unwrap();
+    assert_eq!(
+        m.to_string(),
+        "agent speaks protocol version 2, this spine 1; the spine ignores its commands: rebuild the agent against \
+         this rtloop's rtloop_agent.h"
+    );
+    assert_eq!(spine.version_mismatch(), None, "reported once");
+    // Commands written by nobody who stated a version (agent_version 0): ignored too.
+    write(&spine, 0, 2);
+    assert_eq!(spine.poll_command(2 * MS), Poll::Ignored);
+    let m = spine.version_mismatch().unwrap();
+    assert_eq!(m.agent, 0);
+    assert!(m.to_string().starts_with("an agent wrote commands without stating its protocol version"), "{m}");
+    // Version 2 again: ignored, and already reported.
+    write(&spine, 2, 3);
+    assert_eq!(spine.poll_command(3 * MS), Poll::Ignored);
+    assert_eq!(spine.version_mismatch(), None);
+    assert_eq!((spine.counters().wrong_version, spine.counters().rearms), (3, 0));
+
+    // An agent of this version arms it; one that states its version with every command
+    // recovers from a foreign attempt overwriting agent_version.
+    let mut agent = Agent::attach(&name).unwrap();
+    arm(&mut agent);
+    assert_eq!(spine.poll_command(4 * MS), Poll::Armed);
+    common::write_raw(&name, 84, &7u32.to_le_bytes());
+    agent.send();
+    assert_eq!(spine.poll_command(5 * MS), Poll::Command);
+    assert_eq!(spine.counters().wrong_version, 3);
 }
 
 #[test]
@@ -380,7 +480,8 @@ fn a_wrong_version_agent_is_reported_once_by_the_spine() {
     let m = spine.version_mismatch().unwrap();
     assert_eq!(
         m.to_string(),
-        "agent speaks protocol version 7, this spine 1; rebuild the agent against this rtloop's rtloop_agent.h"
+        "agent speaks protocol version 7, this spine 1; the spine ignores its commands: rebuild the agent against \
+         this rtloop's rtloop_agent.h"
     );
     assert_eq!(spine.version_mismatch(), None, "reported once");
     let _agent = Agent::attach(spine.name()).unwrap();

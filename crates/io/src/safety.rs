@@ -123,8 +123,13 @@ pub enum EventKind {
     /// Something the simulator injected (named by the caller).
     Injected(&'static str),
     /// Something the control law reported (named by it: an agent timing out, a command
-    /// refused, …).
-    Controller(&'static str),
+    /// refused, …), with the value it gave, if any (a protocol version, …).
+    Controller {
+        /// The event's name.
+        name: &'static str,
+        /// Its detail, as a number.
+        value: Option<u64>,
+    },
 }
 
 impl EventKind {
@@ -140,7 +145,7 @@ impl EventKind {
             EventKind::Shutdown => "shutdown",
             EventKind::WatchdogTimeout => "watchdog_timeout",
             EventKind::StaleTimeoutCleared => "stale_timeout_cleared",
-            EventKind::Injected(what) | EventKind::Controller(what) => what,
+            EventKind::Injected(what) | EventKind::Controller { name: what, .. } => what,
         }
     }
 }

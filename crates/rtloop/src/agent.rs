@@ -8,7 +8,9 @@
 //! stands still until the agent has answered.
 //!
 //! * Arming is explicit: nothing the agent writes is followed until it echoes the published
-//!   arm token. Until then every servo is only queried.
+//!   arm token. Until then every servo is only queried. Commands are only ever followed
+//!   while the header's `agent_version` is this spine's (one `agent_version_mismatch` event
+//!   per foreign version, naming both).
 //! * Liveness: an agent that stops writing commands (crash, stall, SIGSTOP) for longer than
 //!   the timeout sends the servos to the safe command (zero velocity by default) with an
 //!   `agent_timeout` event; it is followed again once it echoes the new token
@@ -22,16 +24,36 @@
 //!   position ends at ±3.2767 rev, and a value beyond it would be clamped on the wire —
 //!   moved somewhere the agent did not ask for, silently — so it is refused instead.
 //!
+//! * Lockstep: the first states are measured before the spine waits — it runs query-only
+//!   cycles, without looking at commands, until every servo has answered a cycle's request
+//!   (at most [`MEASURE_CYCLES`]). Then each cycle waits for the agent's command: while
+//!   following, at most the timeout (then the cycle goes on with the safe command, and the
+//!   spine is `SAFE` with a new token); while waiting to be armed, at most
+//!   [`AgentOptions::arm_wait_s`] of wall-clock time, and not at all once the agent is gone:
+//!   either ends the run with one sentence.
+//!
 //! Must never: block the real-time loop on the agent outside lockstep, allocate in
 //! [`Controller::cycle`], or send a servo anything that was not validated.
 
 use crate::controller::{Controller, Flow, Output, PositionCommand, ServoCommand, State};
+use agent::layout::status;
 use agent::{Limits, Lockstep, ServoInfo, Spine, SpineConfig, ValidCommand};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub use agent::{segment_path, DEFAULT_TIMEOUT_NS};
+
+/// Lockstep: the most query-only cycles the spine runs before it first waits for the agent
+/// (it stops as soon as every servo has answered a cycle's request), so that a servo that
+/// never answers cannot hold the run either.
+pub const MEASURE_CYCLES: u32 = 10;
+
+/// Lockstep: how long the spine waits, by default, for an agent to arm it, s.
+pub const DEFAULT_ARM_WAIT_S: f64 = 60.0;
+
+/// The range of [`AgentOptions::arm_wait_s`], s.
+pub const ARM_WAIT_RANGE_S: std::ops::RangeInclusive<f64> = 0.01..=86_400.0;
 
 /// How the spine treats its agent.
 #[derive(Debug, Clone)]
@@ -50,11 +72,14 @@ pub struct AgentOptions {
     /// Lockstep: wait each cycle for the agent's command computed from this cycle's state
     /// (simulated robots only: the runtime's lockstep).
     pub lockstep: bool,
+    /// Lockstep: how long the spine waits, in wall-clock time, for an agent to arm it (at the
+    /// start, and after a timeout) before it ends the run, s (0.01 … 86400).
+    pub arm_wait_s: f64,
 }
 
 impl AgentOptions {
     /// The defaults for agent `name`: 100 ms timeout, zero velocity on timeout, the default
-    /// limits, a 0.1 s watchdog, free-running.
+    /// limits, a 0.1 s watchdog, free-running (in lockstep: 60 s to be armed).
     pub fn new(name: &str) -> Self {
         AgentOptions {
             name: name.to_string(),
@@ -63,6 +88,7 @@ impl AgentOptions {
             limits: Limits::default(),
             watchdog_timeout_s: crate::config::DEFAULT_WATCHDOG_TIMEOUT_S,
             lockstep: false,
+            arm_wait_s: DEFAULT_ARM_WAIT_S,
         }
     }
 }
@@ -103,12 +129,16 @@ pub struct AgentSummary {
     pub cycles_without_command: u64,
     /// Liveness timeouts.
     pub timeouts: u64,
-    /// Armings after a timeout (the first arming is not a re-arm).
+    /// Armings, the first included: the same number as the shared state's `rearms`.
     pub rearms: u64,
     /// Servo commands refused by validation.
     pub refused: u64,
-    /// Command reads abandoned because the agent was mid-write.
+    /// Cycles whose command the spine could not read consistently (the agent was mid-write
+    /// on every try), at most one per cycle: the shared state's `torn`.
     pub torn: u64,
+    /// New commands ignored because the header's `agent_version` was not this spine's
+    /// protocol version.
+    pub wrong_version: u64,
 }
 
 /// Counters the cycle thread updates and the caller reads after the run (atomics: no lock).
@@ -120,6 +150,7 @@ struct Figures {
     armings: AtomicU64,
     refused: AtomicU64,
     torn: AtomicU64,
+    wrong_version: AtomicU64,
 }
 
 /// A handle to the spine's figures, valid after the run.
@@ -138,11 +169,17 @@ impl AgentFigures {
             commands_applied: f.applied.load(Ordering::Relaxed),
             cycles_without_command: f.without.load(Ordering::Relaxed),
             timeouts: f.timeouts.load(Ordering::Relaxed),
-            rearms: f.armings.load(Ordering::Relaxed).saturating_sub(1),
+            rearms: f.armings.load(Ordering::Relaxed),
             refused: f.refused.load(Ordering::Relaxed),
             torn: f.torn.load(Ordering::Relaxed),
+            wrong_version: f.wrong_version.load(Ordering::Relaxed),
         }
     }
+}
+
+/// The run is to stop: the spine's own flag, or Ctrl-C / SIGTERM.
+fn stop_requested(stop: &AtomicBool) -> bool {
+    stop.load(Ordering::Relaxed) || crate::signals::stop_requested()
 }
 
 /// The spine: a [`Controller`] that follows an agent process.
@@ -155,6 +192,12 @@ pub struct AgentSpine {
     /// Cycles this spine has run: the cycle numbers the agent crate's burst rule counts in
     /// (period indices jump over skipped periods, which must not end a burst).
     cycles_run: u64,
+    /// Lockstep: query-only cycles run to measure the servos before the first wait.
+    measuring: u32,
+    /// Lockstep: the spine has begun waiting for the agent (measuring is over).
+    measured: bool,
+    /// Printed on stderr when the run starts ([`AgentSpine::announce`]).
+    announcement: Option<String>,
 }
 
 impl AgentSpine {
@@ -173,6 +216,14 @@ impl AgentSpine {
                 options.timeout_s
             ));
         }
+        if !(options.arm_wait_s.is_finite() && ARM_WAIT_RANGE_S.contains(&options.arm_wait_s)) {
+            return Err(format!(
+                "agent arm wait = {} s is out of range: give {} to {} s (--agent-wait)",
+                options.arm_wait_s,
+                ARM_WAIT_RANGE_S.start(),
+                ARM_WAIT_RANGE_S.end()
+            ));
+        }
         let options =
             AgentOptions { limits: carried_limits(options.limits, &crate::run::command_resolution()), ..options };
         let infos: Vec<ServoInfo> =
@@ -180,12 +231,23 @@ impl AgentSpine {
         let mut config = SpineConfig::new(&options.name, &infos, rate_hz);
         config.lockstep = options.lockstep;
         config.timeout_ns = (options.timeout_s * 1e9).round() as u64;
+        config.arm_wait_ns = (options.arm_wait_s * 1e9).round() as u64;
         let (spine, warning) = Spine::create(&config).map_err(|e| e.to_string())?;
         let figures = Arc::new(Figures::default());
         let handle = AgentFigures { name: options.name.clone(), figures: Arc::clone(&figures) };
         let stop = Arc::new(AtomicBool::new(false));
         Ok((
-            AgentSpine { spine, options, figures, seen: agent::Counters::default(), stop, cycles_run: 0 },
+            AgentSpine {
+                spine,
+                options,
+                figures,
+                seen: agent::Counters::default(),
+                stop,
+                cycles_run: 0,
+                measuring: 0,
+                measured: false,
+                announcement: None,
+            },
             handle,
             warning,
         ))
@@ -194,6 +256,12 @@ impl AgentSpine {
     /// A flag that ends a lockstep wait for the agent (Ctrl-C does too).
     pub fn stop_flag(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.stop)
+    }
+
+    /// Print `message` on stderr when the run starts — after the runtime has checked every
+    /// setting, so a mistake is the only thing said ("waiting for agent …" is not).
+    pub fn announce(&mut self, message: String) {
+        self.announcement = Some(message);
     }
 
     fn publish(&mut self, state: &State<'_>) {
@@ -221,10 +289,6 @@ impl AgentSpine {
             raw.voltage = st.voltage;
         }
         self.spine.publish(agent::monotonic_ns());
-    }
-
-    fn stop_requested(&self) -> bool {
-        self.stop.load(Ordering::Relaxed) || crate::signals::stop_requested()
     }
 
     /// The command a validated agent command becomes.
@@ -259,31 +323,44 @@ impl Controller for AgentSpine {
     type Telemetry = ();
 
     fn start(&mut self, state: &State<'_>) {
+        if let Some(message) = self.announcement.take() {
+            crate::cli::console::note(message);
+        }
         self.publish(state);
     }
 
     fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Flow {
         self.publish(state);
         let mut flow = Flow::Continue;
+        // Why a lockstep wait ended the run, reported after what the wait saw.
+        let mut ended = None;
         if self.options.lockstep {
-            // Simulated time stands still until the agent has answered this state.
-            loop {
-                match self.spine.wait_command_for(state.cycle, &self.stop) {
-                    Lockstep::Command => break,
+            // Measure before waiting: the first state has no servo answer to a cycle's
+            // request, and an agent may rightly wait for one before it commands anything.
+            let unmeasured = state.servos.iter().any(|s| s.from_cycle.is_none());
+            if !self.measured && unmeasured && self.measuring < MEASURE_CYCLES {
+                // A query-only cycle that does not look at commands (reproducible: when
+                // the agent arms does not depend on how fast it is).
+                self.measuring += 1;
+            } else {
+                self.measured = true;
+                // Simulated time stands still until the agent has answered this state, or
+                // the wait is over (see `Spine::wait_command_for`).
+                let stop = &self.stop;
+                let stopped = || stop_requested(stop);
+                match self.spine.wait_command_for(state.cycle, stopped) {
+                    // Timed out: the spine went safe; this cycle goes on with the safe command.
+                    Lockstep::Command | Lockstep::TimedOut => {}
                     Lockstep::AgentGone => {
-                        out.event(None, "agent_gone");
+                        ended = Some(("agent_gone", None));
                         flow = Flow::Stop;
-                        break;
                     }
-                    Lockstep::Stopped => {
+                    Lockstep::NotArmed => {
+                        let ms = (self.options.arm_wait_s * 1e3).round() as u64;
+                        ended = Some(("agent_not_armed", Some(ms)));
                         flow = Flow::Stop;
-                        break;
                     }
-                    Lockstep::TimedOut if self.stop_requested() => {
-                        flow = Flow::Stop;
-                        break;
-                    }
-                    Lockstep::TimedOut => {}
+                    Lockstep::Stopped => flow = Flow::Stop,
                 }
             }
         } else {
@@ -300,11 +377,18 @@ impl Controller for AgentSpine {
             f.armings.store(now.rearms, Ordering::Relaxed);
         }
         f.torn.store(now.torn, Ordering::Relaxed);
-        if self.spine.version_mismatch().is_some() {
-            out.event(None, "agent_version_mismatch");
+        f.wrong_version.store(now.wrong_version, Ordering::Relaxed);
+        if let Some(m) = self.spine.version_mismatch() {
+            out.event_value(None, "agent_version_mismatch", u64::from(m.agent));
+        }
+        match ended {
+            Some((name, Some(value))) => _ = out.event_value(None, name, value),
+            Some((name, None)) => _ = out.event(None, name),
+            None => {}
         }
         let fresh_command = now.commands > self.seen.commands;
         let following = self.spine.following();
+        let waiting = self.spine.status() == status::WAITING;
         self.cycles_run += 1;
         for i in 0..state.servos.len() {
             let command = match self.spine.command_for(i, &self.options.limits) {
@@ -314,10 +398,12 @@ impl Controller for AgentSpine {
                     if self.spine.note_rejected(self.cycles_run) {
                         out.event(Some(i), "agent_command_refused");
                     }
+                    // A refused command: the servo gets the safe command for this cycle.
                     self.options.on_timeout
                 }
-                // Not armed yet: the servos are only queried. Timed out or stopping: safe.
-                None if self.seen.rearms == 0 && now.rearms == 0 => ServoCommand::Query,
+                // Never armed yet: the servos are only queried (not commanded at all).
+                None if waiting => ServoCommand::Query,
+                // Timed out (SAFE) or stopping: the safe command.
                 None => self.options.on_timeout,
             };
             out.set(i, command);

@@ -122,18 +122,29 @@ pub struct Output<'a, T> {
     commands: &'a mut [ServoCommand],
     telemetry: &'a mut Option<T>,
     rearm: bool,
-    events: [(Option<usize>, &'static str); MAX_EVENTS_PER_CYCLE],
+    events: [Reported; MAX_EVENTS_PER_CYCLE],
     events_len: usize,
 }
 
 /// Events a controller can report in one cycle ([`Output::event`]); more are ignored.
 pub const MAX_EVENTS_PER_CYCLE: usize = 4;
 
+/// An event a controller reported ([`Output::event`], [`Output::event_value`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reported {
+    /// The servo it is about (an index into [`State::servos`]), `None` for the robot.
+    pub servo: Option<usize>,
+    /// Its name, like `"agent_timeout"`.
+    pub name: &'static str,
+    /// A number that details it (a protocol version, …), if any.
+    pub value: Option<u64>,
+}
+
 impl<'a, T> Output<'a, T> {
     /// Build an output over `commands` (one per servo) and a telemetry slot; the runtime does
     /// this for you, tests of a controller may too.
     pub fn new(commands: &'a mut [ServoCommand], telemetry: &'a mut Option<T>) -> Self {
-        Output { commands, telemetry, rearm: false, events: [(None, ""); MAX_EVENTS_PER_CYCLE], events_len: 0 }
+        Output { commands, telemetry, rearm: false, events: [Reported::default(); MAX_EVENTS_PER_CYCLE], events_len: 0 }
     }
 
     /// The commands, one per servo in [`State::servos`] order. They hold the previous
@@ -176,9 +187,19 @@ impl<'a, T> Output<'a, T> {
     /// summary and the log like the supervisor's own. At most
     /// [`MAX_EVENTS_PER_CYCLE`] per cycle; returns false when it was one too many.
     pub fn event(&mut self, servo: Option<usize>, name: &'static str) -> bool {
+        self.push_event(Reported { servo, name, value: None })
+    }
+
+    /// Report an event as [`event`](Self::event) does, with a number that details it (in the
+    /// summary's `value`, e.g. the protocol version an agent spoke).
+    pub fn event_value(&mut self, servo: Option<usize>, name: &'static str, value: u64) -> bool {
+        self.push_event(Reported { servo, name, value: Some(value) })
+    }
+
+    fn push_event(&mut self, event: Reported) -> bool {
         match self.events.get_mut(self.events_len) {
             Some(slot) => {
-                *slot = (servo, name);
+                *slot = event;
                 self.events_len += 1;
                 true
             }
@@ -187,7 +208,7 @@ impl<'a, T> Output<'a, T> {
     }
 
     /// The events reported this cycle.
-    pub fn events(&self) -> &[(Option<usize>, &'static str)] {
+    pub fn events(&self) -> &[Reported] {
         &self.events[..self.events_len]
     }
 }

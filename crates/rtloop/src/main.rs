@@ -25,8 +25,10 @@ enum Command {
     ///
     /// Exit status: 0 when every servo answered and the safety policy never engaged (a run
     /// ended by Ctrl-C included); 1 when the run completed but lost servos (one never
-    /// answered, or stopped answering), a servo faulted, the safety policy took over, or the
-    /// --log file is missing messages —
+    /// answered, or stopped answering), a servo faulted, the safety policy took over, the
+    /// --log file is missing messages, or, with --agent, the agent timed out, had commands
+    /// refused, spoke another protocol version (or none), exited during a lockstep run, or
+    /// never armed a lockstep spine within --agent-wait —
     /// the summary (and --json) still prints, with the reasons under `problems`; 2 for a
     /// usage or setup error (one sentence on stderr, no summary).
     Run(Box<RunArgs>),
@@ -486,6 +488,11 @@ struct RunArgs {
     /// stop or brake.
     #[arg(long, value_name = "MODE", default_value = "zero-velocity")]
     agent_on_timeout: String,
+    /// With --agent --lockstep: how long the spine waits, in wall-clock time, for an agent to
+    /// arm it (at the start, and after a timeout) before it ends the run, s (0.01 … 86400;
+    /// simulated time stands still meanwhile).
+    #[arg(long, value_name = "SECONDS", default_value_t = rtloop::agent::DEFAULT_ARM_WAIT_S)]
+    agent_wait: f64,
     /// Serve the loop live to Foxglove (WebSocket protocol) on ADDR, 127.0.0.1:8765 when
     /// given alone: open ws://127.0.0.1:8765 in Foxglove. Channels /cycle, /imu, /events,
     /// /bus/B/servo/ID/state and .../command. Another machine's address needs --allow-remote.
@@ -732,6 +739,7 @@ fn run_agent(
     name: &str,
     timeout_ms: f64,
     on_timeout: &str,
+    arm_wait_s: f64,
 ) -> Result<rtloop::RunSummary, String> {
     use rtloop::agent::{AgentOptions, AgentSpine};
     let mut options = AgentOptions::new(name);
@@ -739,6 +747,7 @@ fn run_agent(
     options.on_timeout = rtloop::config::parse_shutdown(on_timeout)
         .map_err(|_| format!("--agent-on-timeout {on_timeout}: give zero-velocity, stop or brake"))?;
     options.lockstep = config.sim.lockstep;
+    options.arm_wait_s = arm_wait_s;
     options.watchdog_timeout_s = config.gains.watchdog_timeout_s;
     options.limits.max_torque = config.gains.maximum_torque;
     if !(timeout_ms.is_finite() && (1.0..=10_000.0).contains(&timeout_ms)) {
@@ -746,14 +755,20 @@ fn run_agent(
     }
     let robot = config.robot();
     let servos: Vec<(u8, u8)> = robot.buses.iter().flat_map(|b| b.servos.iter().map(move |&id| (id, b.bus))).collect();
-    let (spine, figures, warning) = AgentSpine::create(options, &servos, config.rate_hz)?;
+    let (mut spine, figures, warning) = AgentSpine::create(options, &servos, config.rate_hz)?;
     if let Some(w) = warning {
         console::note(format!("rtloop run: warning: {w}"));
     }
-    console::note(format!(
+    // Said when the run starts, once the runtime has checked every setting (a --log that
+    // exists, …): a mistake is then the only line printed.
+    spine.announce(format!(
         "rtloop run: waiting for agent '{name}' on {} (it arms by echoing the arm token){}",
         rtloop::agent::segment_path(name).display(),
-        if config.sim.lockstep { "; lockstep: simulated time waits for it" } else { "" }
+        if config.sim.lockstep {
+            format!("; lockstep: simulated time waits for it, at most {arm_wait_s} s to be armed (--agent-wait)")
+        } else {
+            String::new()
+        }
     ));
     let mut summary = runtime.run(spine).map_err(|e| e.0)?;
     summary.agent = Some(figures.summary());
@@ -772,7 +787,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                 runtime = runtime.log(log);
             }
             let summary = match &a.agent {
-                Some(name) => run_agent(runtime, &config, name, a.agent_timeout_ms, &a.agent_on_timeout)?,
+                Some(name) => run_agent(runtime, &config, name, a.agent_timeout_ms, &a.agent_on_timeout, a.agent_wait)?,
                 // The demonstration motion is a controller like any other.
                 None => runtime.run(rtloop::motion::Motion::from_config(&config)).map_err(|e| e.0)?,
             };

@@ -24,7 +24,7 @@
 //! it with a counting allocator); lose an event or a period silently.
 
 use crate::config::{parse_shutdown, RunConfig};
-use crate::controller::{Controller, CycleFigures, Flow, Output, ServoStatus, State, MAX_EVENTS_PER_CYCLE};
+use crate::controller::{Controller, CycleFigures, Flow, Output, Reported, ServoStatus, State, MAX_EVENTS_PER_CYCLE};
 use crate::motion::Motion;
 use crate::stats::Percentiles;
 use crate::telemetry::{CycleLog, LogHandOff, LogMsg, LogSink};
@@ -202,6 +202,10 @@ pub struct EventRecord {
     /// Detail (fault code, cycles missing, …).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// The number a control law gave with its event (`agent_version_mismatch`: the agent's
+    /// protocol version; `agent_not_armed`: how long the spine waited, ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<u64>,
 }
 
 /// What was injected into the simulated buses.
@@ -454,7 +458,7 @@ struct CommandMsg<T> {
     rearm: bool,
     flow: Flow,
     events_len: usize,
-    events: [(Option<usize>, &'static str); MAX_EVENTS_PER_CYCLE],
+    events: [Reported; MAX_EVENTS_PER_CYCLE],
 }
 
 /// What the control thread is told.
@@ -746,7 +750,7 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
         };
         events_seen = events.len();
         let mut rearm = false;
-        let mut reported = [(None, ""); MAX_EVENTS_PER_CYCLE];
+        let mut reported = [Reported::default(); MAX_EVENTS_PER_CYCLE];
         let mut reported_len = 0;
         let flow = match &mut law {
             ControlLaw::Inline(controller) => {
@@ -795,8 +799,9 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
             }
         };
         let now = clock.now_ns();
-        for &(servo, name) in &reported[..reported_len] {
-            supervisor.record(now, servo.and_then(|i| servos.get(i).copied()), EventKind::Controller(name));
+        for r in &reported[..reported_len] {
+            let kind = EventKind::Controller { name: r.name, value: r.value };
+            supervisor.record(now, r.servo.and_then(|i| servos.get(i).copied()), kind);
         }
         if rearm {
             supervisor.rearm(now);
@@ -806,12 +811,12 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
         let rearms = hooks.remote.rearms();
         if rearms != remote_rearms {
             remote_rearms = rearms;
-            supervisor.record(now, None, EventKind::Controller("remote_rearm"));
+            supervisor.record(now, None, EventKind::Controller { name: "remote_rearm", value: None });
             supervisor.rearm(now);
         }
         let held = hooks.remote.held();
         if held && !remote_held {
-            supervisor.record(now, None, EventKind::Controller("remote_zero_velocity"));
+            supervisor.record(now, None, EventKind::Controller { name: "remote_zero_velocity", value: None });
         }
         remote_held = held;
         commands.copy_from_slice(&wanted);
@@ -865,7 +870,7 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
         }
     }
     if hooks.remote.stop_requested() {
-        supervisor.record(clock.now_ns(), None, EventKind::Controller("remote_stop"));
+        supervisor.record(clock.now_ns(), None, EventKind::Controller { name: "remote_stop", value: None });
     }
     let mut shutdown_cycles = 0;
     {
@@ -988,7 +993,7 @@ fn control_thread<C: Controller>(
         rearm: false,
         flow: Flow::Continue,
         events_len: 0,
-        events: [(None, ""); MAX_EVENTS_PER_CYCLE],
+        events: [Reported::default(); MAX_EVENTS_PER_CYCLE],
     };
     let mut command = |controller: &mut C, state: &State<'_>| {
         out.cycle = state.cycle;
@@ -1470,8 +1475,27 @@ fn problems_of<K: Clock>(
                  kept its safe command",
                 e.time
             ),
-            "agent_gone" => format!("the agent exited at {:.3} s: the lockstep run ended there", e.time),
-            "agent_version_mismatch" => "an agent of another protocol version tried to attach".to_string(),
+            "agent_gone" => {
+                format!("the agent exited (or detached) at {:.3} s: the lockstep run ended there", e.time)
+            }
+            "agent_not_armed" => format!(
+                "no agent armed the spine within {} s (at {:.3} s of simulated time, which stood still meanwhile); \
+                 start the agent, or raise --agent-wait",
+                e.value.unwrap_or(0) as f64 * 1e-3,
+                e.time
+            ),
+            "agent_version_mismatch" => match e.value {
+                Some(0) => format!(
+                    "an agent wrote commands without stating its protocol version (agent_version 0), this spine \
+                     speaks {}; the spine ignored them",
+                    agent::layout::VERSION
+                ),
+                v => format!(
+                    "an agent of protocol version {}, this spine {}, tried to attach; the spine ignored its commands",
+                    v.map_or_else(|| "?".to_string(), |v| v.to_string()),
+                    agent::layout::VERSION
+                ),
+            },
             "safe_mode_engaged" => {
                 format!("the safety policy engaged at {:.3} s and commanded {on_fault} to the healthy servos", e.time)
             }
@@ -1544,6 +1568,10 @@ fn summarize<K: Clock>(
                 EventKind::Recovered { good_cycles } => Some(format!("after {good_cycles} good cycles")),
                 _ => None,
             },
+            value: match e.kind {
+                EventKind::Controller { value, .. } => value,
+                _ => None,
+            },
         })
         .collect();
     let mut injected = InjectedSummary { seed, reply_delay_us: config.faults.reply_delay_us, ..Default::default() };
@@ -1575,6 +1603,7 @@ fn summarize<K: Clock>(
                     servo: e.servo,
                     kind: kind.into(),
                     detail,
+                    value: None,
                 });
             }
         });
