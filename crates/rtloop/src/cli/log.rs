@@ -618,6 +618,8 @@ pub struct ServeArgs {
     pub foxglove: String,
     /// `--speed`.
     pub speed: f64,
+    /// `--foxglove-every`.
+    pub foxglove_every: u32,
     /// `--start` (s).
     pub start: Option<f64>,
     /// `--end` (s).
@@ -646,6 +648,7 @@ pub fn serve(path: &Path, args: &ServeArgs, as_json: bool) -> Result<Outcome, St
     let opts = playback::PlaybackOptions {
         addr,
         speed: playback::check_speed(args.speed)?,
+        every: crate::live::check_every("--foxglove-every", args.foxglove_every)?,
         start_s: args.start,
         end_s: args.end,
         looping: args.looping,
