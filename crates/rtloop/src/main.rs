@@ -139,7 +139,7 @@ enum LogCommand {
     },
     /// Play a log back to Foxglove clients on the same channels as `rtloop run --foxglove`,
     /// with time control (the app's playback bar: play, pause, seek, speed). Playback starts
-    /// when the first client subscribes.
+    /// once the clients' subscriptions have settled (1 s without a new one).
     Serve {
         /// The log.
         file: std::path::PathBuf,

@@ -985,7 +985,12 @@ fn log_injected<T, K: Clock>(log: &mut LogHandOff<T>, robot: &mut Robot<K>, logg
         let bus = bus_numbers.get(b).copied().unwrap_or(0);
         robot.cycler_mut().with_sim_bus(b, |sim| {
             for e in sim.events().skip(*logged) {
-                log.log(LogMsg::Event { at_ns: e.at_ns, bus, servo: e.servo.unwrap_or(0), kind: injected_name(&e.kind) });
+                log.log(LogMsg::Event {
+                    at_ns: e.at_ns,
+                    bus,
+                    servo: e.servo.unwrap_or(0),
+                    kind: injected_name(&e.kind),
+                });
                 *logged += 1;
             }
         });

@@ -52,7 +52,12 @@ fn node_client() -> Option<&'static Path> {
                 b"",
                 Duration::from_secs(600),
             );
-            assert!(ran.success(), "npm ci in {} failed (these tests need the npm registry): {}", dir.display(), ran.describe());
+            assert!(
+                ran.success(),
+                "npm ci in {} failed (these tests need the npm registry): {}",
+                dir.display(),
+                ran.describe()
+            );
             std::fs::write(&ready, b"").unwrap();
         }
         Some(dir)
@@ -87,7 +92,12 @@ fn client_against_a_run(offer: &str) -> Option<(Json, bool, Json)> {
         "--quiet",
     ]));
     let client = run_limited(
-        Command::new("node").arg("client.js").arg(format!("ws://127.0.0.1:{port}")).arg(offer).arg("30").current_dir(dir),
+        Command::new("node")
+            .arg("client.js")
+            .arg(format!("ws://127.0.0.1:{port}"))
+            .arg(offer)
+            .arg("30")
+            .current_dir(dir),
         b"",
         Duration::from_secs(120),
     );
@@ -122,7 +132,8 @@ fn check(report: &Json, passed: bool) {
     assert!(report["counts"]["/bus/1/servo/1/state"].as_u64().unwrap() > 0, "{report}");
     assert_eq!(report["invalid"], serde_json::json!([]), "every payload validates: {report}");
     // Each rtloop.* schema refused the payloads with a field left out.
-    let checked: Vec<&str> = report["missingFieldChecked"].as_array().unwrap().iter().filter_map(Json::as_str).collect();
+    let checked: Vec<&str> =
+        report["missingFieldChecked"].as_array().unwrap().iter().filter_map(Json::as_str).collect();
     for s in ["rtloop.CycleTiming", "rtloop.ServoState", "rtloop.ServoCommand", "rtloop.Imu"] {
         assert!(checked.contains(&s), "{s} checked: {report}");
     }

@@ -661,10 +661,12 @@ pub fn serve(path: &Path, args: &ServeArgs, as_json: bool) -> Result<Outcome, St
     } else {
         let f = &report.foxglove;
         format!(
-            "{}: {} cycles, {} events, {} other items played ({} restarts); foxglove {}: {} messages, {} dropped, {} refused, \
-             {} errors, {} clients",
+            "{}: {} cycles (1 in {} by index; {} skipped), {} events, {} other items played ({} restarts); foxglove {}: \
+             {} messages, {} dropped, {} refused, {} errors, {} clients",
             report.file,
             report.cycles,
+            report.every,
+            report.decimated,
             report.events,
             report.other,
             report.restarts,

@@ -31,8 +31,8 @@
 //! thread on a client or on the server (a full queue drops and counts); let a client's
 //! input panic anything or reach the loop.
 
-use super::{CycleTiming, EventMsg, ImuMsg, LiveCycle, LiveRobot, LiveSink, LiveStats, Publisher, Quat, Vec3};
 use super::subprotocol::FrontCounts;
+use super::{CycleTiming, EventMsg, ImuMsg, LiveCycle, LiveRobot, LiveSink, LiveStats, Publisher, Quat, Vec3};
 use super::{ServoCommandMsg, ServoStateMsg};
 use crate::config::LiveConfig;
 use crate::telemetry::ServoLog;

@@ -376,7 +376,11 @@ pub mod schemas {
     pub fn event() -> Json {
         object(
             Some("rtloop.Event"),
-            &[("bus", json!({"type": "integer"})), ("servo", json!({"type": "integer"})), ("kind", json!({"type": "string"}))],
+            &[
+                ("bus", json!({"type": "integer"})),
+                ("servo", json!({"type": "integer"})),
+                ("kind", json!({"type": "string"})),
+            ],
         )
     }
 }
