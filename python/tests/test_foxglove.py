@@ -288,7 +288,7 @@ def test_log_serve_plays_a_lockstep_log_on_the_live_channels(rtloop_bin, tmp_pat
 
     port = free_port()
     serve = start(rtloop_bin, "log", "serve", str(log), "--foxglove", f"127.0.0.1:{port}", "--speed", "2",
-                  "--exit-at-end", "--json")
+                  "--foxglove-every", "1", "--exit-at-end", "--json")
 
     async def serve_client():
         ws = await connect(port)
@@ -327,6 +327,101 @@ def test_log_serve_plays_a_lockstep_log_on_the_live_channels(rtloop_bin, tmp_pat
     live_states = [p for t, _, p in live_got if t == "/bus/1/servo/2/state"]
     served_states = [p for t, _, p in got if t == "/bus/1/servo/2/state"]
     assert live_states[0] in served_states
+
+
+PLAYBACK_STATE = 5  # binary opcode of a server's playbackState
+PLAYBACK_CONTROL_REQUEST = 3  # binary opcode of a client's playbackControlRequest
+
+
+def lockstep_log(rtloop_bin, tmp_path, seconds):
+    log = tmp_path / "run.tlog"
+    ran = subprocess.run([rtloop_bin, "run", "--lockstep", "--duration", str(seconds), "--log", str(log), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    return log, json.loads(ran.stdout.strip().splitlines()[-1])
+
+
+def test_log_serve_decimates_as_a_live_run_and_waits_for_the_subscriptions_to_settle(rtloop_bin, tmp_path):
+    """By default a played log sends every 10th cycle, as `rtloop run --foxglove` does live;
+    a layout subscribing channel by channel (here /imu a moment after /cycle) gets all of
+    them from the log's first cycle."""
+    log, logged = lockstep_log(rtloop_bin, tmp_path, 3)
+    port = free_port()
+    serve = start(rtloop_bin, "log", "serve", str(log), "--foxglove", f"127.0.0.1:{port}", "--speed", "4",
+                  "--exit-at-end", "--json")
+
+    async def client():
+        ws = await connect(port)
+        _, channels = await handshake(ws)
+        by_sub = {0: "/cycle", 1: "/imu"}
+        await ws.send(json.dumps({"op": "subscribe", "subscriptions": [{"id": 0, "channelId": channels["/cycle"]["id"]}]}))
+        await asyncio.sleep(0.1)
+        await ws.send(json.dumps({"op": "subscribe", "subscriptions": [{"id": 1, "channelId": channels["/imu"]["id"]}]}))
+        return channels, await collect(ws, by_sub, 60)
+
+    channels, got = asyncio.run(client())
+    out, err = serve.communicate(timeout=60)
+    assert serve.returncode == 0, err[-2000:]
+    report = json.loads(out.strip().splitlines()[-1])
+    validate_all(got, channels)
+    cycles = [(t, p) for topic, t, p in got if topic == "/cycle"]
+    imu = [t for topic, t, _ in got if topic == "/imu"]
+    total = logged["cycles"] + logged["shutdown_cycles"]
+    indices = [p["index"] for _, p in cycles]
+    assert indices == list(range(0, total, 10)), indices[:20]
+    assert report["every"] == 10 and report["cycles"] == len(indices)
+    assert report["cycles"] + report["decimated"] == total, report
+    # The late subscription missed nothing: /imu starts with the first cycle too.
+    assert imu[0] == cycles[0][0], (imu[0], cycles[0][0])
+    assert len(imu) == len(cycles)
+
+
+def test_log_serve_answers_a_refused_speed_with_a_status(rtloop_bin, tmp_path):
+    """A playbackControlRequest with a speed out of range (0, 5000) is answered: the
+    playback state (speed unchanged) and a warning status saying why."""
+    log, _ = lockstep_log(rtloop_bin, tmp_path, 1)
+    port = free_port()
+    serve = start(rtloop_bin, "log", "serve", str(log), "--foxglove", f"127.0.0.1:{port}", "--speed", "0.5",
+                  "--loop", "--json")
+
+    def request(speed, request_id):
+        rid = request_id.encode()
+        return (struct.pack("<BBfBQI", PLAYBACK_CONTROL_REQUEST, 0, speed, 0, 0, len(rid)) + rid)
+
+    async def client():
+        ws = await connect(port)
+        await handshake(ws)
+        answers = {}
+        for speed, rid in [(0.0, "zero"), (5000.0, "fast")]:
+            await ws.send(request(speed, rid))
+            state, status = None, None
+            end = time.monotonic() + 30
+            while (state is None or status is None) and time.monotonic() < end:
+                try:
+                    m = await asyncio.wait_for(ws.recv(), 1)
+                except asyncio.TimeoutError:
+                    continue
+                if isinstance(m, bytes) and m[0] == PLAYBACK_STATE:
+                    _, _, _, spd, _, n = struct.unpack_from("<BBQfBI", m, 0)
+                    if m[19:19 + n].decode() == rid:
+                        state = spd
+                elif isinstance(m, str) and json.loads(m)["op"] == "status":
+                    status = json.loads(m)
+            answers[rid] = (state, status)
+        await ws.close()
+        return answers
+
+    answers = asyncio.run(client())
+    serve.send_signal(2)  # Ctrl-C
+    out, err = serve.communicate(timeout=60)
+    report = json.loads(out.strip().splitlines()[-1])
+    for rid, speed in [("zero", "0"), ("fast", "5000")]:
+        state, status = answers[rid]
+        assert state == 0.5, answers
+        assert status is not None, f"no status for the refused speed {speed}: {answers}"
+        assert status["level"] == 1 and f"playback speed {speed} refused" in status["message"], status
+    assert report["refused_requests"] == 2
+    assert report["foxglove"]["refused"] == 2
 
 
 def test_log_serve_plays_a_damaged_log_as_far_as_it_goes(rtloop_bin, tmp_path):

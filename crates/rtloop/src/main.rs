@@ -141,7 +141,7 @@ enum LogCommand {
     },
     /// Play a log back to Foxglove clients on the same channels as `rtloop run --foxglove`,
     /// with time control (the app's playback bar: play, pause, seek, speed). Playback starts
-    /// when the first client subscribes.
+    /// once the clients' subscriptions have settled (1 s without a new one).
     Serve {
         /// The log.
         file: std::path::PathBuf,
@@ -151,6 +151,10 @@ enum LogCommand {
         /// Log seconds per second (0.01 to 1000).
         #[arg(long, default_value_t = 1.0)]
         speed: f64,
+        /// Send every Nth logged cycle, by its index, as `rtloop run --foxglove-every` does
+        /// live (1 … 1000000; default 10). Events are never decimated.
+        #[arg(long, value_name = "N", default_value_t = rtloop::config::DEFAULT_LIVE_EVERY)]
+        foxglove_every: u32,
         /// Start this many seconds after the log's first item.
         #[arg(long, allow_negative_numbers = true)]
         start: Option<f64>,
@@ -1007,8 +1011,28 @@ fn dispatch(cmd: Command) -> Result<(), String> {
                     };
                     ("export", log_cmd::export(&request)?)
                 }
-                LogCommand::Serve { file, foxglove, speed, start, end, looping, exit_at_end, allow_remote, json } => {
-                    let opts = log_cmd::ServeArgs { foxglove, speed, start, end, looping, exit_at_end, allow_remote };
+                LogCommand::Serve {
+                    file,
+                    foxglove,
+                    speed,
+                    foxglove_every,
+                    start,
+                    end,
+                    looping,
+                    exit_at_end,
+                    allow_remote,
+                    json,
+                } => {
+                    let opts = log_cmd::ServeArgs {
+                        foxglove,
+                        speed,
+                        foxglove_every,
+                        start,
+                        end,
+                        looping,
+                        exit_at_end,
+                        allow_remote,
+                    };
                     ("serve", log_cmd::serve(&file, &opts, json)?)
                 }
                 LogCommand::Plot { file, fields, out, force, one_axis } => {

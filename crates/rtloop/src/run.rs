@@ -647,6 +647,8 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
     let mut remote_rearms = hooks.remote.rearms();
     let mut telemetry: Option<C::Telemetry> = None;
     let mut events_seen;
+    // The simulator's injected events handed to the log so far, per bus.
+    let mut injected_logged = vec![0usize; bus_numbers.len()];
     let watchdog_s = config.gains.watchdog_timeout_s;
 
     // Learn where the joints are before moving them, and hand that to the controller
@@ -850,6 +852,7 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
                 log.log(LogMsg::Custom { at_ns: tick.woke_ns, value });
             }
             events_logged = log_events(log, &supervisor, events_logged, &bus_numbers);
+            log_injected(log, &mut robot, &mut injected_logged, &bus_numbers);
         }
         telemetry = None;
         missing += report.missing as u64;
@@ -903,6 +906,7 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
                 cycle_log.fill(&tick, dt, &report, &servos, &bus_numbers, sent, &replies, &imu);
                 log.log(LogMsg::Cycle(cycle_log));
                 events_logged = log_events(log, &supervisor, events_logged, &bus_numbers);
+                log_injected(log, &mut robot, &mut injected_logged, &bus_numbers);
             }
         }
     }
@@ -974,6 +978,39 @@ fn log_events<T>(log: &mut LogHandOff<T>, supervisor: &Supervisor, from: usize, 
         log.log(LogMsg::Event { at_ns: e.at_ns, bus, servo, kind: e.kind.name() });
     }
     events.len()
+}
+
+/// Hand the simulator's injected events (an overheat started, a fault latched, frames lost
+/// on the wire) to the log as they happen, as the supervisor's are, so that every event of
+/// the summary reaches the log and the live publishers. Reads each bus's event log without
+/// emptying it (the summary drains it at the end, with the final counts of coalesced frame
+/// losses); `logged[b]` counts bus b's entries handed over. No allocation: the bus's log is
+/// a fixed ring of at most `sim::EVENT_CAPACITY` entries.
+fn log_injected<T, K: Clock>(log: &mut LogHandOff<T>, robot: &mut Robot<K>, logged: &mut [usize], bus_numbers: &[u8]) {
+    for (b, logged) in logged.iter_mut().enumerate() {
+        let bus = bus_numbers.get(b).copied().unwrap_or(0);
+        robot.cycler_mut().with_sim_bus(b, |sim| {
+            for e in sim.events().skip(*logged) {
+                log.log(LogMsg::Event {
+                    at_ns: e.at_ns,
+                    bus,
+                    servo: e.servo.unwrap_or(0),
+                    kind: injected_name(&e.kind),
+                });
+                *logged += 1;
+            }
+        });
+    }
+}
+
+/// The name of an injected event, in the summary and the log.
+fn injected_name(kind: &sim::InjectedKind) -> &'static str {
+    match kind {
+        sim::InjectedKind::OverheatStarted => "injected_overheat",
+        sim::InjectedKind::FaultLatched { .. } => "servo_fault_latched",
+        sim::InjectedKind::FrameDropped { .. } => "injected_frame_drops",
+        sim::InjectedKind::FrameCorrupted { .. } => "injected_frame_corruption",
+    }
 }
 
 /// The control thread: the measured start first, then the newest state in and the
@@ -1585,23 +1622,19 @@ fn summarize<K: Clock>(
             injected.frames_dropped += st.frames_dropped_injected;
             injected.frames_corrupted += st.frames_corrupted_injected;
             while let Some(e) = bus.pop_event() {
-                let (kind, detail) = match e.kind {
-                    sim::InjectedKind::OverheatStarted => ("injected_overheat", None),
-                    sim::InjectedKind::FaultLatched { code } => {
-                        ("servo_fault_latched", Some(format!("fault code {code}")))
-                    }
-                    sim::InjectedKind::FrameDropped { count, .. } => {
-                        ("injected_frame_drops", Some(format!("{count} frames lost on the wire")))
-                    }
+                let detail = match e.kind {
+                    sim::InjectedKind::OverheatStarted => None,
+                    sim::InjectedKind::FaultLatched { code } => Some(format!("fault code {code}")),
+                    sim::InjectedKind::FrameDropped { count, .. } => Some(format!("{count} frames lost on the wire")),
                     sim::InjectedKind::FrameCorrupted { count, .. } => {
-                        ("injected_frame_corruption", Some(format!("{count} frames bit-flipped on the wire")))
+                        Some(format!("{count} frames bit-flipped on the wire"))
                     }
                 };
                 events.push(EventRecord {
                     time: secs(e.at_ns),
                     bus: bus_number,
                     servo: e.servo,
-                    kind: kind.into(),
+                    kind: injected_name(&e.kind).into(),
                     detail,
                     value: None,
                 });

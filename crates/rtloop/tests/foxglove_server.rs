@@ -92,3 +92,76 @@ fn a_client_subscribes_and_gets_each_cycle_as_message_data() {
     assert_eq!((stats.dropped, stats.refused, stats.errors), (0, 0, 0));
     assert_eq!(stats.detail["clients_connected"], 1);
 }
+
+/// The official TypeScript client (`@foxglove/ws-protocol`) offers the protocol's old name
+/// alone, as its README shows; the SDK refuses that with HTTP 400, our front door lets it
+/// in under the name it asked for (tests/foxglove_node.rs runs that client itself).
+#[test]
+fn a_client_offering_only_the_old_name_is_let_in_under_that_name() {
+    let mut sink = FoxgloveSink::bind("127.0.0.1:0".parse().unwrap(), ServeOptions::default()).unwrap();
+    sink.start(&LiveRobot { name: "t".into(), rate_hz: 1000.0, servos: vec![(1, 1)], imu: false });
+    let connect = |offer: &str| {
+        let mut request = format!("ws://{}", sink.addr()).into_client_request().unwrap();
+        request.headers_mut().insert("Sec-WebSocket-Protocol", offer.parse().unwrap());
+        tungstenite::connect(request)
+    };
+    let (mut ws, response) = connect("foxglove.websocket.v1").expect("the handshake succeeds");
+    assert_eq!(response.headers()["sec-websocket-protocol"], "foxglove.websocket.v1");
+    if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_ref() {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    }
+    assert_eq!(text(&mut ws)["op"], "serverInfo");
+    assert_eq!(text(&mut ws)["op"], "advertise");
+    ws.close(None).ok();
+    // Both names offered: the SDK's, untouched.
+    let (mut ws, response) = connect("foxglove.websocket.v1, foxglove.sdk.v1").expect("the handshake succeeds");
+    assert_eq!(response.headers()["sec-websocket-protocol"], "foxglove.sdk.v1");
+    ws.close(None).ok();
+    // Neither: the SDK's refusal, passed through.
+    match connect("something.else") {
+        Err(tungstenite::Error::Http(r)) => assert_eq!(r.status(), 400),
+        other => panic!("expected HTTP 400, got {:?}", other.map(|(_, r)| r.status())),
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sink.stats().detail["handshakes_failed"] < 1 {
+        assert!(Instant::now() < deadline, "the refusal is counted: {:?}", sink.stats());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    sink.finish();
+    let stats = sink.stats();
+    assert_eq!(stats.detail["clients_legacy_subprotocol"], 1, "{stats:?}");
+    assert_eq!(stats.detail["clients_connected"], 2, "{stats:?}");
+}
+
+/// The front door reads at most 16 KiB of handshake: a client that sends more without
+/// ending its head is cut off and counted, and the server goes on serving.
+#[test]
+fn an_endless_handshake_is_cut_off_and_counted() {
+    use std::io::{Read, Write};
+    let mut sink = FoxgloveSink::bind("127.0.0.1:0".parse().unwrap(), ServeOptions::default()).unwrap();
+    sink.start(&LiveRobot { name: "t".into(), rate_hz: 1000.0, servos: vec![(1, 1)], imu: false });
+    let mut s = std::net::TcpStream::connect(sink.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // The server may close while we still write: stop at the first refused write.
+    let line = [b'a'; 1024];
+    for _ in 0..64 {
+        if s.write_all(&line).is_err() {
+            break;
+        }
+    }
+    let mut rest = Vec::new();
+    // Closed (EOF or reset), never answered with a WebSocket.
+    let _ = s.read_to_end(&mut rest);
+    assert!(!String::from_utf8_lossy(&rest).contains("101"), "{}", String::from_utf8_lossy(&rest));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sink.stats().detail["handshakes_failed"] < 1 {
+        assert!(Instant::now() < deadline, "counted: {:?}", sink.stats());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut request = format!("ws://{}", sink.addr()).into_client_request().unwrap();
+    request.headers_mut().insert("Sec-WebSocket-Protocol", "foxglove.sdk.v1".parse().unwrap());
+    let (mut ws, _) = tungstenite::connect(request).expect("still serving");
+    ws.close(None).ok();
+    sink.finish();
+    assert_eq!(sink.stats().refused, 1, "{:?}", sink.stats());
+}

@@ -121,6 +121,55 @@ fn events_are_in_the_log() {
     let _ = std::fs::remove_file(log);
 }
 
+/// Every event the run summary lists — the supervisor's and the simulator's injected ones
+/// (an overheat started, the fault it latched, frames lost on the wire) — is in the log
+/// too, on the same bus and servo (the log is what `/events` and zenoh publish live).
+#[test]
+fn every_event_of_the_summary_is_in_the_log() {
+    let log = unique_path("injected.tlog");
+    let log_s = log.to_str().unwrap();
+    let o = rtloop(&[
+        "run",
+        "--lockstep",
+        "--fault",
+        "4@0.3",
+        "--drop-rate",
+        "0.001",
+        "--duration",
+        "1",
+        "--log",
+        log_s,
+        "--json",
+        "--quiet",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary = json_last(&o);
+    let o = rtloop(&["log", "dump", log_s, "--record", "event"]);
+    let logged: Vec<(String, u64, u64)> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| {
+            let v = serde_json::from_str::<Value>(l).unwrap()["value"].clone();
+            (v["kind"].as_str().unwrap().to_string(), v["bus"].as_u64().unwrap(), v["servo"].as_u64().unwrap())
+        })
+        .collect();
+    let listed = summary["events"].as_array().unwrap();
+    for kind in ["injected_overheat", "servo_fault_latched", "injected_frame_drops", "fault"] {
+        assert!(listed.iter().any(|e| e["kind"] == kind), "the summary lists {kind}: {summary}");
+    }
+    for e in listed {
+        let kind = e["kind"].as_str().unwrap().to_string();
+        let key = (kind.clone(), e["bus"].as_u64().unwrap_or(0), e["servo"].as_u64().unwrap_or(0));
+        if kind.starts_with("injected_frame") {
+            // One entry stands for a run of lost frames; the log has it from its first frame
+            // (whose servo the summary drops once frames of several servos are in it).
+            assert!(logged.iter().any(|l| (&l.0, l.1) == (&key.0, key.1)), "{key:?} is in the log: {logged:?}");
+        } else {
+            assert!(logged.contains(&key), "{key:?} of the summary is in the log: {logged:?}");
+        }
+    }
+    let _ = std::fs::remove_file(log);
+}
+
 #[test]
 fn log_mistakes_get_one_clear_message() {
     let missing = unique_path("absent.tlog");

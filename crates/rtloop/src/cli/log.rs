@@ -618,6 +618,8 @@ pub struct ServeArgs {
     pub foxglove: String,
     /// `--speed`.
     pub speed: f64,
+    /// `--foxglove-every`.
+    pub foxglove_every: u32,
     /// `--start` (s).
     pub start: Option<f64>,
     /// `--end` (s).
@@ -646,6 +648,7 @@ pub fn serve(path: &Path, args: &ServeArgs, as_json: bool) -> Result<Outcome, St
     let opts = playback::PlaybackOptions {
         addr,
         speed: playback::check_speed(args.speed)?,
+        every: crate::live::check_every("--foxglove-every", args.foxglove_every)?,
         start_s: args.start,
         end_s: args.end,
         looping: args.looping,
@@ -658,10 +661,12 @@ pub fn serve(path: &Path, args: &ServeArgs, as_json: bool) -> Result<Outcome, St
     } else {
         let f = &report.foxglove;
         format!(
-            "{}: {} cycles, {} events, {} other items played ({} restarts); foxglove {}: {} messages, {} dropped, {} refused, \
-             {} errors, {} clients",
+            "{}: {} cycles (1 in {} by index; {} skipped), {} events, {} other items played ({} restarts); foxglove {}: \
+             {} messages, {} dropped, {} refused, {} errors, {} clients",
             report.file,
             report.cycles,
+            report.every,
+            report.decimated,
             report.events,
             report.other,
             report.restarts,

@@ -1,6 +1,8 @@
 //! The Foxglove WebSocket server of `rtloop run --foxglove` and `rtloop log serve`: the
-//! official `foxglove` SDK's server (protocol `foxglove.websocket.v1`), JSON messages with
-//! JSON schemas, one channel per message kind and per servo.
+//! official `foxglove` SDK's server (subprotocols `foxglove.sdk.v1` / `.v1.1`), behind a
+//! front door of ours that also lets in clients offering the old name,
+//! `foxglove.websocket.v1` ([`super::subprotocol`]); JSON messages with JSON schemas, one
+//! channel per message kind and per servo.
 //!
 //! **Channels** (advertised at [`LiveSink::start`]): `/cycle` (`rtloop.CycleTiming`),
 //! `/bus/B/servo/ID/state` (`rtloop.ServoState`), `/bus/B/servo/ID/command`
@@ -29,6 +31,7 @@
 //! thread on a client or on the server (a full queue drops and counts); let a client's
 //! input panic anything or reach the loop.
 
+use super::subprotocol::FrontCounts;
 use super::{CycleTiming, EventMsg, ImuMsg, LiveCycle, LiveRobot, LiveSink, LiveStats, Publisher, Quat, Vec3};
 use super::{ServoCommandMsg, ServoStateMsg};
 use crate::config::LiveConfig;
@@ -174,7 +177,7 @@ struct Counters {
 }
 
 /// The names of `LiveStats::detail`, in the order of `Counters::detail`.
-const DETAIL: [&str; 13] = [
+const DETAIL: [&str; 14] = [
     "clients_connected",
     "clients_disconnected",
     "subscriptions",
@@ -188,6 +191,7 @@ const DETAIL: [&str; 13] = [
     "slow_client_reports",
     "queue_dropped_items",
     "playback_requests",
+    "clients_legacy_subprotocol",
 ];
 
 #[derive(Clone, Copy)]
@@ -205,6 +209,17 @@ enum Detail {
     SlowClientReports,
     QueueDroppedItems,
     PlaybackRequests,
+    ClientsLegacySubprotocol,
+}
+
+impl FrontCounts for Counters {
+    fn handshake_failed(&self) {
+        self.add(Detail::HandshakesFailed, 1);
+        self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+    fn legacy_client(&self) {
+        self.add(Detail::ClientsLegacySubprotocol, 1);
+    }
 }
 
 impl Counters {
@@ -520,14 +535,31 @@ impl FoxgloveSink {
             .on_thread_stop(uninstall_counting)
             .build()
             .map_err(|e| format!("cannot start the Foxglove server's runtime: {e}"))?;
+        // The user's address is the front door's (see `super::subprotocol`): bound first, so a
+        // taken port is the error the user sees; the SDK listens behind it, on loopback only.
+        let front = std::net::TcpListener::bind(addr).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                format!(
+                    "cannot serve Foxglove on {addr}: the port is taken (another rtloop or Foxglove server?); give a \
+                     free one, e.g. --foxglove 127.0.0.1:{}",
+                    addr.port().wrapping_add(1).max(1024)
+                )
+            } else {
+                format!("cannot serve Foxglove on {addr}: {e}; give another address with --foxglove HOST:PORT")
+            }
+        })?;
+        let public = front.local_addr().map_err(|e| format!("cannot serve Foxglove on {addr}: {e}"))?;
+        let front = front
+            .set_nonblocking(true)
+            .and_then(|()| {
+                let _in_runtime = runtime.enter();
+                tokio::net::TcpListener::from_std(front)
+            })
+            .map_err(|e| format!("cannot serve Foxglove on {addr}: {e}"))?;
         let context = Context::new();
-        let host = match addr {
-            SocketAddr::V4(a) => a.ip().to_string(),
-            SocketAddr::V6(a) => format!("[{}]", a.ip()),
-        };
         let mut server = context
             .websocket_server()
-            .bind(host, addr.port())
+            .bind("127.0.0.1", 0)
             .name(options.name)
             .message_backlog_size(CLIENT_BACKLOG)
             .tokio_runtime(runtime.handle());
@@ -537,17 +569,11 @@ impl FoxgloveSink {
             playback = Some(handler);
         }
         server = server.listener(Arc::new(Listener { counters: Arc::clone(&counters), playback }));
-        let handle = tracing::dispatcher::with_default(&dispatch, || runtime.block_on(server.start())).map_err(
-            |e| match &e {
-                foxglove::FoxgloveError::Bind(io) if io.kind() == std::io::ErrorKind::AddrInUse => format!(
-                    "cannot serve Foxglove on {addr}: the port is taken (another rtloop or Foxglove server?); give a \
-                     free one, e.g. --foxglove 127.0.0.1:{}",
-                    addr.port().wrapping_add(1).max(1024)
-                ),
-                _ => format!("cannot serve Foxglove on {addr}: {e}; give another address with --foxglove HOST:PORT"),
-            },
-        )?;
-        let addr = SocketAddr::new(addr.ip(), handle.port());
+        let handle = tracing::dispatcher::with_default(&dispatch, || runtime.block_on(server.start()))
+            .map_err(|e| format!("cannot start the Foxglove server on a loopback port: {e}"))?;
+        let inner = SocketAddr::from(([127, 0, 0, 1], handle.port()));
+        runtime.spawn(super::subprotocol::serve(front, inner, Arc::clone(&counters) as Arc<dyn FrontCounts>));
+        let addr = public;
         Ok(FoxgloveSink {
             addr,
             context,
@@ -575,6 +601,20 @@ impl FoxgloveSink {
     /// Subscriptions made so far (never fewer than those active now).
     pub fn subscriptions(&self) -> u64 {
         self.counters.get(Detail::Subscriptions)
+    }
+
+    /// Subscribes and unsubscribes so far: it moves while clients are still choosing their
+    /// channels.
+    pub fn subscription_changes(&self) -> u64 {
+        self.counters.get(Detail::Subscriptions) + self.counters.get(Detail::Unsubscriptions)
+    }
+
+    /// Send every client a status message (shown by the app; `rtloop log serve` explains a
+    /// refused playback request with one).
+    pub fn publish_status(&self, status: foxglove::websocket::Status) {
+        if let Some(h) = &self.handle {
+            h.publish_status(status);
+        }
     }
 
     /// Advertise a JSON channel of the caller's (`rtloop log serve`'s `/log/<record>`).

@@ -29,6 +29,8 @@ pub mod address;
 pub mod foxglove;
 #[cfg(feature = "foxglove")]
 pub mod playback;
+#[cfg(feature = "foxglove")]
+pub mod subprotocol;
 #[cfg(feature = "zenoh")]
 pub mod zenoh;
 
@@ -286,7 +288,9 @@ pub struct EventMsg<'a> {
     pub kind: &'a str,
 }
 
-/// JSON schemas (draft 2020-12) of the messages, by the name publishers give them.
+/// JSON schemas (draft 2020-12) of the messages, by the name publishers give them. Every
+/// field is always sent (a value not reported is `null`, never left out), so every field is
+/// `required`: a payload missing one does not validate.
 pub mod schemas {
     use super::*;
 
@@ -294,47 +298,90 @@ pub mod schemas {
         json!({"type": ["number", "null"]})
     }
 
+    /// An object whose every property is required (in the order given).
+    fn object(title: Option<&str>, props: &[(&str, Json)]) -> Json {
+        let properties: serde_json::Map<String, Json> = props.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        let required: Vec<&str> = props.iter().map(|(k, _)| *k).collect();
+        let mut o = json!({"type": "object", "properties": properties, "required": required});
+        if let Some(t) = title {
+            o["title"] = json!(t);
+        }
+        o
+    }
+
     fn vec3() -> Json {
-        json!({"type": "object", "properties": {"x": number(), "y": number(), "z": number()}})
+        object(None, &[("x", number()), ("y", number()), ("z", number())])
     }
 
     /// `rtloop.CycleTiming`.
     pub fn cycle_timing() -> Json {
-        json!({"title": "rtloop.CycleTiming", "type": "object", "properties": {
-            "index": {"type": "integer"}, "wakeup_us": number(), "cycle_us": number(),
-            "missing": {"type": "integer"}, "late": {"type": "integer"},
-            "unqueried": {"type": "integer"}, "timed_out": {"type": "boolean"}}})
+        object(
+            Some("rtloop.CycleTiming"),
+            &[
+                ("index", json!({"type": "integer"})),
+                ("wakeup_us", number()),
+                ("cycle_us", number()),
+                ("missing", json!({"type": "integer"})),
+                ("late", json!({"type": "integer"})),
+                ("unqueried", json!({"type": "integer"})),
+                ("timed_out", json!({"type": "boolean"})),
+            ],
+        )
     }
 
     /// `rtloop.ServoState`.
     pub fn servo_state() -> Json {
-        json!({"title": "rtloop.ServoState", "type": "object", "properties": {
-            "bus": {"type": "integer"}, "id": {"type": "integer"}, "fresh": {"type": "boolean"},
-            "age_cycles": {"type": ["integer", "null"]}, "mode": {"type": "integer"},
-            "position": number(), "velocity": number(), "torque": number(), "q_current": number(),
-            "voltage": number(), "temperature": number(), "motor_temperature": number(),
-            "fault": {"type": "integer"}}})
+        object(
+            Some("rtloop.ServoState"),
+            &[
+                ("bus", json!({"type": "integer"})),
+                ("id", json!({"type": "integer"})),
+                ("fresh", json!({"type": "boolean"})),
+                ("age_cycles", json!({"type": ["integer", "null"]})),
+                ("mode", json!({"type": "integer"})),
+                ("position", number()),
+                ("velocity", number()),
+                ("torque", number()),
+                ("q_current", number()),
+                ("voltage", number()),
+                ("temperature", number()),
+                ("motor_temperature", number()),
+                ("fault", json!({"type": "integer"})),
+            ],
+        )
     }
 
     /// `rtloop.ServoCommand`.
     pub fn servo_command() -> Json {
-        json!({"title": "rtloop.ServoCommand", "type": "object", "properties": {
-            "bus": {"type": "integer"}, "id": {"type": "integer"}, "mode": {"type": "integer"},
-            "position": number(), "velocity": number(), "maximum_torque": number()}})
+        object(
+            Some("rtloop.ServoCommand"),
+            &[
+                ("bus", json!({"type": "integer"})),
+                ("id", json!({"type": "integer"})),
+                ("mode", json!({"type": "integer"})),
+                ("position", number()),
+                ("velocity", number()),
+                ("maximum_torque", number()),
+            ],
+        )
     }
 
     /// `rtloop.Imu`.
     pub fn imu() -> Json {
-        json!({"title": "rtloop.Imu", "type": "object", "properties": {
-            "orientation": {"type": "object", "properties": {
-                "x": number(), "y": number(), "z": number(), "w": number()}},
-            "rate_dps": vec3(), "accel_mps2": vec3()}})
+        let orientation = object(None, &[("x", number()), ("y", number()), ("z", number()), ("w", number())]);
+        object(Some("rtloop.Imu"), &[("orientation", orientation), ("rate_dps", vec3()), ("accel_mps2", vec3())])
     }
 
     /// `rtloop.Event`.
     pub fn event() -> Json {
-        json!({"title": "rtloop.Event", "type": "object", "properties": {
-            "bus": {"type": "integer"}, "servo": {"type": "integer"}, "kind": {"type": "string"}}})
+        object(
+            Some("rtloop.Event"),
+            &[
+                ("bus", json!({"type": "integer"})),
+                ("servo", json!({"type": "integer"})),
+                ("kind", json!({"type": "string"})),
+            ],
+        )
     }
 }
 
@@ -659,6 +706,39 @@ mod tests {
         r.request(RemoteCommand::Stop);
         assert!(r.stop_requested());
         assert_eq!(r.accepted(), 3);
+    }
+
+    /// Every key of `value` is a property of `schema`, and every property is required and
+    /// present (recursively): a payload missing a field cannot validate.
+    fn check_every_field_required(schema: &Json, value: &Json, at: &str) {
+        let Some(props) = schema["properties"].as_object() else { return };
+        let mut required: Vec<&str> =
+            schema["required"].as_array().map_or(vec![], |r| r.iter().filter_map(Json::as_str).collect());
+        required.sort_unstable();
+        let mut keys: Vec<&str> = props.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(required, keys, "{at}: every property is required");
+        let mut sent: Vec<&str> = value.as_object().expect("an object").keys().map(String::as_str).collect();
+        sent.sort_unstable();
+        assert_eq!(sent, keys, "{at}: the message sends exactly the schema's properties");
+        for (k, sub) in props {
+            check_every_field_required(sub, &value[k], &format!("{at}.{k}"));
+        }
+    }
+
+    #[test]
+    fn every_field_of_every_message_is_required_by_its_schema() {
+        let s = crate::telemetry::ServoLog::default();
+        let cases = [
+            (schemas::cycle_timing(), serde_json::to_value(CycleTiming::default()).unwrap()),
+            (schemas::servo_state(), serde_json::to_value(ServoStateMsg::from_log(&s)).unwrap()),
+            (schemas::servo_command(), serde_json::to_value(ServoCommandMsg::from_log(&s)).unwrap()),
+            (schemas::imu(), serde_json::to_value(ImuMsg::default()).unwrap()),
+            (schemas::event(), serde_json::to_value(EventMsg { bus: 1, servo: 2, kind: "fault" }).unwrap()),
+        ];
+        for (schema, value) in &cases {
+            check_every_field_required(schema, value, schema["title"].as_str().unwrap());
+        }
     }
 
     #[test]

@@ -3,10 +3,20 @@
 //! items events); any other record (a controller's own, an mjlib log's) goes out as JSON on
 //! `/log/<record>` with the JSON schema `rtloop log export --mcap` gives it.
 //!
-//! **Time control.** Playback starts when the first client subscribes (or asks to play),
-//! paced by the items' timestamps divided by the speed. The Foxglove app's playback bar
-//! (the SDK's `PlaybackControl` capability: play, pause, seek, speed) drives it; so do
-//! `--speed`, `--start`, `--end` and `--loop`.
+//! **Decimation.** Cycles go out as a live run sends them: those whose index is a multiple
+//! of `--foxglove-every` (default 10, as `rtloop run --foxglove`); events and other records
+//! are never decimated.
+//!
+//! **Time control.** Playback starts once the clients' subscriptions have settled: a first
+//! subscription, then [`SETTLE`] without another subscribe or unsubscribe (at most
+//! [`SETTLE_MAX`] after the first), so the channels a layout subscribes to one panel at a
+//! time all start with the log's first item. A client that asks to play starts it at once.
+//! A subscription made after playback started gets the items from then on (seek back for
+//! the earlier ones). Playback is paced by the items' timestamps divided by the speed. The
+//! Foxglove app's playback bar (the SDK's `PlaybackControl` capability: play, pause, seek,
+//! speed) drives it; so do `--speed`, `--start`, `--end` and `--loop`. A request with a
+//! speed out of range is answered, as every request is, with the playback state (the speed
+//! unchanged) and a warning status saying why.
 //!
 //! Must never: stop at damage while readable blocks remain (a cut or corrupt log plays as
 //! far as it goes, the damage counted and reported as `rtloop log info` does); trust a
@@ -30,6 +40,13 @@ use tlog::survey::{Problem, ProblemKind, Problems};
 /// The slowest and fastest playback speeds.
 pub const SPEED_RANGE: (f64, f64) = (0.01, 1000.0);
 
+/// How long the subscriptions must stay unchanged (no subscribe, no unsubscribe) before
+/// playback starts on its own.
+pub const SETTLE: Duration = Duration::from_secs(1);
+
+/// The longest playback waits for subscriptions to settle after the first one.
+pub const SETTLE_MAX: Duration = Duration::from_secs(5);
+
 /// What `rtloop log serve` is asked for.
 #[derive(Debug, Clone)]
 pub struct PlaybackOptions {
@@ -37,6 +54,8 @@ pub struct PlaybackOptions {
     pub addr: SocketAddr,
     /// Log seconds per wall second.
     pub speed: f64,
+    /// Send the cycles whose index is a multiple of this (`--foxglove-every`).
+    pub every: u32,
     /// Start this many seconds after the log's first item.
     pub start_s: Option<f64>,
     /// End this many seconds after the log's first item.
@@ -65,8 +84,12 @@ pub fn check_speed(speed: f64) -> Result<f64, String> {
 pub struct PlaybackReport {
     /// The log.
     pub file: String,
-    /// Cycles played (every pass).
+    /// Cycles played (every pass; after the decimation).
     pub cycles: u64,
+    /// The decimation: cycles whose index is a multiple of it were played.
+    pub every: u32,
+    /// Cycles read but not played: the decimation skipped them.
+    pub decimated: u64,
     /// Events played.
     pub events: u64,
     /// Items of other records played.
@@ -142,6 +165,15 @@ struct Control {
     seek_us: Option<i64>,
     current_us: i64,
     ended: bool,
+    /// Why the last refused request was refused, until the clients are told.
+    refused: Option<String>,
+}
+
+/// Tell the clients why a request was refused (a warning status), once.
+fn answer_refusal(c: &mut Control, sink: &FoxgloveSink) {
+    if let Some(why) = c.refused.take() {
+        sink.publish_status(foxglove::websocket::Status::warning(why));
+    }
 }
 
 fn status(c: &Control) -> PlaybackStatus {
@@ -207,8 +239,15 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Stri
         }
     }
 
-    let control =
-        Arc::new(Mutex::new(Control { playing: false, speed, seek_us: None, current_us: start_us, ended: false }));
+    let every = super::check_every("--foxglove-every", opts.every)?;
+    let control = Arc::new(Mutex::new(Control {
+        playing: false,
+        speed,
+        seek_us: None,
+        current_us: start_us,
+        ended: false,
+        refused: None,
+    }));
     let refused_requests = Arc::new(AtomicU64::new(0));
     let handler: PlaybackHandler = {
         let control = Arc::clone(&control);
@@ -219,6 +258,10 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Stri
                 c.speed = s;
             } else {
                 refused.fetch_add(1, Ordering::Relaxed);
+                c.refused = Some(format!(
+                    "playback speed {} refused: give {} to {} log seconds per second; the speed stays {}",
+                    req.playback_speed, SPEED_RANGE.0, SPEED_RANGE.1, c.speed
+                ));
             }
             c.playing = req.playback_command == PlaybackCommand::Play;
             let mut did_seek = false;
@@ -257,7 +300,7 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Stri
     }
     eprintln!(
         "rtloop log serve: ws://{} — in Foxglove: Open connection → Foxglove WebSocket → ws://{}; playback starts when a \
-         client subscribes",
+         client's subscriptions settle",
         sink.addr(),
         sink.addr()
     );
@@ -266,6 +309,8 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Stri
     let mut report = PlaybackReport {
         file: path.display().to_string(),
         cycles: 0,
+        every,
+        decimated: 0,
         events: 0,
         other: 0,
         restarts: 0,
@@ -280,13 +325,31 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Stri
     // (wall clock, log time) at which playback was last (re)anchored.
     let mut anchor: Option<(Instant, i64)> = None;
     let mut last_state = Instant::now();
+    // Subscriptions settling before the first start: (subscribes + unsubscribes seen, when
+    // that count last changed, when the first subscription came).
+    let mut settling: (u64, Instant, Option<Instant>) = (0, Instant::now(), None);
+    let mut auto_started = false;
     const STEP: Duration = Duration::from_millis(20);
     while !crate::signals::stop_requested() {
         {
             let mut c = control.lock().unwrap_or_else(|e| e.into_inner());
-            if !c.playing && sink.subscriptions() > 0 && anchor.is_none() && !c.ended && report.cycles == 0 {
-                // The first subscription starts playback.
-                c.playing = true;
+            answer_refusal(&mut c, &sink);
+            if c.playing {
+                auto_started = true;
+            } else if !auto_started && !c.ended {
+                let now = Instant::now();
+                let changes = sink.subscription_changes();
+                if changes != settling.0 {
+                    settling.0 = changes;
+                    settling.1 = now;
+                }
+                if sink.subscriptions() > 0 {
+                    let first = *settling.2.get_or_insert(now);
+                    if now - settling.1 >= SETTLE || now - first >= SETTLE_MAX {
+                        c.playing = true;
+                        auto_started = true;
+                    }
+                }
             }
             if let Some(us) = c.seek_us.take() {
                 items = items_from(us);
@@ -342,6 +405,24 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Stri
             Some(Ok(item)) => item,
         };
         let Some(ts) = item.timestamp_us else { continue };
+        let decoded = match reader.decode_item(&item) {
+            Ok(v) => v.to_json(),
+            Err(e) => {
+                if first_pass {
+                    let name = records.iter().find(|r| r.id == item.record_id).map(|r| r.name.clone());
+                    problems.note(ProblemKind::Undecodable, Some(item.record_id), name.as_deref(), item.offset, || {
+                        e.to_string()
+                    });
+                }
+                continue;
+            }
+        };
+        let cycle = if Some(item.record_id) == cycle_id { cycle_from_record(&decoded) } else { None };
+        if cycle.as_ref().is_some_and(|c| !c.index.is_multiple_of(u64::from(every))) {
+            // Not sent: no need to wait for its time.
+            report.decimated += 1;
+            continue;
+        }
         // Wait for the item's time, in short steps so a pause or a seek is heard.
         let mut interrupted = false;
         loop {
@@ -353,7 +434,8 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Stri
                 break;
             }
             std::thread::sleep((due - now).min(STEP));
-            let c = control.lock().unwrap_or_else(|e| e.into_inner());
+            let mut c = control.lock().unwrap_or_else(|e| e.into_inner());
+            answer_refusal(&mut c, &sink);
             if !c.playing || c.seek_us.is_some() || (c.speed - speed).abs() > 0.0 || crate::signals::stop_requested() {
                 interrupted = true;
                 break;
@@ -370,20 +452,8 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Stri
             }
         }
         control.lock().unwrap_or_else(|e| e.into_inner()).current_us = ts;
-        let decoded = match reader.decode_item(&item) {
-            Ok(v) => v.to_json(),
-            Err(e) => {
-                if first_pass {
-                    let name = records.iter().find(|r| r.id == item.record_id).map(|r| r.name.clone());
-                    problems.note(ProblemKind::Undecodable, Some(item.record_id), name.as_deref(), item.offset, || {
-                        e.to_string()
-                    });
-                }
-                continue;
-            }
-        };
         if Some(item.record_id) == cycle_id {
-            if let Some(c) = cycle_from_record(&decoded) {
+            if let Some(c) = cycle {
                 let mut live = live_cycle(&c, 0);
                 live.stamp_us = ts;
                 sink.cycle(&live);

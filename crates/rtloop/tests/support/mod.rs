@@ -226,6 +226,14 @@ impl Session {
         }
     }
 
+    /// Send it SIGINT (Ctrl-C): `rtloop run` ends its run as the user's Ctrl-C does.
+    pub fn interrupt(&self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGINT,
+        );
+    }
+
     /// Wait for it to exit, at most `limit` more; kill its process group at the limit.
     pub fn finish(mut self, limit: Duration) -> Ran {
         self.close_stdin();
