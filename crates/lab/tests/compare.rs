@@ -119,7 +119,9 @@ fn end_to_end_prints_both_sides_and_a_json_line() {
         }
     }
     assert!(!out.contains("rtloop-lab-probe"));
-    // sockperf's server is gone.
-    let ps = std::process::Command::new("pgrep").args(["-x", "sockperf"]).output().unwrap();
+    // The sockperf server compare started is gone. Only our own children count: another
+    // sockperf on the machine (a second test run, a developer's) is none of this test's business.
+    let me = std::process::id().to_string();
+    let ps = std::process::Command::new("pgrep").args(["-x", "sockperf", "-P", &me]).output().unwrap();
     assert!(ps.stdout.is_empty(), "sockperf still running: {}", String::from_utf8_lossy(&ps.stdout));
 }
