@@ -232,6 +232,13 @@ impl<'a> SubframeIter<'a> {
 
     fn varuint(&mut self) -> Result<u32, DecodeError> {
         let offset = self.pos;
+        // Most varuints (register numbers and counts below 0x80) are one byte.
+        if let Some(&b) = self.data.get(offset) {
+            if b & 0x80 == 0 {
+                self.pos = offset.saturating_add(1);
+                return Ok(u32::from(b));
+            }
+        }
         let rest = self.data.get(offset..).unwrap_or(&[]);
         match varuint::decode(rest) {
             Ok((v, n)) => {

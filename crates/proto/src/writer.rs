@@ -130,6 +130,13 @@ impl Header {
     }
 
     fn push_varuint(&mut self, v: u32) {
+        // Register numbers below 0x80 (the telemetry and command registers) take one byte.
+        if let Ok(b) = u8::try_from(v) {
+            if b < 0x80 {
+                self.push(b);
+                return;
+            }
+        }
         let (bytes, n) = varuint::encode(v);
         for &b in bytes.iter().take(n) {
             self.push(b);
@@ -209,34 +216,78 @@ impl<'a> FrameWriter<'a> {
     /// Append `parts` as one unit, or nothing at all.
     fn append(&mut self, parts: &[&[u8]]) -> Result<(), EncodeError> {
         let needed = parts.iter().fold(0usize, |acc, p| acc.saturating_add(p.len()));
-        let available = self.remaining();
-        if needed > available {
-            return Err(EncodeError::Overflow { needed, available });
-        }
+        let mut dst = self.reserve(needed)?.iter_mut();
         for part in parts {
-            for &b in part.iter() {
-                if let Some(slot) = self.buf.get_mut(self.len) {
-                    *slot = b;
-                    self.len = self.len.saturating_add(1);
-                }
+            // `part` first: `zip` stops on it without taking a byte of `dst`.
+            for (&b, d) in part.iter().zip(dst.by_ref()) {
+                *d = b;
             }
         }
         Ok(())
     }
 
-    /// Append values after a header in one unit.
-    fn append_values(&mut self, header: &Header, values: &[Value]) -> Result<(), EncodeError> {
-        let values_len = values.iter().fold(0usize, |acc, v| acc.saturating_add(v.size()));
-        let needed = header.len.saturating_add(values_len);
+    /// [`FrameWriter::append`] of two parts (a header and its body), without the loop
+    /// over parts.
+    fn append2(&mut self, head: &[u8], body: &[u8]) -> Result<(), EncodeError> {
+        let dst = self.reserve(head.len().saturating_add(body.len()))?;
+        let (dh, db) = dst.split_at_mut_checked(head.len()).unwrap_or_default();
+        for (d, &b) in dh.iter_mut().zip(head) {
+            *d = b;
+        }
+        for (d, &b) in db.iter_mut().zip(body) {
+            *d = b;
+        }
+        Ok(())
+    }
+
+    /// The next `needed` bytes of the buffer, counted as written (the caller fills them
+    /// all), or the overflow error with nothing changed.
+    fn reserve(&mut self, needed: usize) -> Result<&mut [u8], EncodeError> {
         let available = self.remaining();
-        if needed > available {
-            return Err(EncodeError::Overflow { needed, available });
+        let start = self.len;
+        let end = start.checked_add(needed).filter(|_| needed <= available);
+        match end.and_then(|end| self.buf.get_mut(start..end).map(|dst| (end, dst))) {
+            Some((end, dst)) => {
+                self.len = end;
+                Ok(dst)
+            }
+            None => Err(EncodeError::Overflow { needed, available }),
         }
-        self.append(&[header.as_slice()])?;
-        for v in values {
-            let bytes = v.to_le_bytes();
-            self.append(&[bytes.get(..v.size()).unwrap_or(&[])])?;
+    }
+
+    /// Append values (all of resolution `res`) after a header in one unit.
+    fn append_values(&mut self, header: &Header, res: Resolution, values: &[Value]) -> Result<(), EncodeError> {
+        let size = res.size();
+        let needed = header.len.saturating_add(values.len().saturating_mul(size));
+        let dst = self.reserve(needed)?;
+        let (head, body) = dst.split_at_mut_checked(header.len).unwrap_or_default();
+        for (d, &b) in head.iter_mut().zip(header.as_slice()) {
+            *d = b;
         }
+        for (chunk, v) in body.chunks_exact_mut(size).zip(values) {
+            for (d, b) in chunk.iter_mut().zip(v.to_le_bytes()) {
+                *d = b;
+            }
+        }
+        Ok(())
+    }
+
+    /// One write subframe of `count` values of resolution `res` already in wire form in
+    /// `bytes` (`count × res.size()` bytes): [`FrameWriter::write_registers`] without the
+    /// [`Value`]s, for the host's write combiner.
+    pub(crate) fn write_raw_registers(
+        &mut self,
+        start: u16,
+        res: Resolution,
+        count: usize,
+        bytes: &[u8],
+    ) -> Result<(), EncodeError> {
+        let header = Header::register(opcode::WRITE, res, start, count)?;
+        if start == reg::MODE && self.wrote_registers {
+            return Err(EncodeError::ModeNotFirst);
+        }
+        self.append2(header.as_slice(), bytes)?;
+        self.wrote_registers = true;
         Ok(())
     }
 
@@ -257,7 +308,7 @@ impl<'a> FrameWriter<'a> {
         if start == reg::MODE && self.wrote_registers {
             return Err(EncodeError::ModeNotFirst);
         }
-        self.append_values(&header, values)?;
+        self.append_values(&header, res, values)?;
         self.wrote_registers = true;
         Ok(())
     }
@@ -265,14 +316,14 @@ impl<'a> FrameWriter<'a> {
     /// One read subframe asking for `count` registers from `start` at `res`.
     pub fn read_registers(&mut self, start: u16, count: u16, res: Resolution) -> Result<(), EncodeError> {
         let header = Header::register(opcode::READ, res, start, count.into())?;
-        self.append(&[header.as_slice()])
+        self.append2(header.as_slice(), &[])
     }
 
     /// One reply subframe: the values of `start`, `start + 1`, …; all share a resolution.
     pub fn reply_registers(&mut self, start: u16, values: &[Value]) -> Result<(), EncodeError> {
         let res = Self::common_resolution(values)?;
         let header = Header::register(opcode::REPLY, res, start, values.len())?;
-        self.append_values(&header, values)
+        self.append_values(&header, res, values)
     }
 
     fn error_subframe(&mut self, op: u8, reg: u16, code: u32) -> Result<(), EncodeError> {
