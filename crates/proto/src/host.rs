@@ -17,7 +17,7 @@ use crate::register::{class_of, integer_range, reg, Mode};
 use crate::subframe::{subframes, DecodeError, Subframe};
 use crate::subframe::RawValues;
 use crate::value::{Resolution, ScaleClass, Value};
-use crate::writer::{EncodeError, FrameWriter};
+use crate::writer::{put_value, EncodeError, FrameWriter};
 
 /// Most values one register subframe can carry in a 64-byte payload (64 int8 values
 /// would already need more than 64 bytes with their header).
@@ -35,51 +35,38 @@ pub fn encode_writes(w: &mut FrameWriter, entries: &[(u16, Option<f64>, Resoluti
 }
 
 fn encode_writes_inner(w: &mut FrameWriter, entries: &[(u16, Option<f64>, Resolution)]) -> Result<(), EncodeError> {
-    // The current run's values, already in wire form: no `Value`s to hold, and the writer
-    // copies the bytes in one go. Room for MAX_RUN values of 4 bytes, so a run too long for
-    // a payload still reaches the writer, which reports it as before.
-    let mut bytes = [0u8; MAX_RUN * 4];
-    let mut run_bytes = 0usize;
-    let mut run_len = 0usize;
-    let mut run_start = 0u16;
-    let mut run_res = Resolution::Int8;
-    // The register the next value must have to extend the current run.
-    let mut next_reg: Option<u16> = None;
-
-    for &(r, x, res) in entries {
-        let Some(x) = x else {
-            continue;
+    let mut rest = entries;
+    // One write subframe per run, each written straight into the payload: first find where
+    // the run ends, then scale its values into the bytes the writer reserves for them.
+    while let Some(first) = rest.iter().position(|e| e.1.is_some()) {
+        rest = rest.get(first..).unwrap_or(&[]);
+        let Some(&(start, _, res)) = rest.first() else {
+            break;
         };
-        let extends = run_len > 0 && run_len < MAX_RUN && res == run_res && next_reg == Some(r);
-        if !extends && run_len > 0 {
-            w.write_raw_registers(run_start, run_res, run_len, bytes.get(..run_bytes).unwrap_or(&[]))?;
-            run_len = 0;
-            run_bytes = 0;
-        }
-        if run_len == 0 {
-            run_start = r;
-            run_res = res;
-        }
-        let size = res.size();
-        let end = run_bytes.saturating_add(size);
-        match bytes.get_mut(run_bytes..end) {
-            Some(slot) => {
-                for (d, b) in slot.iter_mut().zip(encode_register(r, x, res).to_le_bytes()) {
-                    *d = b;
-                }
-                run_bytes = end;
-                run_len = run_len.saturating_add(1);
+        // The run: the entries up to `end` (those set), `count` values.
+        let mut count = 1usize;
+        let mut end = 1usize;
+        // The register the next value must have to extend the run.
+        let mut next_reg = start.checked_add(1);
+        for (k, &(r, x, r_res)) in rest.iter().enumerate().skip(1) {
+            if x.is_none() {
+                continue;
             }
-            // Unreachable: a run ends at MAX_RUN values.
-            None => {
-                let needed = run_bytes.saturating_add(size);
-                return Err(EncodeError::Overflow { needed, available: w.remaining() });
+            if count >= MAX_RUN || r_res != res || next_reg != Some(r) {
+                break;
             }
+            count = count.saturating_add(1);
+            end = k.saturating_add(1);
+            next_reg = r.checked_add(1);
         }
-        next_reg = r.checked_add(1);
-    }
-    if run_len > 0 {
-        w.write_raw_registers(run_start, run_res, run_len, bytes.get(..run_bytes).unwrap_or(&[]))?;
+        let (run, after) = rest.split_at_checked(end).unwrap_or((rest, &[]));
+        w.write_registers_with(start, res, count, |body| {
+            let set = run.iter().filter_map(|&(r, x, _)| x.map(|x| (r, x)));
+            for ((r, x), slot) in set.zip(body.chunks_exact_mut(res.size())) {
+                put_value(slot, encode_register(r, x, res));
+            }
+        })?;
+        rest = after;
     }
     Ok(())
 }
@@ -88,6 +75,7 @@ fn encode_writes_inner(w: &mut FrameWriter, entries: &[(u16, Option<f64>, Resolu
 /// ([`integer_range`]) at float resolution is truncated toward zero first, as the Python
 /// client's `int(value)` does (0.7 → 0.0, -0.0 → +0.0); the integer resolutions truncate
 /// anyway. NaN and ±inf pass unchanged.
+#[inline]
 pub fn encode_register(r: u16, x: f64, res: Resolution) -> Value {
     let info = reg_info(r);
     let x = if res == Resolution::Float && info.integer { truncated(x) } else { x };

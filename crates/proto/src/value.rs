@@ -176,6 +176,7 @@ impl Value {
     /// Encode a physical value the way the moteus Python client does: in f64,
     /// `trunc(x / scale)`, clamped to ±max of the type; NaN and ±inf become the minimum
     /// integer ("unset"). Float resolution sends `x as f32`.
+    #[inline]
     pub fn encode(x: f64, class: ScaleClass, res: Resolution) -> Value {
         // The scale is looked up only for the integer resolutions: a float travels unscaled,
         // and this is the hot path of every command.

@@ -102,6 +102,7 @@ struct Header {
 }
 
 impl Header {
+    #[inline]
     fn register(base: u8, res: Resolution, start: u16, count: usize) -> Result<Header, EncodeError> {
         if count == 0 {
             return Err(EncodeError::NoRegisters);
@@ -110,8 +111,16 @@ impl Header {
         if count16.checked_sub(1).and_then(|extra| start.checked_add(extra)).is_none() {
             return Err(EncodeError::RegisterOutOfRange);
         }
-        let mut h = Header { bytes: [0; 1 + 2 * varuint::MAX_LEN], len: 0 };
         let typed = base | (res.type_code() << 2);
+        // The usual case, a short count and a register below 0x80: two bytes.
+        if let (1..=3, Ok(start8 @ 0..=0x7F)) = (count16, u8::try_from(start)) {
+            let mut bytes = [0; 1 + 2 * varuint::MAX_LEN];
+            let [op, reg, ..] = &mut bytes;
+            *op = typed | count16 as u8;
+            *reg = start8;
+            return Ok(Header { bytes, len: 2 });
+        }
+        let mut h = Header { bytes: [0; 1 + 2 * varuint::MAX_LEN], len: 0 };
         if count16 <= 3 {
             h.push(typed | count16 as u8);
         } else {
@@ -145,6 +154,40 @@ impl Header {
 
     fn as_slice(&self) -> &[u8] {
         self.bytes.get(..self.len).unwrap_or(&[])
+    }
+
+    /// Copy the header to the start of `dst`; returns the rest of `dst`. The two-byte
+    /// header is written without a loop (a loop of unknown length becomes a `memcpy` call,
+    /// which costs more than the copy).
+    #[inline]
+    fn write_into<'b>(&self, dst: &'b mut [u8]) -> &'b mut [u8] {
+        match (self.as_slice(), dst) {
+            (&[a, b], [d0, d1, rest @ ..]) => {
+                *d0 = a;
+                *d1 = b;
+                rest
+            }
+            (h, dst) => {
+                let (head, rest) = dst.split_at_mut_checked(h.len()).unwrap_or_default();
+                for (d, &b) in head.iter_mut().zip(h) {
+                    *d = b;
+                }
+                rest
+            }
+        }
+    }
+}
+
+/// Write `v` into `slot`, which is exactly [`Value::size`] bytes long (else nothing is
+/// written). One arm per resolution, so no copy of unknown length.
+#[inline]
+pub(crate) fn put_value(slot: &mut [u8], v: Value) {
+    match (v, slot) {
+        (Value::I8(x), [a]) => [*a] = x.to_le_bytes(),
+        (Value::I16(x), [a, b]) => [*a, *b] = x.to_le_bytes(),
+        (Value::I32(x), [a, b, c, d]) => [*a, *b, *c, *d] = x.to_le_bytes(),
+        (Value::F32(x), [a, b, c, d]) => [*a, *b, *c, *d] = x.to_le_bytes(),
+        _ => {}
     }
 }
 
@@ -226,20 +269,6 @@ impl<'a> FrameWriter<'a> {
         Ok(())
     }
 
-    /// [`FrameWriter::append`] of two parts (a header and its body), without the loop
-    /// over parts.
-    fn append2(&mut self, head: &[u8], body: &[u8]) -> Result<(), EncodeError> {
-        let dst = self.reserve(head.len().saturating_add(body.len()))?;
-        let (dh, db) = dst.split_at_mut_checked(head.len()).unwrap_or_default();
-        for (d, &b) in dh.iter_mut().zip(head) {
-            *d = b;
-        }
-        for (d, &b) in db.iter_mut().zip(body) {
-            *d = b;
-        }
-        Ok(())
-    }
-
     /// The next `needed` bytes of the buffer, counted as written (the caller fills them
     /// all), or the overflow error with nothing changed.
     fn reserve(&mut self, needed: usize) -> Result<&mut [u8], EncodeError> {
@@ -259,34 +288,30 @@ impl<'a> FrameWriter<'a> {
     fn append_values(&mut self, header: &Header, res: Resolution, values: &[Value]) -> Result<(), EncodeError> {
         let size = res.size();
         let needed = header.len.saturating_add(values.len().saturating_mul(size));
-        let dst = self.reserve(needed)?;
-        let (head, body) = dst.split_at_mut_checked(header.len).unwrap_or_default();
-        for (d, &b) in head.iter_mut().zip(header.as_slice()) {
-            *d = b;
-        }
-        for (chunk, v) in body.chunks_exact_mut(size).zip(values) {
-            for (d, b) in chunk.iter_mut().zip(v.to_le_bytes()) {
-                *d = b;
-            }
+        let body = header.write_into(self.reserve(needed)?);
+        for (chunk, &v) in body.chunks_exact_mut(size).zip(values) {
+            put_value(chunk, v);
         }
         Ok(())
     }
 
-    /// One write subframe of `count` values of resolution `res` already in wire form in
-    /// `bytes` (`count × res.size()` bytes): [`FrameWriter::write_registers`] without the
-    /// [`Value`]s, for the host's write combiner.
-    pub(crate) fn write_raw_registers(
+    /// One write subframe of `count` values of resolution `res`, their wire bytes
+    /// (`count × res.size()`) filled in by `fill`: [`FrameWriter::write_registers`] without
+    /// the [`Value`]s, for the host's write combiner. Same checks, same errors, in the same
+    /// order; `fill` runs only once the subframe is known to fit.
+    pub(crate) fn write_registers_with(
         &mut self,
         start: u16,
         res: Resolution,
         count: usize,
-        bytes: &[u8],
+        fill: impl FnOnce(&mut [u8]),
     ) -> Result<(), EncodeError> {
         let header = Header::register(opcode::WRITE, res, start, count)?;
         if start == reg::MODE && self.wrote_registers {
             return Err(EncodeError::ModeNotFirst);
         }
-        self.append2(header.as_slice(), bytes)?;
+        let dst = self.reserve(header.len.saturating_add(count.saturating_mul(res.size())))?;
+        fill(header.write_into(dst));
         self.wrote_registers = true;
         Ok(())
     }
@@ -316,7 +341,8 @@ impl<'a> FrameWriter<'a> {
     /// One read subframe asking for `count` registers from `start` at `res`.
     pub fn read_registers(&mut self, start: u16, count: u16, res: Resolution) -> Result<(), EncodeError> {
         let header = Header::register(opcode::READ, res, start, count.into())?;
-        self.append2(header.as_slice(), &[])
+        header.write_into(self.reserve(header.len)?);
+        Ok(())
     }
 
     /// One reply subframe: the values of `start`, `start + 1`, …; all share a resolution.
