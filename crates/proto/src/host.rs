@@ -798,6 +798,7 @@ impl ServoState {
     }
 
     /// Record one register value from a reply.
+    #[inline]
     fn set(&mut self, r: u16, v: Value) {
         let info = reg_info(r);
         if info.integer {

@@ -266,6 +266,7 @@ impl<'a> SubframeIter<'a> {
     }
 
     /// Parse `[count] start` of a register subframe: `(start, count)`.
+    #[inline]
     fn register_range(&mut self, op: u8) -> Result<(u16, u16), DecodeError> {
         let count = match op & 0x03 {
             0 => {
@@ -286,6 +287,7 @@ impl<'a> SubframeIter<'a> {
         Ok((start, count))
     }
 
+    #[inline]
     fn parse_one(&mut self) -> Result<Subframe<'a>, DecodeError> {
         let op_offset = self.pos;
         let op = self.byte()?;
@@ -351,6 +353,7 @@ impl<'a> SubframeIter<'a> {
 impl<'a> Iterator for SubframeIter<'a> {
     type Item = Result<Subframe<'a>, DecodeError>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.failed || self.pos >= self.data.len() {
             return None;
