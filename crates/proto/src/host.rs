@@ -14,8 +14,8 @@
 //! of resolution starts the next.
 
 use crate::register::{class_of, integer_range, reg, Mode};
-use crate::subframe::{subframes, DecodeError, Subframe};
 use crate::subframe::RawValues;
+use crate::subframe::{subframes, DecodeError, Subframe};
 use crate::value::{Resolution, ScaleClass, Value};
 use crate::writer::{put_value, EncodeError, FrameWriter};
 

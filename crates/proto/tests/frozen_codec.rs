@@ -124,7 +124,7 @@ fn both(
     let mb = wb.write_registers(0, &[value::Value::I8(0)]);
     prop_assert_eq!(format!("{ma:?}"), format!("{mb:?}"));
     prop_assert_eq!(wa.as_slice(), wb.as_slice());
-    drop((wa, wb));
+    // The whole buffers: nothing written past the payload either.
     prop_assert_eq!(a, b);
     Ok(())
 }
@@ -132,15 +132,34 @@ fn both(
 /// The decoded states, bit for bit (NaN payloads and the sign of zero included).
 fn same_state(a: &proto::host::ServoState, b: &host::ServoState) -> Result<(), TestCaseError> {
     let fa = [
-        a.position, a.velocity, a.torque, a.q_current, a.d_current, a.abs_position, a.power,
-        a.motor_temperature, a.voltage, a.temperature,
+        a.position,
+        a.velocity,
+        a.torque,
+        a.q_current,
+        a.d_current,
+        a.abs_position,
+        a.power,
+        a.motor_temperature,
+        a.voltage,
+        a.temperature,
     ];
     let fb = [
-        b.position, b.velocity, b.torque, b.q_current, b.d_current, b.abs_position, b.power,
-        b.motor_temperature, b.voltage, b.temperature,
+        b.position,
+        b.velocity,
+        b.torque,
+        b.q_current,
+        b.d_current,
+        b.abs_position,
+        b.power,
+        b.motor_temperature,
+        b.voltage,
+        b.temperature,
     ];
     prop_assert_eq!(fa.map(f64::to_bits), fb.map(f64::to_bits));
-    prop_assert_eq!((a.mode, a.trajectory_complete, a.home_state, a.fault), (b.mode, b.trajectory_complete, b.home_state, b.fault));
+    prop_assert_eq!(
+        (a.mode, a.trajectory_complete, a.home_state, a.fault),
+        (b.mode, b.trajectory_complete, b.home_state, b.fault)
+    );
     prop_assert_eq!(
         (a.extra_len, a.extra_dropped, a.errors, a.invalid_integers),
         (b.extra_len, b.extra_dropped, b.errors, b.invalid_integers)

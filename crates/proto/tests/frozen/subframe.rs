@@ -359,4 +359,3 @@ impl<'a> Iterator for SubframeIter<'a> {
 }
 
 impl core::iter::FusedIterator for SubframeIter<'_> {}
-

@@ -345,4 +345,3 @@ impl<'a> FrameWriter<'a> {
         self.append(&[&[opcode::NOP]])
     }
 }
-
