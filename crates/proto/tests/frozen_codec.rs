@@ -300,6 +300,20 @@ proptest! {
     }
 
     #[test]
+    fn long_runs_encode_identically(
+        start in prop_oneof![0u16..0x40, 0xFFB0u16..=0xFFFF],
+        n in 1usize..140,
+        res in resolution(),
+        x in value(),
+        prefill in prop_oneof![Just(0usize), 0usize..64],
+    ) {
+        // Runs up to and past the 64 values one subframe may hold (and past 0xFFFF).
+        let entries: Vec<(u16, Option<f64>, Resolution)> =
+            (0..n).map(|k| (start.wrapping_add(k as u16), Some(x), res)).collect();
+        both(prefill, false, |w| proto::host::encode_writes(w, &entries), |w| host::encode_writes(w, &entries))?;
+    }
+
+    #[test]
     fn replies_decode_identically(payload in reply_payload()) {
         decode_both(&payload)?;
     }
