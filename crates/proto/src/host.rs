@@ -14,9 +14,10 @@
 //! of resolution starts the next.
 
 use crate::register::{class_of, integer_range, reg, Mode};
+use crate::subframe::RawValues;
 use crate::subframe::{subframes, DecodeError, Subframe};
-use crate::value::{Resolution, Value};
-use crate::writer::{EncodeError, FrameWriter};
+use crate::value::{Resolution, ScaleClass, Value};
+use crate::writer::{put_value, EncodeError, FrameWriter};
 
 /// Most values one register subframe can carry in a 64-byte payload (64 int8 values
 /// would already need more than 64 bytes with their header).
@@ -34,34 +35,38 @@ pub fn encode_writes(w: &mut FrameWriter, entries: &[(u16, Option<f64>, Resoluti
 }
 
 fn encode_writes_inner(w: &mut FrameWriter, entries: &[(u16, Option<f64>, Resolution)]) -> Result<(), EncodeError> {
-    let mut values = [Value::I8(0); MAX_RUN];
-    let mut run_len = 0usize;
-    let mut run_start = 0u16;
-    let mut run_res = Resolution::Int8;
-    // The register the next value must have to extend the current run.
-    let mut next_reg: Option<u16> = None;
-
-    for &(r, x, res) in entries {
-        let Some(x) = x else {
-            continue;
+    let mut rest = entries;
+    // One write subframe per run, each written straight into the payload: first find where
+    // the run ends, then scale its values into the bytes the writer reserves for them.
+    while let Some(first) = rest.iter().position(|e| e.1.is_some()) {
+        rest = rest.get(first..).unwrap_or(&[]);
+        let Some(&(start, _, res)) = rest.first() else {
+            break;
         };
-        let extends = run_len > 0 && run_len < MAX_RUN && res == run_res && next_reg == Some(r);
-        if !extends && run_len > 0 {
-            w.write_registers(run_start, values.get(..run_len).unwrap_or(&[]))?;
-            run_len = 0;
+        // The run: the entries up to `end` (those set), `count` values.
+        let mut count = 1usize;
+        let mut end = 1usize;
+        // The register the next value must have to extend the run.
+        let mut next_reg = start.checked_add(1);
+        for (k, &(r, x, r_res)) in rest.iter().enumerate().skip(1) {
+            if x.is_none() {
+                continue;
+            }
+            if count >= MAX_RUN || r_res != res || next_reg != Some(r) {
+                break;
+            }
+            count = count.saturating_add(1);
+            end = k.saturating_add(1);
+            next_reg = r.checked_add(1);
         }
-        if run_len == 0 {
-            run_start = r;
-            run_res = res;
-        }
-        if let Some(slot) = values.get_mut(run_len) {
-            *slot = encode_register(r, x, res);
-            run_len = run_len.saturating_add(1);
-        }
-        next_reg = r.checked_add(1);
-    }
-    if run_len > 0 {
-        w.write_registers(run_start, values.get(..run_len).unwrap_or(&[]))?;
+        let (run, after) = rest.split_at_checked(end).unwrap_or((rest, &[]));
+        w.write_registers_with(start, res, count, |body| {
+            let set = run.iter().filter_map(|&(r, x, _)| x.map(|x| (r, x)));
+            for ((r, x), slot) in set.zip(body.chunks_exact_mut(res.size())) {
+                put_value(slot, encode_register(r, x, res));
+            }
+        })?;
+        rest = after;
     }
     Ok(())
 }
@@ -70,9 +75,48 @@ fn encode_writes_inner(w: &mut FrameWriter, entries: &[(u16, Option<f64>, Resolu
 /// ([`integer_range`]) at float resolution is truncated toward zero first, as the Python
 /// client's `int(value)` does (0.7 → 0.0, -0.0 → +0.0); the integer resolutions truncate
 /// anyway. NaN and ±inf pass unchanged.
+#[inline]
 pub fn encode_register(r: u16, x: f64, res: Resolution) -> Value {
-    let x = if res == Resolution::Float && integer_range(r).is_some() { truncated(x) } else { x };
-    Value::encode(x, class_of(r), res)
+    let info = reg_info(r);
+    let x = if res == Resolution::Float && info.integer { truncated(x) } else { x };
+    Value::encode(x, info.class, res)
+}
+
+/// What the codec needs to know of a register: its [`class_of`] and whether it is an
+/// integer register ([`integer_range`]).
+#[derive(Clone, Copy)]
+struct RegInfo {
+    class: ScaleClass,
+    integer: bool,
+}
+
+/// Registers below this have their [`RegInfo`] in a table (every telemetry and command
+/// register); the rest go through the matches.
+const TABLED: usize = 0x80;
+
+/// [`RegInfo`] of registers 0..[`TABLED`], worked out by the compiler from the same
+/// [`class_of`] and [`integer_range`] the other registers use.
+const REG_INFO: [RegInfo; TABLED] = reg_info_table();
+
+// Evaluated only at compile time (for the `const` above): an index out of range or an
+// overflow would fail the build, not panic at run time.
+#[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
+const fn reg_info_table() -> [RegInfo; TABLED] {
+    let mut t = [RegInfo { class: ScaleClass::Int, integer: false }; TABLED];
+    let mut r = 0;
+    while r < TABLED {
+        t[r] = RegInfo { class: class_of(r as u16), integer: integer_range(r as u16).is_some() };
+        r += 1;
+    }
+    t
+}
+
+/// A table lookup for the registers a control loop uses, the matches for the rest.
+fn reg_info(r: u16) -> RegInfo {
+    match REG_INFO.get(usize::from(r)) {
+        Some(&info) => info,
+        None => RegInfo { class: class_of(r), integer: integer_range(r).is_some() },
+    }
 }
 
 /// `x` truncated toward zero (a zero result is +0.0); non-finite `x` is returned as is.
@@ -91,12 +135,15 @@ fn truncated(x: f64) -> f64 {
 /// Read registers, one read subframe per run of consecutive registers with one
 /// resolution (same grouping rule as [`encode_writes`]).
 pub fn encode_reads(w: &mut FrameWriter, regs: &[(u16, Resolution)]) -> Result<(), EncodeError> {
-    w.atomically(|w| encode_reads_inner(w, regs))
+    w.atomically(|w| encode_reads_inner(w, regs.iter().copied()))
 }
 
-fn encode_reads_inner(w: &mut FrameWriter, regs: &[(u16, Resolution)]) -> Result<(), EncodeError> {
+fn encode_reads_inner(
+    w: &mut FrameWriter,
+    regs: impl IntoIterator<Item = (u16, Resolution)>,
+) -> Result<(), EncodeError> {
     let mut run: Option<(u16, u16, Resolution)> = None; // (start, count, res)
-    for &(r, res) in regs {
+    for (r, res) in regs {
         if let Some((start, count, run_res)) = run {
             let extended = count.checked_add(1).filter(|_| run_res == res && start.checked_add(count) == Some(r));
             if let Some(count) = extended {
@@ -443,24 +490,24 @@ impl QueryFormat {
         })
     }
 
-    fn field(&self, r: u16) -> Option<Resolution> {
-        match r {
-            reg::MODE => self.mode,
-            reg::POSITION => self.position,
-            reg::VELOCITY => self.velocity,
-            reg::TORQUE => self.torque,
-            reg::Q_CURRENT => self.q_current,
-            reg::D_CURRENT => self.d_current,
-            reg::ABS_POSITION => self.abs_position,
-            reg::POWER => self.power,
-            reg::MOTOR_TEMPERATURE => self.motor_temperature,
-            reg::TRAJECTORY_COMPLETE => self.trajectory_complete,
-            reg::HOME_STATE => self.home_state,
-            reg::VOLTAGE => self.voltage,
-            reg::TEMPERATURE => self.temperature,
-            reg::FAULT => self.fault,
-            _ => None,
-        }
+    /// The telemetry fields in [`TELEMETRY`] order.
+    fn fields(&self) -> [Option<Resolution>; TELEMETRY.len()] {
+        [
+            self.mode,
+            self.position,
+            self.velocity,
+            self.torque,
+            self.q_current,
+            self.d_current,
+            self.abs_position,
+            self.power,
+            self.motor_temperature,
+            self.trajectory_complete,
+            self.home_state,
+            self.voltage,
+            self.temperature,
+            self.fault,
+        ]
     }
 
     /// The extras in use.
@@ -507,7 +554,8 @@ impl QueryFormat {
     pub fn reads(&self) -> QueryReads {
         let mut out =
             QueryReads { regs: [(0, Resolution::Int8); TELEMETRY.len() + MAX_QUERY_EXTRA], len: 0, telemetry_len: 0 };
-        for entry in TELEMETRY.iter().filter_map(|&r| self.field(r).map(|res| (r, res))) {
+        let fields = self.fields();
+        for entry in TELEMETRY.iter().zip(fields.iter()).filter_map(|(&r, res)| res.map(|res| (r, res))) {
             if let Some(slot) = out.regs.get_mut(out.len) {
                 *slot = entry;
                 out.len = out.len.saturating_add(1);
@@ -542,16 +590,26 @@ impl QueryFormat {
 /// Append the read subframes of `q`. Like the official clients, the extras are grouped
 /// on their own: an extra never joins a run of the telemetry registers.
 pub fn encode_query(w: &mut FrameWriter, q: &QueryFormat) -> Result<(), EncodeError> {
-    let reads = q.reads();
-    w.atomically(|w| {
-        encode_reads(w, reads.telemetry())?;
-        encode_reads(w, reads.extras())
-    })
+    w.atomically(|w| encode_query_inner(w, q))
+}
+
+/// [`encode_query`] without its own rollback (the caller's covers it).
+fn encode_query_inner(w: &mut FrameWriter, q: &QueryFormat) -> Result<(), EncodeError> {
+    let fields = q.fields();
+    encode_reads_inner(w, TELEMETRY.iter().zip(fields.iter()).filter_map(|(&r, res)| res.map(|res| (r, res))))?;
+    let extras = q.extras();
+    // Extras kept by `add_extra` are ascending already; only a hand-edited array needs the
+    // sort `reads` does.
+    if extras.windows(2).all(|p| matches!(p, [a, b] if a.0 <= b.0)) {
+        encode_reads_inner(w, extras.iter().copied())
+    } else {
+        encode_reads_inner(w, q.reads().extras().iter().copied())
+    }
 }
 
 fn encode_query_opt(w: &mut FrameWriter, query: Option<&QueryFormat>) -> Result<(), EncodeError> {
     match query {
-        Some(q) => encode_query(w, q),
+        Some(q) => encode_query_inner(w, q),
         None => Ok(()),
     }
 }
@@ -559,7 +617,7 @@ fn encode_query_opt(w: &mut FrameWriter, query: Option<&QueryFormat>) -> Result<
 /// Write the mode register (int8, first in the frame), then optionally a query.
 pub fn encode_mode(w: &mut FrameWriter, mode: Mode, query: Option<&QueryFormat>) -> Result<(), EncodeError> {
     w.atomically(|w| {
-        encode_writes(w, &[(reg::MODE, Some(f64::from(mode.as_u8())), Resolution::Int8)])?;
+        write_mode(w, mode)?;
         encode_query_opt(w, query)
     })
 }
@@ -572,10 +630,16 @@ pub fn encode_position(
     query: Option<&QueryFormat>,
 ) -> Result<(), EncodeError> {
     w.atomically(|w| {
-        encode_writes(w, &[(reg::MODE, Some(f64::from(Mode::Position.as_u8())), Resolution::Int8)])?;
-        encode_writes(w, &cmd.entries(res))?;
+        write_mode(w, Mode::Position)?;
+        encode_writes_inner(w, &cmd.entries(res))?;
         encode_query_opt(w, query)
     })
+}
+
+/// The mode register at int8: what [`encode_writes`] makes of `(reg::MODE, mode, Int8)`
+/// (a mode number is below 127, so it is its own int8), without the scaling.
+fn write_mode(w: &mut FrameWriter, mode: Mode) -> Result<(), EncodeError> {
+    w.write_registers(reg::MODE, &[Value::I8(i8::try_from(mode.as_u8()).unwrap_or(i8::MAX))])
 }
 
 /// Stop (mode 0, also clears a fault): `01 00 00`.
@@ -734,8 +798,10 @@ impl ServoState {
     }
 
     /// Record one register value from a reply.
+    #[inline]
     fn set(&mut self, r: u16, v: Value) {
-        if integer_range(r).is_some() {
+        let info = reg_info(r);
+        if info.integer {
             let i = match read_int_register(r, v) {
                 IntReading::Int(i) => Some(i),
                 IntReading::Unset => None,
@@ -755,7 +821,7 @@ impl ServoState {
             }
             return;
         }
-        let x = v.decode(class_of(r));
+        let x = v.decode(info.class);
         match r {
             reg::POSITION => self.position = x,
             reg::VELOCITY => self.velocity = x,
@@ -768,6 +834,29 @@ impl ServoState {
             reg::VOLTAGE => self.voltage = x,
             reg::TEMPERATURE => self.temperature = x,
             _ => self.set_extra(r, x),
+        }
+    }
+
+    /// Record the values of a reply subframe, registers `start`, `start + 1`, ….
+    fn set_values(&mut self, start: u16, values: RawValues<'_>) {
+        let bytes = values.bytes();
+        // One resolution per subframe: pick the byte width once, not per value.
+        match values.resolution() {
+            Resolution::Int8 => self.set_each::<1>(start, bytes, |[a]| Value::I8(i8::from_le_bytes([a]))),
+            Resolution::Int16 => self.set_each::<2>(start, bytes, |b| Value::I16(i16::from_le_bytes(b))),
+            Resolution::Int32 => self.set_each::<4>(start, bytes, |b| Value::I32(i32::from_le_bytes(b))),
+            Resolution::Float => self.set_each::<4>(start, bytes, |b| Value::F32(f32::from_le_bytes(b))),
+        }
+    }
+
+    fn set_each<const N: usize>(&mut self, start: u16, bytes: &[u8], value: impl Fn([u8; N]) -> Value) {
+        let mut next = Some(start);
+        for chunk in bytes.chunks_exact(N) {
+            let (Some(r), Ok(b)) = (next, <[u8; N]>::try_from(chunk)) else {
+                break;
+            };
+            self.set(r, value(b));
+            next = r.checked_add(1);
         }
     }
 
@@ -789,11 +878,7 @@ pub fn decode_reply(payload: &[u8], out: &mut ServoState) -> Result<(), DecodeEr
     *out = ServoState::default();
     for sub in subframes(payload) {
         match sub? {
-            Subframe::Reply { start, values, .. } => {
-                for (r, v) in (start..=u16::MAX).zip(values.iter()) {
-                    out.set(r, v);
-                }
-            }
+            Subframe::Reply { start, values, .. } => out.set_values(start, values),
             Subframe::WriteError { .. } | Subframe::ReadError { .. } => {
                 out.errors = out.errors.saturating_add(1);
             }

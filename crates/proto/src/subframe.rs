@@ -232,6 +232,13 @@ impl<'a> SubframeIter<'a> {
 
     fn varuint(&mut self) -> Result<u32, DecodeError> {
         let offset = self.pos;
+        // Most varuints (register numbers and counts below 0x80) are one byte.
+        if let Some(&b) = self.data.get(offset) {
+            if b & 0x80 == 0 {
+                self.pos = offset.saturating_add(1);
+                return Ok(u32::from(b));
+            }
+        }
         let rest = self.data.get(offset..).unwrap_or(&[]);
         match varuint::decode(rest) {
             Ok((v, n)) => {
@@ -259,6 +266,7 @@ impl<'a> SubframeIter<'a> {
     }
 
     /// Parse `[count] start` of a register subframe: `(start, count)`.
+    #[inline]
     fn register_range(&mut self, op: u8) -> Result<(u16, u16), DecodeError> {
         let count = match op & 0x03 {
             0 => {
@@ -279,6 +287,7 @@ impl<'a> SubframeIter<'a> {
         Ok((start, count))
     }
 
+    #[inline]
     fn parse_one(&mut self) -> Result<Subframe<'a>, DecodeError> {
         let op_offset = self.pos;
         let op = self.byte()?;
@@ -344,6 +353,7 @@ impl<'a> SubframeIter<'a> {
 impl<'a> Iterator for SubframeIter<'a> {
     type Item = Result<Subframe<'a>, DecodeError>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.failed || self.pos >= self.data.len() {
             return None;

@@ -176,29 +176,32 @@ impl Value {
     /// Encode a physical value the way the moteus Python client does: in f64,
     /// `trunc(x / scale)`, clamped to ±max of the type; NaN and ±inf become the minimum
     /// integer ("unset"). Float resolution sends `x as f32`.
+    #[inline]
     pub fn encode(x: f64, class: ScaleClass, res: Resolution) -> Value {
-        let scale = class.scale(res);
+        // The scale is looked up only for the integer resolutions: a float travels unscaled,
+        // and this is the hot path of every command.
         match res {
-            Resolution::Int8 => {
-                Value::I8(scaled_raw(x, scale, i8::MAX.into()).and_then(|r| i8::try_from(r).ok()).unwrap_or(i8::MIN))
-            }
-            Resolution::Int16 => Value::I16(
-                scaled_raw(x, scale, i16::MAX.into()).and_then(|r| i16::try_from(r).ok()).unwrap_or(i16::MIN),
-            ),
-            Resolution::Int32 => Value::I32(scaled_raw(x, scale, i32::MAX).unwrap_or(i32::MIN)),
             Resolution::Float => Value::F32(x as f32),
+            Resolution::Int8 => Value::I8(
+                scaled_raw(x, class.scale(res), i8::MAX.into()).and_then(|r| i8::try_from(r).ok()).unwrap_or(i8::MIN),
+            ),
+            Resolution::Int16 => Value::I16(
+                scaled_raw(x, class.scale(res), i16::MAX.into())
+                    .and_then(|r| i16::try_from(r).ok())
+                    .unwrap_or(i16::MIN),
+            ),
+            Resolution::Int32 => Value::I32(scaled_raw(x, class.scale(res), i32::MAX).unwrap_or(i32::MIN)),
         }
     }
 
     /// The physical value: the minimum integer decodes to NaN, others to `raw * scale`;
     /// a float is returned as is.
     pub fn decode(self, class: ScaleClass) -> f64 {
-        let scale = class.scale(self.resolution());
         match self {
             Value::I8(i8::MIN) | Value::I16(i16::MIN) | Value::I32(i32::MIN) => f64::NAN,
-            Value::I8(v) => f64::from(v) * scale,
-            Value::I16(v) => f64::from(v) * scale,
-            Value::I32(v) => f64::from(v) * scale,
+            Value::I8(v) => f64::from(v) * class.scale(Resolution::Int8),
+            Value::I16(v) => f64::from(v) * class.scale(Resolution::Int16),
+            Value::I32(v) => f64::from(v) * class.scale(Resolution::Int32),
             Value::F32(v) => f64::from(v),
         }
     }

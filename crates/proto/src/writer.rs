@@ -102,6 +102,7 @@ struct Header {
 }
 
 impl Header {
+    #[inline]
     fn register(base: u8, res: Resolution, start: u16, count: usize) -> Result<Header, EncodeError> {
         if count == 0 {
             return Err(EncodeError::NoRegisters);
@@ -110,8 +111,16 @@ impl Header {
         if count16.checked_sub(1).and_then(|extra| start.checked_add(extra)).is_none() {
             return Err(EncodeError::RegisterOutOfRange);
         }
-        let mut h = Header { bytes: [0; 1 + 2 * varuint::MAX_LEN], len: 0 };
         let typed = base | (res.type_code() << 2);
+        // The usual case, a short count and a register below 0x80: two bytes.
+        if let (1..=3, Ok(start8 @ 0..=0x7F)) = (count16, u8::try_from(start)) {
+            let mut bytes = [0; 1 + 2 * varuint::MAX_LEN];
+            let [op, reg, ..] = &mut bytes;
+            *op = typed | count16 as u8;
+            *reg = start8;
+            return Ok(Header { bytes, len: 2 });
+        }
+        let mut h = Header { bytes: [0; 1 + 2 * varuint::MAX_LEN], len: 0 };
         if count16 <= 3 {
             h.push(typed | count16 as u8);
         } else {
@@ -130,6 +139,13 @@ impl Header {
     }
 
     fn push_varuint(&mut self, v: u32) {
+        // Register numbers below 0x80 (the telemetry and command registers) take one byte.
+        if let Ok(b) = u8::try_from(v) {
+            if b < 0x80 {
+                self.push(b);
+                return;
+            }
+        }
         let (bytes, n) = varuint::encode(v);
         for &b in bytes.iter().take(n) {
             self.push(b);
@@ -138,6 +154,40 @@ impl Header {
 
     fn as_slice(&self) -> &[u8] {
         self.bytes.get(..self.len).unwrap_or(&[])
+    }
+
+    /// Copy the header to the start of `dst`; returns the rest of `dst`. The two-byte
+    /// header is written without a loop (a loop of unknown length becomes a `memcpy` call,
+    /// which costs more than the copy).
+    #[inline]
+    fn write_into<'b>(&self, dst: &'b mut [u8]) -> &'b mut [u8] {
+        match (self.as_slice(), dst) {
+            (&[a, b], [d0, d1, rest @ ..]) => {
+                *d0 = a;
+                *d1 = b;
+                rest
+            }
+            (h, dst) => {
+                let (head, rest) = dst.split_at_mut_checked(h.len()).unwrap_or_default();
+                for (d, &b) in head.iter_mut().zip(h) {
+                    *d = b;
+                }
+                rest
+            }
+        }
+    }
+}
+
+/// Write `v` into `slot`, which is exactly [`Value::size`] bytes long (else nothing is
+/// written). One arm per resolution, so no copy of unknown length.
+#[inline]
+pub(crate) fn put_value(slot: &mut [u8], v: Value) {
+    match (v, slot) {
+        (Value::I8(x), [a]) => [*a] = x.to_le_bytes(),
+        (Value::I16(x), [a, b]) => [*a, *b] = x.to_le_bytes(),
+        (Value::I32(x), [a, b, c, d]) => [*a, *b, *c, *d] = x.to_le_bytes(),
+        (Value::F32(x), [a, b, c, d]) => [*a, *b, *c, *d] = x.to_le_bytes(),
+        _ => {}
     }
 }
 
@@ -209,34 +259,60 @@ impl<'a> FrameWriter<'a> {
     /// Append `parts` as one unit, or nothing at all.
     fn append(&mut self, parts: &[&[u8]]) -> Result<(), EncodeError> {
         let needed = parts.iter().fold(0usize, |acc, p| acc.saturating_add(p.len()));
-        let available = self.remaining();
-        if needed > available {
-            return Err(EncodeError::Overflow { needed, available });
-        }
+        let mut dst = self.reserve(needed)?.iter_mut();
         for part in parts {
-            for &b in part.iter() {
-                if let Some(slot) = self.buf.get_mut(self.len) {
-                    *slot = b;
-                    self.len = self.len.saturating_add(1);
-                }
+            // `part` first: `zip` stops on it without taking a byte of `dst`.
+            for (&b, d) in part.iter().zip(dst.by_ref()) {
+                *d = b;
             }
         }
         Ok(())
     }
 
-    /// Append values after a header in one unit.
-    fn append_values(&mut self, header: &Header, values: &[Value]) -> Result<(), EncodeError> {
-        let values_len = values.iter().fold(0usize, |acc, v| acc.saturating_add(v.size()));
-        let needed = header.len.saturating_add(values_len);
+    /// The next `needed` bytes of the buffer, counted as written (the caller fills them
+    /// all), or the overflow error with nothing changed.
+    fn reserve(&mut self, needed: usize) -> Result<&mut [u8], EncodeError> {
         let available = self.remaining();
-        if needed > available {
-            return Err(EncodeError::Overflow { needed, available });
+        let start = self.len;
+        let end = start.checked_add(needed).filter(|_| needed <= available);
+        match end.and_then(|end| self.buf.get_mut(start..end).map(|dst| (end, dst))) {
+            Some((end, dst)) => {
+                self.len = end;
+                Ok(dst)
+            }
+            None => Err(EncodeError::Overflow { needed, available }),
         }
-        self.append(&[header.as_slice()])?;
-        for v in values {
-            let bytes = v.to_le_bytes();
-            self.append(&[bytes.get(..v.size()).unwrap_or(&[])])?;
+    }
+
+    /// Append values (all of resolution `res`) after a header in one unit.
+    fn append_values(&mut self, header: &Header, res: Resolution, values: &[Value]) -> Result<(), EncodeError> {
+        let size = res.size();
+        let needed = header.len.saturating_add(values.len().saturating_mul(size));
+        let body = header.write_into(self.reserve(needed)?);
+        for (chunk, &v) in body.chunks_exact_mut(size).zip(values) {
+            put_value(chunk, v);
         }
+        Ok(())
+    }
+
+    /// One write subframe of `count` values of resolution `res`, their wire bytes
+    /// (`count × res.size()`) filled in by `fill`: [`FrameWriter::write_registers`] without
+    /// the [`Value`]s, for the host's write combiner. Same checks, same errors, in the same
+    /// order; `fill` runs only once the subframe is known to fit.
+    pub(crate) fn write_registers_with(
+        &mut self,
+        start: u16,
+        res: Resolution,
+        count: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), EncodeError> {
+        let header = Header::register(opcode::WRITE, res, start, count)?;
+        if start == reg::MODE && self.wrote_registers {
+            return Err(EncodeError::ModeNotFirst);
+        }
+        let dst = self.reserve(header.len.saturating_add(count.saturating_mul(res.size())))?;
+        fill(header.write_into(dst));
+        self.wrote_registers = true;
         Ok(())
     }
 
@@ -257,7 +333,7 @@ impl<'a> FrameWriter<'a> {
         if start == reg::MODE && self.wrote_registers {
             return Err(EncodeError::ModeNotFirst);
         }
-        self.append_values(&header, values)?;
+        self.append_values(&header, res, values)?;
         self.wrote_registers = true;
         Ok(())
     }
@@ -265,14 +341,15 @@ impl<'a> FrameWriter<'a> {
     /// One read subframe asking for `count` registers from `start` at `res`.
     pub fn read_registers(&mut self, start: u16, count: u16, res: Resolution) -> Result<(), EncodeError> {
         let header = Header::register(opcode::READ, res, start, count.into())?;
-        self.append(&[header.as_slice()])
+        header.write_into(self.reserve(header.len)?);
+        Ok(())
     }
 
     /// One reply subframe: the values of `start`, `start + 1`, …; all share a resolution.
     pub fn reply_registers(&mut self, start: u16, values: &[Value]) -> Result<(), EncodeError> {
         let res = Self::common_resolution(values)?;
         let header = Header::register(opcode::REPLY, res, start, values.len())?;
-        self.append_values(&header, values)
+        self.append_values(&header, res, values)
     }
 
     fn error_subframe(&mut self, op: u8, reg: u16, code: u32) -> Result<(), EncodeError> {

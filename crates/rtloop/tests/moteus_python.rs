@@ -130,3 +130,41 @@ fn bad_addresses_and_missing_devices_get_one_clear_message() {
         assert_one_clear_message(&args, want);
     }
 }
+
+/// A peer that never answers: moteus 1.1.1 gives up on the transaction ("transaction failed
+/// after N retries", a RuntimeError). The client's bench mode, which `cargo bench --bench
+/// fdcanusb` runs, counts it and still prints its report, so the benchmark reports a peer's
+/// failures instead of panicking on them (issue 22 §5).
+#[test]
+fn the_moteus_client_bench_counts_what_a_silent_peer_fails() {
+    let python = moteus_python();
+    // Only the master end is kept open, and nobody reads or answers on it.
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let path = nix::unistd::ttyname(&pty.slave).unwrap();
+    drop(pty.slave);
+    let mut child = Command::new(python)
+        .arg(python_client())
+        .arg(&path)
+        .args(["bench", "1", "1.0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Bounded: the client's own run is 1 s plus one give-up (under 2 s on an idle machine).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the moteus client did not finish within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "bench mode failed: {}", String::from_utf8_lossy(&out.stderr));
+    let j: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert_eq!(j["transactions"], 0, "{j}");
+    assert!(j["failed"].as_u64().unwrap() >= 1, "{j}");
+    let first = j["first_error"].as_str().unwrap();
+    assert!(first.contains("transaction failed"), "{j}");
+    drop(pty.master);
+}
