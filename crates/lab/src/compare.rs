@@ -89,7 +89,7 @@ impl Figures {
 /// each side, the side going first alternating (ours, theirs, theirs, ours, …), so on a
 /// machine whose load changes during the run both sides measure under the same load, and a
 /// load that rises or falls steadily weighs on both alike.
-pub const WAKEUP_ROUNDS: usize = 4;
+pub const WAKEUP_ROUNDS: usize = 10;
 
 /// Which side of the wakeup comparison a chunk of samples belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
