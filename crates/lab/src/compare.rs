@@ -2,7 +2,11 @@
 //! in the same run, with the same settings.
 //!
 //! * our `wakeup` (SCHED_FIFO 90, mlock, 1000 µs period) beside
-//!   `cyclictest -m -p 90 -i 1000 -l N -q -h 20000` (package rt-tests);
+//!   `cyclictest -m -p 90 -i 1000 -l N -q -h 20000` (package rt-tests), both built from one
+//!   [`wakeup_setup`]. The two sides measure in [`WAKEUP_ROUNDS`] alternating rounds
+//!   ([`wakeup_schedule`]) rather than one after the other, so they see the same load, and
+//!   our samples are truncated to whole µs as cyclictest's are ([`wakeup_figures`]), so the
+//!   ratio compares like with like;
 //! * our `udp-echo` on loopback (SCHED_FIFO 90, mlock, blocking receive) beside
 //!   `sockperf sr` + `sockperf pp --full-rtt` (package sockperf), run under `chrt -f 90`.
 //!
@@ -81,6 +85,84 @@ impl Figures {
     }
 }
 
+/// Rounds the wakeup comparison is cut into. Each round measures one chunk of samples on
+/// each side, the side going first alternating (ours, theirs, theirs, ours, …), so on a
+/// machine whose load changes during the run both sides measure under the same load, and a
+/// load that rises or falls steadily weighs on both alike.
+pub const WAKEUP_ROUNDS: usize = 10;
+
+/// Which side of the wakeup comparison a chunk of samples belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Our loop.
+    Ours,
+    /// cyclictest.
+    Theirs,
+}
+
+/// The wakeup comparison's chunks of samples, in the order they run: `min(samples,
+/// WAKEUP_ROUNDS)` rounds of one chunk per side, chunks within one sample of each other, the
+/// side going first alternating; each side measures `samples` in all.
+pub fn wakeup_schedule(samples: usize) -> Vec<(Side, usize)> {
+    let rounds = samples.min(WAKEUP_ROUNDS);
+    let mut plan = Vec::with_capacity(2 * rounds);
+    for round in 0..rounds {
+        let chunk = samples / rounds + usize::from(round < samples % rounds);
+        let (first, second) = if round % 2 == 0 { (Side::Ours, Side::Theirs) } else { (Side::Theirs, Side::Ours) };
+        plan.push((first, chunk));
+        plan.push((second, chunk));
+    }
+    plan
+}
+
+/// What each side of the wakeup comparison runs with, built from one set of constants so
+/// they cannot drift apart: SCHED_FIFO [`PRIORITY`], mlockall, a [`PERIOD_US`] period on
+/// CLOCK_MONOTONIC absolute deadlines, no CPU pinning, no busy-wait, one thread, every
+/// wakeup counted from the first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WakeupSetup {
+    /// Our side's options (policy, priority, mlock, affinity, busy-wait, samples).
+    pub ours: CommonOptions,
+    /// Our loop's period, µs.
+    pub period_us: u64,
+    /// cyclictest's arguments.
+    pub cyclictest_args: Vec<String>,
+}
+
+/// The wakeup comparison's settings for a chunk of `samples` wakeups per side.
+pub fn wakeup_setup(samples: usize) -> WakeupSetup {
+    let ours = CommonOptions {
+        rt: RtSettings { policy: Policy::Fifo, priority: PRIORITY, mlock: true, ..RtSettings::default() },
+        samples,
+        ..CommonOptions::default()
+    };
+    let cyclictest_args = [
+        "-m",
+        "-p",
+        &PRIORITY.to_string(),
+        "-i",
+        &PERIOD_US.to_string(),
+        "-l",
+        &samples.to_string(),
+        "-q",
+        "-h",
+        &CYCLICTEST_HISTOGRAM_US.to_string(),
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    WakeupSetup { ours, period_us: PERIOD_US, cyclictest_args }
+}
+
+/// Our wakeup figures as they are compared with cyclictest's: each sample truncated to whole
+/// µs first, as cyclictest stores `(now − next) / 1000` in integer µs before its histogram,
+/// min, max and average see it. Compared with exact ones, cyclictest's figures are on average
+/// half a µs low, which at a median of a few µs alone moves the ratio by 1.1–1.3.
+pub fn wakeup_figures(samples_ns: &[u64]) -> Figures {
+    let truncated: Vec<u64> = samples_ns.iter().map(|&ns| ns / 1000 * 1000).collect();
+    Figures::of_summary(&Summary::of(&truncated))
+}
+
 /// Ours ÷ theirs, where both sides have the figure.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct Ratios {
@@ -135,11 +217,7 @@ pub fn compare(opts: &CompareOptions) -> Result<String, String> {
     crate::check::samples("--samples", opts.samples)?;
     crate::check::udp_sizes("--sizes", &opts.sizes)?;
     crate::check::samples_in_all(opts.samples, 1 + opts.sizes.len(), "one wakeup run and one per --sizes")?;
-    let common = CommonOptions {
-        rt: RtSettings { policy: Policy::Fifo, priority: PRIORITY, mlock: true, ..RtSettings::default() },
-        samples: opts.samples,
-        ..CommonOptions::default()
-    };
+    let common = wakeup_setup(opts.samples).ours;
     let mut warnings: Vec<String> = Vec::new();
     let mut comparisons = Vec::new();
 
@@ -150,16 +228,40 @@ pub fn compare(opts: &CompareOptions) -> Result<String, String> {
     if dma_guard.is_none() {
         warnings.push("could not hold /dev/cpu_dma_latency at 0 for our side (cyclictest does): run as root".into());
     }
-    let ours = crate::wakeup::wakeup(&common, PERIOD_US)?;
-    merge_warnings(&mut warnings, &ours.warnings);
-    let our_wakeups: Vec<u64> = ours.runs.iter().flat_map(|r| r.samples_ns.iter().copied()).collect();
-    let theirs = run_cyclictest(opts.samples);
+    let mut our_wakeups: Vec<u64> = Vec::with_capacity(opts.samples);
+    // Ok(None) until cyclictest's first chunk; an error ends cyclictest's side for the run.
+    let mut theirs: Result<Option<CyclictestRun>, String> =
+        if tool_exists("cyclictest") { Ok(None) } else { Err(CYCLICTEST_MISSING.to_string()) };
+    for (side, chunk) in wakeup_schedule(opts.samples) {
+        let setup = wakeup_setup(chunk);
+        match side {
+            Side::Ours => {
+                let ours = crate::wakeup::wakeup(&setup.ours, setup.period_us)?;
+                merge_warnings(&mut warnings, &ours.warnings);
+                our_wakeups.extend(ours.runs.iter().flat_map(|r| r.samples_ns.iter().copied()));
+            }
+            Side::Theirs => {
+                if let Ok(so_far) = &mut theirs {
+                    match run_cyclictest(&setup.cyclictest_args) {
+                        Ok(run) => match so_far {
+                            Some(all) => all.merge(&run),
+                            None => *so_far = Some(run),
+                        },
+                        Err(e) => theirs = Err(e),
+                    }
+                }
+            }
+        }
+    }
+    let theirs =
+        theirs.and_then(|run| run.ok_or_else(|| "cyclictest did not run".to_string())).map(|run| (run.figures(), None));
     comparisons.push(Comparison::new(
         format!("wakeup {PERIOD_US} us"),
         "cyclictest",
-        Figures::of_summary(&Summary::of(&our_wakeups)),
+        wakeup_figures(&our_wakeups),
         theirs,
     ));
+    drop(dma_guard);
 
     // UDP round trip.
     let udp = UdpEchoOptions { sizes: opts.sizes.clone(), methods: vec![RecvMethod::Blocking], netns: false, port: 0 };
@@ -212,8 +314,9 @@ impl Comparison {
 fn divergence_reason(tool: &str) -> &'static str {
     match tool {
         "cyclictest" => {
-            "cyclictest rounds to whole µs and keeps /dev/cpu_dma_latency at 0 while it runs; on a VM \
-             the host's scheduling of the vCPU moves both runs, so rerun to see whether it is noise"
+            "both sides ran with the same settings in alternating rounds and are counted in whole µs, \
+             so what is left is mostly noise: a median of a few µs moves by a whole step, and on a VM \
+             the host's scheduling of the vCPU moves both runs; rerun, or raise --samples"
         }
         _ => {
             "sockperf measures for a fixed time after its own warm-up and its server waits differently \
@@ -236,7 +339,8 @@ fn render(comparisons: &[Comparison], warnings: &[String], json: bool) -> String
     let _ = writeln!(
         out,
         "rtloop lab compare: ours vs the reference tool, same machine, SCHED_FIFO {PRIORITY}, mlock \
-         (µs; ratio = ours / theirs)"
+         (µs; ratio = ours / theirs); wakeup: {WAKEUP_ROUNDS} alternating rounds, ours in whole µs \
+         as cyclictest counts"
     );
     let _ = writeln!(
         out,
@@ -308,89 +412,162 @@ fn running_as_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-fn run_cyclictest(samples: usize) -> Result<(Figures, Option<String>), String> {
-    if !tool_exists("cyclictest") {
-        return Err("cyclictest is not installed: apt-get install rt-tests".to_string());
-    }
+const CYCLICTEST_MISSING: &str = "cyclictest is not installed: apt-get install rt-tests";
+
+/// One run of cyclictest with `args` (from [`wakeup_setup`]).
+fn run_cyclictest(args: &[String]) -> Result<CyclictestRun, String> {
     let mut command = Command::new("cyclictest");
-    command
-        .args(["-m", "-p", &PRIORITY.to_string(), "-i", &PERIOD_US.to_string(), "-l", &samples.to_string(), "-q"])
-        .args(["-h", &CYCLICTEST_HISTOGRAM_US.to_string()])
-        .stdin(Stdio::null());
+    command.args(args).stdin(Stdio::null());
     let out = crate::child::output(&mut command).map_err(|e| format!("cannot run cyclictest: {e}"))?;
     if !out.status.success() {
         return Err(format!("cyclictest failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
     }
-    Ok((parse_cyclictest(&String::from_utf8_lossy(&out.stdout))?, None))
+    CyclictestRun::parse(&String::from_utf8_lossy(&out.stdout))
 }
 
 /// Figures from cyclictest's output: the `-h` histogram (rows `%06d %06d`: µs, count; more
-/// count columns with more threads, which are summed) gives p50/p99, and the `# Min/Avg/Max
-/// Latencies` lines (or, without `-h`, the `T:` status line) give min/avg/max. Samples beyond
-/// the histogram (`# Histogram Overflows`) are counted at the maximum.
+/// count columns with more threads, which are summed) gives p50/p99 and, when no sample
+/// overflowed it, the exact average (cyclictest prints its average truncated to a whole µs);
+/// the `# Min/Avg/Max Latencies` lines (or, without `-h`, the `T:` status line) give min/max
+/// and the average otherwise. Samples beyond the histogram (`# Histogram Overflows`) are
+/// counted at the maximum.
 pub fn parse_cyclictest(output: &str) -> Result<Figures, String> {
-    let mut buckets: Vec<(u64, u64)> = Vec::new();
-    let mut overflows = 0u64;
-    let mut figures = Figures::default();
-    let first_number = |rest: &str| rest.split_whitespace().next().and_then(|v| v.parse::<f64>().ok());
-    for line in output.lines() {
-        let line = line.trim();
-        if let Some(rest) = line.strip_prefix("# Min Latencies:") {
-            figures.min_us = first_number(rest);
-        } else if let Some(rest) = line.strip_prefix("# Avg Latencies:") {
-            figures.avg_us = first_number(rest);
-        } else if let Some(rest) = line.strip_prefix("# Max Latencies:") {
-            figures.max_us = first_number(rest);
-        } else if let Some(rest) = line.strip_prefix("# Histogram Overflows:") {
-            overflows = rest.split_whitespace().filter_map(|v| v.parse::<u64>().ok()).sum();
-        } else if line.starts_with("T:") {
-            // "T: 0 ( 3004) P:90 I:1000 C:    100 Min:     24 Act:   33 Avg:   39 Max:      62"
-            let field = |name: &str| {
-                line.split(name)
-                    .nth(1)
-                    .and_then(|rest| rest.split_whitespace().next())
-                    .and_then(|v| v.parse::<f64>().ok())
-            };
-            figures.min_us = figures.min_us.or(field("Min:"));
-            figures.avg_us = figures.avg_us.or(field("Avg:"));
-            figures.max_us = figures.max_us.or(field("Max:"));
-            if figures.samples == 0 {
-                figures.samples = field("C:").map_or(0, |c| c as u64);
-            }
-        } else if !line.starts_with('#') {
-            let mut columns = line.split_whitespace();
-            let latency = columns.next().filter(|c| c.len() == 6).and_then(|c| c.parse::<u64>().ok());
-            if let Some(latency_us) = latency {
-                let counts: Option<Vec<u64>> = columns.map(|c| c.parse::<u64>().ok()).collect();
-                if let Some(counts) = counts.filter(|c| !c.is_empty()) {
-                    buckets.push((latency_us, counts.iter().sum()));
+    CyclictestRun::parse(output).map(|run| run.figures())
+}
+
+/// The figures of several cyclictest runs' outputs taken together, as the rounds of the
+/// wakeup comparison are ([`parse_cyclictest`] for each, then one histogram).
+pub fn parse_cyclictest_rounds(outputs: &[&str]) -> Result<Figures, String> {
+    let mut all: Option<CyclictestRun> = None;
+    for output in outputs {
+        let run = CyclictestRun::parse(output)?;
+        match &mut all {
+            Some(all) => all.merge(&run),
+            None => all = Some(run),
+        }
+    }
+    all.map(|run| run.figures()).ok_or_else(|| "no cyclictest output".to_string())
+}
+
+/// What one or more cyclictest runs reported, merged ([`CyclictestRun::merge`]) across the
+/// rounds of the comparison.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct CyclictestRun {
+    /// Histogram: latency µs → count.
+    buckets: std::collections::BTreeMap<u64, u64>,
+    /// Samples beyond the histogram.
+    overflows: u64,
+    /// Samples in all.
+    samples: u64,
+    min_us: Option<f64>,
+    avg_us: Option<f64>,
+    max_us: Option<f64>,
+}
+
+impl CyclictestRun {
+    fn parse(output: &str) -> Result<CyclictestRun, String> {
+        let mut run = CyclictestRun::default();
+        let mut status_samples = 0u64;
+        let first_number = |rest: &str| rest.split_whitespace().next().and_then(|v| v.parse::<f64>().ok());
+        for line in output.lines() {
+            let line = line.trim();
+            if let Some(rest) = line.strip_prefix("# Min Latencies:") {
+                run.min_us = first_number(rest);
+            } else if let Some(rest) = line.strip_prefix("# Avg Latencies:") {
+                run.avg_us = first_number(rest);
+            } else if let Some(rest) = line.strip_prefix("# Max Latencies:") {
+                run.max_us = first_number(rest);
+            } else if let Some(rest) = line.strip_prefix("# Histogram Overflows:") {
+                run.overflows = rest.split_whitespace().filter_map(|v| v.parse::<u64>().ok()).sum();
+            } else if line.starts_with("T:") {
+                // "T: 0 ( 3004) P:90 I:1000 C:    100 Min:     24 Act:   33 Avg:   39 Max:      62"
+                let field = |name: &str| {
+                    line.split(name)
+                        .nth(1)
+                        .and_then(|rest| rest.split_whitespace().next())
+                        .and_then(|v| v.parse::<f64>().ok())
+                };
+                run.min_us = run.min_us.or(field("Min:"));
+                run.avg_us = run.avg_us.or(field("Avg:"));
+                run.max_us = run.max_us.or(field("Max:"));
+                if status_samples == 0 {
+                    status_samples = field("C:").map_or(0, |c| c as u64);
+                }
+            } else if !line.starts_with('#') {
+                let mut columns = line.split_whitespace();
+                let latency = columns.next().filter(|c| c.len() == 6).and_then(|c| c.parse::<u64>().ok());
+                if let Some(latency_us) = latency {
+                    let counts: Option<Vec<u64>> = columns.map(|c| c.parse::<u64>().ok()).collect();
+                    if let Some(counts) = counts.filter(|c| !c.is_empty()) {
+                        *run.buckets.entry(latency_us).or_default() += counts.iter().sum::<u64>();
+                    }
                 }
             }
         }
+        let in_histogram: u64 = run.buckets.values().sum();
+        run.samples = if in_histogram + run.overflows > 0 { in_histogram + run.overflows } else { status_samples };
+        if in_histogram > 0 && run.overflows == 0 {
+            // Every sample is in the histogram: its mean is exact, the printed one truncated.
+            let sum: u128 = run.buckets.iter().map(|(&us, &n)| us as u128 * n as u128).sum();
+            run.avg_us = Some(sum as f64 / in_histogram as f64);
+        }
+        if in_histogram + run.overflows == 0 && run.avg_us.is_none() {
+            return Err("no histogram and no Min/Avg/Max in cyclictest's output".to_string());
+        }
+        Ok(run)
     }
-    let in_histogram: u64 = buckets.iter().map(|&(_, n)| n).sum();
-    if in_histogram + overflows > 0 {
-        figures.samples = in_histogram + overflows;
-        buckets.sort_unstable();
-        let percentile = |q: f64| -> Option<f64> {
-            let rank = ((q * figures.samples as f64).ceil() as u64).max(1);
-            let mut seen = 0;
-            for &(latency_us, n) in &buckets {
-                seen += n;
-                if seen >= rank {
-                    return Some(latency_us as f64);
-                }
+
+    /// Add another run's samples: histograms and overflows add up, the average is weighted by
+    /// the samples of each run, min and max are the extremes of both.
+    fn merge(&mut self, other: &CyclictestRun) {
+        for (&us, &n) in &other.buckets {
+            *self.buckets.entry(us).or_default() += n;
+        }
+        self.overflows += other.overflows;
+        let total = self.samples + other.samples;
+        self.avg_us = match (self.avg_us, other.avg_us) {
+            (Some(a), Some(b)) if total > 0 => {
+                Some((a * self.samples as f64 + b * other.samples as f64) / total as f64)
             }
-            // The rank lies among the overflows: the best figure known for them is the maximum.
-            figures.max_us
+            _ => None,
         };
-        figures.p50_us = percentile(0.5);
-        figures.p99_us = percentile(0.99);
+        self.samples = total;
+        let extreme = |a: Option<f64>, b: Option<f64>, pick: fn(f64, f64) -> f64| match (a, b) {
+            (Some(a), Some(b)) => Some(pick(a, b)),
+            (a, b) => a.or(b),
+        };
+        self.min_us = extreme(self.min_us, other.min_us, f64::min);
+        self.max_us = extreme(self.max_us, other.max_us, f64::max);
     }
-    if figures.p50_us.is_none() && figures.avg_us.is_none() {
-        return Err("no histogram and no Min/Avg/Max in cyclictest's output".to_string());
+
+    fn figures(&self) -> Figures {
+        let mut figures = Figures {
+            samples: self.samples,
+            min_us: self.min_us,
+            avg_us: self.avg_us,
+            max_us: self.max_us,
+            ..Figures::default()
+        };
+        let in_histogram: u64 = self.buckets.values().sum();
+        if in_histogram + self.overflows > 0 {
+            let percentile = |q: f64| -> Option<f64> {
+                let rank = ((q * self.samples as f64).ceil() as u64).max(1);
+                let mut seen = 0;
+                for (&latency_us, &n) in &self.buckets {
+                    seen += n;
+                    if seen >= rank {
+                        return Some(latency_us as f64);
+                    }
+                }
+                // The rank lies among the overflows: the best figure known for them is the
+                // maximum.
+                self.max_us
+            };
+            figures.p50_us = percentile(0.5);
+            figures.p99_us = percentile(0.99);
+        }
+        figures
     }
-    Ok(figures)
 }
 
 /// `program args…`, under `chrt -f 90` when we can (root and chrt present), so the tool runs

@@ -1,7 +1,10 @@
 //! `rtloop lab compare`: parsers checked on captured cyclictest and sockperf outputs, and an
 //! end-to-end run when both tools are installed.
 
-use lab::compare::{compare, parse_cyclictest, parse_sockperf, CompareOptions};
+use lab::compare::{
+    compare, parse_cyclictest, parse_sockperf, wakeup_figures, wakeup_schedule, wakeup_setup, CompareOptions, Side,
+    WAKEUP_ROUNDS,
+};
 
 /// `cyclictest -m -p 90 -i 1000 -l 20 -q -h 20000`, empty histogram rows removed.
 const CYCLICTEST_HISTOGRAM: &str = "\
@@ -58,7 +61,8 @@ fn cyclictest_histogram_gives_percentiles_and_extremes() {
     assert_eq!(f.p50_us, Some(30.0));
     assert_eq!(f.p99_us, Some(1735.0));
     assert_eq!(f.min_us, Some(24.0));
-    assert_eq!(f.avg_us, Some(128.0));
+    // From the histogram (2403 µs over 20 samples), not the printed, truncated "Avg".
+    assert_eq!(f.avg_us, Some(120.15));
     assert_eq!(f.max_us, Some(1735.0));
 }
 
@@ -124,4 +128,93 @@ fn end_to_end_prints_both_sides_and_a_json_line() {
     let me = std::process::id().to_string();
     let ps = std::process::Command::new("pgrep").args(["-x", "sockperf", "-P", &me]).output().unwrap();
     assert!(ps.stdout.is_empty(), "sockperf still running: {}", String::from_utf8_lossy(&ps.stdout));
+}
+
+#[test]
+fn cyclictest_average_comes_from_its_histogram_not_its_truncated_print() {
+    // cyclictest prints the average truncated to a whole µs; its histogram has every sample.
+    let text = "000002 000001\n000003 000001\n# Avg Latencies: 00002\n# Histogram Overflows: 00000\n";
+    let f = parse_cyclictest(text).unwrap();
+    assert_eq!(f.avg_us, Some(2.5));
+    // With overflows the histogram does not hold every sample: the printed average stays.
+    let text = "000002 000001\n# Avg Latencies: 00009\n# Max Latencies: 25000\n# Histogram Overflows: 00001\n";
+    assert_eq!(parse_cyclictest(text).unwrap().avg_us, Some(9.0));
+}
+
+#[test]
+fn our_wakeups_are_compared_in_whole_microseconds_truncated_like_cyclictests() {
+    // cyclictest keeps (now - next) / 1000 in integer µs: 2.999 µs counts as 2.
+    let f = wakeup_figures(&[2_999, 2_999, 2_100, 3_000]);
+    assert_eq!(f.samples, 4);
+    assert_eq!(f.p50_us, Some(2.0));
+    assert_eq!(f.min_us, Some(2.0));
+    assert_eq!(f.max_us, Some(3.0));
+    assert_eq!(f.avg_us, Some(2.25));
+    assert_eq!(f.p99_us, Some(3.0));
+}
+
+#[test]
+fn the_wakeup_sides_alternate_in_rounds_so_both_see_the_same_load() {
+    for samples in [1usize, 2, 3, 7, 8, 9, 300, 10_001] {
+        let plan = wakeup_schedule(samples);
+        let total = |side: Side| plan.iter().filter(|(s, _)| *s == side).map(|&(_, n)| n).sum::<usize>();
+        assert_eq!((total(Side::Ours), total(Side::Theirs)), (samples, samples), "{samples}: {plan:?}");
+        assert!(plan.iter().all(|&(_, n)| n > 0), "{samples}: {plan:?}");
+        // Rounds of one chunk per side; the side that goes first alternates (ABBA…), so a
+        // load that rises or falls during the run weighs on both sides alike.
+        assert_eq!(plan.len() % 2, 0, "{plan:?}");
+        for (round, pair) in plan.chunks(2).enumerate() {
+            let first = if round % 2 == 0 { Side::Ours } else { Side::Theirs };
+            let second = if first == Side::Ours { Side::Theirs } else { Side::Ours };
+            assert_eq!((pair[0].0, pair[1].0), (first, second), "{samples}: {plan:?}");
+            assert_eq!(pair[0].1, pair[1].1, "same chunk on both sides: {plan:?}");
+        }
+        let rounds = plan.len() / 2;
+        assert_eq!(rounds, samples.min(WAKEUP_ROUNDS), "{samples}: {plan:?}");
+        // Not one long window per side.
+        assert!(rounds >= samples.min(4), "{samples}: {plan:?}");
+        let (smallest, largest) = (plan.iter().map(|p| p.1).min().unwrap(), plan.iter().map(|p| p.1).max().unwrap());
+        assert!(largest - smallest <= 1, "{plan:?}");
+    }
+}
+
+#[test]
+fn compare_gives_cyclictest_the_settings_of_our_loop() {
+    let setup = wakeup_setup(1234);
+    let args = &setup.cyclictest_args;
+    let value = |flag: &str| args.iter().position(|a| a == flag).map(|i| args[i + 1].as_str());
+    let rt = &setup.ours.rt;
+    // cyclictest -p N runs its thread SCHED_FIFO at N (no --policy given).
+    assert_eq!(rt.policy, rt::setup::Policy::Fifo);
+    assert!(!args.iter().any(|a| a.starts_with("--policy")), "{args:?}");
+    assert_eq!(value("-p"), Some(rt.priority.to_string().as_str()), "{args:?}");
+    assert_eq!(value("-i"), Some(setup.period_us.to_string().as_str()), "{args:?}");
+    assert_eq!(value("-l"), Some("1234"), "{args:?}");
+    assert_eq!(setup.ours.samples, 1234);
+    assert!(rt.mlock && args.iter().any(|a| a == "-m"), "both lock memory: {args:?}");
+    // Neither side is pinned to a CPU, runs more than one thread, spins or runs beside load.
+    assert!(rt.cpus.is_empty());
+    assert!(!args.iter().any(|a| a == "-a" || a.starts_with("--affinity") || a == "-t" || a == "-S"), "{args:?}");
+    assert_eq!((setup.ours.busy_wait_us, setup.ours.load), (0, 0));
+    // cyclictest counts in µs (no -N), as wakeup_figures counts ours; its histogram feeds the
+    // percentiles and the average.
+    assert!(!args.iter().any(|a| a == "-N" || a == "--nsecs"), "{args:?}");
+    assert!(value("-h").is_some(), "{args:?}");
+}
+
+#[test]
+fn cyclictest_rounds_merge_into_one_histogram() {
+    // The fixture twice: every count doubles, so the figures stay those of one run.
+    let one = parse_cyclictest(CYCLICTEST_HISTOGRAM).unwrap();
+    let two = lab::compare::parse_cyclictest_rounds(&[CYCLICTEST_HISTOGRAM, CYCLICTEST_HISTOGRAM]).unwrap();
+    assert_eq!(two.samples, 2 * one.samples);
+    assert_eq!((two.p50_us, two.p99_us, two.min_us, two.max_us), (one.p50_us, one.p99_us, one.min_us, one.max_us));
+    assert_eq!(two.avg_us, one.avg_us);
+    // Different runs: the median and the extremes are those of all the samples together.
+    let low = "000010 000003\n# Min Latencies: 00010\n# Max Latencies: 00010\n# Histogram Overflows: 00000\n";
+    let high = "000020 000001\n# Min Latencies: 00020\n# Max Latencies: 00020\n# Histogram Overflows: 00000\n";
+    let both = lab::compare::parse_cyclictest_rounds(&[high, low]).unwrap();
+    assert_eq!(both.samples, 4);
+    assert_eq!((both.p50_us, both.p99_us), (Some(10.0), Some(20.0)));
+    assert_eq!((both.min_us, both.max_us, both.avg_us), (Some(10.0), Some(20.0), Some(12.5)));
 }

@@ -198,7 +198,7 @@ fn compare_takes_cyclictest_with_it_on_sigterm_and_sigkill() {
         return;
     }
     for sig in [libc::SIGTERM, libc::SIGKILL] {
-        // Our wakeup half runs first (2000 wakeups of 1 ms), then cyclictest for as long.
+        // Ours and cyclictest take turns, 200 wakeups of 1 ms each per round, for 10 rounds.
         let lab = start(&["lab", "compare", "--samples", "2000", "--sizes", "64"]);
         kill_lab_and_expect_child_killed(lab, "cyclictest", sig);
     }
