@@ -5,7 +5,8 @@
 //! makes a whole multi-bus cycle deterministic: waiting simply moves time forward.
 //!
 //! Must never: allocate, or sleep past the instant asked for by more than the OS's wakeup
-//! latency (the real clock spins for the last stretch instead of oversleeping).
+//! latency (the real clock spins for the last stretch instead of oversleeping), or spin while
+//! a simulated device is busy ([`Clock::wait_for_simulated_ns`] sleeps).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,6 +30,21 @@ pub trait Clock {
     /// can be waited on).
     fn wait_readable_until_ns(&self, fds: &mut [libc::pollfd], t_ns: u64) {
         let _ = fds;
+        self.wait_until_ns(t_ns)
+    }
+
+    /// Wait for a simulated device whose work ends at `t_ns`, allowing it to run up to
+    /// `lead_ns` ahead of this clock. A simulated device has no hardware to poll: its result
+    /// is ready as soon as it is computed, and only its timeline must not run away from the
+    /// host's. A real clock therefore returns at once while the device is at most `lead_ns`
+    /// ahead, and otherwise sleeps (an absolute `clock_nanosleep`, never a spin) until it is
+    /// `lead_ns / 2` ahead, so a real-time thread driving a simulator costs no CPU while the
+    /// device is "busy" and a late wakeup of up to `lead_ns / 2` costs the simulation nothing.
+    /// `lead_ns` 0 catches up completely. The default waits as
+    /// [`wait_until_ns`](Self::wait_until_ns) does (right for a virtual clock, where waiting
+    /// is what moves time).
+    fn wait_for_simulated_ns(&self, t_ns: u64, lead_ns: u64) {
+        let _ = lead_ns;
         self.wait_until_ns(t_ns)
     }
 }
@@ -79,6 +95,12 @@ impl Clock for MonotonicClock {
         // valid timespec; a null sigmask leaves the signal mask unchanged.
         unsafe {
             libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null());
+        }
+    }
+
+    fn wait_for_simulated_ns(&self, t_ns: u64, lead_ns: u64) {
+        if t_ns > monotonic_now_ns().saturating_add(lead_ns) {
+            sleep_until_monotonic_ns(t_ns - lead_ns / 2);
         }
     }
 
@@ -137,6 +159,9 @@ impl<C: Clock + ?Sized> Clock for &C {
     }
     fn wait_readable_until_ns(&self, fds: &mut [libc::pollfd], t_ns: u64) {
         (**self).wait_readable_until_ns(fds, t_ns)
+    }
+    fn wait_for_simulated_ns(&self, t_ns: u64, lead_ns: u64) {
+        (**self).wait_for_simulated_ns(t_ns, lead_ns)
     }
 }
 

@@ -386,7 +386,11 @@ impl Pi3hat {
             Ok(()) => {
                 self.counters[slot].sent += 1;
                 if let Some(now) = now_ns {
-                    self.note_due(slot, frame, now + self.spi.timing().transaction_ns(n));
+                    // A simulated board running ahead of the clock started the write later
+                    // than `now`: it says when the frame reached the board.
+                    let written =
+                        (now + self.spi.timing().transaction_ns(n)).max(self.spi.busy_until_ns().unwrap_or(0));
+                    self.note_due(slot, frame, written);
                 }
                 Ok(())
             }
@@ -450,6 +454,11 @@ impl Pi3hat {
         }
         self.polled_at[pi] = Some(now_ns);
         self.poll(p).map_err(|e| self.fail(slot, e))?;
+        if self.due.iter().all(|d| d.len == 0) {
+            // Every reply owed is in, so the cycle is about to end: a simulated board that
+            // ran ahead of a real clock is caught up with, so the cycle ends when its SPI does.
+            self.spi.settle();
+        }
         Ok(self.ports[slot].pop())
     }
 

@@ -164,3 +164,35 @@ fn injected_faults_reach_the_buses_inside_the_board() {
         (0..4).map(|b| robot.cycler_mut().with_sim_bus(b, |bus| bus.stats().frames_dropped_injected).unwrap()).sum();
     assert!(dropped > 0 && missing > 0, "dropped {dropped}, missing {missing}");
 }
+
+/// The calling thread's CPU time, ns.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a writable timespec; CLOCK_THREAD_CPUTIME_ID needs nothing else.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[test]
+fn the_simulated_board_on_the_real_clock_sleeps_through_its_transactions_instead_of_spinning() {
+    // 20 ms of SPI traffic on the real clock. The board has no hardware to wait for, so the
+    // thread driving it must not spin through it (a SCHED_FIFO cycle thread would hold a
+    // core): far less CPU time than SPI time. And it never runs away from the clock: once
+    // settled, the clock has reached the end of the board's last transaction. (A busy
+    // machine only lowers the CPU time of either version; the bound is a factor 2 away.)
+    use io::spi::{ChipSelect, Pi3hatSpi};
+    let clock = io::MonotonicClock::default();
+    let mut spi = io::spi::SimSpi::new(sim::SimPi3hat::new(Default::default()), clock);
+    let mut ident = [0u8; sim::pi3hat::IDENT_LEN];
+    let busy = |spi: &io::spi::SimSpi<io::MonotonicClock>| spi.board().stats().spi_busy_ns;
+    let cpu_start = thread_cpu_ns();
+    while busy(&spi) < 20_000_000 {
+        spi.read(ChipSelect::Spi1Cs0, sim::pi3hat::reg::IDENT, &mut ident).unwrap();
+        assert!(spi.board().spi_free_ns() <= clock.now_ns() + io::spi::SIM_SPI_LEAD_NS, "ran away");
+    }
+    spi.settle();
+    assert!(clock.now_ns() >= spi.board().spi_free_ns(), "settle returned before the board was done");
+    let cpu = thread_cpu_ns() - cpu_start;
+    assert!(cpu < busy(&spi) / 2, "{cpu} ns of CPU for {} ns of simulated SPI", busy(&spi));
+}

@@ -181,6 +181,11 @@ pub struct RtSettings {
     /// MCL_FUTURE)) so no page is ever faulted in or swapped out in the loop. Unprivileged,
     /// every later mapping counts against RLIMIT_MEMLOCK, so raise that limit too.
     pub mlock: bool,
+    /// With `mlock`: lock memory only where that cannot make later allocations fail — the
+    /// process has CAP_IPC_LOCK or an unlimited RLIMIT_MEMLOCK — and otherwise leave it
+    /// unlocked, with a refusal saying what to grant (rtloop's `--policy auto`). Without it,
+    /// mlockall is tried whatever the limit.
+    pub mlock_if_unbounded: bool,
     /// Touch this much of the thread's stack now so its page faults happen during setup
     /// (capped to what the stack holds, with a warning).
     pub prefault_stack_bytes: usize,
@@ -201,6 +206,7 @@ impl Default for RtSettings {
             deadline: None,
             cpus: Vec::new(),
             mlock: false,
+            mlock_if_unbounded: false,
             prefault_stack_bytes: DEFAULT_PREFAULT_STACK_BYTES,
             timer_slack_ns: 1,
             strict: false,
@@ -395,7 +401,20 @@ pub fn apply_to_current_thread(settings: &RtSettings) -> Result<Applied, RtError
     }
 
     let mut mlocked = false;
-    if settings.mlock {
+    let unbounded = || {
+        read_capability(CAP_IPC_LOCK) == Some(true)
+            || read_rlimit(libc::RLIMIT_MEMLOCK).is_some_and(|l| l.soft.is_none())
+    };
+    if settings.mlock && settings.mlock_if_unbounded && !unbounded() {
+        let limit = describe_limit(read_rlimit(libc::RLIMIT_MEMLOCK).map(|l| l.soft), 1024, " KiB");
+        refusals.check(
+            Setting::MemoryLock,
+            Err(format!(
+                "mlockall not tried (no CAP_IPC_LOCK, RLIMIT_MEMLOCK {limit}): every later allocation would have to fit \
+                 under the limit; grant CAP_IPC_LOCK or raise it (ulimit -l unlimited)"
+            )),
+        );
+    } else if settings.mlock {
         match lock_memory() {
             Ok(()) => {
                 mlocked = true;

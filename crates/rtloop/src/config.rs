@@ -21,7 +21,7 @@
 //! | `safety.missing_limit` | 1 … 1 000 000 cycles (no "never": `on_fault = "ignore"` records without acting) |
 //! | `safety.recovery_cycles` | 1 … 1 000 000 cycles |
 //! | `realtime.busy_wait_us` | 0 … one period |
-//! | `realtime.priority` | 1 … 99 with fifo or rr, 0 with other or deadline |
+//! | `realtime.priority` | 1 … 99 with fifo or rr, 0 with other or deadline, 0 … 99 with auto (0: [`AUTO_PRIORITY`]) |
 //! | `faults.drop_rate`, `faults.corrupt_rate` | 0 … 1 |
 //! | `faults.reply_delay_us` | 0 … 50 000 µs (half the late-reply window) |
 //! | `faults.overheat` times | 0 … 31 536 000 s |
@@ -219,13 +219,16 @@ pub struct SafetyToml {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RealtimeConfig {
-    /// other | fifo | rr | deadline.
+    /// auto | other | fifo | rr | deadline. `auto` (the default): SCHED_FIFO at `priority`
+    /// ([`AUTO_PRIORITY`] when 0), memory locked and /dev/cpu_dma_latency held where the
+    /// process may, else SCHED_OTHER with one warning; SCHED_OTHER in lockstep.
     pub policy: String,
-    /// 1-99 for fifo/rr.
+    /// 1-99 for fifo/rr; 0-99 for auto (0: [`AUTO_PRIORITY`]).
     pub priority: i32,
     /// CPUs to pin the cycle thread to (empty: leave).
     pub cpus: Vec<usize>,
-    /// mlockall(MCL_CURRENT | MCL_FUTURE).
+    /// mlockall(MCL_CURRENT | MCL_FUTURE). `auto` locks memory without it where the limits
+    /// cannot make later allocations fail.
     pub mlock: bool,
     /// Spin for the last this-many µs before each deadline.
     pub busy_wait_us: u64,
@@ -237,7 +240,8 @@ pub struct RealtimeConfig {
     /// thread through wait-free ring buffers.
     pub control_thread: bool,
     /// Hold /dev/cpu_dma_latency at 0 µs while the loop runs (as cyclictest does), so no CPU
-    /// sleeps in a deep idle state: auto (with a real-time policy) | hold | off.
+    /// sleeps in a deep idle state: auto (with a real-time policy, or policy auto outside
+    /// lockstep) | hold | off.
     pub cpu_dma_latency: String,
 }
 
@@ -310,7 +314,7 @@ impl Default for SafetyToml {
 impl Default for RealtimeConfig {
     fn default() -> Self {
         RealtimeConfig {
-            policy: "other".into(),
+            policy: "auto".into(),
             priority: 0,
             cpus: Vec::new(),
             mlock: false,
@@ -624,15 +628,18 @@ impl RunConfig {
         self.recovery().map_err(|e| format!("{}: {e}", names.name("safety.recovery")))?;
         parse_cpu_dma_latency(&self.realtime.cpu_dma_latency)
             .map_err(|e| format!("{}: {e}", names.name("realtime.cpu_dma_latency")))?;
-        let policy = self
-            .realtime
-            .policy
-            .parse::<rt::setup::Policy>()
-            .map_err(|e| format!("{}: {e}", names.name("realtime.policy")))?;
-        if !policy.priority_range().contains(&self.realtime.priority) {
+        let choice =
+            parse_policy(&self.realtime.policy).map_err(|e| format!("{}: {e}", names.name("realtime.policy")))?;
+        let allowed = match choice {
+            PolicyChoice::Auto => 0..=99,
+            PolicyChoice::Exact(p) => p.priority_range(),
+        };
+        if !allowed.contains(&self.realtime.priority) {
             return Err(format!(
-                "{} is out of range for policy {policy}: give 1 to 99 with fifo or rr, 0 with other or deadline",
-                names.show("realtime.priority", &self.realtime.priority)
+                "{} is out of range for policy {}: give 1 to 99 with fifo or rr, 0 to 99 with auto (0: \
+                 {AUTO_PRIORITY}), 0 with other or deadline",
+                names.show("realtime.priority", &self.realtime.priority),
+                self.realtime.policy
             ));
         }
         self.realtime
@@ -683,11 +690,42 @@ impl RunConfig {
         match parse_cpu_dma_latency(&self.realtime.cpu_dma_latency) {
             Ok(CpuDmaLatencyMode::Hold) => true,
             Ok(CpuDmaLatencyMode::Off) | Err(_) => false,
-            Ok(CpuDmaLatencyMode::Auto) => {
-                self.realtime.policy.parse::<rt::setup::Policy>().is_ok_and(|p| p.is_realtime())
-            }
+            Ok(CpuDmaLatencyMode::Auto) => match parse_policy(&self.realtime.policy) {
+                Ok(PolicyChoice::Exact(p)) => p.is_realtime(),
+                Ok(PolicyChoice::Auto) => !self.sim.lockstep,
+                Err(_) => false,
+            },
         }
     }
+}
+
+/// The FIFO priority of `--policy auto` when none is given. Below 50, where the kernel runs its
+/// threaded interrupt handlers (every IRQ thread on PREEMPT_RT, `threadirqs` elsewhere): the
+/// loop's own replies (SocketCAN, fdcanusb's USB, UDP, spidev) arrive through them, so a cycle
+/// thread above them would delay the very I/O it waits for, and one that misbehaves would
+/// starve the machine's interrupts. Above everything that is not real time (the fair
+/// scheduler's random delays the seeds measured: a logger, a shell, a build), above
+/// pi3hat_tool's `--realtime` (SCHED_RR 10), and with room below for helpers a user wants
+/// under the loop.
+pub const AUTO_PRIORITY: i32 = 40;
+
+/// `realtime.policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyChoice {
+    /// Real time where the process may (see [`RealtimeConfig::policy`]).
+    Auto,
+    /// Exactly this policy; a refusal is a warning (an error with `strict`).
+    Exact(rt::setup::Policy),
+}
+
+/// Parse `auto`, `other`, `fifo`, `rr` or `deadline`.
+pub fn parse_policy(s: &str) -> Result<PolicyChoice, rt::UnknownName> {
+    if s == "auto" {
+        return Ok(PolicyChoice::Auto);
+    }
+    s.parse()
+        .map(PolicyChoice::Exact)
+        .map_err(|e: rt::UnknownName| rt::UnknownName { expected: "auto, other, fifo, rr or deadline", ..e })
 }
 
 /// `realtime.cpu_dma_latency`.
@@ -891,5 +929,29 @@ mod tests {
         assert_eq!(c(0.1, MAX_DURATION_S).periods(), 3_153_600);
         assert_eq!(c(100_000.0, MAX_DURATION_S).periods(), 3_153_600_000_000);
         assert_eq!(c(0.1, 1.0).period_ns(), 10_000_000_000);
+    }
+
+    #[test]
+    fn the_default_policy_is_auto_and_its_priority_is_range_checked() {
+        let c = RunConfig::default();
+        assert_eq!(c.realtime.policy, "auto");
+        assert_eq!(parse_policy(&c.realtime.policy).unwrap(), PolicyChoice::Auto);
+        assert!(c.holds_cpu_dma_latency(), "auto holds /dev/cpu_dma_latency outside lockstep");
+        let lockstep = RunConfig { sim: SimConfig { lockstep: true, ..SimConfig::default() }, ..c.clone() };
+        assert!(!lockstep.holds_cpu_dma_latency(), "lockstep runs SCHED_OTHER: nothing to hold");
+        for ok in
+            ["[realtime]\npriority = 0", "[realtime]\npriority = 99", "[realtime]\npolicy = \"auto\"\npriority = 1"]
+        {
+            RunConfig::from_toml(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        for bad in ["[realtime]\npriority = 100", "[realtime]\npriority = -1"] {
+            let e = RunConfig::from_toml(bad).unwrap_err();
+            assert!(e.contains("out of range for policy auto") && e.contains("0 to 99 with auto"), "{e}");
+            one_line(&e);
+        }
+        let e = RunConfig::from_toml("[realtime]\npolicy = \"turbo\"").unwrap_err();
+        assert!(e.contains("expected auto, other, fifo, rr or deadline"), "{e}");
+        let other = RunConfig::from_toml("[realtime]\npolicy = \"other\"").unwrap();
+        assert!(!other.holds_cpu_dma_latency());
     }
 }

@@ -410,10 +410,13 @@ struct RunArgs {
     /// Servo ids of bus N, e.g. 1=1,2,3 or 1=1-3 (repeatable).
     #[arg(long = "ids", value_name = "N=LIST")]
     ids: Vec<String>,
-    /// Scheduling policy of the cycle thread: other, fifo, rr or deadline.
+    /// Scheduling policy of the cycle thread: auto (the default: SCHED_FIFO priority 40,
+    /// memory locked and /dev/cpu_dma_latency held where the process may — root,
+    /// CAP_SYS_NICE, an rtprio limit — else SCHED_OTHER with one warning; SCHED_OTHER in
+    /// lockstep), other, fifo, rr or deadline.
     #[arg(long)]
     policy: Option<String>,
-    /// Real-time priority (1-99) for fifo and rr.
+    /// Real-time priority (1-99) for fifo and rr; for auto, 0-99 (0: 40).
     #[arg(long)]
     priority: Option<i32>,
     /// Pin the cycle thread to these CPUs, e.g. 1 or 0,1.
@@ -437,7 +440,7 @@ struct RunArgs {
     #[arg(long)]
     control_thread: bool,
     /// Hold /dev/cpu_dma_latency at 0 µs while the loop runs, as cyclictest does: auto (with
-    /// a real-time policy; the default), hold (always) or off.
+    /// a real-time policy or policy auto, outside lockstep; the default), hold (always) or off.
     #[arg(long, value_name = "MODE")]
     cpu_dma_latency: Option<String>,
     /// When a servo faults or stops answering: stop, zero-velocity or ignore.

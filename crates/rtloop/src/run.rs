@@ -7,7 +7,9 @@
 //! real-time policy (as cyclictest does), and the servos are queried once so the control law
 //! starts from where the joints are. The cycle thread applies the real-time settings (policy,
 //! priority, affinity, mlockall, stack prefault, timer slack; every refusal is one warning,
-//! or one error listing them all with `strict`), then sleeps to absolute deadlines in
+//! or one error listing them all with `strict`; the default policy `auto` asks for SCHED_FIFO
+//! at [`AUTO_PRIORITY`], locked memory and the held idle latency where the process may, and
+//! says in one warning what it did not get), then sleeps to absolute deadlines in
 //! [`rt::periodic::PeriodicLoop`]. Each iteration: the control law's commands (computed
 //! here, or by a control thread through wait-free ring buffers), the safety supervisor's
 //! override, one multi-bus cycle, the supervisor's check.
@@ -23,7 +25,7 @@
 //! Must never: allocate, lock, print or block inside the real-time section (a test proves
 //! it with a counting allocator); lose an event or a period silently.
 
-use crate::config::{parse_shutdown, RunConfig};
+use crate::config::{parse_policy, parse_shutdown, PolicyChoice, RunConfig, AUTO_PRIORITY};
 use crate::controller::{Controller, CycleFigures, Flow, Output, Reported, ServoStatus, State, MAX_EVENTS_PER_CYCLE};
 use crate::motion::Motion;
 use crate::stats::Percentiles;
@@ -261,6 +263,8 @@ impl ReplyAccounting {
 /// The real-time settings in effect and what was refused.
 #[derive(Debug, Clone, Serialize)]
 pub struct RealtimeSummary {
+    /// Policy asked for: auto (the default), other, fifo, rr or deadline.
+    pub requested_policy: String,
     /// Policy obtained.
     pub policy: String,
     /// Priority obtained.
@@ -1076,14 +1080,24 @@ fn control_thread<C: Controller>(
     }
 }
 
+/// The real-time settings the cycle thread asks for. `auto` asks for SCHED_FIFO at
+/// [`AUTO_PRIORITY`] (or the priority given) and locked memory where the limits allow it — but
+/// SCHED_OTHER in lockstep: its time is simulated, so real time buys nothing, and a lockstep
+/// loop never sleeps, which is exactly the thread RT throttling has to stop.
 fn rt_settings(config: &RunConfig) -> Result<RtSettings, String> {
     let r = &config.realtime;
-    let policy: Policy = r.policy.parse().map_err(|e| format!("realtime.policy: {e}"))?;
+    let choice = parse_policy(&r.policy).map_err(|e| format!("realtime.policy: {e}"))?;
+    let (policy, priority, mlock, mlock_if_unbounded) = match choice {
+        PolicyChoice::Auto if config.sim.lockstep => (Policy::Other, 0, r.mlock, false),
+        PolicyChoice::Auto => (Policy::Fifo, if r.priority == 0 { AUTO_PRIORITY } else { r.priority }, true, !r.mlock),
+        PolicyChoice::Exact(p) => (p, r.priority, r.mlock, false),
+    };
     let mut settings = RtSettings {
         policy,
-        priority: r.priority,
+        priority,
         cpus: r.cpus.clone(),
-        mlock: r.mlock,
+        mlock,
+        mlock_if_unbounded,
         strict: r.strict,
         ..RtSettings::default()
     };
@@ -1190,7 +1204,11 @@ pub fn execute<C: Controller + 'static>(opts: &RunOptions, hooks: Hooks, control
         let clock = io::VirtualClock::new(0);
         execute_on(opts, hooks, controller, clock.clone(), VirtualTime(clock))
     } else {
-        execute_on(opts, hooks, controller, MonotonicClock::default(), rt::periodic::Monotonic)
+        // A simulated robot has no hardware whose answer a spin could catch sooner: its waits
+        // sleep, so the default SCHED_FIFO cycle thread never holds a core while it waits.
+        let clock =
+            if opts.config.robot().all_simulated() { MonotonicClock { spin_ns: 0 } } else { MonotonicClock::default() };
+        execute_on(opts, hooks, controller, clock, rt::periodic::Monotonic)
     }
 }
 
@@ -1257,11 +1275,19 @@ where
     let n = servos.len();
     crate::signals::install();
 
+    // `auto` outside lockstep: what it could not get is told in one warning, after the cycle
+    // thread has tried the rest.
+    let auto = parse_policy(&config.realtime.policy) == Ok(PolicyChoice::Auto) && !lockstep;
+    let mut auto_refused: Vec<String> = Vec::new();
     // Hold the CPUs out of deep idle states while the loop runs, as cyclictest does.
     let cpu_dma_latency = if config.holds_cpu_dma_latency() {
         match rt::setup::CpuDmaLatency::hold_zero() {
             Ok(held) => Some(held),
             Err(e) if strict => return Err(format!("--strict: {e}")),
+            Err(e) if auto => {
+                auto_refused.push(refusal_clause(&e));
+                None
+            }
             Err(e) => {
                 crate::cli::console::note(format!("rtloop run: warning: {e}"));
                 warnings.push(e);
@@ -1384,6 +1410,19 @@ where
         }
         Err(_) => return Err("the cycle thread ended before it started".into()),
     };
+    let mut applied = applied;
+    if auto {
+        let (mine, rest): (Vec<_>, Vec<_>) = applied
+            .warnings
+            .drain(..)
+            .partition(|w| matches!(w.what, rt::setup::Setting::Scheduler | rt::setup::Setting::MemoryLock));
+        applied.warnings = rest;
+        let mut refused: Vec<String> = mine.iter().map(|w| refusal_clause(&w.message)).collect();
+        refused.append(&mut auto_refused);
+        if let Some(w) = auto_warning(&applied, &refused, config.realtime.priority) {
+            applied.warnings.insert(0, rt::setup::Warning { what: rt::setup::Setting::Scheduler, message: w });
+        }
+    }
     for w in &applied.warnings {
         crate::cli::console::note(format!("rtloop run: warning: {w}"));
     }
@@ -1441,6 +1480,37 @@ where
     summary.warnings = warnings;
     summary.realtime.cpu_dma_latency_held = cpu_dma_latency_held;
     Ok(summary)
+}
+
+/// The part of a refusal that says what was refused, e.g. "SCHED_FIFO priority 40 refused
+/// (EPERM)" (the refusals are "what (why): how to fix it").
+fn refusal_clause(message: &str) -> String {
+    match message.split_once("): ") {
+        Some((what, _)) => format!("{what})"),
+        None => message.to_string(),
+    }
+}
+
+/// The one warning of `--policy auto` when something was refused: what the thread runs
+/// with, what was refused, and how to grant it. `None` when everything was granted.
+fn auto_warning(applied: &rt::setup::Applied, refused: &[String], priority: i32) -> Option<String> {
+    if refused.is_empty() {
+        return None;
+    }
+    let priority = if priority == 0 { AUTO_PRIORITY } else { priority };
+    let running = if applied.policy.is_realtime() {
+        format!("{} priority {}", applied.kernel_policy, applied.priority)
+    } else {
+        format!("{} (the fair scheduler, with its random delays)", applied.kernel_policy)
+    };
+    let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "rtloop".into());
+    Some(format!(
+        "real time not fully granted (--policy auto), the cycle thread runs {running}: {}; to grant it run as root, \
+         or `sudo setcap cap_sys_nice,cap_ipc_lock+ep {exe}` (or rtprio {priority} and memlock unlimited in \
+         /etc/security/limits.conf; /dev/cpu_dma_latency needs root or write access), or give --policy other to \
+         run without real time and without this warning",
+        refused.join("; ")
+    ))
 }
 
 /// The cycle-time model of this run: CAN-FD wire time, unless every bus is simulated without
@@ -1675,6 +1745,7 @@ fn summarize<K: Clock>(
         events_dropped: result.supervisor.dropped_events(),
         injected,
         realtime: RealtimeSummary {
+            requested_policy: config.realtime.policy.clone(),
             policy: applied.policy.to_string(),
             priority: applied.priority,
             cpus: applied.cpus.clone(),
@@ -1787,11 +1858,14 @@ pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()
     let r = &s.realtime;
     writeln!(
         out,
-        "  real-time    policy {} priority {} cpus {:?} mlock {} timer slack {} ns busy-wait {} µs{}",
+        "  real-time    policy {} ({} asked) priority {} cpus {:?} mlock {} cpu_dma_latency {} timer slack {} ns \
+         busy-wait {} µs{}",
         r.policy,
+        r.requested_policy,
         r.priority,
         r.cpus,
         r.mlock,
+        if r.cpu_dma_latency_held { "held" } else { "not held" },
         r.timer_slack_ns,
         r.busy_wait_us,
         if r.control_thread { "  control law on its own thread" } else { "" }

@@ -68,7 +68,8 @@ impl Default for Runtime {
 
 impl Runtime {
     /// The defaults: the built-in simulated quadruped, 1 kHz for 10 s, no log, the
-    /// scheduling policy of the calling process, the safety policy `zero-velocity`.
+    /// scheduling policy `auto` (SCHED_FIFO where the process may, see
+    /// [`RealtimeConfig::policy`]), the safety policy `zero-velocity`.
     pub fn new() -> Self {
         Runtime::from_config(RunConfig::default())
     }

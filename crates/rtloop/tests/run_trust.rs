@@ -106,7 +106,9 @@ fn rates_and_unit_conversions_that_overflowed_are_refused_in_one_sentence() {
         (&["--seed", "18446744073709551615"][..], "--seed 18446744073709551615 is out of range"),
         (&["--cpu-dma-latency", "maybe"][..], "--cpu-dma-latency: 'maybe'"),
         (&["--policy", "fifo", "--priority", "100"][..], "--priority 100 is out of range for policy fifo"),
-        (&["--priority", "5"][..], "--priority 5 is out of range for policy other"),
+        (&["--policy", "other", "--priority", "5"][..], "--priority 5 is out of range for policy other"),
+        (&["--priority", "100"][..], "--priority 100 is out of range for policy auto"),
+        (&["--policy", "turbo"][..], "expected auto, other, fifo, rr or deadline"),
         (&["--overrun", "later"][..], "--overrun: unknown overrun policy 'later'"),
     ] {
         let mut full = vec!["run", "--quiet"];
@@ -284,8 +286,82 @@ fn a_real_time_run_holds_cpu_dma_latency_at_zero_as_cyclictest_does() {
     let off = ["run", "--policy", "fifo", "--priority", "10", "--cpu-dma-latency", "off", "--duration", "0.1"];
     let o = rtloop(&[&off[..], &["--json", "--quiet"]].concat());
     assert_eq!(last_json(&o)["realtime"]["cpu_dma_latency_held"], false, "--cpu-dma-latency off");
-    let o = rtloop(&["run", "--duration", "0.1", "--json", "--quiet"]);
-    assert_eq!(last_json(&o)["realtime"]["cpu_dma_latency_held"], false, "SCHED_OTHER: not held by default");
+    let o = rtloop(&["run", "--policy", "other", "--duration", "0.1", "--json", "--quiet"]);
+    assert_eq!(last_json(&o)["realtime"]["cpu_dma_latency_held"], false, "SCHED_OTHER: not held");
+}
+
+/// Whether this process may make a thread SCHED_FIFO (tried on a thread of its own).
+fn fifo_allowed() -> bool {
+    std::thread::spawn(|| {
+        let param = libc::sched_param { sched_priority: 1 };
+        // SAFETY: `param` is a valid sched_param; pid 0 is this (short-lived) thread.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
+    })
+    .join()
+    .unwrap()
+}
+
+#[test]
+fn the_default_policy_is_fifo_with_memory_locked_where_the_process_may_and_other_in_lockstep() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 || !fifo_allowed() {
+        testkit::skip("needs root allowed SCHED_FIFO (run as root, outside a container that forbids it)");
+        return;
+    }
+    let o = rtloop(&["run", "--duration", "0.3", "--json", "--quiet"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+    let r = &last_json(&o)["realtime"];
+    assert_eq!(r["requested_policy"], "auto", "{r}");
+    assert_eq!(r["policy"], "fifo", "{r}");
+    assert_eq!(r["priority"], 40, "{r}");
+    assert_eq!(r["mlock"], true, "{r}");
+    assert_eq!(r["cpu_dma_latency_held"], cpu_dma_latency_now().is_some(), "{r}");
+    assert_eq!(r["warnings"].as_array().unwrap().len(), 0, "{r}");
+    // The text summary says which policy ran, and a priority given with auto is used.
+    let o = rtloop(&["run", "--priority", "20", "--duration", "0.2", "--quiet"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("policy fifo (auto asked) priority 20"), "{text}");
+    // Lockstep's time is simulated: SCHED_OTHER, nothing locked or held, nothing to warn about.
+    let o = rtloop(&["run", "--lockstep", "--duration", "0.2", "--json", "--quiet"]);
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+    let r = &last_json(&o)["realtime"];
+    assert_eq!(
+        (&r["policy"], &r["mlock"], &r["cpu_dma_latency_held"]),
+        (&"other".into(), &false.into(), &false.into())
+    );
+}
+
+#[test]
+fn an_unprivileged_default_run_falls_back_to_other_with_one_warning_and_policy_other_has_none() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || Command::new("setpriv").arg("--version").output().is_err() {
+        testkit::skip("needs root and setpriv to run rtloop as an unprivileged user");
+        return;
+    }
+    let unprivileged = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+            .arg(rtloop_bin())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = unprivileged(&["run", "--duration", "0.3", "--json", "--quiet"]);
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    let warnings: Vec<&str> = e.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warnings.len(), 1, "{e}");
+    for word in ["--policy auto", "SCHED_OTHER", "SCHED_FIFO priority 40 refused", "setcap", "--policy other"] {
+        assert!(warnings[0].contains(word), "{word}: {e}");
+    }
+    let r = &last_json(&o)["realtime"];
+    assert_eq!((&r["requested_policy"], &r["policy"]), (&"auto".into(), &"other".into()), "{r}");
+    assert_eq!(r["warnings"].as_array().unwrap().len(), 1, "{r}");
+    assert!(last_json(&o)["cycles"].as_u64().unwrap() > 0);
+    let o = unprivileged(&["run", "--policy", "other", "--duration", "0.2", "--json", "--quiet"]);
+    assert!(o.status.success() && !stderr(&o).contains("warning"), "{}", stderr(&o));
 }
 
 #[test]

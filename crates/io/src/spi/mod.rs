@@ -179,11 +179,33 @@ pub trait Pi3hatSpi: Send {
     fn ready_hint_ns(&self) -> Option<u64> {
         None
     }
+
+    /// When the last transaction handed to the carrier ends, when that can be later than the
+    /// call returned (a simulated board running ahead of a real clock, see [`SimSpi`]);
+    /// `None` for hardware, whose transactions are over when the call returns.
+    fn busy_until_ns(&self) -> Option<u64> {
+        None
+    }
+
+    /// Return once every transaction handed over so far has ended (a simulated board that ran
+    /// ahead of a real clock: sleep until it is done). Hardware: nothing to do.
+    fn settle(&mut self) {}
 }
 
+/// How far the simulated board's SPI may run ahead of a real clock, ns. A simulated board has
+/// no hardware to poll: a transaction's result is ready when the call computes it, so the host
+/// need not wait for each one. It sleeps only when the board is more than this far ahead (to
+/// half of it, so a wakeup up to 100 µs late costs the board's timeline nothing) and when the
+/// board has every reply owed ([`Pi3hatSpi::settle`]), so a cycle still ends when the board's
+/// SPI does. Never spinning keeps a SCHED_FIFO cycle thread on `pi3hat:sim` from holding a
+/// core (it spun for 85 % of one at 1 kHz).
+pub const SIM_SPI_LEAD_NS: u64 = 200_000;
+
 /// The simulated pi3hat as an SPI carrier: each transaction is handed to the board at the
-/// clock's now, and the call returns when the board says the SPI bus is free again — spinning
-/// on a real clock (as the official library busy-waits), moving a virtual one forward.
+/// clock's now (the board starts it when its SPI is free). On a virtual clock the call returns
+/// when the board says the SPI bus is free again, moving time forward, so a cycle's simulated
+/// time is exactly SPI + wire + turnaround. On a real clock the board may run up to
+/// [`SIM_SPI_LEAD_NS`] ahead and the host sleeps, never spins ([`Clock::wait_for_simulated_ns`]).
 pub struct SimSpi<C: Clock + Send> {
     board: sim::pi3hat::SimPi3hat,
     clock: C,
@@ -201,7 +223,7 @@ impl<C: Clock + Send> SimSpi<C> {
     }
 
     fn finish(&self, t: sim::pi3hat::Transfer) -> Result<(), SpiError> {
-        self.clock.spin_until_ns(t.end_ns);
+        self.clock.wait_for_simulated_ns(t.end_ns, SIM_SPI_LEAD_NS);
         t.result.map_err(SpiError::Register)
     }
 }
@@ -236,5 +258,13 @@ impl<C: Clock + Send> Pi3hatSpi for SimSpi<C> {
 
     fn ready_hint_ns(&self) -> Option<u64> {
         self.board.next_event_ns()
+    }
+
+    fn busy_until_ns(&self) -> Option<u64> {
+        Some(self.board.spi_free_ns())
+    }
+
+    fn settle(&mut self) {
+        self.clock.wait_for_simulated_ns(self.board.spi_free_ns(), 0);
     }
 }
