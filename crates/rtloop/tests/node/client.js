@@ -140,8 +140,19 @@ client.on("message", ({ subscriptionId, data }) => {
 
 }
 
+// Done once enough cycles came and every subscribed channel that flows every cycle has
+// delivered: the subscriptions are sent together but take effect one by one, and a lockstep
+// run is fast enough to send the cycles wanted before the last one takes effect.
 function cyclesDone() {
-  return (result.counts["/cycle"] || 0) >= cyclesWanted;
+  if ((result.counts["/cycle"] || 0) < cyclesWanted) {
+    return false;
+  }
+  for (const { topic } of validators.values()) {
+    if (topic !== "/events" && !result.counts[topic]) {
+      return false;
+    }
+  }
+  return true;
 }
 
 connect();
