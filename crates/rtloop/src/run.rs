@@ -643,6 +643,9 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
     let mut imu = sim::ImuSample::default();
     let mut figures = CycleFigures::default();
     let (mut missing, mut timeouts, mut terr, mut imu_samples, mut control_late) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    // What `progress` publishes: kept on this thread, stored each cycle.
+    let (mut cycles_done, mut max_cycle_ns) =
+        (progress.cycles.load(Ordering::Relaxed), progress.max_cycle_ns.load(Ordering::Relaxed));
     let mut accounting = ReplyAccounting::default();
     let stop =
         || crate::signals::stop_requested() || hooks.stop.load(Ordering::Relaxed) || hooks.remote.stop_requested();
@@ -864,12 +867,16 @@ fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
         timeouts += report.stats.timed_out as u64;
         terr += report.stats.send_errors as u64 + report.stats.failed_buses.count_ones() as u64;
         imu_samples += report.stats.imu_present as u64;
-        progress.cycles.fetch_add(1, Ordering::Relaxed);
+        // Counters kept here and published with plain stores (no read-modify-write: only
+        // this thread writes them), never statistics: `lp.stats()` computes percentiles
+        // over two histograms, tens of µs, far too much per cycle (benches/bookkeeping.rs).
+        cycles_done += 1;
+        max_cycle_ns = max_cycle_ns.max(dt);
+        progress.cycles.store(cycles_done, Ordering::Relaxed);
         progress.missing.store(missing, Ordering::Relaxed);
         progress.last_cycle_ns.store(dt, Ordering::Relaxed);
-        progress.max_cycle_ns.fetch_max(dt, Ordering::Relaxed);
+        progress.max_cycle_ns.store(max_cycle_ns, Ordering::Relaxed);
         lp.end_cycle();
-        // A counter, not `stats()`: percentiles cost tens of µs, far too much per cycle.
         progress.overruns.store(lp.overruns(), Ordering::Relaxed);
         if flow == Flow::Stop {
             ended_by_controller = true;

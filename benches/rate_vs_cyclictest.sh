@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# How fast the loop can go: `rtloop run --no-wire-time` (the 12-servo simulated robot, no
+# wire time, so only the host's work remains) at 10, 20 and 50 kHz under SCHED_FIFO 80 with
+# mlockall, beside cyclictest at the same periods (-i 100/50/20), same script, same settings.
+# Per rate: the rate reached, overruns, wakeup p50 / p99 µs, cycle p50 µs (the bus exchange),
+# medians of ROUNDS interleaved rounds (default 3) of RUN_SECONDS each (default 3). The issue-22
+# target: 20 kHz with 0 overruns.
+# Needs root and cyclictest (apt-get install rt-tests). RATES="10000 20000" picks the rates;
+# RTLOOP=PATH uses that binary instead of building one; RUN_ARGS="--busy-wait-us 25" adds flags
+# to every rtloop run (spinning the last 25 µs hides the kernel's wakeup latency).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-3}
+SECONDS_PER_RUN=${RUN_SECONDS:-3}
+RATES=${RATES:-10000 20000 50000}
+command -v cyclictest >/dev/null || { echo "cyclictest is missing: apt-get install rt-tests" >&2; exit 2; }
+if [ -z "${RTLOOP:-}" ]; then
+  . benches/rtloop_bin.sh
+  RTLOOP=$(rtloop_release_bin)
+fi
+rows=$(mktemp)
+trap 'rm -f "$rows"' EXIT
+
+# cyclictest -h N prints one "%06d %06d" row per µs bucket: latency, count → "p50 p99".
+pct_from_hist() {
+  python3 -c '
+import sys
+rows = [l.split() for l in open(sys.argv[1]) if l[:1].isdigit()]
+h = [(int(r[0]), int(r[1])) for r in rows if len(r) == 2]
+n = sum(c for _, c in h)
+def q(p):
+    acc = 0
+    for v, c in h:
+        acc += c
+        if acc >= p * n:
+            return v
+    return h[-1][0] if h else 0
+print(q(0.5), q(0.99))' "$1"
+}
+
+for round in $(seq "$ROUNDS"); do
+  for rate in $RATES; do
+    # shellcheck disable=SC2086 # RUN_ARGS is a list of flags
+    out=$("$RTLOOP" run --no-wire-time --rate "$rate" --duration "$SECONDS_PER_RUN" --policy fifo --priority 80 \
+      --mlock --json --quiet ${RUN_ARGS:-}) || [ $? -eq 1 ] || { echo "rtloop run --rate $rate failed" >&2; exit 1; }
+    tail -1 <<<"$out" | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+print(sys.argv[1], "rtloop", j["rate_hz"], j["overruns"], j["wakeup_us"]["p50"], j["wakeup_us"]["p99"], j["cycle_us"]["p50"])
+' "$rate" >>"$rows"
+    interval=$((1000000 / rate))
+    hist=$(mktemp)
+    cyclictest -m -p 80 -i "$interval" -l $((rate * SECONDS_PER_RUN)) -q -h 2000 >"$hist"
+    echo "$rate cyclictest - - $(pct_from_hist "$hist") -" >>"$rows"
+    rm -f "$hist"
+  done
+done
+
+echo "12 simulated servos, no wire time, SCHED_FIFO 80 + mlockall ${RUN_ARGS:-}; medians of $ROUNDS × ${SECONDS_PER_RUN} s ($(uptime | sed 's/.*load/load/'))"
+python3 - "$rows" <<'EOF'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+print("%-28s %10s %10s %10s %10s %10s" % ("", "Hz", "overruns", "wake p50", "wake p99", "cycle p50"))
+for rate in dict.fromkeys(r[0] for r in rows):
+    for who in ("rtloop", "cyclictest"):
+        mine = [r for r in rows if r[0] == rate and r[1] == who]
+        med = lambda i: statistics.median(float(r[i]) for r in mine)
+        label = f"rtloop run --rate {rate}" if who == "rtloop" else f"cyclictest -i {1000000 // int(rate)}"
+        if who == "rtloop":
+            print("%-28s %10.0f %10.0f %10.1f %10.1f %10.1f" % (label, med(2), med(3), med(4), med(5), med(6)))
+        else:
+            print("%-28s %10s %10s %10.1f %10.1f %10s" % (label, "-", "-", med(4), med(5), "-"))
+EOF
