@@ -692,9 +692,25 @@ impl RunConfig {
             Ok(CpuDmaLatencyMode::Off) | Err(_) => false,
             Ok(CpuDmaLatencyMode::Auto) => match parse_policy(&self.realtime.policy) {
                 Ok(PolicyChoice::Exact(p)) => p.is_realtime(),
-                Ok(PolicyChoice::Auto) => !self.sim.lockstep,
+                Ok(PolicyChoice::Auto) => self.auto_realtime(),
                 Err(_) => false,
             },
+        }
+    }
+
+    /// Whether `realtime.policy` is `auto` and asks for real time: everywhere but in lockstep,
+    /// whose time is simulated (real time buys it nothing, and a lockstep loop never sleeps,
+    /// which is exactly the thread RT throttling has to stop).
+    pub fn auto_realtime(&self) -> bool {
+        parse_policy(&self.realtime.policy) == Ok(PolicyChoice::Auto) && !self.sim.lockstep
+    }
+
+    /// The FIFO priority `auto` asks for: `realtime.priority`, or [`AUTO_PRIORITY`] when 0.
+    pub fn auto_priority(&self) -> i32 {
+        if self.realtime.priority == 0 {
+            AUTO_PRIORITY
+        } else {
+            self.realtime.priority
         }
     }
 }

@@ -8,7 +8,7 @@
 //! starts from where the joints are. The cycle thread applies the real-time settings (policy,
 //! priority, affinity, mlockall, stack prefault, timer slack; every refusal is one warning,
 //! or one error listing them all with `strict`; the default policy `auto` asks for SCHED_FIFO
-//! at [`AUTO_PRIORITY`], locked memory and the held idle latency where the process may, and
+//! at [`AUTO_PRIORITY`](crate::config::AUTO_PRIORITY), locked memory and the held idle latency where the process may, and
 //! says in one warning what it did not get), then sleeps to absolute deadlines in
 //! [`rt::periodic::PeriodicLoop`]. Each iteration: the control law's commands (computed
 //! here, or by a control thread through wait-free ring buffers), the safety supervisor's
@@ -25,7 +25,7 @@
 //! Must never: allocate, lock, print or block inside the real-time section (a test proves
 //! it with a counting allocator); lose an event or a period silently.
 
-use crate::config::{parse_policy, parse_shutdown, PolicyChoice, RunConfig, AUTO_PRIORITY};
+use crate::config::{parse_policy, parse_shutdown, PolicyChoice, RunConfig};
 use crate::controller::{Controller, CycleFigures, Flow, Output, Reported, ServoStatus, State, MAX_EVENTS_PER_CYCLE};
 use crate::motion::Motion;
 use crate::stats::Percentiles;
@@ -1088,15 +1088,14 @@ fn control_thread<C: Controller>(
 }
 
 /// The real-time settings the cycle thread asks for. `auto` asks for SCHED_FIFO at
-/// [`AUTO_PRIORITY`] (or the priority given) and locked memory where the limits allow it — but
-/// SCHED_OTHER in lockstep: its time is simulated, so real time buys nothing, and a lockstep
-/// loop never sleeps, which is exactly the thread RT throttling has to stop.
+/// [`AUTO_PRIORITY`](crate::config::AUTO_PRIORITY) (or the priority given) and locked memory where the limits allow it — but
+/// SCHED_OTHER in lockstep ([`RunConfig::auto_realtime`]).
 fn rt_settings(config: &RunConfig) -> Result<RtSettings, String> {
     let r = &config.realtime;
     let choice = parse_policy(&r.policy).map_err(|e| format!("realtime.policy: {e}"))?;
     let (policy, priority, mlock, mlock_if_unbounded) = match choice {
-        PolicyChoice::Auto if config.sim.lockstep => (Policy::Other, 0, r.mlock, false),
-        PolicyChoice::Auto => (Policy::Fifo, if r.priority == 0 { AUTO_PRIORITY } else { r.priority }, true, !r.mlock),
+        PolicyChoice::Auto if config.auto_realtime() => (Policy::Fifo, config.auto_priority(), true, !r.mlock),
+        PolicyChoice::Auto => (Policy::Other, 0, r.mlock, false),
         PolicyChoice::Exact(p) => (p, r.priority, r.mlock, false),
     };
     let mut settings = RtSettings {
@@ -1284,7 +1283,7 @@ where
 
     // `auto` outside lockstep: what it could not get is told in one warning, after the cycle
     // thread has tried the rest.
-    let auto = parse_policy(&config.realtime.policy) == Ok(PolicyChoice::Auto) && !lockstep;
+    let auto = config.auto_realtime();
     let mut auto_refused: Vec<String> = Vec::new();
     // Hold the CPUs out of deep idle states while the loop runs, as cyclictest does.
     let cpu_dma_latency = if config.holds_cpu_dma_latency() {
@@ -1426,7 +1425,7 @@ where
         applied.warnings = rest;
         let mut refused: Vec<String> = mine.iter().map(|w| refusal_clause(&w.message)).collect();
         refused.append(&mut auto_refused);
-        if let Some(w) = auto_warning(&applied, &refused, config.realtime.priority) {
+        if let Some(w) = auto_warning(&applied, &refused, config.auto_priority()) {
             applied.warnings.insert(0, rt::setup::Warning { what: rt::setup::Setting::Scheduler, message: w });
         }
     }
@@ -1504,7 +1503,6 @@ fn auto_warning(applied: &rt::setup::Applied, refused: &[String], priority: i32)
     if refused.is_empty() {
         return None;
     }
-    let priority = if priority == 0 { AUTO_PRIORITY } else { priority };
     let running = if applied.policy.is_realtime() {
         format!("{} priority {}", applied.kernel_policy, applied.priority)
     } else {
