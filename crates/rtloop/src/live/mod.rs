@@ -73,6 +73,13 @@ use std::sync::Arc;
 /// The largest decimation: one message every this many cycles.
 pub const MAX_EVERY: u32 = 1_000_000;
 
+/// Whether a decimation of `every` sends cycle `index`: the cycles whose index is a multiple of
+/// it, in a live run and in a played log alike.
+#[inline]
+pub fn sends_cycle(index: u64, every: u32) -> bool {
+    index.is_multiple_of(u64::from(every))
+}
+
 /// Check a decimation given by a user (`--foxglove-every`, `--zenoh-every`).
 pub fn check_every(flag: &str, every: u32) -> Result<u32, String> {
     if (1..=MAX_EVERY).contains(&every) {
@@ -480,12 +487,12 @@ impl Fanout {
     pub fn offer<T>(&mut self, msg: &LogMsg<T>) {
         match msg {
             LogMsg::Cycle(c) => {
-                if !self.publishers.iter().any(|p| c.index.is_multiple_of(u64::from(p.every))) {
+                if !self.publishers.iter().any(|p| sends_cycle(c.index, p.every)) {
                     return;
                 }
                 let cycle = self.live_cycle(c);
                 for p in &mut self.publishers {
-                    if c.index.is_multiple_of(u64::from(p.every)) {
+                    if sends_cycle(c.index, p.every) {
                         p.sink.cycle(&cycle);
                     }
                 }

@@ -418,7 +418,7 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Stri
             }
         };
         let cycle = if Some(item.record_id) == cycle_id { cycle_from_record(&decoded) } else { None };
-        if cycle.as_ref().is_some_and(|c| !c.index.is_multiple_of(u64::from(every))) {
+        if cycle.as_ref().is_some_and(|c| !super::sends_cycle(c.index, every)) {
             // Not sent: no need to wait for its time.
             report.decimated += 1;
             continue;
