@@ -1,5 +1,5 @@
 //! The moteus C++ library (mjbots' header-only `lib/cpp/mjbots/moteus`) against `rtloop sim`
-//! over its fdcanusb pseudo-terminal, with the README's example program.
+//! over its fdcanusb pseudo-terminal, with the example program of docs/moteus-tools.md.
 //!
 //! No package registry ships that library (the `moteus` PyPI package is the Python client
 //! only, the `moteus` crate is the Rust one, Debian has no moteus package), and another
@@ -21,12 +21,13 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use support::*;
 
-/// Where the example lives in the README: the C++ block after this marker.
+/// Where the example lives in docs/moteus-tools.md: the C++ block after this marker.
 const EXAMPLE_MARKER: &str = "<!-- example: moteus-cpp-sim -->";
 
 fn readme_example() -> String {
-    let readme = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../README.md")).unwrap();
-    let after = readme.split_once(EXAMPLE_MARKER).expect("the README has the C++ example marker").1;
+    let guide = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/moteus-tools.md");
+    let readme = std::fs::read_to_string(guide).unwrap();
+    let after = readme.split_once(EXAMPLE_MARKER).expect("docs/moteus-tools.md has the C++ example marker").1;
     let block = after.split_once("```cpp\n").expect("a ```cpp block after the marker").1;
     block.split_once("```").expect("the block ends").0.to_string()
 }
