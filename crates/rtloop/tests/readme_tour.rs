@@ -187,7 +187,11 @@ fn every_command_of_the_readme_tour_works_as_written() {
         );
         if !step.expected_output.is_empty() {
             let got: Vec<&str> = stdout.lines().collect();
-            assert_eq!(got, step.expected_output, "tour: `{}` printed something else than docs/tour.md says", step.command);
+            assert_eq!(
+                got, step.expected_output,
+                "tour: `{}` printed something else than docs/tour.md says",
+                step.command
+            );
         }
     }
 }

@@ -140,7 +140,9 @@ fn design_md_lists_every_dependency_between_the_workspace_packages() {
     let describe = |edges: Option<&BTreeMap<String, bool>>| match edges {
         None => "nothing (no row)".to_string(),
         Some(e) if e.is_empty() => "—".to_string(),
-        Some(e) => e.iter().map(|(d, o)| if *o { format!("{d} (optional)") } else { d.clone() }).collect::<Vec<_>>().join(", "),
+        Some(e) => {
+            e.iter().map(|(d, o)| if *o { format!("{d} (optional)") } else { d.clone() }).collect::<Vec<_>>().join(", ")
+        }
     };
     let mut wrong = Vec::new();
     for name in actual.keys().chain(stated.keys()).collect::<BTreeSet<_>>() {
