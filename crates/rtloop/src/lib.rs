@@ -28,10 +28,14 @@
 //!     }
 //! }
 //!
-//! let summary = Runtime::new().rate_hz(500.0).duration_s(0.2).run(Raise { from: [0.0; 32] })?;
-//! assert_eq!(summary.status, "ok", "{:?}", summary.problems);
-//! # Ok::<(), rtloop::RunError>(())
+//! fn main() -> Result<(), rtloop::RunError> {
+//!     let summary = Runtime::new().rate_hz(500.0).duration_s(0.2).run(Raise { from: [0.0; 32] })?;
+//!     assert_eq!(summary.status, "ok", "{:?}", summary.problems);
+//!     Ok(())
+//! }
 //! ```
+//!
+//! (README.md shows the same program: a test keeps the two equal.)
 //!
 //! ## Where things are
 //! * [`controller`]: the [`Controller`] trait, its lifecycle table, [`State`] and [`Output`].
@@ -82,3 +86,37 @@ pub use controller::{Controller, Flow, Output, PositionCommand, ServoCommand, Se
 pub use robot_spec::RobotSpec;
 pub use run::RunSummary;
 pub use runtime::{RunError, Runtime};
+
+#[cfg(test)]
+mod front_door {
+    /// The lines of the first code block of `text` that opens with `fence`, each with
+    /// `prefix` taken off.
+    fn first_block(text: &str, prefix: &str, fence: &str) -> String {
+        let lines: Vec<&str> = text
+            .lines()
+            .map(|l| l.strip_prefix(prefix).or_else(|| l.strip_prefix(prefix.trim_end())).unwrap_or(l))
+            .collect();
+        let start = lines.iter().position(|l| *l == fence).expect("a rust block") + 1;
+        let len = lines[start..].iter().position(|l| l.starts_with("```")).expect("the block ends");
+        lines[start..start + len].join("\n")
+    }
+
+    #[test]
+    fn the_readme_shows_the_crate_docs_controller_which_the_doc_test_compiles_and_runs() {
+        let crate_doc: String =
+            include_str!("lib.rs").lines().take_while(|l| l.starts_with("//!")).collect::<Vec<_>>().join("\n");
+        let readme = include_str!("../../../README.md");
+        let doc_example = first_block(&crate_doc, "//! ", "```");
+        let readme_example = first_block(readme, "", "```rust");
+        assert!(doc_example.lines().count() > 15, "the crate doc's example: {doc_example}");
+        assert!(
+            !doc_example.lines().any(|l| l.trim_start().starts_with("# ")),
+            "the crate doc's example hides no line, so that README.md can show it whole:\n{doc_example}"
+        );
+        assert_eq!(
+            readme_example, doc_example,
+            "README.md's ```rust block must be the crate doc's example (crates/rtloop/src/lib.rs), which \
+             `cargo test --doc` compiles and runs: copy it over"
+        );
+    }
+}

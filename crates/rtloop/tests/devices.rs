@@ -285,6 +285,9 @@ fn the_device_docs_name_only_commands_and_clients_that_work() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let files = [
         "README.md",
+        "docs/tour.md",
+        "docs/cli.md",
+        "docs/moteus-tools.md",
         "docs/udp-framing.md",
         "crates/io/src/udp.rs",
         "crates/io/src/fdcanusb.rs",

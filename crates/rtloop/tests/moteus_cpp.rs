@@ -1,14 +1,14 @@
 //! The moteus C++ library (mjbots' header-only `lib/cpp/mjbots/moteus`) against `rtloop sim`
-//! over its fdcanusb pseudo-terminal, with the README's example program.
+//! over its fdcanusb pseudo-terminal, with the example program of docs/moteus-tools.md.
 //!
 //! No package registry ships that library (the `moteus` PyPI package is the Python client
 //! only, the `moteus` crate is the Rust one, Debian has no moteus package), and another
 //! project's code is not copied into this one. So:
-//! * always checked: the two facts the README's recipe rests on — the library's path
+//! * always checked: the two facts the guide's recipe rests on — the library's path
 //!   constructor fails on a pty (`TIOCGSERIAL` answers ENOTTY), and a descriptor the program
 //!   opens itself with `O_RDWR | O_NOCTTY` carries fdcanusb traffic to the servo, the
 //!   diagnostic stream included;
-//! * with `RTLOOP_MOTEUS_CPP=<moteus checkout>/lib/cpp` and a C++ compiler: the README's
+//! * with `RTLOOP_MOTEUS_CPP=<moteus checkout>/lib/cpp` and a C++ compiler: the guide's
 //!   example is compiled against that library and run against the simulator; otherwise that
 //!   part is skipped, visibly.
 
@@ -21,17 +21,18 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use support::*;
 
-/// Where the example lives in the README: the C++ block after this marker.
+/// Where the example lives in docs/moteus-tools.md: the C++ block after this marker.
 const EXAMPLE_MARKER: &str = "<!-- example: moteus-cpp-sim -->";
 
 fn readme_example() -> String {
-    let readme = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../README.md")).unwrap();
-    let after = readme.split_once(EXAMPLE_MARKER).expect("the README has the C++ example marker").1;
+    let guide = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/moteus-tools.md");
+    let readme = std::fs::read_to_string(guide).unwrap();
+    let after = readme.split_once(EXAMPLE_MARKER).expect("docs/moteus-tools.md has the C++ example marker").1;
     let block = after.split_once("```cpp\n").expect("a ```cpp block after the marker").1;
     block.split_once("```").expect("the block ends").0.to_string()
 }
 
-/// The simulator's pty, opened the way the README says (`O_RDWR | O_NOCTTY`; non-blocking
+/// The simulator's pty, opened the way the guide says (`O_RDWR | O_NOCTTY`; non-blocking
 /// here only so that a silent servo fails the test instead of hanging it).
 struct Pty {
     file: std::fs::File,
@@ -129,11 +130,13 @@ fn the_moteus_cpp_library_recipe_works_on_the_simulator_pty() {
     assert!(text.trim().parse::<f64>().is_ok_and(|v| v > 0.0), "{text:?}");
     drop(pty);
 
-    // 3. The README's example, compiled against the real library when one is at hand.
+    // 3. The example of docs/moteus-tools.md, compiled against the real library when one is
+    // at hand (read in any case: the guide must still have it).
+    let example = readme_example();
     let Some(lib) = std::env::var_os("RTLOOP_MOTEUS_CPP").map(PathBuf::from) else {
         testkit::skip(
             "the moteus C++ library is in no package registry (PyPI's moteus is Python, the moteus crate is Rust, \
-             Debian has none); set RTLOOP_MOTEUS_CPP=<moteus checkout>/lib/cpp to compile and run the README's example",
+             Debian has none); set RTLOOP_MOTEUS_CPP=<moteus checkout>/lib/cpp to compile and run the example of docs/moteus-tools.md",
         );
         return;
     };
@@ -144,25 +147,27 @@ fn the_moteus_cpp_library_recipe_works_on_the_simulator_pty() {
     );
     let Some(cxx) = ["c++", "g++", "clang++"].into_iter().find(|c| Command::new(c).arg("--version").output().is_ok())
     else {
-        testkit::skip("needs a C++ compiler (apt-get install g++) to build the README's moteus C++ example");
+        testkit::skip(
+            "needs a C++ compiler (apt-get install g++) to build the moteus C++ example of docs/moteus-tools.md",
+        );
         return;
     };
     let scratch = Scratch::new("moteus-cpp");
     let source = scratch.path("sim_conf_get.cc");
-    std::fs::write(&source, readme_example()).unwrap();
+    std::fs::write(&source, example).unwrap();
     let exe = scratch.path("sim_conf_get");
     let built = run_limited(
         Command::new(cxx).args(["-std=c++17", "-O1", "-pthread", "-I"]).arg(&lib).arg(&source).arg("-o").arg(&exe),
         b"",
         Duration::from_secs(300),
     );
-    assert!(built.success(), "the README's example does not compile: {}", built.describe());
+    assert!(built.success(), "the example of docs/moteus-tools.md does not compile: {}", built.describe());
     let ran = run_limited(Command::new(&exe).arg(&path), b"", Duration::from_secs(30));
     assert!(ran.success(), "{}", ran.describe());
     let value: f64 = ran.stdout.trim().parse().unwrap_or_else(|_| panic!("{}", ran.describe()));
     assert!(value > 0.0, "{}", ran.describe());
 
-    // And why the README does not simply pass the path: the library's path constructor
+    // And why the guide does not simply pass the path: the library's path constructor
     // gives up on the pty.
     let probe = scratch.path("path_constructor.cc");
     std::fs::write(

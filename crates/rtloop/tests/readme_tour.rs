@@ -1,17 +1,17 @@
-//! The README's tour, run as written: every command of every indented block of "A short tour"
-//! in one scratch directory, in order, with `rtloop` on the PATH as the binary under test.
+//! The tour (docs/tour.md), run as written: every command of every `sh` block in one scratch
+//! directory, in order, with `rtloop` on the PATH as the binary under test.
 //!
-//! * A command ending in `&` is started in the background and waited for until it says it is
-//!   serving; the background commands are stopped (SIGTERM) when the tour ends.
+//! * A command ending in `&` is started in the background; the tour itself waits until it
+//!   serves (the next command must be a bounded `timeout …` wait, as a user pasting the lines
+//!   needs one). The background commands are stopped (SIGTERM) when the tour ends.
 //! * A command exits 0 unless its comment says `(exit N)`.
-//! * Lines right below a command that are not commands are its expected output, line by line.
+//! * A `text` block is the expected output of the command just before it, line by line.
 //! * A command whose `"` quotes are still open continues on the next lines.
 //! * Commands that need a tool this machine lacks (cyclictest and sockperf for
 //!   `rtloop lab compare`, nightly for fuzzing) are skipped with `testkit::skip`, saying so.
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,53 +25,47 @@ struct Step {
     expected_output: Vec<String>,
 }
 
-const COMMAND_STARTS: &[&str] = &["rtloop ", "python3 ", ".venv/", "cargo "];
-
-fn is_command(line: &str) -> bool {
-    COMMAND_STARTS.iter().any(|s| line.starts_with(s))
-}
-
-/// The tour's steps, parsed from the README text.
-fn tour(readme: &str) -> Vec<Step> {
-    let start = readme.find("## A short tour").expect("the README has a tour");
-    let end = readme[start..].find("\n## ").map_or(readme.len(), |e| start + e);
+/// The tour's steps, parsed from the text of docs/tour.md.
+fn tour(text: &str) -> Vec<Step> {
     let mut steps: Vec<Step> = Vec::new();
-    let mut lines = readme[start..end].lines().peekable();
-    let mut in_command_block = false;
+    let mut fence: Option<String> = None;
+    let mut lines = text.lines();
     while let Some(line) = lines.next() {
-        let Some(code) = line.strip_prefix("    ") else {
-            in_command_block = false;
+        if let Some(info) = line.strip_prefix("```") {
+            fence = if fence.is_some() { None } else { Some(info.trim().to_string()) };
             continue;
-        };
-        if is_command(code) {
-            in_command_block = true;
-            let mut command = code.to_string();
-            // A quoted argument spread over several lines (a Python script, say).
-            while command.matches('"').count() % 2 == 1 {
-                let Some(next) = lines.next() else { break };
-                command.push('\n');
-                command.push_str(next.strip_prefix("    ").unwrap_or(next));
+        }
+        match fence.as_deref() {
+            Some("sh") if !line.trim().is_empty() && !line.starts_with('#') => {
+                let mut command = line.to_string();
+                // A quoted argument spread over several lines (a Python script, say).
+                while command.matches('"').count() % 2 == 1 {
+                    let Some(next) = lines.next() else { break };
+                    command.push('\n');
+                    command.push_str(next);
+                }
+                let (body, comment) = match command.find("  #") {
+                    Some(i) => (command[..i].trim_end().to_string(), command[i..].to_string()),
+                    None => (command.trim_end().to_string(), String::new()),
+                };
+                let background = body.ends_with('&');
+                let exit_code = comment
+                    .split("(exit ")
+                    .nth(1)
+                    .and_then(|rest| rest.split(')').next())
+                    .map_or(0, |n| n.trim().parse().expect("(exit N) names a number"));
+                steps.push(Step {
+                    command: body.trim_end_matches('&').trim_end().to_string(),
+                    background,
+                    exit_code,
+                    expected_output: Vec::new(),
+                });
             }
-            let (body, comment) = match command.find("  #") {
-                Some(i) => (command[..i].trim_end().to_string(), command[i..].to_string()),
-                None => (command.trim_end().to_string(), String::new()),
-            };
-            let background = body.ends_with('&');
-            let exit_code = comment
-                .split("(exit ")
-                .nth(1)
-                .and_then(|rest| rest.split(')').next())
-                .map_or(0, |n| n.trim().parse().expect("(exit N) names a number"));
-            steps.push(Step {
-                command: body.trim_end_matches('&').trim_end().to_string(),
-                background,
-                exit_code,
-                expected_output: Vec::new(),
-            });
-        } else if in_command_block {
-            if let Some(step) = steps.last_mut() {
-                step.expected_output.push(code.trim_end().to_string());
+            Some("text") => {
+                let step = steps.last_mut().expect("a text block follows a command");
+                step.expected_output.push(line.trim_end().to_string());
             }
+            _ => {}
         }
     }
     steps
@@ -100,34 +94,10 @@ fn shell(command: &str, dir: &Path, bin_dir: &Path) -> Command {
     c
 }
 
-/// Start a background command and wait until it prints that it is serving.
+/// Start a background command; the tour's next command waits until it serves.
 fn start_background(step: &Step, dir: &Path, bin_dir: &Path) -> Child {
     // `exec` so the signal at the end reaches the program, not a shell around it.
-    let mut child = shell(&format!("exec {}", step.command), dir, bin_dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("bash runs");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        // Read to the end, so the program never writes into a closed pipe.
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) if line.contains("serving") => return child,
-            Ok(_) => continue,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("`{}` did not start serving within 30 s", step.command);
-            }
-        }
-    }
+    shell(&format!("exec {}", step.command), dir, bin_dir).stdout(Stdio::null()).spawn().expect("bash runs")
 }
 
 /// Stops the background commands however the tour ends.
@@ -152,38 +122,50 @@ impl Drop for Background {
 
 #[test]
 fn the_tour_parses_into_commands_with_their_outputs_and_exit_codes() {
-    let readme = "## A short tour\n\n    rtloop frame encode query\n    8001 11001f01130d\n\n    \
-                  [[bus]]\n    bus = 1\n\n    rtloop sim --udp 127.0.0.1:9 &  # a server\n    \
-                  rtloop run --fault 5@1   # (exit 1)\n    python3 -c \"print(1)\n    print(2)\"\n\n## Layout\n    rtloop no\n";
-    let steps = tour(readme);
+    let text = "# A tour\n\n```sh\nrtloop frame encode query\n```\n\nprints\n\n```text\n8001 11001f01130d\n```\n\n\
+                ```toml\n[[bus]]\nbus = 1\n```\n\n```sh\nrtloop sim --udp 127.0.0.1:9 > s.log &  # a server\n\
+                timeout 10 sh -c 'until grep -q serving s.log; do sleep 0.1; done'\n\
+                rtloop run --fault 5@1   # (exit 1)\npython3 -c \"print(1)\nprint(2)\"\n```\n";
+    let steps = tour(text);
     let commands: Vec<&str> = steps.iter().map(|s| s.command.as_str()).collect();
     assert_eq!(
         commands,
         [
             "rtloop frame encode query",
-            "rtloop sim --udp 127.0.0.1:9",
+            "rtloop sim --udp 127.0.0.1:9 > s.log",
+            "timeout 10 sh -c 'until grep -q serving s.log; do sleep 0.1; done'",
             "rtloop run --fault 5@1",
             "python3 -c \"print(1)\nprint(2)\""
         ]
     );
     assert_eq!(steps[0].expected_output, ["8001 11001f01130d"]);
+    assert!(steps.iter().all(|s| s.expected_output.is_empty() || s.command.contains("encode")));
     assert!(steps[1].background && !steps[0].background);
-    assert_eq!((steps[1].exit_code, steps[2].exit_code), (0, 1));
+    assert_eq!((steps[1].exit_code, steps[3].exit_code), (0, 1));
 }
 
 #[test]
 fn every_command_of_the_readme_tour_works_as_written() {
-    let readme_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
-    let readme = std::fs::read_to_string(&readme_path).unwrap();
-    let steps = tour(&readme);
-    assert!(steps.len() > 20, "the tour has its commands: {steps:?}");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/tour.md");
+    let steps = tour(&std::fs::read_to_string(&path).unwrap());
+    assert!(steps.len() > 15, "the tour has its commands: {steps:?}");
+    // Pasted line by line, a command right after `… &` would find no device yet.
+    for (step, next) in steps.iter().zip(&steps[1..]) {
+        assert!(
+            !step.background || next.command.starts_with("timeout "),
+            "docs/tour.md: `{}` starts in the background, so the next line must wait (with a bound) until it serves, not `{}`",
+            step.command,
+            next.command
+        );
+    }
+    assert!(steps.iter().any(|s| !s.expected_output.is_empty()), "the tour checks some output: {steps:?}");
     let dir = tempfile::tempdir().unwrap();
     let bin_dir = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(support::rtloop_bin(), bin_dir.path().join("rtloop")).unwrap();
     let mut background = Background(Vec::new());
     for step in &steps {
         if let Some(why) = missing_tool(&step.command) {
-            testkit::skip(&format!("README tour `{}`: {why}", step.command));
+            testkit::skip(&format!("tour `{}`: {why}", step.command));
             continue;
         }
         if step.background {
@@ -194,18 +176,22 @@ fn every_command_of_the_readme_tour_works_as_written() {
         let out = shell(&step.command, dir.path(), bin_dir.path()).output().expect("bash runs");
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        eprintln!("README tour: `{}` took {:.1} s", step.command, started.elapsed().as_secs_f64());
+        eprintln!("tour: `{}` took {:.1} s", step.command, started.elapsed().as_secs_f64());
         assert_eq!(
             out.status.code(),
             Some(step.exit_code),
-            "README tour: `{}` exited {:?}, the README says {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+            "tour: `{}` exited {:?}, docs/tour.md says {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
             step.command,
             out.status.code(),
             step.exit_code
         );
         if !step.expected_output.is_empty() {
             let got: Vec<&str> = stdout.lines().collect();
-            assert_eq!(got, step.expected_output, "README tour: `{}` printed something else", step.command);
+            assert_eq!(
+                got, step.expected_output,
+                "tour: `{}` printed something else than docs/tour.md says",
+                step.command
+            );
         }
     }
 }
