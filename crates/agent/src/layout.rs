@@ -508,13 +508,13 @@ mod tests {
         expected.extend(proto::register::POSITION_COMMAND.iter().map(|c| c.name));
         assert_eq!(names, expected);
         assert_eq!(FIELD_NAMES.as_slice(), &expected[2..]);
-        for i in 0..FIELD_COUNT {
+        for (i, name) in FIELD_NAMES.iter().enumerate() {
             let mut c = RawServoCommand::QUERY;
             c.set(i, 1.0 + i as f64);
             assert_eq!(c.present, 1 << i);
             assert_eq!(c.fields()[i], 1.0 + i as f64);
             let offset = 8 + 8 * i;
-            assert_eq!(bytes_of(&c)[offset..offset + 8], (1.0 + i as f64).to_le_bytes(), "{}", FIELD_NAMES[i]);
+            assert_eq!(bytes_of(&c)[offset..offset + 8], (1.0 + i as f64).to_le_bytes(), "{name}");
         }
         let bits = [
             field::POSITION,
