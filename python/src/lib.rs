@@ -35,6 +35,7 @@ pub mod values;
 #[pymodule]
 fn _rtloop(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("POSITION_FIELDS", values::position_fields())?;
     robot::register(m)?;
     agent::register(m)?;
     tlog::register(m)?;

@@ -28,7 +28,7 @@ use pyo3::types::{PyBool, PyDict, PyString, PyTuple};
 
 use io::{BusUri, Clock, CycleReport, MonotonicClock, RobotConfig, ServoCommand, ServoReply, ServoSpec, VirtualClock};
 use proto::host::{PositionCommand, PositionResolution, QueryFormat};
-use proto::register::{class_of, reg};
+use proto::register::class_of;
 use proto::Resolution;
 use rtloop::config::{
     show_number, RunConfig, DEFAULT_WATCHDOG_TIMEOUT_S, MAX_WATCHDOG_TIMEOUT_S, MIN_WATCHDOG_TIMEOUT_S,
@@ -36,7 +36,7 @@ use rtloop::config::{
 use rtloop::robot_spec::{parse_id_list, BusSpec, RobotSpec};
 use sim::ImuSample;
 
-use crate::values::{self, Given, Refusal, FIELDS, NAMES};
+use crate::values::{self, Given, Refusal, FIELDS, NAMES, REGISTERS};
 
 /// Add `Robot`, `State` and `Command` to the extension module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -52,20 +52,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 
 /// Units of each field, for messages ("" for the dimensionless gain scales).
 const UNITS: [&str; FIELDS] = ["rev", "rev/s", "N·m", "", "", "N·m", "rev", "s", "rev/s", "rev/s²"];
-
-/// The register of each field: its scale class decides what an integer resolution carries.
-const REGISTERS: [u16; FIELDS] = [
-    reg::COMMAND_POSITION,
-    reg::COMMAND_VELOCITY,
-    reg::COMMAND_FEEDFORWARD_TORQUE,
-    reg::COMMAND_KP_SCALE,
-    reg::COMMAND_KD_SCALE,
-    reg::COMMAND_MAXIMUM_TORQUE,
-    reg::COMMAND_STOP_POSITION,
-    reg::COMMAND_TIMEOUT,
-    reg::COMMAND_VELOCITY_LIMIT,
-    reg::COMMAND_ACCEL_LIMIT,
-];
 
 const POSITION: usize = 0;
 const WATCHDOG: usize = 7;
@@ -1239,20 +1225,11 @@ impl Robot {
                 v[i] = Some(check(i, x, &self.ranges[i], servo, self.resolution)?);
             }
         }
-        Ok(ServoCommand::Position(PositionCommand {
-            position: v[0],
-            velocity: v[1],
-            feedforward_torque: v[2],
-            kp_scale: v[3],
-            kd_scale: v[4],
-            maximum_torque: v[5],
-            stop_position: v[6],
-            // Always sent: a servo configured without a default watchdog still gets one.
-            watchdog_timeout: Some(v[7].unwrap_or(DEFAULT_WATCHDOG_TIMEOUT_S)),
-            velocity_limit: v[8],
-            accel_limit: v[9],
-            ..Default::default()
-        }))
+        // Always sent: a servo configured without a default watchdog still gets one.
+        v[WATCHDOG] = Some(v[WATCHDOG].unwrap_or(DEFAULT_WATCHDOG_TIMEOUT_S));
+        let mut registers = [None; proto::register::POSITION_COMMAND_LEN];
+        registers[..FIELDS].copy_from_slice(&v);
+        Ok(ServoCommand::Position(PositionCommand::from_registers(registers)))
     }
 }
 

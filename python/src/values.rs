@@ -20,16 +20,38 @@ use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyString};
 /// loop, which a robot-wide call should not make one keyword away.
 pub const FIELDS: usize = 10;
 
-/// The field names, as the keyword arguments spell them ([`agent::layout::FIELD_NAMES`]).
+/// The field names, as the keyword arguments spell them: the first [`FIELDS`] of moteus'
+/// position-command table ([`proto::register::POSITION_COMMAND`]).
 pub const NAMES: [&str; FIELDS] = {
     let mut names = [""; FIELDS];
     let mut i = 0;
     while i < FIELDS {
-        names[i] = agent::layout::FIELD_NAMES[i];
+        names[i] = proto::register::POSITION_COMMAND[i].name;
         i += 1;
     }
     names
 };
+
+/// The register of each field (same table): its scale class decides what an integer
+/// resolution carries.
+pub const REGISTERS: [u16; FIELDS] = {
+    let mut registers = [0; FIELDS];
+    let mut i = 0;
+    while i < FIELDS {
+        registers[i] = proto::register::POSITION_COMMAND[i].register;
+        i += 1;
+    }
+    registers
+};
+
+/// `POSITION_FIELDS` of the extension module: `(register, name, scale class)` of every
+/// position-mode register, in register order, for the Python package and its tests.
+pub fn position_fields() -> Vec<(u16, &'static str, String)> {
+    proto::register::POSITION_COMMAND
+        .iter()
+        .map(|c| (c.register, c.name, format!("{:?}", c.class).to_lowercase()))
+        .collect()
+}
 
 /// How one field argument was given.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -25,26 +25,14 @@ pub const MAGIC: u64 = u64::from_le_bytes(MAGIC_BYTES);
 /// Servo slots in the segment (fixed capacity; [`Header::servo_count`] of them are in use).
 pub const MAX_SERVOS: usize = 32;
 
-/// Position-mode fields per servo command ([`RawServoCommand`] order, bit `i` of `present`).
-pub const FIELD_COUNT: usize = 14;
+/// Position-mode fields per servo command ([`RawServoCommand`] order, bit `i` of `present`):
+/// moteus' position-mode registers 0x020..=0x02D ([`proto::register::POSITION_COMMAND`]).
+pub const FIELD_COUNT: usize = proto::register::POSITION_COMMAND_LEN;
 
-/// Names of the position-mode fields, in bit order (`present` bit `i` = `FIELD_NAMES[i]`).
-pub const FIELD_NAMES: [&str; FIELD_COUNT] = [
-    "position",
-    "velocity",
-    "feedforward_torque",
-    "kp_scale",
-    "kd_scale",
-    "maximum_torque",
-    "stop_position",
-    "watchdog_timeout",
-    "velocity_limit",
-    "accel_limit",
-    "fixed_voltage_override",
-    "ilimit_scale",
-    "fixed_current_override",
-    "ignore_position_bounds",
-];
+/// Names of the position-mode fields, in bit order (`present` bit `i` = `FIELD_NAMES[i]`):
+/// the names of [`proto::register::POSITION_COMMAND`]. [`RawServoCommand`] mirrors them
+/// field for field (a test compares its fields with this list).
+pub const FIELD_NAMES: [&str; FIELD_COUNT] = proto::register::POSITION_COMMAND_NAMES;
 
 /// Mask of the defined `present` bits.
 pub const FIELD_MASK: u32 = (1 << FIELD_COUNT) - 1;
@@ -502,4 +490,50 @@ pub fn from_bytes<T: Plain>(bytes: &[u8]) -> Option<T> {
     // SAFETY: `bytes` holds `size_of::<T>()` bytes; any bit pattern is a valid `T: Plain`;
     // `read_unaligned` copes with any alignment.
     Some(unsafe { bytes.as_ptr().cast::<T>().read_unaligned() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`RawServoCommand`] is a `repr(C)` mirror of [`proto::register::POSITION_COMMAND`]:
+    /// after `kind` and `present`, one f64 per register, named and ordered as the table is,
+    /// and `fields`, `field_mut` and the [`field`] bits follow the same order.
+    #[test]
+    fn the_raw_command_mirrors_the_position_command_table() {
+        let debug = format!("{:?}", RawServoCommand::QUERY);
+        let inner = debug.strip_prefix("RawServoCommand { ").and_then(|d| d.strip_suffix(" }")).unwrap();
+        let names: Vec<&str> = inner.split(", ").map(|f| f.split(':').next().unwrap()).collect();
+        let mut expected = vec!["kind", "present"];
+        expected.extend(proto::register::POSITION_COMMAND.iter().map(|c| c.name));
+        assert_eq!(names, expected);
+        assert_eq!(FIELD_NAMES.as_slice(), &expected[2..]);
+        for (i, name) in FIELD_NAMES.iter().enumerate() {
+            let mut c = RawServoCommand::QUERY;
+            c.set(i, 1.0 + i as f64);
+            assert_eq!(c.present, 1 << i);
+            assert_eq!(c.fields()[i], 1.0 + i as f64);
+            let offset = 8 + 8 * i;
+            assert_eq!(bytes_of(&c)[offset..offset + 8], (1.0 + i as f64).to_le_bytes(), "{name}");
+        }
+        let bits = [
+            field::POSITION,
+            field::VELOCITY,
+            field::FEEDFORWARD_TORQUE,
+            field::KP_SCALE,
+            field::KD_SCALE,
+            field::MAXIMUM_TORQUE,
+            field::STOP_POSITION,
+            field::WATCHDOG_TIMEOUT,
+            field::VELOCITY_LIMIT,
+            field::ACCEL_LIMIT,
+            field::FIXED_VOLTAGE_OVERRIDE,
+            field::ILIMIT_SCALE,
+            field::FIXED_CURRENT_OVERRIDE,
+            field::IGNORE_POSITION_BOUNDS,
+        ];
+        for (i, bit) in bits.into_iter().enumerate() {
+            assert_eq!(bit, 1 << i, "{}", FIELD_NAMES[i]);
+        }
+    }
 }

@@ -12,7 +12,9 @@
 //! * `watchdog_timeout` must be positive and at most [`Limits::watchdog_max_s`] — an agent may
 //!   not switch the servo's watchdog off (NaN) or lengthen it without bound.
 
-use crate::layout::{kind, RawServoCommand, FIELD_MASK, FIELD_NAMES};
+use crate::layout::{kind, RawServoCommand, FIELD_COUNT, FIELD_MASK, FIELD_NAMES};
+#[cfg(doc)]
+use proto::host::PositionCommand;
 use std::fmt;
 
 /// Bounds on what an agent may command. The defaults suit a small legged robot; the
@@ -67,66 +69,9 @@ impl Default for Limits {
     }
 }
 
-/// Position-mode fields, `None` = not sent (same order as moteus registers 0x020..0x02D).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-#[allow(missing_docs)] // one per RawServoCommand field, same names and units
-pub struct PositionFields {
-    pub position: Option<f64>,
-    pub velocity: Option<f64>,
-    pub feedforward_torque: Option<f64>,
-    pub kp_scale: Option<f64>,
-    pub kd_scale: Option<f64>,
-    pub maximum_torque: Option<f64>,
-    pub stop_position: Option<f64>,
-    pub watchdog_timeout: Option<f64>,
-    pub velocity_limit: Option<f64>,
-    pub accel_limit: Option<f64>,
-    pub fixed_voltage_override: Option<f64>,
-    pub ilimit_scale: Option<f64>,
-    pub fixed_current_override: Option<f64>,
-    pub ignore_position_bounds: Option<f64>,
-}
-
-impl PositionFields {
-    /// The fields in bit order.
-    pub fn as_array(&self) -> [Option<f64>; 14] {
-        [
-            self.position,
-            self.velocity,
-            self.feedforward_torque,
-            self.kp_scale,
-            self.kd_scale,
-            self.maximum_torque,
-            self.stop_position,
-            self.watchdog_timeout,
-            self.velocity_limit,
-            self.accel_limit,
-            self.fixed_voltage_override,
-            self.ilimit_scale,
-            self.fixed_current_override,
-            self.ignore_position_bounds,
-        ]
-    }
-
-    fn from_array(a: [Option<f64>; 14]) -> Self {
-        PositionFields {
-            position: a[0],
-            velocity: a[1],
-            feedforward_torque: a[2],
-            kp_scale: a[3],
-            kd_scale: a[4],
-            maximum_torque: a[5],
-            stop_position: a[6],
-            watchdog_timeout: a[7],
-            velocity_limit: a[8],
-            accel_limit: a[9],
-            fixed_voltage_override: a[10],
-            ilimit_scale: a[11],
-            fixed_current_override: a[12],
-            ignore_position_bounds: a[13],
-        }
-    }
-}
+/// Position-mode fields, `None` = not sent: moteus' position command (registers
+/// 0x020..=0x02D, in bit order [`PositionCommand::to_registers`]).
+pub type PositionFields = proto::host::PositionCommand;
 
 /// A command that passed [`validate`].
 // Returned by value on the hot path; boxing the large variant would allocate.
@@ -255,7 +200,7 @@ pub fn validate(raw: &RawServoCommand, limits: &Limits) -> Result<ValidCommand, 
     }
     let l = limits;
     // (min, max) per field in bit order; `None` = an override.
-    let ranges: [Option<(f64, f64)>; 14] = [
+    let ranges: [Option<(f64, f64)>; FIELD_COUNT] = [
         Some((l.position_min, l.position_max)),
         Some((-l.max_velocity, l.max_velocity)),
         Some((-l.max_torque, l.max_torque)),
@@ -272,8 +217,8 @@ pub fn validate(raw: &RawServoCommand, limits: &Limits) -> Result<ValidCommand, 
         if l.allow_overrides { Some((0.0, 1.0)) } else { None },
     ];
     let values = raw.fields();
-    let mut out = [None; 14];
-    for i in 0..14 {
+    let mut out = [None; FIELD_COUNT];
+    for i in 0..FIELD_COUNT {
         if present & (1 << i) == 0 {
             continue;
         }
@@ -294,5 +239,5 @@ pub fn validate(raw: &RawServoCommand, limits: &Limits) -> Result<ValidCommand, 
         }
         out[i] = Some(value);
     }
-    Ok(ValidCommand::Position(PositionFields::from_array(out)))
+    Ok(ValidCommand::Position(PositionFields::from_registers(out)))
 }

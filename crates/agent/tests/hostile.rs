@@ -44,7 +44,7 @@ fn position(fields: &[(u32, f64)]) -> RawServoCommand {
 /// Every accepted field is finite (NaN only for position) and within its limits.
 fn check_accepted(v: &ValidCommand, l: &Limits) {
     let ValidCommand::Position(p) = v else { return };
-    for (i, f) in p.as_array().iter().enumerate() {
+    for (i, f) in p.to_registers().iter().enumerate() {
         let Some(x) = *f else { continue };
         if i == 0 && x.is_nan() {
             continue;

@@ -592,7 +592,7 @@ pub fn agent_command(data: &[u8]) {
     for raw in &block.servos {
         for limits in [&strict, &lenient] {
             let Ok(ValidCommand::Position(p)) = validate(raw, limits) else { continue };
-            let fields = p.as_array();
+            let fields = p.to_registers();
             for (i, value) in fields.iter().enumerate() {
                 let Some(x) = *value else { continue };
                 assert!(x.is_finite() || (i == 0 && x.is_nan()), "field {i} accepted as {x}");

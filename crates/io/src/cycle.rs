@@ -269,15 +269,7 @@ impl<C: Clock> Cycler<C> {
     /// Run `f` on the simulated bus at index `i`, if that bus is simulated (in process or
     /// inside a simulated pi3hat); `None` otherwise.
     pub fn with_sim_bus<R>(&mut self, i: usize, f: impl FnOnce(&mut sim::SimBus) -> R) -> Option<R> {
-        let bus = self.buses.get_mut(i)?;
-        let mut f = Some(f);
-        let mut out = None;
-        bus.with_sim_bus(&mut |b| {
-            if let Some(f) = f.take() {
-                out = Some(f(b));
-            }
-        });
-        out
+        crate::simulated::with_sim_bus(&mut **self.buses.get_mut(i)?, f)
     }
 
     /// The name of bus `i`.

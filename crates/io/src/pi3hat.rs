@@ -24,9 +24,8 @@
 
 use crate::spi::{ChipSelect, Pi3hatSpi, SpiError, SpiTiming};
 use crate::transport::{ImuSource, OpenError, Transport, TransportCounters, TransportError};
+use proto::pi3hat::{self as board, reg, CanPortConfig, ImuSample};
 use proto::CanFdFrame;
-use sim::pi3hat::{self as board, reg, CanPortConfig};
-use sim::ImuSample;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 const EMPTY_FRAME: CanFdFrame = CanFdFrame {
@@ -394,7 +393,7 @@ impl Pi3hat {
                 }
                 Ok(())
             }
-            Err(SpiError::Register(sim::pi3hat::RegisterError::TxQueueFull)) => Err(TransportError::QueueFull),
+            Err(SpiError::Register(board::RegisterError::TxQueueFull)) => Err(TransportError::QueueFull),
             Err(e) => Err(self.fail(slot, e)),
         }
     }
@@ -638,6 +637,11 @@ impl Pi3hatPort {
     pub fn device(&self) -> &SharedPi3hat {
         &self.dev
     }
+
+    /// Its bus number (connector JC N).
+    pub fn bus(&self) -> u8 {
+        self.bus
+    }
 }
 
 impl Transport for Pi3hatPort {
@@ -683,17 +687,6 @@ impl Transport for Pi3hatPort {
 
     fn write_rank(&self) -> u32 {
         WRITE_ORDER.iter().position(|&b| b == self.bus).unwrap_or(5) as u32
-    }
-
-    fn with_sim_bus(&mut self, f: &mut dyn FnMut(&mut sim::SimBus)) -> bool {
-        let bus = self.bus;
-        match lock(&self.dev).sim_mut().and_then(|b| b.bus_mut(bus)) {
-            Some(b) => {
-                f(b);
-                true
-            }
-            None => false,
-        }
     }
 }
 

@@ -53,11 +53,27 @@ impl Transport for SimTransport {
     fn ready_hint_ns(&self) -> Option<u64> {
         self.bus.next_event_ns()
     }
+}
 
-    fn with_sim_bus(&mut self, f: &mut dyn FnMut(&mut SimBus)) -> bool {
-        f(&mut self.bus);
-        true
+/// Run `f` on the simulated bus behind `transport`, if it is one (fault injection,
+/// statistics, start positions): a [`SimTransport`], or a port of a simulated pi3hat, whose
+/// buses live inside the board its ports share. `None` for any other transport. The
+/// [`Transport`] trait knows nothing of simulators: this looks at the concrete type.
+pub fn with_sim_bus<R>(transport: &mut dyn Transport, f: impl FnOnce(&mut SimBus) -> R) -> Option<R> {
+    let any: &mut dyn std::any::Any = transport;
+    if any.is::<Box<dyn Transport>>() {
+        let inner = any.downcast_mut::<Box<dyn Transport>>()?;
+        return with_sim_bus(&mut **inner, f);
     }
+    if let Some(t) = any.downcast_mut::<SimTransport>() {
+        return Some(f(t.bus_mut()));
+    }
+    let port = any.downcast_mut::<crate::pi3hat::Pi3hatPort>()?;
+    let bus = port.bus();
+    // A panic while holding the lock cannot leave the queues inconsistent (plain data), as
+    // the driver's own `lock` reasons: keep going.
+    let mut dev = port.device().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    dev.sim_mut().and_then(|board| board.bus_mut(bus)).map(f)
 }
 
 /// The simulated IMU behind the [`ImuSource`] interface.
@@ -83,4 +99,21 @@ pub fn default_quadruped<C: Clock>(clock: C, config: RobotConfig) -> Result<Robo
         transports.push(Box::new(SimTransport::new(bus, format!("sim:{}", index + 1))));
     }
     Robot::new(transports, servos, Some(Box::new(SimImu(imu))), clock, config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sim_bus_is_reached_through_any_box_and_nothing_else_has_one() {
+        let mut t: Box<dyn Transport> = Box::new(SimTransport::new(SimBus::new(sim::BusConfig::default()), "sim"));
+        assert_eq!(with_sim_bus(&mut *t, |b| b.servos().len()), Some(0));
+        let mut boxed: Box<dyn Transport> = Box::new(t);
+        assert_eq!(with_sim_bus(&mut *boxed, |b| b.servos().len()), Some(0));
+        let udp = crate::udp::UdpTransport::open("127.0.0.1", 9, 1);
+        if let Ok(mut udp) = udp {
+            assert_eq!(with_sim_bus(&mut udp, |_| ()), None);
+        }
+    }
 }

@@ -113,7 +113,11 @@ impl fmt::Display for TransportError {
 impl std::error::Error for TransportError {}
 
 /// One CAN-FD bus.
-pub trait Transport: Send {
+///
+/// `Any` so that the code that built a transport can reach its concrete type through a
+/// `Box<dyn Transport>` (a simulator's bus, for fault injection:
+/// [`crate::simulated::with_sim_bus`]) without the trait knowing of simulators.
+pub trait Transport: Send + std::any::Any {
     /// A short human name, e.g. `sim` or `fdcanusb:/dev/ttyACM0`.
     fn name(&self) -> &str;
 
@@ -145,14 +149,6 @@ pub trait Transport: Send {
     /// Running counters (protocol errors, disconnects, …).
     fn counters(&self) -> TransportCounters {
         TransportCounters::default()
-    }
-
-    /// Run `f` on the simulated bus behind this transport, if it is one (fault injection,
-    /// statistics, start positions); false when it is not. A closure rather than a
-    /// reference: a pi3hat's simulated buses live inside the board its ports share.
-    fn with_sim_bus(&mut self, f: &mut dyn FnMut(&mut sim::SimBus)) -> bool {
-        let _ = f;
-        false
     }
 
     /// Where this bus comes in each round-robin pass of the cycle's writes (lowest first;
@@ -207,9 +203,6 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn counters(&self) -> TransportCounters {
         (**self).counters()
-    }
-    fn with_sim_bus(&mut self, f: &mut dyn FnMut(&mut sim::SimBus)) -> bool {
-        (**self).with_sim_bus(f)
     }
     fn write_rank(&self) -> u32 {
         (**self).write_rank()

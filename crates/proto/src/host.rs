@@ -13,7 +13,7 @@
 //! consecutive registers with one resolution becomes one subframe, and a gap or a change
 //! of resolution starts the next.
 
-use crate::register::{class_of, integer_range, reg, Mode};
+use crate::register::{class_of, integer_range, reg, Mode, POSITION_COMMAND, POSITION_COMMAND_LEN};
 use crate::subframe::RawValues;
 use crate::subframe::{subframes, DecodeError, Subframe};
 use crate::value::{Resolution, ScaleClass, Value};
@@ -223,7 +223,7 @@ impl Default for PositionResolution {
 
 impl PositionResolution {
     /// Resolutions of the 14 position-mode registers 0x020..=0x02D, in register order.
-    pub const fn from_registers(r: [Resolution; 14]) -> Self {
+    pub const fn from_registers(r: [Resolution; POSITION_COMMAND_LEN]) -> Self {
         let [position, velocity, feedforward_torque, kp_scale, kd_scale, maximum_torque, stop_position, watchdog_timeout, velocity_limit, accel_limit, fixed_voltage_override, ilimit_scale, fixed_current_override, ignore_position_bounds] =
             r;
         PositionResolution {
@@ -246,14 +246,34 @@ impl PositionResolution {
 
     /// Every field at `res`.
     pub const fn all(res: Resolution) -> Self {
-        Self::from_registers([res; 14])
+        Self::from_registers([res; POSITION_COMMAND_LEN])
+    }
+
+    /// The resolutions in register order ([`POSITION_COMMAND`]).
+    pub const fn to_registers(&self) -> [Resolution; POSITION_COMMAND_LEN] {
+        [
+            self.position,
+            self.velocity,
+            self.feedforward_torque,
+            self.kp_scale,
+            self.kd_scale,
+            self.maximum_torque,
+            self.stop_position,
+            self.watchdog_timeout,
+            self.velocity_limit,
+            self.accel_limit,
+            self.fixed_voltage_override,
+            self.ilimit_scale,
+            self.fixed_current_override,
+            self.ignore_position_bounds,
+        ]
     }
 }
 
 impl PositionCommand {
     /// Values of the 14 position-mode registers 0x020..=0x02D, in register order
     /// (`None` = not sent).
-    pub const fn from_registers(v: [Option<f64>; 14]) -> Self {
+    pub const fn from_registers(v: [Option<f64>; POSITION_COMMAND_LEN]) -> Self {
         let [position, velocity, feedforward_torque, kp_scale, kd_scale, maximum_torque, stop_position, watchdog_timeout, velocity_limit, accel_limit, fixed_voltage_override, ilimit_scale, fixed_current_override, ignore_position_bounds] =
             v;
         PositionCommand {
@@ -274,24 +294,36 @@ impl PositionCommand {
         }
     }
 
-    /// `(register, value, resolution)` for 0x020..=0x02D in register order.
-    pub fn entries(&self, res: &PositionResolution) -> [(u16, Option<f64>, Resolution); 14] {
+    /// The values in register order ([`POSITION_COMMAND`]), the inverse of
+    /// [`from_registers`](Self::from_registers).
+    pub const fn to_registers(&self) -> [Option<f64>; POSITION_COMMAND_LEN] {
         [
-            (reg::COMMAND_POSITION, self.position, res.position),
-            (reg::COMMAND_VELOCITY, self.velocity, res.velocity),
-            (reg::COMMAND_FEEDFORWARD_TORQUE, self.feedforward_torque, res.feedforward_torque),
-            (reg::COMMAND_KP_SCALE, self.kp_scale, res.kp_scale),
-            (reg::COMMAND_KD_SCALE, self.kd_scale, res.kd_scale),
-            (reg::COMMAND_MAXIMUM_TORQUE, self.maximum_torque, res.maximum_torque),
-            (reg::COMMAND_STOP_POSITION, self.stop_position, res.stop_position),
-            (reg::COMMAND_TIMEOUT, self.watchdog_timeout, res.watchdog_timeout),
-            (reg::COMMAND_VELOCITY_LIMIT, self.velocity_limit, res.velocity_limit),
-            (reg::COMMAND_ACCEL_LIMIT, self.accel_limit, res.accel_limit),
-            (reg::COMMAND_FIXED_VOLTAGE_OVERRIDE, self.fixed_voltage_override, res.fixed_voltage_override),
-            (reg::COMMAND_ILIMIT_SCALE, self.ilimit_scale, res.ilimit_scale),
-            (reg::COMMAND_FIXED_CURRENT_OVERRIDE, self.fixed_current_override, res.fixed_current_override),
-            (reg::COMMAND_IGNORE_POSITION_BOUNDS, self.ignore_position_bounds, res.ignore_position_bounds),
+            self.position,
+            self.velocity,
+            self.feedforward_torque,
+            self.kp_scale,
+            self.kd_scale,
+            self.maximum_torque,
+            self.stop_position,
+            self.watchdog_timeout,
+            self.velocity_limit,
+            self.accel_limit,
+            self.fixed_voltage_override,
+            self.ilimit_scale,
+            self.fixed_current_override,
+            self.ignore_position_bounds,
         ]
+    }
+
+    /// `(register, value, resolution)` for 0x020..=0x02D in register order, the registers
+    /// from [`POSITION_COMMAND`].
+    pub fn entries(&self, res: &PositionResolution) -> [(u16, Option<f64>, Resolution); POSITION_COMMAND_LEN] {
+        let mut out = [(0, None, Resolution::Float); POSITION_COMMAND_LEN];
+        let fields = POSITION_COMMAND.iter().zip(self.to_registers()).zip(res.to_registers());
+        for (slot, ((c, value), res)) in out.iter_mut().zip(fields) {
+            *slot = (c.register, value, res);
+        }
+        out
     }
 }
 

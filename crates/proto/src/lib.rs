@@ -17,6 +17,8 @@
 //! * [`host`] — position / query / stop / zero-velocity commands, reply decoding.
 //! * [`servo`] — the servo side: serve a request frame against a register server.
 //! * [`fdcanusb`] — `can send`, `OK`, `ERR`, `rcv` lines with the optional CRC suffix.
+//! * [`pi3hat`] — the mjbots pi3hat's SPI register map (the real driver and the simulated
+//!   board both read it).
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -41,6 +43,7 @@ extern crate std;
 pub mod fdcanusb;
 pub mod frame;
 pub mod host;
+pub mod pi3hat;
 pub mod register;
 pub mod servo;
 pub mod subframe;

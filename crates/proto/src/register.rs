@@ -108,6 +108,61 @@ pub mod reg {
     pub const SET_OUTPUT_EXACT: u16 = 0x131;
 }
 
+/// One register of a position-mode command: its address, the field name every API spells
+/// it with, and how it scales.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommandRegister {
+    /// The register address (0x020..=0x02D).
+    pub register: u16,
+    /// The name of its field: [`crate::host::PositionCommand`]'s, the agent protocol's (bit
+    /// `i` of `present` is entry `i`), and the Python API's keyword argument.
+    pub name: &'static str,
+    /// Its scale class ([`class_of`]).
+    pub class: ScaleClass,
+}
+
+/// Number of position-mode command registers.
+pub const POSITION_COMMAND_LEN: usize = 14;
+
+const fn command(register: u16, name: &'static str) -> CommandRegister {
+    CommandRegister { register, name, class: class_of(register) }
+}
+
+/// The position-mode command registers 0x020..=0x02D in register order: the one table the
+/// encoder ([`crate::host::PositionCommand::entries`]), the agent protocol's field order and
+/// the Python package's keyword arguments derive from (their tests compare against it).
+pub const POSITION_COMMAND: [CommandRegister; POSITION_COMMAND_LEN] = [
+    command(reg::COMMAND_POSITION, "position"),
+    command(reg::COMMAND_VELOCITY, "velocity"),
+    command(reg::COMMAND_FEEDFORWARD_TORQUE, "feedforward_torque"),
+    command(reg::COMMAND_KP_SCALE, "kp_scale"),
+    command(reg::COMMAND_KD_SCALE, "kd_scale"),
+    command(reg::COMMAND_MAXIMUM_TORQUE, "maximum_torque"),
+    command(reg::COMMAND_STOP_POSITION, "stop_position"),
+    command(reg::COMMAND_TIMEOUT, "watchdog_timeout"),
+    command(reg::COMMAND_VELOCITY_LIMIT, "velocity_limit"),
+    command(reg::COMMAND_ACCEL_LIMIT, "accel_limit"),
+    command(reg::COMMAND_FIXED_VOLTAGE_OVERRIDE, "fixed_voltage_override"),
+    command(reg::COMMAND_ILIMIT_SCALE, "ilimit_scale"),
+    command(reg::COMMAND_FIXED_CURRENT_OVERRIDE, "fixed_current_override"),
+    command(reg::COMMAND_IGNORE_POSITION_BOUNDS, "ignore_position_bounds"),
+];
+
+/// The field names of [`POSITION_COMMAND`], in register order.
+pub const POSITION_COMMAND_NAMES: [&str; POSITION_COMMAND_LEN] = {
+    let mut names = [""; POSITION_COMMAND_LEN];
+    let mut i = 0;
+    while i < POSITION_COMMAND_LEN {
+        // In range: `i` stops at the arrays' common length; evaluated at compile time.
+        #[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
+        {
+            names[i] = POSITION_COMMAND[i].name;
+            i += 1;
+        }
+    }
+    names
+};
+
 /// The register map version this crate implements.
 pub const REGISTER_MAP_VERSION: u8 = 5;
 
@@ -375,6 +430,20 @@ mod tests {
             let named_int = name_of(r).is_some() && class_of(r) == ScaleClass::Int;
             assert_eq!(integer_range(r).is_some(), named_int, "{r:#x}");
         }
+    }
+
+    #[test]
+    fn the_position_command_table_is_registers_0x020_to_0x02d_in_order() {
+        for (i, c) in POSITION_COMMAND.iter().enumerate() {
+            assert_eq!(c.register, reg::COMMAND_POSITION + i as u16, "{}", c.name);
+            assert_eq!(c.class, class_of(c.register), "{}", c.name);
+            assert_eq!(POSITION_COMMAND_NAMES[i], c.name);
+            // The register's own name is the field's, prefixed (0x027 is the watchdog timeout).
+            let register_name = name_of(c.register).unwrap();
+            let field = if c.name == "watchdog_timeout" { "timeout" } else { c.name };
+            assert_eq!(register_name.strip_prefix("command_"), Some(field));
+        }
+        assert_eq!(POSITION_COMMAND[13].register, reg::COMMAND_IGNORE_POSITION_BOUNDS);
     }
 
     #[test]

@@ -299,21 +299,9 @@ impl AgentSpine {
             ValidCommand::ZeroVelocity => ServoCommand::ZeroVelocity,
             ValidCommand::Brake => ServoCommand::Brake,
             ValidCommand::Position(p) => ServoCommand::Position(PositionCommand {
-                position: p.position,
-                velocity: p.velocity,
-                feedforward_torque: p.feedforward_torque,
-                kp_scale: p.kp_scale,
-                kd_scale: p.kd_scale,
-                maximum_torque: p.maximum_torque,
-                stop_position: p.stop_position,
                 // Never without a watchdog.
                 watchdog_timeout: Some(p.watchdog_timeout.unwrap_or(self.options.watchdog_timeout_s)),
-                velocity_limit: p.velocity_limit,
-                accel_limit: p.accel_limit,
-                fixed_voltage_override: p.fixed_voltage_override,
-                ilimit_scale: p.ilimit_scale,
-                fixed_current_override: p.fixed_current_override,
-                ignore_position_bounds: p.ignore_position_bounds,
+                ..p
             }),
         }
     }

@@ -265,7 +265,10 @@ pub trait Controller: Send {
     const TELEMETRY_RECORD: &'static str = "controller";
 
     /// The first measured state, before the first command (`cycle` is 0, `time_s` 0): learn
-    /// where the joints are. A servo that has not answered yet has `from_cycle == None`.
+    /// where the joints are. A servo that answered the queries sent before the run is `fresh`
+    /// with `age_cycles == Some(0)`; one that has not answered yet has `age_cycles == None`
+    /// (not `fresh`, every value absent). `from_cycle` is `None` for every servo here: those
+    /// queries belong to no cycle.
     fn start(&mut self, state: &State<'_>) {
         let _ = state;
     }

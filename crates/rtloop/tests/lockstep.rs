@@ -209,3 +209,44 @@ fn the_quadruped_runs_through_the_simulated_pi3hat_at_1khz_with_every_reply() {
     let p50 = j["cycle_us"]["p50"].as_f64().unwrap();
     assert!(p50 > 500.0 && p50 < 1000.0, "SPI and wire time, under the period: {p50} µs");
 }
+
+/// What `Controller::start` saw of each servo: (fresh, age_cycles, from_cycle).
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<(bool, Option<u64>, Option<u64>)>>>;
+
+struct SeeStart(Seen);
+
+impl Controller for SeeStart {
+    type Telemetry = ();
+
+    fn start(&mut self, state: &State<'_>) {
+        *self.0.lock().unwrap() = state.servos.iter().map(|s| (s.fresh, s.age_cycles, s.from_cycle)).collect();
+    }
+
+    fn cycle(&mut self, _: &State<'_>, _: &mut Output<'_, ()>) -> Flow {
+        Flow::Continue
+    }
+}
+
+/// What `start` sees of two servos that answer (drop rate 0) or stay silent (every frame
+/// lost), inline and on a control thread.
+fn start_state(drop_rate: f64, control_thread: bool) -> Vec<(bool, Option<u64>, Option<u64>)> {
+    let robot = rtloop::RobotSpec::from_flags(&["1=sim".into()], &["1=1,2".into()]).unwrap();
+    let mut runtime = Runtime::new().robot(robot).duration_s(0.01).control_thread(control_thread);
+    runtime.config_mut().sim.lockstep = true;
+    runtime.config_mut().faults.drop_rate = drop_rate;
+    let seen = Seen::default();
+    runtime.run(SeeStart(seen.clone())).expect("the run starts");
+    let seen = seen.lock().unwrap().clone();
+    seen
+}
+
+#[test]
+fn start_tells_a_servo_that_answered_from_one_that_did_not() {
+    for control_thread in [false, true] {
+        // Answered the queries before the run: fresh, age 0; those queries belong to no
+        // cycle, so `from_cycle` is None for every servo here.
+        assert_eq!(start_state(0.0, control_thread), [(true, Some(0), None); 2], "control thread: {control_thread}");
+        // Never answered: not fresh, no age.
+        assert_eq!(start_state(1.0, control_thread), [(false, None, None); 2], "control thread: {control_thread}");
+    }
+}

@@ -18,16 +18,8 @@
 use crate::rng::XorShift64;
 use core::f64::consts::{PI, TAU};
 
-/// One attitude report.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct ImuSample {
-    /// Attitude quaternion `[w, x, y, z]`, unit norm.
-    pub quaternion: [f64; 4],
-    /// Body rates about x, y, z, degrees per second (bias and noise included).
-    pub rate_dps: [f64; 3],
-    /// Linear acceleration with gravity removed, m/s² (bias and noise included).
-    pub accel_mps2: [f64; 3],
-}
+/// One attitude report: the content of the pi3hat's attitude register.
+pub use proto::pi3hat::ImuSample;
 
 /// Magnitudes of the motion and of the sensor imperfections.
 #[derive(Debug, Clone, Copy, PartialEq)]

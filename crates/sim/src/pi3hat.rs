@@ -34,79 +34,19 @@
 //! [`Pi3hatConfig::rx_queue_capacity`]; beyond that a frame is lost and counted in
 //! [`Pi3hatStats::rx_overflow`]); register 2 shows the sizes of the first
 //! [`RX_STATUS_SLOTS`] of them, register 3 pops the oldest.
+//!
+//! The register map itself (addresses, sizes, layouts) is `proto::pi3hat`, which the real
+//! driver reads too; this module is the board's behaviour.
 
 use crate::bus::SimBus;
 use crate::imu::{Imu, ImuSample};
 use proto::frame::{CanFdFrame, FrameFlags, MAX_DATA};
-
-/// Protocol version the CAN processors report in register 0.
-pub const CAN_PROTOCOL_VERSION: u8 = 0x04;
-/// Interface type in register 1.
-pub const CAN_INTERFACE_TYPE: u8 = 0x01;
-/// Protocol version of the IMU registers (register 32, processor 3).
-pub const IMU_PROTOCOL_VERSION: u8 = 0x20;
-/// Protocol version of the RF receiver registers (register 48, processor 3).
-pub const RF_PROTOCOL_VERSION: u8 = 0x11;
-/// Frame sizes register 2 shows.
-pub const RX_STATUS_SLOTS: usize = 6;
-/// Bytes of the attitude register (34) in full: present, update time, 20 floats, 2 u32.
-pub const ATTITUDE_LEN: usize = 2 + 20 * 4 + 8;
-/// The attitude's short read (present, update time, quaternion, rates, accelerations).
-pub const ATTITUDE_SHORT_LEN: usize = 2 + 10 * 4;
-/// Bytes of a CAN port configuration (registers 7-10) at protocol version 4: the 21 bytes of
-/// earlier versions, then the u32 "cancel all" time.
-pub const CAN_CONFIG_LEN: usize = 25;
-/// Bytes of the error status register (6): six per port.
-pub const ERROR_STATUS_LEN: usize = 12;
-/// Bytes of the IMU configuration (registers 35/36).
-pub const IMU_CONFIG_LEN: usize = 16;
-/// Bytes of register 97: a 20-byte git hash, a "dirty" byte (the firmware was built from a
-/// modified tree when non-zero), then a 12-byte serial number (the firmware's `device_info.h`).
-pub const IDENT_LEN: usize = 33;
-/// Bytes of a received frame's header in register 3 (flags/size, 4-byte id).
-pub const RX_HEADER_LEN: usize = 5;
-
-/// Register addresses.
-pub mod reg {
-    /// CAN protocol version (r).
-    pub const CAN_VERSION: u8 = 0;
-    /// Interface type (r).
-    pub const INTERFACE_TYPE: u8 = 1;
-    /// Receive status: sizes of up to 6 queued frames (r).
-    pub const RX_STATUS: u8 = 2;
-    /// Pop one received frame (r).
-    pub const RX_FRAME: u8 = 3;
-    /// Send a frame with a 4-byte id (w).
-    pub const TX_ID4: u8 = 4;
-    /// Send a frame with a 2-byte id (w).
-    pub const TX_ID2: u8 = 5;
-    /// Error status of both ports (r).
-    pub const ERROR_STATUS: u8 = 6;
-    /// Configuration of port 0 (r).
-    pub const CONFIG_PORT0: u8 = 7;
-    /// Configuration of port 1 (r).
-    pub const CONFIG_PORT1: u8 = 8;
-    /// Write the configuration of port 0 (w).
-    pub const SET_CONFIG_PORT0: u8 = 9;
-    /// Write the configuration of port 1 (w).
-    pub const SET_CONFIG_PORT1: u8 = 10;
-    /// IMU protocol version (r, processor 3).
-    pub const IMU_VERSION: u8 = 32;
-    /// Raw IMU data (r, processor 3).
-    pub const IMU_RAW: u8 = 33;
-    /// Attitude (r, processor 3).
-    pub const ATTITUDE: u8 = 34;
-    /// IMU configuration (r, processor 3).
-    pub const IMU_CONFIG: u8 = 35;
-    /// Write the IMU configuration (w, processor 3).
-    pub const SET_IMU_CONFIG: u8 = 36;
-    /// RF receiver protocol version (r, processor 3).
-    pub const RF_VERSION: u8 = 48;
-    /// The "ready" mux: byte 0 bit 0 = CAN frames queued, byte 1 = a new attitude (r).
-    pub const READY: u8 = 96;
-    /// Git hash and serial number (r).
-    pub const IDENT: u8 = 97;
-}
+// The register map is the board's, shared with the real driver: `proto::pi3hat`.
+pub use proto::pi3hat::{
+    bus_of_port, decode_attitude, encode_attitude, processor_port, reg, CanPortConfig, RegisterError, ATTITUDE_LEN,
+    ATTITUDE_SHORT_LEN, CAN_CONFIG_LEN, CAN_INTERFACE_TYPE, CAN_PROTOCOL_VERSION, ERROR_STATUS_LEN, IDENT_LEN,
+    IMU_CONFIG_LEN, IMU_PROTOCOL_VERSION, RF_PROTOCOL_VERSION, RX_HEADER_LEN, RX_STATUS_SLOTS,
+};
 
 /// Timing and capacities of the simulated board.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -140,94 +80,6 @@ impl Pi3hatConfig {
     }
 }
 
-/// One CAN port's configuration, as registers 7-10 carry it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CanPortConfig {
-    /// Nominal (arbitration) bit rate, bit/s.
-    pub nominal_bitrate: i32,
-    /// Data-phase bit rate, bit/s.
-    pub data_bitrate: i32,
-    /// Send CAN-FD frames.
-    pub fd: bool,
-    /// Switch to the data bit rate in FD frames.
-    pub bitrate_switch: bool,
-    /// Retransmit automatically.
-    pub automatic_retransmission: bool,
-    /// Restricted operation mode.
-    pub restricted: bool,
-    /// Bus monitoring mode (listen only).
-    pub bus_monitor: bool,
-    /// Bit timing overrides, each an i8 (-1: computed from the bit rate; any value ≥ 0 is
-    /// used as given): nominal prescaler, sync jump width, time segment 1 and 2, then the
-    /// same for the data phase (of an 85 MHz clock).
-    pub timing: [i8; 8],
-    /// After this long without a frame from the host, queued transmissions are cancelled, ms.
-    pub cancel_all_ms: u32,
-}
-
-impl CanPortConfig {
-    /// The high-speed ports' defaults: 1 Mbit/s, 5 Mbit/s, FD with bit rate switch.
-    pub const FD_DEFAULT: CanPortConfig = CanPortConfig {
-        nominal_bitrate: 1_000_000,
-        data_bitrate: 5_000_000,
-        fd: true,
-        bitrate_switch: true,
-        automatic_retransmission: true,
-        restricted: false,
-        bus_monitor: false,
-        timing: [-1; 8],
-        cancel_all_ms: 50,
-    };
-
-    /// JC5's defaults: classic CAN at 125 kbit/s.
-    pub const SLOW_DEFAULT: CanPortConfig = CanPortConfig {
-        nominal_bitrate: 125_000,
-        data_bitrate: 125_000,
-        fd: false,
-        bitrate_switch: false,
-        automatic_retransmission: true,
-        restricted: false,
-        bus_monitor: false,
-        timing: [-1; 8],
-        cancel_all_ms: 50,
-    };
-
-    /// The register bytes.
-    pub fn encode(&self) -> [u8; CAN_CONFIG_LEN] {
-        let mut out = [0u8; CAN_CONFIG_LEN];
-        out[0..4].copy_from_slice(&self.nominal_bitrate.to_le_bytes());
-        out[4..8].copy_from_slice(&self.data_bitrate.to_le_bytes());
-        out[8] = u8::from(self.fd);
-        out[9] = u8::from(self.bitrate_switch);
-        out[10] = u8::from(self.automatic_retransmission);
-        out[11] = u8::from(self.restricted);
-        out[12] = u8::from(self.bus_monitor);
-        for (slot, t) in out[13..21].iter_mut().zip(self.timing) {
-            *slot = t as u8;
-        }
-        out[21..25].copy_from_slice(&self.cancel_all_ms.to_le_bytes());
-        out
-    }
-
-    /// Parse register bytes; `None` when too short or a bit rate is not positive.
-    pub fn decode(bytes: &[u8]) -> Option<CanPortConfig> {
-        let b = bytes.get(..CAN_CONFIG_LEN)?;
-        let i32_at = |i: usize| Some(i32::from_le_bytes(b.get(i..i + 4)?.try_into().ok()?));
-        let cfg = CanPortConfig {
-            nominal_bitrate: i32_at(0)?,
-            data_bitrate: i32_at(4)?,
-            fd: b[8] != 0,
-            bitrate_switch: b[9] != 0,
-            automatic_retransmission: b[10] != 0,
-            restricted: b[11] != 0,
-            bus_monitor: b[12] != 0,
-            timing: core::array::from_fn(|i| b[13 + i] as i8),
-            cancel_all_ms: u32::from_le_bytes([b[21], b[22], b[23], b[24]]),
-        };
-        (cfg.nominal_bitrate > 0 && cfg.data_bitrate > 0).then_some(cfg)
-    }
-}
-
 /// The IMU configuration (registers 35/36).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ImuMounting {
@@ -242,50 +94,6 @@ impl Default for ImuMounting {
         ImuMounting { rpy_deg: [0.0; 3], rate_hz: 1000 }
     }
 }
-
-/// Why a transaction was not what the register expects. The transaction still took its SPI
-/// time; a bad read returns zeros, a bad write changes nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RegisterError {
-    /// Processors are numbered 1 to 3.
-    NoSuchProcessor(u8),
-    /// Nothing answers at this address on this processor.
-    UnknownRegister {
-        /// Processor 1-3.
-        processor: u8,
-        /// The address.
-        address: u8,
-    },
-    /// A read of a register that can only be written, or a write of one that can only be read.
-    WrongDirection {
-        /// Processor 1-3.
-        processor: u8,
-        /// The address.
-        address: u8,
-    },
-    /// A write whose bytes do not form what the register takes.
-    Malformed(&'static str),
-    /// The port's transmit queue was full: the frame was not sent.
-    TxQueueFull,
-}
-
-impl core::fmt::Display for RegisterError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            RegisterError::NoSuchProcessor(p) => write!(f, "there is no processor {p} (the pi3hat has 1 to 3)"),
-            RegisterError::UnknownRegister { processor, address } => {
-                write!(f, "processor {processor} has no register {address}")
-            }
-            RegisterError::WrongDirection { processor, address } => {
-                write!(f, "register {address} of processor {processor} cannot be accessed that way")
-            }
-            RegisterError::Malformed(what) => write!(f, "malformed register write: {what}"),
-            RegisterError::TxQueueFull => write!(f, "CAN transmit queue full"),
-        }
-    }
-}
-
-impl std::error::Error for RegisterError {}
 
 /// When a transaction ran, and whether the register took it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -396,34 +204,9 @@ pub struct SimPi3hat {
     serial: [u8; 12],
 }
 
-/// The bus (connector JC1-JC5) behind port 0-1 of processor 1-3: the inverse of
-/// [`processor_port`].
-pub fn bus_of_port(processor: u8, port: u8) -> Option<u8> {
-    match (processor, port) {
-        (1, 0) => Some(1),
-        (1, 1) => Some(2),
-        (2, 0) => Some(3),
-        (2, 1) => Some(4),
-        (3, 0) => Some(5),
-        _ => None,
-    }
-}
-
 /// The index (0-4) of the bus behind a processor's port.
 fn bus_of(processor: u8, port: u8) -> Option<usize> {
     bus_of_port(processor, port).map(|n| usize::from(n - 1))
-}
-
-/// The processor (1-3) and port (0-1) of bus 1-5.
-pub fn processor_port(bus: u8) -> Option<(u8, u8)> {
-    match bus {
-        1 => Some((1, 0)),
-        2 => Some((1, 1)),
-        3 => Some((2, 0)),
-        4 => Some((2, 1)),
-        5 => Some((3, 0)),
-        _ => None,
-    }
 }
 
 impl SimPi3hat {
@@ -757,32 +540,4 @@ impl SimPi3hat {
 fn put(out: &mut [u8], bytes: &[u8]) {
     let n = out.len().min(bytes.len());
     out[..n].copy_from_slice(&bytes[..n]);
-}
-
-/// Register 34's bytes for a sample (`update` is the update counter; its low byte is sent).
-pub fn encode_attitude(s: &ImuSample, update: u64) -> [u8; ATTITUDE_LEN] {
-    let mut b = [0u8; ATTITUDE_LEN];
-    b[0] = 1;
-    b[1] = update as u8;
-    let floats = s.quaternion.iter().chain(s.rate_dps.iter()).chain(s.accel_mps2.iter());
-    for (i, v) in floats.enumerate() {
-        b[2 + 4 * i..6 + 4 * i].copy_from_slice(&(*v as f32).to_le_bytes());
-    }
-    // Bias, uncertainties, error count and last error stay zero: a settled filter.
-    b
-}
-
-/// Parse the start of register 34 (at least [`ATTITUDE_SHORT_LEN`] bytes); `None` when short
-/// or when the present bit is clear.
-pub fn decode_attitude(bytes: &[u8]) -> Option<ImuSample> {
-    let b = bytes.get(..ATTITUDE_SHORT_LEN)?;
-    if b[0] & 1 == 0 {
-        return None;
-    }
-    let f = |i: usize| f64::from(f32::from_le_bytes([b[2 + 4 * i], b[3 + 4 * i], b[4 + 4 * i], b[5 + 4 * i]]));
-    Some(ImuSample {
-        quaternion: [f(0), f(1), f(2), f(3)],
-        rate_dps: [f(4), f(5), f(6)],
-        accel_mps2: [f(7), f(8), f(9)],
-    })
 }

@@ -20,7 +20,7 @@ use indicatif::ProgressBar;
 use serde_json::json;
 
 use crate::format::TlogError;
-use crate::reader::{FileReader, Item, ItemFilter, RecordInfo};
+use crate::reader::{FileReader, Item, ItemFilter, RecordInfo, SurvivingItems};
 use crate::schema::Schema;
 use crate::survey::{Problem, ProblemKind, Problems};
 use crate::value::{unique_names, Value};
@@ -111,32 +111,26 @@ pub fn to_csv(
     if let Some(bar) = progress {
         bar.set_length(reader.len());
     }
-    let mut problems = Problems::default();
     let mut columns: Option<HashMap<String, usize>> = None;
     let mut stats = CsvStats::default();
     let mut leaves = Vec::new();
     let mut cells: Vec<String> = Vec::new();
-    for item in reader.items(ItemFilter::default()) {
-        // Bad blocks are skipped and counted: the point of an export of a damaged log is
-        // what survived.
-        let item = match item {
-            Ok(item) => item,
-            Err(error) => {
-                note_read_error(&mut problems, &error);
-                continue;
-            }
-        };
+    // Bad blocks are skipped and counted: the point of an export of a damaged log is what
+    // survived.
+    let mut items = reader.surviving_items(ItemFilter::default());
+    while let Some(item) = items.next() {
+        let problems = &mut items.problems;
         if let Some(bar) = progress {
             bar.set_position(item.offset);
         }
         if !wanted.contains(&item.record_id) {
             if !known.contains(&item.record_id) {
-                note_no_schema(&mut problems, &item);
+                note_no_schema(problems, &item);
             }
             continue;
         }
         stats.items += 1;
-        let Some(value) = decode_or_note(reader, &item, Some(record), &mut problems) else { continue };
+        let Some(value) = decode_or_note(reader, &item, Some(record), problems) else { continue };
         leaves.clear();
         value.flatten("", &mut leaves);
         let columns = columns.get_or_insert_with(|| {
@@ -179,7 +173,7 @@ pub fn to_csv(
     if let Some(bar) = progress {
         bar.set_position(reader.len());
     }
-    stats.problems = problems.into_vec();
+    stats.problems = items.problems.into_vec();
     Ok(stats)
 }
 
@@ -225,14 +219,9 @@ pub fn to_mcap<W: Write>(reader: &FileReader, out: W, progress: Option<&Progress
     if let Some(bar) = progress {
         bar.set_length(reader.len());
     }
-    for item in reader.items(ItemFilter::default()) {
-        let item = match item {
-            Ok(item) => item,
-            Err(error) => {
-                note_read_error(&mut problems, &error);
-                continue;
-            }
-        };
+    let mut items = SurvivingItems::new(reader.items(ItemFilter::default()), problems);
+    while let Some(item) = items.next() {
+        let problems = &mut items.problems;
         if let Some(bar) = progress {
             bar.set_position(item.offset);
         }
@@ -240,12 +229,12 @@ pub fn to_mcap<W: Write>(reader: &FileReader, out: W, progress: Option<&Progress
         let Some((channel_id, sequence)) = channels.get_mut(&item.record_id) else {
             match names.get(&item.record_id) {
                 Some(_) => problems.data_without_readable_schema(item.record_id),
-                None => note_no_schema(&mut problems, &item),
+                None => note_no_schema(problems, &item),
             }
             continue;
         };
         let name = names.get(&item.record_id).copied();
-        let Some(value) = decode_or_note(reader, &item, name, &mut problems) else { continue };
+        let Some(value) = decode_or_note(reader, &item, name, problems) else { continue };
         let payload = serde_json::to_vec(&value.to_json()).map_err(|e| TlogError::Export(format!("mcap: {e}")))?;
         let time_ns = item.timestamp_us.map_or(0, |us| u64::try_from(us).unwrap_or(0).saturating_mul(1000));
         let header = mcap::records::MessageHeader {
@@ -264,8 +253,8 @@ pub fn to_mcap<W: Write>(reader: &FileReader, out: W, progress: Option<&Progress
     if let Some(bar) = progress {
         bar.set_position(reader.len());
     }
-    stats.skipped = problems.skipped();
-    stats.problems = problems.into_vec();
+    stats.skipped = items.problems.skipped();
+    stats.problems = items.problems.into_vec();
     Ok(stats)
 }
 

@@ -63,8 +63,8 @@ use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 
 use crate::columns::{Cell, Column, ColumnBuilder, ColumnData, ColumnOptions, Columns, ColumnsError, NO_TIMESTAMP};
-use crate::export::{note_no_schema, note_read_error};
-use crate::reader::{FileReader, ItemFilter};
+use crate::export::note_no_schema;
+use crate::reader::{FileReader, ItemFilter, SurvivingItems};
 use crate::survey::{Problem, ProblemKind, Problems};
 
 /// Most rows in one row group by default.
@@ -240,25 +240,21 @@ pub fn records_to_parquet<W: Write + Send>(
         bar.set_length(reader.len());
     }
     let mut items = 0u64;
-    for item in reader.items(ItemFilter::default()) {
-        let item = match item {
-            Ok(item) => item,
-            Err(error) => {
-                note_read_error(&mut problems, &error);
-                continue;
-            }
-        };
+    let mut surviving = SurvivingItems::new(reader.items(ItemFilter::default()), problems);
+    while let Some(item) = surviving.next() {
+        let problems = &mut surviving.problems;
         items += 1;
         if let Some(bar) = progress {
             bar.set_position(item.offset);
         }
         match sink_of.get(&item.record_id).and_then(|&i| sinks.get_mut(i)) {
             Some(sink) => sink.push(&item)?,
-            None if !known.contains(&item.record_id) => note_no_schema(&mut problems, &item),
+            None if !known.contains(&item.record_id) => note_no_schema(problems, &item),
             None if unreadable.contains(&item.record_id) => problems.data_without_readable_schema(item.record_id),
             None => {}
         }
     }
+    let problems = surviving.problems;
     let mut stats = Vec::with_capacity(sinks.len());
     for sink in sinks {
         stats.push(sink.finish()?);

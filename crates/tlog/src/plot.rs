@@ -21,10 +21,10 @@ use std::ops::Range;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::export::{decode_or_note, describe_records, find_record, note_no_schema, note_read_error, unusable_schema};
+use crate::export::{decode_or_note, describe_records, find_record, note_no_schema, unusable_schema};
 use crate::format::TlogError;
 use crate::reader::{FileReader, ItemFilter};
-use crate::survey::{Problem, Problems};
+use crate::survey::Problem;
 use crate::value::Value;
 
 /// How many available fields an "unknown field" error lists.
@@ -184,25 +184,19 @@ fn collect_series(
     let mut first_columns: HashMap<u64, Vec<String>> = HashMap::new();
     // Items met per plotted record id, decoded or not.
     let mut items: HashMap<u64, u64> = HashMap::new();
-    let mut problems = Problems::default();
     let mut leaves = Vec::new();
-    for item in reader.items(ItemFilter::default()) {
-        let item = match item {
-            Ok(item) => item,
-            Err(error) => {
-                note_read_error(&mut problems, &error);
-                continue;
-            }
-        };
+    let mut surviving = reader.surviving_items(ItemFilter::default());
+    while let Some(item) = surviving.next() {
+        let problems = &mut surviving.problems;
         let Some(targets) = by_id.get(&item.record_id) else {
             if !names.contains_key(&item.record_id) {
-                note_no_schema(&mut problems, &item);
+                note_no_schema(problems, &item);
             }
             continue;
         };
         *items.entry(item.record_id).or_default() += 1;
         let name = names.get(&item.record_id).copied();
-        let Some(value) = decode_or_note(reader, &item, name, &mut problems) else { continue };
+        let Some(value) = decode_or_note(reader, &item, name, problems) else { continue };
         leaves.clear();
         value.flatten("", &mut leaves);
         first_columns.entry(item.record_id).or_insert_with(|| leaves.iter().map(|(name, _)| name.clone()).collect());
@@ -217,6 +211,7 @@ fn collect_series(
             }
         }
     }
+    let problems = surviving.problems;
     let mut empty = Vec::new();
     for (w, field) in wanted.iter().zip(fields) {
         let ids: Vec<u64> = records.iter().filter(|r| r.name == w.record).map(|r| r.id).collect();

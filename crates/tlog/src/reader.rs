@@ -373,6 +373,12 @@ impl FileReader {
         Items { walker: Walker::new(self, start), filter, wanted_ids, pending_error }
     }
 
+    /// [`items`](Self::items) with damaged blocks skipped and counted: what every exporter
+    /// reads ([`SurvivingItems`]).
+    pub fn surviving_items(&self, filter: ItemFilter) -> SurvivingItems<'_> {
+        SurvivingItems::new(self.items(filter), Problems::default())
+    }
+
     /// An offset to start walking from so that no item with `timestamp ≥ timestamp_us` that
     /// follows the last earlier seek marker is missed: the start of the first data block at or
     /// after `timestamp_us` (or the end of the file when there is none).
@@ -712,6 +718,46 @@ impl Iterator for Items<'_> {
                 }
                 Event::Error(error) => return Some(Err(error)),
                 Event::Index | Event::Other => {}
+            }
+        }
+    }
+}
+
+/// The items of a log that survived, for exporters: [`Items`] with every damaged block (and
+/// the cut at the end of a log) skipped and counted in [`problems`](Self::problems), so
+/// that an export of a damaged log writes what survived and says what did not. Returned by
+/// [`FileReader::surviving_items`].
+///
+/// The caller counts its own kinds of damage (items that do not decode, data without a
+/// schema) in the same [`Problems`], between items: `while let Some(item) = items.next()`
+/// leaves `items.problems` free inside the loop, and the problems keep the order met.
+pub struct SurvivingItems<'r> {
+    items: Items<'r>,
+    /// What was skipped so far (and what the caller noted).
+    pub problems: Problems,
+}
+
+impl<'r> SurvivingItems<'r> {
+    /// The items of `items`, damage counted in `problems` (which may already hold some:
+    /// schemas that do not parse, say).
+    pub fn new(items: Items<'r>, problems: Problems) -> Self {
+        SurvivingItems { items, problems }
+    }
+
+    /// Offset the walk has reached (for progress bars).
+    pub fn position(&self) -> u64 {
+        self.items.position()
+    }
+}
+
+impl Iterator for SurvivingItems<'_> {
+    type Item = Item;
+
+    fn next(&mut self) -> Option<Item> {
+        loop {
+            match self.items.next()? {
+                Ok(item) => return Some(item),
+                Err(error) => self.problems.note_read_error(&error),
             }
         }
     }

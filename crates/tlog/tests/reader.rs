@@ -325,3 +325,27 @@ fn backwards_walk_is_the_forward_walk_reversed() {
     }
     assert!(with_index.backwards(99).next().is_none());
 }
+
+#[test]
+fn surviving_items_skip_and_count_a_corrupt_block_and_a_cut() {
+    // Golden, twice more: a data block with a flipped byte (CRC mismatch), then the good
+    // one, then a block cut short.
+    let data = &GOLDEN[28..];
+    let mut bytes = GOLDEN.to_vec();
+    let mut bad = data.to_vec();
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    bytes.extend_from_slice(&bad);
+    bytes.extend_from_slice(data);
+    bytes.extend_from_slice(&data[..data.len() - 3]);
+    let reader = FileReader::from_bytes(bytes).unwrap();
+    let raw: Vec<_> = reader.items(ItemFilter::default()).collect();
+    assert_eq!(raw.iter().filter(|i| i.is_err()).count(), 2, "{raw:?}");
+    let mut items = reader.surviving_items(ItemFilter::default());
+    let offsets: Vec<u64> = items.by_ref().map(|i| i.offset).collect();
+    assert_eq!(offsets, [28, 28 + 2 * data.len() as u64]);
+    let problems = items.problems.into_vec();
+    let kinds: Vec<_> = problems.iter().map(|p| (p.kind, p.count)).collect();
+    use tlog::survey::ProblemKind;
+    assert_eq!(kinds, [(ProblemKind::CorruptBlock, 1), (ProblemKind::Truncated, 1)], "{problems:?}");
+}

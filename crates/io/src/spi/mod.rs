@@ -138,7 +138,7 @@ pub enum SpiError {
     /// No such processor on a pi3hat (it has 1 to 3).
     NoSuchProcessor(u8),
     /// The simulated board refused the transaction (unknown register, malformed write, …).
-    Register(sim::pi3hat::RegisterError),
+    Register(proto::pi3hat::RegisterError),
 }
 
 impl fmt::Display for SpiError {
