@@ -5,7 +5,7 @@
 //! dropped. Also: the C header compiles warning-free on its own and refuses a wrong
 //! version with one sentence.
 
-mod common;
+use crate::common;
 
 use agent::layout::status;
 use agent::{Limits, Lockstep, Poll, Spine, SpineConfig, ValidCommand};

@@ -2,7 +2,7 @@
 //! the spine's validation returns typed errors and never panics, and whatever it accepts
 //! is within the limits.
 
-mod common;
+use crate::common;
 
 use agent::layout::{bytes_of, field, from_bytes, kind, CommandBlock, RawServoCommand, COMMAND_OFFSET, FIELD_NAMES};
 use agent::{validate, Agent, CommandError, Limits, Poll, Spine, SpineConfig, ValidCommand};
@@ -251,9 +251,10 @@ proptest! {
 
 #[test]
 fn property_case_counts_follow_proptest_cases() {
-    let test = "arbitrary_servo_commands_never_panic_and_accepted_ones_are_in_limits";
-    assert_eq!(common::cases_run(test, Some(7)), 7);
+    let test =
+        testkit::test_path(module_path!(), "arbitrary_servo_commands_never_panic_and_accepted_ones_are_in_limits");
+    assert_eq!(common::cases_run(&test, Some(7)), 7);
     if std::env::var_os("PROPTEST_CASES").is_none() {
-        assert_eq!(common::cases_run(test, None), 256, "the default when PROPTEST_CASES is unset");
+        assert_eq!(common::cases_run(&test, None), 256, "the default when PROPTEST_CASES is unset");
     }
 }

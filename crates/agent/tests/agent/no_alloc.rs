@@ -2,14 +2,11 @@
 //! polling commands (new, unchanged, ignored, torn, timed out, re-armed), validating them,
 //! counting refusals and checking the agent's version.
 
-mod common;
+use crate::common;
 
 use agent::layout::{kind, COMMAND_OFFSET};
 use agent::{Agent, Limits, Poll, Spine, SpineConfig};
 use std::os::unix::fs::FileExt;
-
-#[global_allocator]
-static ALLOCATOR: testkit::CountingAllocator = testkit::CountingAllocator;
 
 const MS: u64 = 1_000_000;
 

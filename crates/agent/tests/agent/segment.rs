@@ -1,7 +1,7 @@
 //! The segment's lifecycle and every refusal: names, a second spine, a stale segment, a
 //! foreign file, wrong magic, version or sizes — each one sentence — and the mode.
 
-mod common;
+use crate::common;
 
 use agent::layout::{Header, Plain, MAGIC, TOTAL_SIZE, VERSION};
 use agent::{Agent, AttachError, Spine, SpineConfig, SpineError};

@@ -1,7 +1,7 @@
 //! The spine and a Rust agent in one process: round trip, seqlock consistency under
 //! concurrent writes, the liveness/arming state machine on an injected clock, lockstep.
 
-mod common;
+use crate::common;
 
 use agent::layout::{field, kind, status, MAX_SERVOS};
 use agent::{Agent, Limits, Lockstep, Poll, Spine, SpineConfig, SpineGone, ValidCommand};
