@@ -575,12 +575,19 @@ fn every_other_test_here_leaves_nothing_in_the_temp_dir() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--skip", "every_other_test_here_leaves_nothing_in_the_temp_dir"])
+        // This module's tests only: the binary holds the whole crate's.
+        .args([
+            &testkit::test_path(module_path!(), ""),
+            "--skip",
+            "every_other_test_here_leaves_nothing_in_the_temp_dir",
+        ])
         .env("TMPDIR", tmp.path())
         .env(HYGIENE_CHILD, "1")
         .output()
         .unwrap();
     assert!(out.status.success(), "the tests failed: {}", String::from_utf8_lossy(&out.stdout));
+    // The filter matched this module's tests (a wrong one runs none, and leaves nothing).
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(" 0 passed"), "no test ran in the child");
     let left: Vec<String> =
         std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert!(left.is_empty(), "left behind in TMPDIR: {left:?}");

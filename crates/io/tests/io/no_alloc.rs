@@ -5,9 +5,6 @@
 use io::{default_quadruped, RobotConfig, ServoCommand, ServoReply, VirtualClock};
 use proto::host::PositionCommand;
 
-#[global_allocator]
-static ALLOCATOR: testkit::CountingAllocator = testkit::CountingAllocator;
-
 /// The harness itself must be able to see an allocation, or the test below proves nothing.
 #[test]
 fn the_counting_allocator_sees_allocations() {

@@ -6,9 +6,6 @@ use io::open::{open_buses, BusRequest, OpenOptions};
 use io::{BusUri, Clock, Pi3hatCarrier, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec, VirtualClock};
 use proto::host::PositionCommand;
 
-#[global_allocator]
-static ALLOCATOR: testkit::CountingAllocator = testkit::CountingAllocator;
-
 const SIM: BusUri = BusUri::Pi3hat { carrier: Pi3hatCarrier::Sim };
 
 fn quadruped(clock: &VirtualClock, options: OpenOptions) -> Robot<VirtualClock> {

@@ -20,9 +20,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-#[global_allocator]
-static ALLOCATOR: testkit::CountingAllocator = testkit::CountingAllocator;
-
 // ---- helpers ----
 
 /// A simulated bus with `ids`, served by `endpoint` on its own thread in real time.
