@@ -1,9 +1,7 @@
 //! The `rtloop lab` flags reach the experiments: defaults, the common flags, and a full
 //! wakeup run through `cli::run` with JSON, CSV and plot output.
 
-mod common;
-
-use common::parse;
+use crate::common::parse;
 use lab::cli::{run, LabCommand};
 use rt::setup::Policy;
 

@@ -84,7 +84,7 @@ fn runs_unprivileged() {
     let out = Command::new(setpriv)
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
         .arg(&copy)
-        .args(["--exact", "doctor_child", "--nocapture", "--test-threads=1"])
+        .args(["--exact", &testkit::test_path(module_path!(), "doctor_child"), "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, "1")
         .output()
         .unwrap();

@@ -50,7 +50,7 @@ fn nonsense_options_are_refused() {
 }
 
 /// Not a check: prints p50/p99 per method under `other` and `fifo`, with and without load.
-/// Run with `cargo test -p rtloop-lab --test event -- --ignored --nocapture`.
+/// Run with `cargo test -p rtloop-lab --test lab event:: -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn print_figures() {

@@ -3,40 +3,57 @@
 //! end, an error or a panic, and what a killed run left behind is removed by the next start.
 //! (Signals are tested on the real command, in `crates/rtloop/tests/lab_cli.rs`.)
 //!
-//! Each test points TMPDIR at a fresh directory of its own (the load generator creates its
-//! files under `std::env::temp_dir()`), so the tests take turns.
+//! Each test runs in a child process of this test binary whose TMPDIR is a fresh directory
+//! of its own (the load generator creates its files under `std::env::temp_dir()`). Changing
+//! TMPDIR in this process instead would move the files of the crate's other tests, which share
+//! the binary and run alongside, into the directory a test inspects.
 
 use lab::load::Load;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-static TMPDIR_IN_USE: Mutex<()> = Mutex::new(());
+/// Set in a test's child process: the directory its TMPDIR names.
+const CHILD_ENV: &str = "RTLOOP_LAB_LOAD_FILES_TMPDIR";
+/// Set in a test's child process: the temporary directory its parent had.
+const ORIGINAL_ENV: &str = "RTLOOP_LAB_LOAD_FILES_ORIGINAL_TMPDIR";
 
-/// The temporary directory the tests started with (before any of them changed TMPDIR).
-fn original_tmpdir() -> &'static Path {
-    static ORIGINAL: OnceLock<PathBuf> = OnceLock::new();
-    ORIGINAL.get_or_init(std::env::temp_dir)
+/// The temporary directory of the test process (the parent's, in a child).
+fn original_tmpdir() -> PathBuf {
+    std::env::var_os(ORIGINAL_ENV).map_or_else(std::env::temp_dir, PathBuf::from)
 }
 
-/// TMPDIR pointing at a fresh, empty directory for as long as this lives; removed at the end.
+/// The fresh, empty directory TMPDIR names in a test's child process.
 struct TestTmpdir {
-    dir: tempfile::TempDir,
-    _turn: MutexGuard<'static, ()>,
+    path: PathBuf,
 }
 
 impl TestTmpdir {
-    fn new() -> TestTmpdir {
-        let turn = TMPDIR_IN_USE.lock().unwrap_or_else(|e| e.into_inner());
-        let dir = tempfile::Builder::new().prefix("rtloop-lab-tmpdir-test-").tempdir_in(original_tmpdir()).unwrap();
-        // Only these tests read TMPDIR in this binary, and they hold the lock.
-        std::env::set_var("TMPDIR", dir.path());
-        TestTmpdir { dir, _turn: turn }
+    /// In the child process of test `name`: its directory, to run the test's body in. In the
+    /// test process: `None`, after running test `name` in a child process with TMPDIR
+    /// pointing at a fresh directory (removed afterwards) and checking that it ran and passed.
+    fn for_test(name: &str) -> Option<TestTmpdir> {
+        if let Some(path) = std::env::var_os(CHILD_ENV) {
+            return Some(TestTmpdir { path: PathBuf::from(path) });
+        }
+        let dir = tempfile::Builder::new().prefix("rtloop-lab-tmpdir-test-").tempdir().unwrap();
+        let test = testkit::test_path(module_path!(), name);
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", &test, "--nocapture", "--test-threads=1"])
+            .env("TMPDIR", dir.path())
+            .env(CHILD_ENV, dir.path())
+            .env(ORIGINAL_ENV, std::env::temp_dir())
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{test} failed in its child process:\n{text}");
+        assert!(text.contains(" 1 passed"), "{test} did not run in its child process:\n{text}");
+        None
     }
 
     fn path(&self) -> &Path {
-        self.dir.path()
+        &self.path
     }
 
     /// The names in the directory, sorted.
@@ -47,12 +64,6 @@ impl TestTmpdir {
             .collect();
         names.sort();
         names
-    }
-}
-
-impl Drop for TestTmpdir {
-    fn drop(&mut self) {
-        std::env::set_var("TMPDIR", original_tmpdir());
     }
 }
 
@@ -79,7 +90,7 @@ fn dead_pid() -> u32 {
 
 #[test]
 fn a_planted_symlink_is_never_followed() {
-    let tmp = TestTmpdir::new();
+    let Some(tmp) = TestTmpdir::for_test("a_planted_symlink_is_never_followed") else { return };
     let outside = tempfile::tempdir_in(original_tmpdir()).unwrap();
     let victim = outside.path().join("victim");
     std::fs::write(&victim, b"precious").unwrap();
@@ -99,7 +110,7 @@ fn a_planted_symlink_is_never_followed() {
 
 #[test]
 fn the_files_live_in_a_private_directory_and_go_with_it() {
-    let tmp = TestTmpdir::new();
+    let Some(tmp) = TestTmpdir::for_test("the_files_live_in_a_private_directory_and_go_with_it") else { return };
     let mut load = Load::start(2).unwrap();
     let give_up = Instant::now() + Duration::from_secs(60);
     while load.rounds() < 6 && Instant::now() < give_up {
@@ -121,7 +132,7 @@ fn the_files_live_in_a_private_directory_and_go_with_it() {
 
 #[test]
 fn what_killed_runs_left_is_removed_at_start() {
-    let tmp = TestTmpdir::new();
+    let Some(tmp) = TestTmpdir::for_test("what_killed_runs_left_is_removed_at_start") else { return };
     let dead = dead_pid();
     // A private directory of a run killed with SIGKILL, and a file of an older rtloop version.
     let stale_dir = tmp.path().join(format!("rtloop-lab-load-{dead}-Xk3j9q"));
@@ -154,7 +165,7 @@ fn what_killed_runs_left_is_removed_at_start() {
 
 #[test]
 fn a_panic_leaves_no_files() {
-    let tmp = TestTmpdir::new();
+    let Some(tmp) = TestTmpdir::for_test("a_panic_leaves_no_files") else { return };
     let result = std::thread::spawn(|| {
         let load = Load::start(1).unwrap();
         let give_up = Instant::now() + Duration::from_secs(60);
@@ -170,7 +181,10 @@ fn a_panic_leaves_no_files() {
 
 #[test]
 fn an_experiment_that_fails_leaves_no_files_and_says_why_in_one_sentence() {
-    let tmp = TestTmpdir::new();
+    let Some(tmp) = TestTmpdir::for_test("an_experiment_that_fails_leaves_no_files_and_says_why_in_one_sentence")
+    else {
+        return;
+    };
     let common = lab::report::CommonOptions { load: 1, samples: 10, ..Default::default() };
     let err = lab::cycle::cycle(&common, "fdcanusb:/nonexistent/rtloop-lab-test", "1", 100.0).unwrap_err();
     assert!(!err.contains("OpenError") && !err.contains(" {"), "a Debug struct reached the user: {err}");

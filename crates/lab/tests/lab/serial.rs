@@ -48,7 +48,7 @@ fn nonsense_options_are_refused() {
 }
 
 /// Not a check: prints p50/p99 per method under `other` and `fifo`, with and without load.
-/// Run with `cargo test -p rtloop-lab --test serial -- --ignored --nocapture`.
+/// Run with `cargo test -p rtloop-lab --test lab serial:: -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn print_figures() {

@@ -3,9 +3,7 @@
 //! names the flag and the valid range, and `--load` is capped by this machine's CPUs and
 //! available memory.
 
-mod common;
-
-use common::parse;
+use crate::common::parse;
 use lab::cli::{run, LabCommand};
 use lab::load::{Capacity, Load};
 
