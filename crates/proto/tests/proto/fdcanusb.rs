@@ -1,7 +1,7 @@
 //! The fdcanusb line codec against the spec vectors (moteus-protocol.md §6, §7), the official
 //! `moteus-protocol` codec as an oracle, and arbitrary input.
 
-mod common;
+use crate::common;
 
 use proptest::prelude::*;
 use proto::fdcanusb::{
@@ -372,6 +372,7 @@ proptest! {
 #[test]
 fn proptest_cases_is_respected() {
     // Run the property test in a child process and count its cases.
-    assert_eq!(common::cases_run("can_send_round_trips", Some(7)), 7);
-    assert_eq!(common::cases_run("can_send_round_trips", None), 2000, "the default when PROPTEST_CASES is unset");
+    let test = testkit::test_path(module_path!(), "can_send_round_trips");
+    assert_eq!(common::cases_run(&test, Some(7)), 7);
+    assert_eq!(common::cases_run(&test, None), 2000, "the default when PROPTEST_CASES is unset");
 }

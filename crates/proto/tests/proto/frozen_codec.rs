@@ -1,4 +1,4 @@
-//! The optimised codec against a frozen copy of the one it replaced (`tests/frozen/`, the
+//! The optimised codec against a frozen copy of the one it replaced (`tests/proto/frozen/`, the
 //! crate's own host, writer, subframe and value modules as of commit 57a042a): for random
 //! commands, queries, writer states and payloads — well-formed replies and arbitrary bytes
 //! alike — the bytes written, the states decoded (NaN-aware: compared bit for bit) and the

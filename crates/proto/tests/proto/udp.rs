@@ -1,7 +1,7 @@
 //! The UDP datagram framing: the golden vector of `docs/udp-framing.md`, round trips of
 //! random frames, every typed error, and arbitrary bytes never panicking.
 
-mod common;
+use crate::common;
 
 use proptest::prelude::*;
 use proto::frame::FrameFlags;
@@ -236,10 +236,7 @@ proptest! {
 #[test]
 fn proptest_cases_is_respected() {
     // Run the property test in a child process and count its cases.
-    assert_eq!(common::cases_run("random_frames_round_trip_across_as_many_datagrams_as_needed", Some(7)), 7);
-    assert_eq!(
-        common::cases_run("random_frames_round_trip_across_as_many_datagrams_as_needed", None),
-        512,
-        "the default when PROPTEST_CASES is unset"
-    );
+    let test = testkit::test_path(module_path!(), "random_frames_round_trip_across_as_many_datagrams_as_needed");
+    assert_eq!(common::cases_run(&test, Some(7)), 7);
+    assert_eq!(common::cases_run(&test, None), 512, "the default when PROPTEST_CASES is unset");
 }

@@ -15,10 +15,10 @@
 //! consecutive registers with one resolution becomes one subframe, and a gap or a change
 //! of resolution starts the next.
 
-use crate::register::{class_of, integer_range, reg, Mode};
-use crate::subframe::{subframes, DecodeError, Subframe};
-use crate::value::{Resolution, Value};
-use crate::writer::{EncodeError, FrameWriter};
+use super::register::{class_of, integer_range, reg, Mode};
+use super::subframe::{subframes, DecodeError, Subframe};
+use super::value::{Resolution, Value};
+use super::writer::{EncodeError, FrameWriter};
 
 /// Most values one register subframe can carry in a 64-byte payload (64 int8 values
 /// would already need more than 64 bytes with their header).

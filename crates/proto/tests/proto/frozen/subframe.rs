@@ -9,9 +9,9 @@
 
 use core::fmt;
 
-use crate::value::{Resolution, Value};
-use crate::varuint::{self, VaruintError};
-use crate::writer::opcode;
+use super::value::{Resolution, Value};
+use super::varuint::{self, VaruintError};
+use super::writer::opcode;
 
 /// Why a payload could not be parsed. `offset` is the payload byte where the problem is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

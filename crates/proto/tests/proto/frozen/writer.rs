@@ -9,10 +9,10 @@
 
 use core::fmt;
 
-use crate::frame::{CanFdFrame, FrameError, MAX_DATA};
-use crate::register::reg;
-use crate::value::{Resolution, Value};
-use crate::varuint;
+use super::frame::{CanFdFrame, FrameError, MAX_DATA};
+use super::register::reg;
+use super::value::{Resolution, Value};
+use super::varuint;
 
 /// Opcode family bases; the resolution's type code goes in bits 2..3, the short count in
 /// bits 0..1.
