@@ -4,9 +4,6 @@
 
 use rt::periodic::{OverrunPolicy, PeriodicLoop, PeriodicOptions};
 
-#[global_allocator]
-static ALLOCATOR: testkit::CountingAllocator = testkit::CountingAllocator;
-
 /// Allocator calls made by this thread while `f` runs.
 fn allocations_during(f: impl FnOnce()) -> u64 {
     testkit::count_allocations(f).0

@@ -227,7 +227,8 @@ const CHILD_ENV: &str = "RTLOOP_RT_SETUP_CHILD";
 /// Re-run this test binary with only `child_entry`, as `uid` if given.
 fn run_child(role: &str, uid: Option<u32>) -> String {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"]).env(CHILD_ENV, role);
+    cmd.args(["--exact", &testkit::test_path(module_path!(), "child_entry"), "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, role);
     if let Some(uid) = uid {
         cmd.uid(uid).gid(uid);
     }
