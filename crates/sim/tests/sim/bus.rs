@@ -1,8 +1,6 @@
 //! The simulated bus: arbitration order, wire timing, queues, events, and the model.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use proto::frame::CanFdFrame;
 use proto::host::{decode_reply, PositionCommand, ServoState};
 use sim::model::{predict, CycleModel};

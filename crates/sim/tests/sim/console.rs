@@ -3,9 +3,7 @@
 //! reader, drive commands move the joint, bad input gets `ERR` lines and never stops the
 //! register protocol.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use proto::frame::CanFdFrame;
 use proto::subframe::{subframes, Subframe};
 use proto::writer::FrameWriter;

@@ -1,9 +1,7 @@
 //! Fault injection: frames dropped and corrupted on the wire, delayed replies, a scheduled
 //! servo overheat, the counters and the event log. Everything runs in virtual time.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use proto::frame::CanFdFrame;
 use proto::host::{decode_reply, PositionCommand, ServoState};
 use proto::register::fault;

@@ -6,9 +6,7 @@
 //! thing the model cannot know is how the frames' contents stuff (it assumes 13 % of the
 //! content bits), so the two agree within a stated bound instead of to the nanosecond.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use proto::frame::CanFdFrame;
 use proto::host::PositionCommand;
 use sim::model::{predict, CycleModel};

@@ -1,14 +1,9 @@
 //! The per-frame paths never allocate: counted with a global allocator that tallies the
 //! allocations made on the test's own thread while counting is switched on.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use proto::frame::CanFdFrame;
 use proto::host::PositionCommand;
-
-#[global_allocator]
-static ALLOCATOR: testkit::CountingAllocator = testkit::CountingAllocator;
 
 #[test]
 fn cycles_on_the_default_quadruped_do_not_allocate() {

@@ -1,8 +1,6 @@
 //! The simulated servo as a host sees it: replies, modes, the watchdog, faults, physics.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use proto::frame::{ArbitrationId, CanFdFrame, BROADCAST};
 use proto::host::{decode_reply, PositionCommand, ServoState};
