@@ -87,7 +87,11 @@ fn a_sigkilled_writer_leaves_everything_it_acknowledged_as_flushed() {
     let path: PathBuf = std::env::temp_dir().join(format!("tlog-durability-{}.tlog", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "a_sigkilled_writer_leaves_everything_it_acknowledged_as_flushed", "--nocapture"])
+        .args([
+            "--exact",
+            &testkit::test_path(module_path!(), "a_sigkilled_writer_leaves_everything_it_acknowledged_as_flushed"),
+            "--nocapture",
+        ])
         .env(CHILD_ENV, &path)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

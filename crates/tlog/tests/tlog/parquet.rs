@@ -11,7 +11,6 @@
 //! * A cut or corrupt log: what remains, the damage counted, as the CSV export has it; a
 //!   record without items: an empty table; several records in one walk.
 //! * Hostile logs: never a panic.
-#![cfg(feature = "parquet")]
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float32Type, Float64Type, Int64Type, TimestampMicrosecondType, UInt64Type};

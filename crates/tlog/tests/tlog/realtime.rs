@@ -11,9 +11,6 @@ use tlog::realtime::{spawn, STATS_RECORD, WAIT_STALL_LIMIT};
 use tlog::writer::{FileWriter, WriterOptions};
 
 // ----------------------------------------------------------------------------------------
-#[global_allocator]
-static ALLOCATOR: testkit::CountingAllocator = testkit::CountingAllocator;
-
 /// Run `f` with counting on; returns its result and the allocator calls it made.
 fn counting<R>(f: impl FnOnce() -> R) -> (R, u64) {
     let (n, r) = testkit::count_allocations(f);
