@@ -20,6 +20,8 @@
 //! message is one sentence saying what is wrong and how to fix it; every wait on a bus, a
 //! spine or a file runs with the GIL released.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 use pyo3::prelude::*;
 
 pub mod agent;

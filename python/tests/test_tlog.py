@@ -386,7 +386,7 @@ def test_paths_that_are_not_log_files(tmp_path):
 # ---------------------------------------------------------------------------------------
 # mjlib's logs
 
-# mjlib's golden test file (crates/tlog/tests/reader.rs): schema "test" whose schema bytes
+# mjlib's golden test file (crates/tlog/tests/tlog/reader.rs): schema "test" whose schema bytes
 # are the placeholder "testschema", one data block "testdata" at 2020-03-10T00:00:00Z.
 GOLDEN = bytes.fromhex(
     "544c4f4730303033 00"

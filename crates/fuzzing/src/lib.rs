@@ -4,7 +4,7 @@
 //! to every public entry point reading that kind of input and checks what must hold for
 //! any input (the decoders return errors instead of panicking, what parses re-encodes to
 //! the same thing, a served reply always decodes). The cargo-fuzz targets in `fuzz/` are
-//! one line each around these functions, and `tests/corpus.rs` replays every seed and every
+//! one line each around these functions, and `tests/fuzzing/corpus.rs` replays every seed and every
 //! crash file kept under `fuzz/` through the same functions on stable Rust, so a fixed
 //! crash stays fixed. A panic, from the code under test or from a check here, is a finding.
 //!
@@ -15,6 +15,8 @@
 //!
 //! The TLOG targets read from memory ([`tlog::reader::FileReader::from_bytes`]); only
 //! [`tlog_plot`] writes a file, because the plotter renders to a path.
+
+#![forbid(unsafe_code)]
 
 use proto::fdcanusb::{self, Line, LineError, MAX_LINE};
 use proto::frame::CanFdFrame;

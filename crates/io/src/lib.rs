@@ -21,6 +21,7 @@
 //! assert_eq!(replies[0].state.mode, Some(0)); // stopped
 //! ```
 #![warn(missing_docs)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod clock;
 pub mod cycle;

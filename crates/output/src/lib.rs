@@ -12,6 +12,8 @@
 //! What it must never do: open a destination itself for writing, follow a link it did not
 //! create, or fail a plot for want of a font (it is then drawn without text).
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 pub mod dir;
 pub mod file;
 pub mod png;

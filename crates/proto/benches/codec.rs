@@ -21,7 +21,7 @@
 //!
 //! Encode executes a few more instructions than the official crate (it checks every write
 //! and rolls back a command that does not fit) but no longer calls `memcpy` per value or
-//! header, which is where the time went. `tests/frozen_codec.rs` keeps the bytes, states and
+//! header, which is where the time went. `tests/proto/frozen_codec.rs` keeps the bytes, states and
 //! errors identical to the codec before the speed-up.
 
 use moteus_protocol as official;

@@ -51,6 +51,7 @@
 //! ends with `status: "degraded"`.
 
 #![deny(missing_docs)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 pub use io;
 pub use proto;

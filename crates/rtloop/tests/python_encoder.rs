@@ -5,7 +5,7 @@
 //! `moteus.Controller.make_*` in a venv and by `proto::host`, compared as `HEXID HEXDATA`.
 //!
 //! The official Rust crate groups far-apart query extras differently (see
-//! `crates/proto/tests/differential.rs`); this is the byte-exact reference.
+//! `crates/proto/tests/proto/differential.rs`); this is the byte-exact reference.
 
 mod support;
 

@@ -78,7 +78,7 @@
 //! 0.13 is the default: float registers of small values and int8 fields are full of zero
 //! runs, and the real default command and reply (position/velocity/feedforward floats with
 //! the comprehensive query, and its answer) measure 12-16% over a range of positions
-//! (`real_frames_stuff_about_as_the_model_assumes` in tests/bus.rs).
+//! (`real_frames_stuff_about_as_the_model_assumes` in tests/sim/bus.rs).
 
 use std::fmt;
 

@@ -19,6 +19,8 @@
 //!
 //! Must never: allocate itself, or change what the system allocator returns.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
@@ -110,5 +112,17 @@ pub fn skip(reason: &str) {
         if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
             let _ = f.write_all(format!("{line}\n").as_bytes());
         }
+    }
+}
+
+/// The name the test harness gives the test function `name` of the module whose
+/// `module_path!()` is `module`: that path without the test binary's crate name
+/// (`"io::serve_pty"`, `"leaves_nothing"` → `"serve_pty::leaves_nothing"`). For a test that
+/// runs tests of its own binary again in a child process (`--exact`, a filter), so the name
+/// stays right whichever module of the one test binary per crate the test lives in.
+pub fn test_path(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_, path)) => format!("{path}::{name}"),
+        None => name.to_string(),
     }
 }

@@ -23,6 +23,8 @@
 //! Must never: write anything an mjlib reader cannot open unless the caller opted in to an
 //! extension (zstd), or make the real-time side allocate, lock or block.
 
+#![forbid(unsafe_code)]
+
 #[cfg(feature = "files")]
 pub mod columns;
 #[cfg(feature = "files")]

@@ -1,0 +1,14 @@
+//! The integration tests of `rtloop-rt`, one module per area, in one test binary: one link
+//! for all of them instead of one per file. One area: `cargo test -p rtloop-rt --test rt <module>::`.
+
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+// The no-allocation checks count the calls of their own thread only (testkit), so the
+// other tests of this binary, running alongside, cannot disturb them.
+#[global_allocator]
+static ALLOCATOR: testkit::CountingAllocator = testkit::CountingAllocator;
+
+mod no_alloc;
+mod periodic_accounting;
+mod setup;
+mod stoppable_wait;

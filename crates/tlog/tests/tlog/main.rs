@@ -1,0 +1,23 @@
+//! The integration tests of `rtloop-tlog`, one module per area, in one test binary: one link
+//! for all of them instead of one per file. One area: `cargo test -p rtloop-tlog --test tlog <module>::`.
+
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+// The no-allocation checks count the calls of their own thread only (testkit), so the
+// other tests of this binary, running alongside, cannot disturb them.
+#[global_allocator]
+static ALLOCATOR: testkit::CountingAllocator = testkit::CountingAllocator;
+
+mod columns;
+mod durability;
+mod export;
+mod full_disk;
+mod golden;
+mod hostile;
+#[cfg(feature = "parquet")]
+mod parquet;
+mod reader;
+mod realtime;
+mod recovery;
+mod special_files;
+mod writer;
