@@ -73,6 +73,158 @@ pub(super) fn watchdog_warning(config: &RunConfig) -> Option<String> {
     })
 }
 
+/// The robot of a run: its buses opened with the run's protocol settings and a cycle timeout
+/// within the period, the simulated ones with the configured faults (from `seed`) and start
+/// position.
+fn open_robot<K: Clock + Clone + Send + 'static>(
+    config: &RunConfig,
+    robot_spec: &crate::robot_spec::RobotSpec,
+    clock: K,
+    seed: u64,
+) -> Result<Robot<K>, RunError> {
+    let mut robot_config = crate::cycle_model::robot_config_for(robot_spec);
+    // Never let one cycle run into the next period, nor keep Ctrl-C waiting.
+    robot_config.cycle.timeout_ns = (config.period_ns() / 10 * 9).clamp(50_000, MAX_CYCLE_TIMEOUT_NS);
+    let sim_bus = sim::BusConfig {
+        drop_rate: config.faults.drop_rate,
+        corrupt_rate: config.faults.corrupt_rate,
+        // Validated: at most 10 s, so the product cannot overflow.
+        reply_delay_ns: config.faults.reply_delay_us.saturating_mul(1000),
+        fault_seed: seed,
+        ..if config.sim.wire_time { sim::BusConfig::default() } else { sim::BusConfig::without_wire_time() }
+    };
+    sim_bus.validate().map_err(RunError::Config)?;
+    let open = io::open::OpenOptions { sim_bus, ..Default::default() };
+    let mut robot = robot_spec.build(clock, robot_config, open).map_err(RunError::Bus)?;
+    if config.sim.start_position_rev != 0.0 {
+        let p = config.sim.start_position_rev;
+        for s in robot.servos().to_vec() {
+            robot.cycler_mut().with_sim_bus(s.bus, |b| b.servo_mut(s.id).map(|servo| servo.set_position(p)));
+        }
+    }
+    Ok(robot)
+}
+
+/// The telemetry thread (the log file, the live publishers) and the hand-off the cycle thread
+/// feeds it through; neither when there is no log and nothing live.
+type Telemetry<T> = (Option<LogHandOff<T>>, Option<tlog::realtime::LogThread>);
+
+/// Start the telemetry thread: it writes `log` (with `C`'s own record) and offers every
+/// message to `fanout` when `live_every` is set. A lockstep run's log waits for the writer.
+fn start_telemetry<C: Controller>(
+    log: Option<&std::path::PathBuf>,
+    lockstep: bool,
+    fanout: &Arc<std::sync::Mutex<crate::live::Fanout>>,
+    live_every: Option<u32>,
+) -> Result<Telemetry<C::Telemetry>, RunError> {
+    Ok(match (log, live_every) {
+        (Some(path), _) => {
+            let mut writer = tlog::writer::FileWriter::create(path)
+                .map_err(|e| RunError::CreateLog { path: path.clone(), error: e.to_string() })?;
+            let mut sink = LogSink::<C::Telemetry>::register(&mut writer, C::TELEMETRY_RECORD)
+                .map_err(|e| RunError::Log { path: path.clone(), error: e.to_string() })?;
+            if lockstep {
+                // Simulated time from 0: stamps that do not depend on when the run happened.
+                sink.set_epoch_offset_us(0);
+            }
+            let live = Arc::clone(fanout);
+            let (logger, thread) = tlog::realtime::spawn(LOG_RING_MESSAGES, writer, move |w, m| {
+                if live_every.is_some() {
+                    live.lock().unwrap_or_else(|e| e.into_inner()).offer(&m);
+                }
+                sink.write(w, m)
+            })
+            .map_err(|e| RunError::Log { path: path.clone(), error: e.to_string() })?;
+            // Lockstep has no deadline to keep: its log waits for the writer rather than drop
+            // a cycle, so it has every cycle whatever the host's speed.
+            (Some(LogHandOff::new(logger, lockstep)), Some(thread))
+        }
+        (None, Some(every)) => {
+            // No file: the thread only feeds the publishers; its log goes nowhere.
+            let writer = tlog::writer::FileWriter::new(std::io::sink(), Default::default())
+                .map_err(|e| RunError::LiveTelemetry(e.to_string()))?;
+            let live = Arc::clone(fanout);
+            let (logger, thread) =
+                tlog::realtime::spawn(LOG_RING_MESSAGES, writer, move |_, m: LogMsg<C::Telemetry>| {
+                    live.lock().unwrap_or_else(|e| e.into_inner()).offer(&m);
+                    Ok(())
+                })
+                .map_err(|e| RunError::LiveTelemetry(e.to_string()))?;
+            (Some(LogHandOff::new(logger, lockstep).live_only(every)), Some(thread))
+        }
+        (None, None) => (None, None),
+    })
+}
+
+/// Close the telemetry thread and say what the log and the live publishers got.
+fn finish_telemetry(
+    log_thread: Option<tlog::realtime::LogThread>,
+    log: Option<&std::path::PathBuf>,
+    fanout: &std::sync::Mutex<crate::live::Fanout>,
+    live_every: Option<u32>,
+    remote: &crate::live::RemoteControl,
+) -> Result<(Option<LogSummary>, Option<LiveSummary>), RunError> {
+    let log_stats = match log_thread {
+        Some(t) => Some(t.finish().map_err(|e| match log {
+            Some(path) => RunError::Log { path: path.clone(), error: e.to_string() },
+            None => RunError::LiveTelemetry(e.to_string()),
+        })?),
+        None => None,
+    };
+    let live = live_every.map(|_| {
+        let publishers = fanout.lock().unwrap_or_else(|e| e.into_inner()).finish();
+        LiveSummary {
+            handoff_dropped: log_stats.as_ref().map_or(0, |st| st.dropped),
+            publishers,
+            remote_commands: remote.accepted(),
+        }
+    });
+    let log = match (log_stats, log) {
+        (Some(st), Some(path)) => Some(LogSummary {
+            path: path.display().to_string(),
+            written: st.written,
+            dropped: st.dropped,
+            lost: st.lost,
+            write_errors: st.write_errors,
+            first_error: st.first_error,
+            complete: st.complete,
+            bytes: st.bytes,
+        }),
+        _ => None,
+    };
+    Ok((log, live))
+}
+
+/// The error of real-time settings the cycle thread could not apply: with `strict`, every
+/// refusal in one sentence; otherwise the settings were invalid.
+fn realtime_error(e: rt::setup::RtError) -> RunError {
+    match e {
+        rt::setup::RtError::Refused(ws) => RunError::Strict(format!(
+            "the system refused {} real-time request{}: {}",
+            ws.len(),
+            if ws.len() == 1 { "" } else { "s" },
+            rt::setup::RtError::Refused(ws).refusals()
+        )),
+        invalid => RunError::Realtime(invalid),
+    }
+}
+
+/// `--policy auto`: what it could not get (the scheduler and memory lock refusals, and
+/// `refused_before` the cycle thread started) becomes one warning, the first.
+fn merge_auto_refusals(applied: &mut rt::setup::Applied, mut refused_before: Vec<String>, priority: i32) {
+    let (mine, rest): (Vec<_>, Vec<_>) = applied
+        .warnings
+        .drain(..)
+        .partition(|w| matches!(w.what, rt::setup::Setting::Scheduler | rt::setup::Setting::MemoryLock));
+    applied.warnings = rest;
+    let mut refused: Vec<String> = mine.iter().map(|w| refusal_clause(&w.message)).collect();
+    refused.append(&mut refused_before);
+    if let Some(w) = auto_warning(applied, &refused, priority) {
+        applied.warnings.insert(0, rt::setup::Warning { what: rt::setup::Setting::Scheduler, message: w });
+    }
+}
+
+/// Set a run up, run its loop on the cycle thread and return its summary.
 pub(super) fn execute_on<C, K, T>(
     opts: &RunOptions,
     mut hooks: Hooks,
@@ -112,27 +264,8 @@ where
     }
     let seed =
         config.faults.seed.unwrap_or_else(|| if lockstep { LOCKSTEP_SEED } else { crate::config::random_seed() });
-    let mut robot_config = crate::cycle_model::robot_config_for(&robot_spec);
-    // Never let one cycle run into the next period, nor keep Ctrl-C waiting.
-    robot_config.cycle.timeout_ns = (config.period_ns() / 10 * 9).clamp(50_000, MAX_CYCLE_TIMEOUT_NS);
-    let sim_bus = sim::BusConfig {
-        drop_rate: config.faults.drop_rate,
-        corrupt_rate: config.faults.corrupt_rate,
-        // Validated: at most 10 s, so the product cannot overflow.
-        reply_delay_ns: config.faults.reply_delay_us.saturating_mul(1000),
-        fault_seed: seed,
-        ..if config.sim.wire_time { sim::BusConfig::default() } else { sim::BusConfig::without_wire_time() }
-    };
-    sim_bus.validate().map_err(RunError::Config)?;
-    let open = io::open::OpenOptions { sim_bus, ..Default::default() };
-    let mut robot = robot_spec.build(clock, robot_config, open).map_err(RunError::Bus)?;
+    let robot = open_robot(&config, &robot_spec, clock, seed)?;
     let servos: Vec<ServoSpec> = robot.servos().to_vec();
-    if config.sim.start_position_rev != 0.0 {
-        for s in &servos {
-            let p = config.sim.start_position_rev;
-            robot.cycler_mut().with_sim_bus(s.bus, |b| b.servo_mut(s.id).map(|servo| servo.set_position(p)));
-        }
-    }
     let bus_numbers: Vec<u8> = robot_spec.buses.iter().map(|b| b.bus).collect();
     let buses = robot.cycler().bus_count();
     let n = servos.len();
@@ -186,43 +319,7 @@ where
     let fanout = Arc::new(std::sync::Mutex::new(fanout));
     // The telemetry thread (the log file, the live publishers): it starts now; the cycle
     // thread gets the ring's producer end.
-    let (logger, log_thread) = match (&opts.log, live_every) {
-        (Some(path), _) => {
-            let mut writer = tlog::writer::FileWriter::create(path)
-                .map_err(|e| RunError::CreateLog { path: path.clone(), error: e.to_string() })?;
-            let mut sink = LogSink::<C::Telemetry>::register(&mut writer, C::TELEMETRY_RECORD)
-                .map_err(|e| RunError::Log { path: path.clone(), error: e.to_string() })?;
-            if lockstep {
-                // Simulated time from 0: stamps that do not depend on when the run happened.
-                sink.set_epoch_offset_us(0);
-            }
-            let live = Arc::clone(&fanout);
-            let (logger, thread) = tlog::realtime::spawn(LOG_RING_MESSAGES, writer, move |w, m| {
-                if live_every.is_some() {
-                    live.lock().unwrap_or_else(|e| e.into_inner()).offer(&m);
-                }
-                sink.write(w, m)
-            })
-            .map_err(|e| RunError::Log { path: path.clone(), error: e.to_string() })?;
-            // Lockstep has no deadline to keep: its log waits for the writer rather than drop
-            // a cycle, so it has every cycle whatever the host's speed.
-            (Some(LogHandOff::new(logger, lockstep)), Some(thread))
-        }
-        (None, Some(every)) => {
-            // No file: the thread only feeds the publishers; its log goes nowhere.
-            let writer = tlog::writer::FileWriter::new(std::io::sink(), Default::default())
-                .map_err(|e| RunError::LiveTelemetry(e.to_string()))?;
-            let live = Arc::clone(&fanout);
-            let (logger, thread) =
-                tlog::realtime::spawn(LOG_RING_MESSAGES, writer, move |_, m: LogMsg<C::Telemetry>| {
-                    live.lock().unwrap_or_else(|e| e.into_inner()).offer(&m);
-                    Ok(())
-                })
-                .map_err(|e| RunError::LiveTelemetry(e.to_string()))?;
-            (Some(LogHandOff::new(logger, lockstep).live_only(every)), Some(thread))
-        }
-        (None, None) => (None, None),
-    };
+    let (logger, log_thread) = start_telemetry::<C>(opts.log.as_ref(), lockstep, &fanout, live_every)?;
     let handle = std::thread::Builder::new()
         .name("rtloop-cycle".into())
         .spawn(move || -> Option<LoopResult<K>> {
@@ -261,30 +358,13 @@ where
         Ok(Ok(applied)) => applied,
         Ok(Err(e)) => {
             let _ = handle.join();
-            return Err(match e {
-                rt::setup::RtError::Refused(ws) => RunError::Strict(format!(
-                    "the system refused {} real-time request{}: {}",
-                    ws.len(),
-                    if ws.len() == 1 { "" } else { "s" },
-                    rt::setup::RtError::Refused(ws).refusals()
-                )),
-                invalid => RunError::Realtime(invalid),
-            });
+            return Err(realtime_error(e));
         }
         Err(_) => return Err(RunError::CycleThreadEnded),
     };
     let mut applied = applied;
     if auto {
-        let (mine, rest): (Vec<_>, Vec<_>) = applied
-            .warnings
-            .drain(..)
-            .partition(|w| matches!(w.what, rt::setup::Setting::Scheduler | rt::setup::Setting::MemoryLock));
-        applied.warnings = rest;
-        let mut refused: Vec<String> = mine.iter().map(|w| refusal_clause(&w.message)).collect();
-        refused.append(&mut auto_refused);
-        if let Some(w) = auto_warning(&applied, &refused, config.auto_priority()) {
-            applied.warnings.insert(0, rt::setup::Warning { what: rt::setup::Setting::Scheduler, message: w });
-        }
+        merge_auto_refusals(&mut applied, auto_refused, config.auto_priority());
     }
     for w in &applied.warnings {
         notify(&Notice::Warning(w.to_string()));
@@ -295,34 +375,7 @@ where
     let result = handle.join().map_err(|_| RunError::CycleThreadPanicked)?.ok_or(RunError::CycleThreadStopped)?;
     let cpu_dma_latency_held = cpu_dma_latency.is_some();
     drop(cpu_dma_latency);
-    let log_stats = match log_thread {
-        Some(t) => Some(t.finish().map_err(|e| match &opts.log {
-            Some(path) => RunError::Log { path: path.clone(), error: e.to_string() },
-            None => RunError::LiveTelemetry(e.to_string()),
-        })?),
-        None => None,
-    };
-    let live = live_every.map(|_| {
-        let publishers = fanout.lock().unwrap_or_else(|e| e.into_inner()).finish();
-        LiveSummary {
-            handoff_dropped: log_stats.as_ref().map_or(0, |st| st.dropped),
-            publishers,
-            remote_commands: hooks_remote.accepted(),
-        }
-    });
-    let log = match (log_stats, &opts.log) {
-        (Some(st), Some(path)) => Some(LogSummary {
-            path: path.display().to_string(),
-            written: st.written,
-            dropped: st.dropped,
-            lost: st.lost,
-            write_errors: st.write_errors,
-            first_error: st.first_error,
-            complete: st.complete,
-            bytes: st.bytes,
-        }),
-        _ => None,
-    };
+    let (log, live) = finish_telemetry(log_thread, opts.log.as_ref(), &fanout, live_every, &hooks_remote)?;
     let mut summary = summarize(&config, &servos, &bus_numbers, buses, result, &applied, seed);
     if let Some(problem) = log.as_ref().and_then(LogSummary::problem) {
         summary.problems.push(problem);
