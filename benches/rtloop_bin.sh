@@ -3,7 +3,7 @@
 # it (target/release is only the default). Exits the script when there is none.
 rtloop_release_bin() {
   local bin
-  bin=$(cargo build --release -q -p rtloop --message-format=json-render-diagnostics | python3 -c '
+  bin=$(cargo build --release -q -p rtloop-cli --message-format=json-render-diagnostics | python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)

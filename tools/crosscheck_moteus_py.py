@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cross-check `rtloop frame encode position` against the official moteus Python package.
 
-Usage (from the repository root, after `cargo build --release -p rtloop`):
+Usage (from the repository root, after `cargo build --release -p rtloop-cli`):
     python3 -m venv /tmp/mvenv && /tmp/mvenv/bin/pip install moteus
     /tmp/mvenv/bin/python tools/crosscheck_moteus_py.py [path/to/rtloop]
 

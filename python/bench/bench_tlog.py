@@ -53,7 +53,7 @@ def find_rtloop(given: Optional[str]) -> str:
     for candidate in candidates:
         if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
-    raise SystemExit("bench_tlog: no rtloop program; give --rtloop-bin PATH or build it (cargo build --release -p rtloop)")
+    raise SystemExit("bench_tlog: no rtloop program; give --rtloop-bin PATH or build it (cargo build --release -p rtloop-cli)")
 
 
 def make_log(records: int, rtloop_bin: str) -> Tuple[pathlib.Path, float]:

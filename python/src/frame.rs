@@ -3,7 +3,7 @@
 //!
 //! What it is for: building a moteus frame exactly as the moteus Python package sends it,
 //! and taking any payload apart, with the very code the command uses
-//! ([`rtloop::cli::frame`]), so the two can never disagree — same bytes, same JSON, same error
+//! ([`rtloop::frame`]), so the two can never disagree — same bytes, same JSON, same error
 //! messages.
 //!
 //! What it must never do: panic on user input. Every number is checked (by the command's own
@@ -15,7 +15,7 @@ use proto::Resolution;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
-use rtloop::cli::frame::{self, CommandKind, EncodeRequest};
+use rtloop::frame::{self, CommandKind, EncodeRequest};
 use serde_json::Value as Json;
 
 /// Add this part's classes, functions and exceptions to the extension module.
@@ -97,7 +97,7 @@ fn frame_encode<'py>(
         query,
         resolution,
     };
-    let line = frame::encode(kind, &request).map_err(PyValueError::new_err)?;
+    let line = frame::encode(kind, &request).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let (id_hex, data_hex) = line
         .split_once(' ')
         .ok_or_else(|| PyValueError::new_err(format!("internal error: the encoder wrote {line:?}")))?;
@@ -105,7 +105,7 @@ fn frame_encode<'py>(
         .map_err(|_| PyValueError::new_err(format!("internal error: the encoder wrote the id {id_hex:?}")))?;
     // An empty payload cannot happen (every command writes its mode or a query), but
     // parse_hex refuses "" and would say so clearly.
-    let data = frame::parse_hex(data_hex).map_err(PyValueError::new_err)?;
+    let data = frame::parse_hex(data_hex).map_err(|e| PyValueError::new_err(e.to_string()))?;
     Ok((arbitration_id, PyBytes::new(py, &data)))
 }
 
@@ -128,7 +128,7 @@ fn frame_decode(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> 
             data.get_type().name()?
         )));
     };
-    let json = frame::decode(&text).map_err(PyValueError::new_err)?;
+    let json = frame::decode(&text).map_err(|e| PyValueError::new_err(e.to_string()))?;
     json_to_py(py, &json)
 }
 

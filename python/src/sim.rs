@@ -2,7 +2,7 @@
 //! that speaks the fdcanusb protocol, or behind a UDP port — `rtloop sim` in-process.
 //!
 //! What it is for: [`SimServer`] builds the buses exactly as `rtloop sim` does (the CLI's own
-//! [`rtloop::cli::sim::load_buses`] and [`rtloop::cli::sim::endpoint`], so both refuse the same
+//! [`rtloop::sim_buses::load_buses`] and [`rtloop::sim_buses::endpoint`], so both refuse the same
 //! paths and addresses and load the same stored configurations) and serves them on a
 //! background Rust thread ([`io::serve::ServeHandle`]) that never touches the interpreter, so
 //! Python code in the same process — the official moteus package, or rtloop's own transports
@@ -21,7 +21,7 @@ use io::BusUri;
 use pyo3::exceptions::{PyFileExistsError, PyFileNotFoundError, PyNotADirectoryError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use rtloop::cli::sim::{ServedSpec, SimRequest};
+use rtloop::sim_buses::{ServedSpec, SimRequest};
 
 /// Add this part's classes, functions and exceptions to the extension module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -106,14 +106,16 @@ impl SimServer {
             config_dir,
         };
         // Reading stored configurations is file I/O: done without the GIL.
-        let loaded = py.detach(|| rtloop::cli::sim::load_buses(&request)).map_err(PyValueError::new_err)?;
+        let loaded =
+            py.detach(|| rtloop::sim_buses::load_buses(&request)).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let (warnings, notes) = (loaded.warnings, loaded.notes);
         let mut served = Vec::with_capacity(request.buses.len());
         let mut endpoints = Vec::with_capacity(request.buses.len());
         let mut udp_addresses = Vec::new();
         for ((spec, r), (bus, store)) in request.buses.iter().zip(&requests).zip(loaded.buses) {
             // Dropping `served` on an error removes the links made so far.
-            let endpoint = rtloop::cli::sim::endpoint(spec, true).map_err(|e| endpoint_error(r, spec.bus, e))?;
+            let endpoint =
+                rtloop::sim_buses::endpoint(spec, true).map_err(|e| endpoint_error(r, spec.bus, e.to_string()))?;
             match &r.kind {
                 Kind::Fdcanusb(path) => endpoints.push((spec.bus, "fdcanusb", path.display().to_string())),
                 Kind::Udp(..) => {

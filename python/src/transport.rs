@@ -321,7 +321,7 @@ impl FrameCycler {
     fn check_buses(&self, st: &CycleStats) -> PyResult<()> {
         for (i, e) in st.bus_errors.iter().enumerate() {
             if let (Some(e), Some((number, uri))) = (e, self.buses.get(i)) {
-                let why = rtloop::cli::servo::explain_bus_error(uri, *e);
+                let why = rtloop::devices::explain_bus_error(uri, *e);
                 return Err(PyOSError::new_err(format!("bus {number}: {why}")));
             }
         }

@@ -29,5 +29,5 @@ def _find_rtloop_bin():
 def rtloop_bin():
     """Path of the ``rtloop`` program; the test fails (not skips) when it cannot be found."""
     path = _find_rtloop_bin()
-    assert path, "set RTLOOP_BIN to the rtloop program (cargo build -p rtloop), or put rtloop on PATH"
+    assert path, "set RTLOOP_BIN to the rtloop program (cargo build -p rtloop-cli), or put rtloop on PATH"
     return path

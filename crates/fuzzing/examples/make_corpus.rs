@@ -41,7 +41,7 @@ fn frame(id: u8, data: &[u8]) -> CanFdFrame {
 
 /// The requests: what `rtloop run` sends, and what the moteus clients send.
 fn requests() -> Vec<(&'static str, Vec<u8>)> {
-    let run = rtloop::cli::budget::run_command_frame(&rtloop::RobotSpec::default_quadruped(), 1).unwrap();
+    let run = rtloop::cycle_model::run_command_frame(&rtloop::RobotSpec::default_quadruped(), 1).unwrap();
     let cmd = PositionCommand { position: Some(0.5), velocity: Some(0.0), ..Default::default() };
     let all = PositionCommand::from_registers([Some(0.25); 14]);
     vec![

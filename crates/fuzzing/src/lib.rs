@@ -131,7 +131,7 @@ pub fn reply(data: &[u8]) {
     if data.len() <= 64 {
         let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
         let text = if hex.is_empty() { "0x".to_string() } else { hex };
-        let json = rtloop::cli::frame::decode(&text);
+        let json = rtloop::frame::decode(&text);
         if !data.is_empty() {
             assert_eq!(typed.is_ok(), json.is_ok(), "decode_reply {typed:?}, frame decode {json:?}");
         }

@@ -86,7 +86,7 @@ fn robot_alone() -> f64 {
     let spec = RobotSpec::default_quadruped();
     let clock = VirtualClock::new(0);
     let open = rtloop::io::open::OpenOptions { sim_bus: rtloop::sim::BusConfig::default(), ..Default::default() };
-    let mut robot = spec.build(clock.clone(), rtloop::run::robot_config_for(&spec), open).expect("robot");
+    let mut robot = spec.build(clock.clone(), rtloop::cycle_model::robot_config_for(&spec), open).expect("robot");
     let n = robot.servos().len();
     let commands = vec![IoCommand::Query; n];
     let mut replies = vec![ServoReply::default(); n];

@@ -16,8 +16,8 @@
 //! the last one are in `cycle` only: the controller is not called for them). Then:
 //!
 //! ```text
-//! cargo run --release -p rtloop -- log info stand.tlog
-//! cargo run --release -p rtloop -- log export stand.tlog --csv targets.csv --record stand_targets
+//! cargo run --release -p rtloop-cli -- log info stand.tlog
+//! cargo run --release -p rtloop-cli -- log export stand.tlog --csv targets.csv --record stand_targets
 //! ```
 
 use rtloop::motion::Motion;

@@ -196,8 +196,47 @@ pub struct AgentSpine {
     measuring: u32,
     /// Lockstep: the spine has begun waiting for the agent (measuring is over).
     measured: bool,
-    /// Printed on stderr when the run starts ([`AgentSpine::announce`]).
-    announcement: Option<String>,
+    /// Called when the run starts ([`AgentSpine::on_start`]).
+    on_start: Option<Box<dyn FnOnce() + Send>>,
+}
+
+/// Why an agent spine could not be set up: `Display` is the one sentence `rtloop run --agent`
+/// prints.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// The agent timeout (seconds) is outside 0.001 … 10 s.
+    Timeout(f64),
+    /// The wait for a lockstep agent to arm (seconds) is outside its range.
+    ArmWait(f64),
+    /// The shared-memory segment cannot be created (a live spine of that name, a bad name…).
+    Spine(agent::SpineError),
+}
+
+impl std::fmt::Display for AgentError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AgentError::Timeout(s) => {
+                write!(f, "agent timeout = {s} s is out of range: give 0.001 to 10 s (--agent-timeout-ms 1 to 10000)")
+            }
+            AgentError::ArmWait(s) => write!(
+                f,
+                "agent arm wait = {s} s is out of range: give {} to {} s (--agent-wait)",
+                ARM_WAIT_RANGE_S.start(),
+                ARM_WAIT_RANGE_S.end()
+            ),
+            AgentError::Spine(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for AgentError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AgentError::Spine(e) => Some(e),
+            _ => None,
+        }
+    }
 }
 
 impl AgentSpine {
@@ -209,30 +248,24 @@ impl AgentSpine {
         options: AgentOptions,
         servos: &[(u8, u8)],
         rate_hz: f64,
-    ) -> Result<(AgentSpine, AgentFigures, Option<String>), String> {
+    ) -> Result<(AgentSpine, AgentFigures, Option<String>), AgentError> {
         if !(options.timeout_s.is_finite() && (0.001..=10.0).contains(&options.timeout_s)) {
-            return Err(format!(
-                "agent timeout = {} s is out of range: give 0.001 to 10 s (--agent-timeout-ms 1 to 10000)",
-                options.timeout_s
-            ));
+            return Err(AgentError::Timeout(options.timeout_s));
         }
         if !(options.arm_wait_s.is_finite() && ARM_WAIT_RANGE_S.contains(&options.arm_wait_s)) {
-            return Err(format!(
-                "agent arm wait = {} s is out of range: give {} to {} s (--agent-wait)",
-                options.arm_wait_s,
-                ARM_WAIT_RANGE_S.start(),
-                ARM_WAIT_RANGE_S.end()
-            ));
+            return Err(AgentError::ArmWait(options.arm_wait_s));
         }
-        let options =
-            AgentOptions { limits: carried_limits(options.limits, &crate::run::command_resolution()), ..options };
+        let options = AgentOptions {
+            limits: carried_limits(options.limits, &crate::cycle_model::command_resolution()),
+            ..options
+        };
         let infos: Vec<ServoInfo> =
             servos.iter().map(|&(id, bus)| ServoInfo { id: u32::from(id), bus: u32::from(bus) }).collect();
         let mut config = SpineConfig::new(&options.name, &infos, rate_hz);
         config.lockstep = options.lockstep;
         config.timeout_ns = (options.timeout_s * 1e9).round() as u64;
         config.arm_wait_ns = (options.arm_wait_s * 1e9).round() as u64;
-        let (spine, warning) = Spine::create(&config).map_err(|e| e.to_string())?;
+        let (spine, warning) = Spine::create(&config).map_err(AgentError::Spine)?;
         let figures = Arc::new(Figures::default());
         let handle = AgentFigures { name: options.name.clone(), figures: Arc::clone(&figures) };
         let stop = Arc::new(AtomicBool::new(false));
@@ -246,7 +279,7 @@ impl AgentSpine {
                 cycles_run: 0,
                 measuring: 0,
                 measured: false,
-                announcement: None,
+                on_start: None,
             },
             handle,
             warning,
@@ -258,10 +291,11 @@ impl AgentSpine {
         Arc::clone(&self.stop)
     }
 
-    /// Print `message` on stderr when the run starts — after the runtime has checked every
-    /// setting, so a mistake is the only thing said ("waiting for agent …" is not).
-    pub fn announce(&mut self, message: String) {
-        self.announcement = Some(message);
+    /// Call `announce` once when the run starts, before the first wait for the agent — after
+    /// the runtime has checked every setting, so a mistake is the only thing `rtloop run`
+    /// says (its "waiting for agent …" line is not).
+    pub fn on_start(&mut self, announce: impl FnOnce() + Send + 'static) {
+        self.on_start = Some(Box::new(announce));
     }
 
     fn publish(&mut self, state: &State<'_>) {
@@ -311,8 +345,8 @@ impl Controller for AgentSpine {
     type Telemetry = ();
 
     fn start(&mut self, state: &State<'_>) {
-        if let Some(message) = self.announcement.take() {
-            crate::cli::console::note(message);
+        if let Some(announce) = self.on_start.take() {
+            announce();
         }
         self.publish(state);
     }
@@ -442,7 +476,7 @@ mod tests {
 
     #[test]
     fn a_spine_refuses_a_position_its_commands_cannot_carry() {
-        let limits = carried_limits(Limits::default(), &crate::run::command_resolution());
+        let limits = carried_limits(Limits::default(), &crate::cycle_model::command_resolution());
         let mut command = agent::RawServoCommand::QUERY;
         command.kind = agent::layout::kind::POSITION;
         command.present = agent::layout::field::POSITION;

@@ -89,71 +89,7 @@ impl Default for SimConfig {
     }
 }
 
-/// Live telemetry while the loop runs (`crate::live`): a Foxglove WebSocket server, zenoh
-/// publications and remote commands. Off unless asked for.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct LiveConfig {
-    /// The robot's name, as zenoh's keys (`rtloop/NAME/...`) carry it: letters, digits, `-`
-    /// and `_`, 1 to 64 of them. Absent: this machine's host name.
-    pub name: Option<String>,
-    /// Serve the Foxglove WebSocket protocol on this address (`127.0.0.1:8765` is
-    /// Foxglove's default). A non-loopback address needs `allow_remote`.
-    pub foxglove: Option<String>,
-    /// Send Foxglove every Nth cycle (1 … 1 000 000; 10: 100 Hz at 1 kHz).
-    pub foxglove_every: u32,
-    /// Publish over zenoh: `"peer"` (peer mode, loopback only unless `allow_remote`) or the
-    /// path of a zenoh configuration file (JSON5: mode, listen and connect endpoints, a router).
-    pub zenoh: Option<String>,
-    /// Publish to zenoh every Nth cycle (1 … 1 000 000).
-    pub zenoh_every: u32,
-    /// Let the live servers listen on, and zenoh reach, addresses other than loopback.
-    pub allow_remote: bool,
-}
-
-impl Default for LiveConfig {
-    fn default() -> Self {
-        LiveConfig {
-            name: None,
-            foxglove: None,
-            foxglove_every: DEFAULT_LIVE_EVERY,
-            zenoh: None,
-            zenoh_every: DEFAULT_LIVE_EVERY,
-            allow_remote: false,
-        }
-    }
-}
-
-/// The default decimation of live telemetry: every 10th cycle (100 Hz at 1 kHz).
-pub const DEFAULT_LIVE_EVERY: u32 = 10;
-
-impl LiveConfig {
-    /// Foxglove or zenoh is on.
-    pub fn any(&self) -> bool {
-        self.foxglove.is_some() || self.zenoh.is_some()
-    }
-
-    /// The robot's name: `name`, else the host name (its characters outside `[A-Za-z0-9_-]`
-    /// made `_`), else `robot`.
-    pub fn robot_name(&self) -> String {
-        if let Some(n) = &self.name {
-            return n.clone();
-        }
-        // The kernel's host name (what `hostname` prints); a network namespace shares it.
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        let host = host.trim();
-        let cleaned: String = host
-            .chars()
-            .take(64)
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
-            .collect();
-        if cleaned.is_empty() {
-            "robot".into()
-        } else {
-            cleaned
-        }
-    }
-}
+pub use crate::live::{LiveConfig, DEFAULT_LIVE_EVERY};
 
 /// Check a robot name (`live.name`, `--name`).
 pub fn check_robot_name(name: &str) -> Result<(), String> {

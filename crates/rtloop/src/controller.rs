@@ -36,6 +36,10 @@ pub use sim::ImuSample;
 
 use serde::Serialize;
 
+/// Most servos one run drives: every per-cycle message (the control thread's, the telemetry
+/// log's, the live publishers') is fixed-size, so no cycle ever allocates.
+pub const MAX_SERVOS: usize = 32;
+
 /// One servo as the controller sees it in one cycle.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ServoStatus {

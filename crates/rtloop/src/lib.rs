@@ -30,7 +30,7 @@
 //!
 //! fn main() -> Result<(), rtloop::RunError> {
 //!     let summary = Runtime::new().rate_hz(500.0).duration_s(0.2).run(Raise { from: [0.0; 32] })?;
-//!     assert_eq!(summary.status, "ok", "{:?}", summary.problems);
+//!     assert_eq!(summary.status, rtloop::summary::Status::Ok, "{:?}", summary.problems);
 //!     Ok(())
 //! }
 //! ```
@@ -43,12 +43,17 @@
 //!   run reports ([`RunSummary`]; `rtloop run --json` prints it).
 //! * [`config`] and [`robot_spec`]: the settings and robots `rtloop run` reads from TOML.
 //! * [`motion`]: the demonstration motion of `rtloop run`, itself a [`Controller`].
+//! * [`cycle_model`]: what one cycle of a robot costs, from the frames a run really sends.
+//! * [`frame`]: one moteus frame built from registers, or taken apart into JSON.
+//! * [`sim_buses`]: simulated servos served behind real devices (a pty, a UDP port).
+//! * [`devices`]: what a bus failure or a device's refusal means, in one sentence.
+//! * [`numbers`]: range checks for numbers users give; [`signals`]: Ctrl-C as a flag.
 //! * The layers below, for those who want them: the protocol codec ([`proto`]), the
 //!   simulator ([`sim`]) and the transports and multi-bus cycle ([`io`]).
 //!
 //! What it must never do: hide a failure. A stale reply is never handed over as fresh, every
 //! missing reply and overrun is counted, a log with gaps says so, and a run that lost servos
-//! ends with `status: "degraded"`.
+//! ends with [`Status::Degraded`](summary::Status::Degraded) (`"status": "degraded"` in JSON).
 
 #![deny(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -58,25 +63,27 @@ pub use proto;
 pub use sim;
 
 pub mod agent;
-#[doc(hidden)]
-pub mod cli;
 pub mod config;
 pub mod controller;
+pub mod cycle_model;
+pub mod devices;
+pub mod frame;
 pub mod live;
 pub mod motion;
-mod numbers;
+pub mod numbers;
 pub mod robot_spec;
-#[doc(hidden)]
-pub mod run;
+mod run;
 pub mod runtime;
-mod signals;
+pub mod signals;
+pub mod sim_buses;
 
 /// What a run reports: [`RunSummary`] and its parts (`rtloop run --json` prints it as one
 /// line).
 pub mod summary {
+    pub use crate::controller::MAX_SERVOS;
     pub use crate::run::{
-        print_summary, EventRecord, FinalServo, InjectedSummary, LogSummary, RealtimeSummary, ReplyAccounting,
-        RunSummary, EXIT_DEGRADED, MAX_SERVOS,
+        EventRecord, FinalServo, InjectedSummary, LiveSummary, LogSummary, Notice, ProgressFigures, RealtimeSummary,
+        ReplyAccounting, RunSummary, Status, EXIT_DEGRADED,
     };
     pub use crate::stats::Percentiles;
 }

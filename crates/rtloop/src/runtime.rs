@@ -11,30 +11,11 @@
 use crate::config::{FaultsConfig, RealtimeConfig, RunConfig, SafetyToml, SimConfig};
 use crate::controller::Controller;
 use crate::robot_spec::RobotSpec;
-use crate::run::{Hooks, RunOptions, RunSummary};
+pub use crate::run::RunError;
+use crate::run::{Hooks, Notice, RunOptions, RunSummary};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-
-/// Why a run could not start (or its log could not be closed): one sentence saying what is
-/// wrong and how to fix it. A run that started and lost servos is not an error: see
-/// [`RunSummary::problems`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunError(pub String);
-
-impl std::fmt::Display for RunError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for RunError {}
-
-impl From<String> for RunError {
-    fn from(s: String) -> Self {
-        RunError(s)
-    }
-}
 
 /// Runs a [`Controller`] on a robot at a fixed rate until the duration ends, a signal
 /// (Ctrl-C, SIGTERM, SIGHUP) arrives, the [stop flag](Runtime::stop_flag) is set, or the
@@ -52,7 +33,7 @@ impl From<String> for RunError {
 ///     .rate_hz(500.0)
 ///     .duration_s(0.1);
 /// let summary = runtime.run(rtloop::motion::Motion::default())?;
-/// assert_eq!(summary.status, "ok");
+/// assert_eq!(summary.status, rtloop::summary::Status::Ok);
 /// # Ok::<(), rtloop::RunError>(())
 /// ```
 pub struct Runtime {
@@ -76,23 +57,23 @@ impl Runtime {
 
     /// Everything from a [`RunConfig`] (what `rtloop run --print-config` shows).
     pub fn from_config(config: RunConfig) -> Self {
-        Runtime { options: RunOptions { config, progress: false, log: None }, hooks: Hooks::default() }
+        Runtime { options: RunOptions { config, progress: None, log: None }, hooks: Hooks::default() }
     }
 
     /// Everything from the TOML text `rtloop run --config` reads (unknown keys and
     /// out-of-range values are errors).
     pub fn from_toml(text: &str) -> Result<Self, RunError> {
-        let config = RunConfig::from_toml(text)?;
-        config.validate()?;
+        let config = RunConfig::from_toml(text).map_err(RunError::Config)?;
+        config.validate().map_err(RunError::Config)?;
         Ok(Runtime::from_config(config))
     }
 
     /// [`from_toml`](Self::from_toml) on a file.
     pub fn from_toml_file(path: impl AsRef<std::path::Path>) -> Result<Self, RunError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| RunError(format!("cannot read the config {}: {e}", path.display())))?;
-        Runtime::from_toml(&text).map_err(|e| RunError(format!("{}: {e}", path.display())))
+        let text =
+            std::fs::read_to_string(path).map_err(|error| RunError::ReadConfig { path: path.to_path_buf(), error })?;
+        Runtime::from_toml(&text).map_err(|e| RunError::InFile { path: path.to_path_buf(), error: Box::new(e) })
     }
 
     /// The robot: its buses and servos ([`RobotSpec::default_quadruped`], a spec built from
@@ -185,9 +166,19 @@ impl Runtime {
         Arc::clone(&self.hooks.remote)
     }
 
-    /// Print a progress line on stderr while running.
-    pub fn progress(mut self, on: bool) -> Self {
-        self.options.progress = on;
+    /// Hand the [notice callback](Self::on_notice) the loop's progress
+    /// ([`Notice::Progress`]) this often while it runs (`rtloop run` prints it on stderr).
+    pub fn progress_every(mut self, every: std::time::Duration) -> Self {
+        self.options.progress = Some(every);
+        self
+    }
+
+    /// Call `notice` with what the run has to say while it runs: warnings before the loop
+    /// starts, progress (see [`progress_every`](Self::progress_every)). Called on the thread
+    /// that runs [`run`](Self::run), never on the cycle thread; without it, the run says
+    /// nothing while it runs (its warnings are in the summary all the same).
+    pub fn on_notice(mut self, notice: impl FnMut(&Notice) + Send + 'static) -> Self {
+        self.hooks.notice = Box::new(notice);
         self
     }
 
@@ -216,9 +207,9 @@ impl Runtime {
     }
 
     /// Run `controller` and return the summary `rtloop run` prints. Warnings (a refused
-    /// real-time request, a rate the model says the buses cannot keep) are printed on stderr
-    /// as they happen and are in [`RunSummary::warnings`].
+    /// real-time request, a rate the model says the buses cannot keep) go to the
+    /// [notice callback](Self::on_notice) as they happen and are in [`RunSummary::warnings`].
     pub fn run<C: Controller + 'static>(self, controller: C) -> Result<RunSummary, RunError> {
-        crate::run::execute(&self.options, self.hooks, controller).map_err(RunError)
+        crate::run::execute(&self.options, self.hooks, controller)
     }
 }

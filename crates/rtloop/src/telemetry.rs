@@ -14,7 +14,7 @@
 //!
 //! Must never: allocate, lock or make a system call on the real-time side of a real-time run.
 
-use crate::run::MAX_SERVOS;
+use crate::controller::MAX_SERVOS;
 use serde::Serialize;
 use tlog::realtime::RtLogger;
 use tlog::writer::{FileWriter, RecordHandle};

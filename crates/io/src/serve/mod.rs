@@ -4,7 +4,7 @@
 //! them — registers and the moteus diagnostic channel alike: each simulated servo serves its
 //! console on stream channel 1 (`tel`, `conf`, `d`, answered as the firmware answers them,
 //! every 0x42/0x44 poll with its 0x41/0x43), so moteus_tool, tview and `rtloop servo
-//! --console` talk to it as to a board (`crates/rtloop/tests/moteus_tool.rs`, `tview.rs`). With a [`persist::ConfigStore`] a servo's `conf write` is kept
+//! --console` talk to it as to a board (`crates/rtloop-cli/tests/cli/moteus_tool.rs`, `tview.rs`). With a [`persist::ConfigStore`] a servo's `conf write` is kept
 //! in a file and loaded again at the next start.
 //!
 //! An [`Endpoint`] is the device side of one bus; [`serve`] runs every endpoint and its

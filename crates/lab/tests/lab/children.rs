@@ -1,7 +1,7 @@
 //! The programs the lab starts die with it (issue 9, second round): a child started through
 //! `lab::child` is SIGKILLed by the kernel when the thread that started it ends without
 //! reaping it (what happens to every thread when the lab is killed), and its guard kills and
-//! reaps it on every path that returns. `crates/rtloop/tests/lab_children.rs` kills the real
+//! reaps it on every path that returns. `crates/rtloop-cli/tests/cli/lab_children.rs` kills the real
 //! command.
 
 use lab::child::Tied;

@@ -1,7 +1,7 @@
 //! Reports say what was measured (issue 9, §6): `lab cycle` measures query-only cycles and
 //! says so in its label, its head line and its JSON conditions; `lab udp-echo` says whether
 //! the path was loopback or a network namespace (the netns run needs root and is checked on
-//! the real command in `crates/rtloop/tests/lab_cli.rs`). Second round: a cycle experiment in
+//! the real command in `crates/rtloop-cli/tests/cli/lab_cli.rs`). Second round: a cycle experiment in
 //! which replies were missing is a failure, not a result; labels agree with their numbers.
 
 use clap::Parser;

@@ -1,7 +1,7 @@
 //! The load generator's temporary files (issue 9, §3 and §7): they live only inside a private
 //! directory of their own, a planted symlink is never followed, nothing is left after a normal
 //! end, an error or a panic, and what a killed run left behind is removed by the next start.
-//! (Signals are tested on the real command, in `crates/rtloop/tests/lab_cli.rs`.)
+//! (Signals are tested on the real command, in `crates/rtloop-cli/tests/cli/lab_cli.rs`.)
 //!
 //! Each test runs in a child process of this test binary whose TMPDIR is a fresh directory
 //! of its own (the load generator creates its files under `std::env::temp_dir()`). Changing

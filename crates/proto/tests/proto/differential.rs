@@ -1,7 +1,7 @@
 //! Differential tests against the official `moteus-protocol` crate 0.5.5: what we encode
 //! means what it encodes (the same bytes for commands; for queries the same register reads,
 //! since the two group far-apart extras differently — byte for byte, rtloop follows the
-//! Python client 1.1.1, checked by `crates/rtloop/tests/python_encoder.rs`), what it encodes parses the same in our parser, and it reads the
+//! Python client 1.1.1, checked by `crates/rtloop/tests/rtloop/python_encoder.rs`), what it encodes parses the same in our parser, and it reads the
 //! replies our `serve` builds to the same values.
 //!
 //! The official Rust crate scales in f32 (`value as f32 / scale as f32`), while the Python

@@ -34,7 +34,7 @@
 use super::subprotocol::FrontCounts;
 use super::{CycleTiming, EventMsg, ImuMsg, LiveCycle, LiveRobot, LiveSink, LiveStats, Publisher, Quat, Vec3};
 use super::{ServoCommandMsg, ServoStateMsg};
-use crate::config::LiveConfig;
+use crate::live::LiveConfig;
 use crate::telemetry::ServoLog;
 use foxglove::websocket::{Capability, ChannelView, Client, PlaybackControlRequest, PlaybackState, ServerListener};
 use foxglove::{ChannelBuilder, Context, PartialMetadata, RawChannel, Schema, WebSocketServerHandle};
@@ -420,7 +420,7 @@ struct OwnedCycle {
     timing: CycleTiming,
     imu: ImuMsg,
     servos_len: usize,
-    servos: [ServoLog; crate::run::MAX_SERVOS],
+    servos: [ServoLog; crate::controller::MAX_SERVOS],
 }
 
 // A cycle stays inline in the queue: the queue's slots are allocated once, up front.
@@ -694,13 +694,13 @@ impl LiveSink for FoxgloveSink {
 
     fn cycle(&mut self, cycle: &LiveCycle<'_>) {
         self.counters.cycles.fetch_add(1, Ordering::Relaxed);
-        let n = cycle.servos.len().min(crate::run::MAX_SERVOS);
+        let n = cycle.servos.len().min(crate::controller::MAX_SERVOS);
         let mut owned = OwnedCycle {
             stamp_us: cycle.stamp_us,
             timing: cycle.timing,
             imu: cycle.imu,
             servos_len: n,
-            servos: [ServoLog::default(); crate::run::MAX_SERVOS],
+            servos: [ServoLog::default(); crate::controller::MAX_SERVOS],
         };
         owned.servos[..n].copy_from_slice(&cycle.servos[..n]);
         self.enqueue(Item::Cycle(owned), self.per_cycle);

@@ -40,7 +40,7 @@ pub mod foxglove {
     pub use super::address::{parse_address, DEFAULT_ADDRESS};
 
     /// Refuses: this build has no Foxglove server.
-    pub fn publisher(_config: &crate::config::LiveConfig) -> Result<super::Publisher, String> {
+    pub fn publisher(_config: &LiveConfig) -> Result<super::Publisher, String> {
         Err(super::built_without("foxglove", "--foxglove"))
     }
 }
@@ -50,7 +50,7 @@ pub mod foxglove {
 pub mod zenoh {
     /// Refuses: this build has no zenoh.
     pub fn publisher(
-        _config: &crate::config::LiveConfig,
+        _config: &LiveConfig,
         _robot: &str,
         _remote: std::sync::Arc<super::RemoteControl>,
     ) -> Result<super::Publisher, String> {
@@ -58,10 +58,76 @@ pub mod zenoh {
     }
 }
 
-/// The one sentence for a publisher this build lacks.
-#[allow(dead_code)] // Used only when a feature is off.
-pub(crate) fn built_without(feature: &str, flag: &str) -> String {
-    format!("{flag}: this rtloop was built without the `{feature}` feature; build it with `cargo build --release -p rtloop --features {feature}` (on by default)")
+/// Live telemetry while the loop runs (`[live]` of a run configuration,
+/// [`crate::config::RunConfig::live`]): a Foxglove WebSocket server, zenoh publications and
+/// remote commands. Off unless asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LiveConfig {
+    /// The robot's name, as zenoh's keys (`rtloop/NAME/...`) carry it: letters, digits, `-`
+    /// and `_`, 1 to 64 of them. Absent: this machine's host name.
+    pub name: Option<String>,
+    /// Serve the Foxglove WebSocket protocol on this address (`127.0.0.1:8765` is
+    /// Foxglove's default). A non-loopback address needs `allow_remote`.
+    pub foxglove: Option<String>,
+    /// Send Foxglove every Nth cycle (1 … 1 000 000; 10: 100 Hz at 1 kHz).
+    pub foxglove_every: u32,
+    /// Publish over zenoh: `"peer"` (peer mode, loopback only unless `allow_remote`) or the
+    /// path of a zenoh configuration file (JSON5: mode, listen and connect endpoints, a router).
+    pub zenoh: Option<String>,
+    /// Publish to zenoh every Nth cycle (1 … 1 000 000).
+    pub zenoh_every: u32,
+    /// Let the live servers listen on, and zenoh reach, addresses other than loopback.
+    pub allow_remote: bool,
+}
+
+impl Default for LiveConfig {
+    fn default() -> Self {
+        LiveConfig {
+            name: None,
+            foxglove: None,
+            foxglove_every: DEFAULT_LIVE_EVERY,
+            zenoh: None,
+            zenoh_every: DEFAULT_LIVE_EVERY,
+            allow_remote: false,
+        }
+    }
+}
+
+/// The default decimation of live telemetry: every 10th cycle (100 Hz at 1 kHz).
+pub const DEFAULT_LIVE_EVERY: u32 = 10;
+
+impl LiveConfig {
+    /// Foxglove or zenoh is on.
+    pub fn any(&self) -> bool {
+        self.foxglove.is_some() || self.zenoh.is_some()
+    }
+
+    /// The robot's name: `name`, else the host name (its characters outside `[A-Za-z0-9_-]`
+    /// made `_`), else `robot`.
+    pub fn robot_name(&self) -> String {
+        if let Some(n) = &self.name {
+            return n.clone();
+        }
+        // The kernel's host name (what `hostname` prints); a network namespace shares it.
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let host = host.trim();
+        let cleaned: String = host
+            .chars()
+            .take(64)
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+            .collect();
+        if cleaned.is_empty() {
+            "robot".into()
+        } else {
+            cleaned
+        }
+    }
+}
+
+/// The one sentence for a publisher this build lacks (`flag` asked for it).
+pub fn built_without(feature: &str, flag: &str) -> String {
+    format!("{flag}: this rtloop was built without the `{feature}` feature; build it with `cargo build --release -p rtloop-cli --features {feature}` (on by default)")
 }
 
 use crate::telemetry::{CycleLog, LogMsg};
@@ -94,7 +160,7 @@ pub fn check_every(flag: &str, every: u32) -> Result<u32, String> {
 /// The publishers a run's configuration asks for (`[live]`, `--foxglove`, `--zenoh`), started
 /// now: a server that cannot bind, or a zenoh session that cannot open, is an error before
 /// the run rather than a run nobody can see.
-pub fn publishers(config: &crate::config::LiveConfig, remote: &Arc<RemoteControl>) -> Result<Vec<Publisher>, String> {
+pub fn publishers(config: &LiveConfig, remote: &Arc<RemoteControl>) -> Result<Vec<Publisher>, String> {
     let mut out = Vec::new();
     if config.foxglove.is_some() {
         out.push(foxglove::publisher(config)?);

@@ -125,7 +125,7 @@ pub fn cycle_from_record(v: &Json) -> Option<CycleLog> {
         unqueried: u(&v["unqueried"]).unwrap_or(0) as u32,
         timed_out: v["timed_out"].as_bool().unwrap_or(false),
         servos_len: 0,
-        servos: [ServoLog::default(); crate::run::MAX_SERVOS],
+        servos: [ServoLog::default(); crate::controller::MAX_SERVOS],
         imu: sim::ImuSample::default(),
     };
     arr(&v["imu"]["quaternion"], &mut c.imu.quaternion);
@@ -154,7 +154,7 @@ pub fn cycle_from_record(v: &Json) -> Option<CycleLog> {
             fault: byte(&s["fault"]),
         };
     }
-    c.servos_len = servos.len().min(crate::run::MAX_SERVOS) as u8;
+    c.servos_len = servos.len().min(crate::controller::MAX_SERVOS) as u8;
     Some(c)
 }
 

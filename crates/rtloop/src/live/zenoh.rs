@@ -40,7 +40,7 @@ use super::{
     CycleTiming, EventMsg, ImuMsg, LiveCycle, LiveRobot, LiveSink, LiveStats, Publisher, RemoteCommand, RemoteControl,
     ServoCommandMsg, ServoStateMsg,
 };
-use crate::config::LiveConfig;
+use crate::live::LiveConfig;
 use ::zenoh::qos::{CongestionControl, Priority};
 use ::zenoh::Wait;
 use serde::Serialize;

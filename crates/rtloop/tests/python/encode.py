@@ -10,7 +10,7 @@ and on floats too large for binary32, where rtloop sends "unset" or clamps).
      "pr": {"position": "int16", ...},                              # PositionResolution
      "values": {"position": 0.5, "velocity": "nan", ...}}           # make_position kwargs
 
-Used by crates/rtloop/tests/python_encoder.rs.
+Used by crates/rtloop/tests/rtloop/python_encoder.rs.
 """
 import json
 import sys

@@ -1,0 +1,526 @@
+//! `rtloop run --agent`: the spine follows a control law in another process — the C agent
+//! of `examples/agent.c`, compiled here with the system C compiler, and hostile agents
+//! written with the `agent` crate.
+
+use crate::support;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use support::{rtloop_bin, stderr, stdout, Scratch};
+
+/// Compile examples/agent.c into `dir`; `None` (after a visible skip) without a compiler.
+fn c_agent(dir: &Scratch) -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = dir.path("agent");
+    let o = Command::new("cc")
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-std=c11", "-I"])
+        .arg(root.join("crates/agent/include"))
+        .arg(root.join("examples/agent.c"))
+        .arg("-o")
+        .arg(&out)
+        .output();
+    match o {
+        Ok(o) if o.status.success() => Some(out),
+        Ok(o) => panic!("examples/agent.c does not compile: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(_) => {
+            testkit::skip("needs a C compiler (cc) to build examples/agent.c");
+            None
+        }
+    }
+}
+
+/// A unique agent name per test (tests run in parallel, segments are system-wide).
+fn name(test: &str) -> String {
+    format!("t{}-{test}", std::process::id())
+}
+
+fn spine(args: &[&str]) -> Child {
+    Command::new(rtloop_bin())
+        .args(["run", "--quiet", "--json"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn start_agent(bin: &Path, name: &str) -> Child {
+    Command::new(bin).arg(name).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap()
+}
+
+fn summary_of(o: &std::process::Output) -> Value {
+    serde_json::from_str(stdout(o).lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("{e}: {} / {}", stdout(o), stderr(o)))
+}
+
+fn event_kinds(j: &Value) -> Vec<String> {
+    j["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap().to_string()).collect()
+}
+
+fn event_time(j: &Value, kind: &str) -> f64 {
+    j["events"].as_array().unwrap().iter().find(|e| e["kind"] == kind).unwrap_or_else(|| panic!("no {kind}: {j}"))
+        ["time"]
+        .as_f64()
+        .unwrap()
+}
+
+/// Every `cycle` record of a log: (time s, index, command modes).
+fn command_modes(log: &Path) -> Vec<(f64, u64, Vec<u64>)> {
+    let reader = tlog::reader::FileReader::open(log).unwrap();
+    let filter = tlog::reader::ItemFilter { record: Some("cycle".into()), ..Default::default() };
+    let mut out = Vec::new();
+    for item in reader.items(filter) {
+        let item = item.unwrap();
+        let v = reader.decode_item(&item).unwrap().to_json();
+        let modes = v["servo"].as_array().unwrap().iter().map(|s| s["command_mode"].as_u64().unwrap()).collect();
+        out.push((item.timestamp_us.unwrap() as f64 * 1e-6, v["index"].as_u64().unwrap(), modes));
+    }
+    out
+}
+
+#[test]
+fn the_c_agent_arms_the_spine_and_holds_the_robot_then_exits_when_the_spine_ends() {
+    let dir = Scratch::new("agent-run");
+    let Some(agent) = c_agent(&dir) else { return };
+    let name = name("run");
+    // The agent may start first: it waits for the spine.
+    let mut a = start_agent(&agent, &name);
+    let o = spine(&["--agent", &name, "--duration", "1.5"]).wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let j = summary_of(&o);
+    assert_eq!(j["agent"]["name"], name.as_str(), "{j}");
+    assert!(j["agent"]["commands_applied"].as_u64().unwrap() > 500, "{j}");
+    assert_eq!(j["agent"]["timeouts"], 0, "{j}");
+    assert_eq!(j["agent"]["refused"], 0, "{j}");
+    assert_eq!(event_kinds(&j), ["agent_armed", "shutdown"], "{j}");
+    // The agent holds every joint at 0 rev; the shutdown leaves them in zero velocity.
+    for id in 1..=12 {
+        let f = &j["final"][id.to_string()];
+        assert!(f["position"].as_f64().unwrap().abs() < 0.02, "servo {id}: {f}");
+        assert_eq!(f["mode"], 12, "servo {id}: {f}");
+    }
+    let status = a.wait().unwrap();
+    assert!(status.success(), "the agent exits 0 when the spine goes away: {status}");
+    assert!(!rtloop::agent::segment_path(&name).exists(), "the spine removes its segment");
+}
+
+#[test]
+fn a_killed_agent_gets_zero_velocity_within_the_timeout_and_its_successor_rearms() {
+    let dir = Scratch::new("agent-kill");
+    let Some(agent) = c_agent(&dir) else { return };
+    let name = name("kill");
+    let log = dir.path("kill.tlog");
+    let run = spine(&["--agent", &name, "--duration", "3", "--log", log.to_str().unwrap()]);
+    let mut first = start_agent(&agent, &name);
+    std::thread::sleep(Duration::from_millis(1000));
+    first.kill().unwrap(); // SIGKILL
+    let _ = first.wait();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut second = start_agent(&agent, &name);
+    let o = run.wait_with_output().unwrap();
+    assert!(second.wait().unwrap().success());
+    // A run whose agent went silent is degraded: exit 1, and it says why.
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let j = summary_of(&o);
+    assert_eq!(event_kinds(&j), ["agent_armed", "agent_timeout", "agent_rearmed", "shutdown"], "{j}");
+    // `rearms` counts every arming, the first included (the shared state's number).
+    assert_eq!((j["agent"]["timeouts"].as_u64(), j["agent"]["rearms"].as_u64()), (Some(1), Some(2)), "{j}");
+    assert!(j["problems"][0].as_str().unwrap().contains("the agent went silent"), "{j}");
+    // In the log: position commands (10) from the agent, then zero velocity (12) for every
+    // servo from the timeout until the re-arm, then the agent's again.
+    // Event times count from the first period, one period (1 ms) per cycle index.
+    let index_at = |t: f64| (t * 1000.0).floor() as u64;
+    let (timeout, rearm) = (index_at(event_time(&j, "agent_timeout")), index_at(event_time(&j, "agent_rearmed")));
+    let cycles = command_modes(&log);
+    let last_agent = cycles.iter().rfind(|c| c.1 < timeout && c.2.iter().all(|&m| m == 10)).unwrap().1;
+    let first_safe = cycles.iter().find(|c| c.1 >= last_agent && c.2.iter().all(|&m| m == 12)).unwrap().1;
+    eprintln!("agent killed: {} ms from its last command to zero velocity (timeout 100 ms)", first_safe - last_agent);
+    assert!(
+        first_safe - last_agent < 1000,
+        "zero velocity came {} cycles after the agent's last command",
+        first_safe - last_agent
+    );
+    for (_, index, modes) in cycles.iter().filter(|c| c.1 > timeout && c.1 + 2 < rearm) {
+        assert!(
+            modes.iter().all(|&m| m == 12),
+            "cycle {index}, between timeout ({timeout}) and re-arm ({rearm}): {modes:?}"
+        );
+    }
+    let after = cycles.iter().find(|c| c.1 > rearm + 2).unwrap();
+    assert!(after.2.iter().all(|&m| m == 10), "the agent's commands apply again: {after:?}");
+}
+
+#[test]
+fn the_same_agent_in_lockstep_twice_writes_the_same_log() {
+    let dir = Scratch::new("agent-lockstep");
+    let Some(agent) = c_agent(&dir) else { return };
+    let mut logs = Vec::new();
+    for run in ["a", "b"] {
+        let name = name(&format!("ls{run}"));
+        let log = dir.path(&format!("{run}.tlog"));
+        let mut a = start_agent(&agent, &name);
+        let o = spine(&["--agent", &name, "--lockstep", "--duration", "1", "--log", log.to_str().unwrap()])
+            .wait_with_output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let j = summary_of(&o);
+        assert_eq!(j["lockstep"], true);
+        // Cycle 0 measures the servos (queries only, no wait); every later one waits for
+        // the agent.
+        assert_eq!(j["agent"]["commands_applied"], 999, "every simulated cycle waits for the agent: {j}");
+        assert_eq!(j["agent"]["cycles_without_command"], 1, "{j}");
+        assert_eq!(j["agent"]["torn"], 0, "a well-behaved agent tears no command: {j}");
+        assert!(a.wait().unwrap().success());
+        logs.push(std::fs::read(&log).unwrap());
+    }
+    assert!(logs[0] == logs[1], "the lockstep logs differ ({} vs {} bytes)", logs[0].len(), logs[1].len());
+}
+
+#[test]
+fn bad_commands_from_an_agent_never_reach_a_servo_and_are_counted() {
+    let dir = Scratch::new("agent-hostile");
+    let log = dir.path("hostile.tlog");
+    let name = name("hostile");
+    // Servo index 4 (id 5) gets three bursts of bad commands — NaN velocity, a position far
+    // out of the limits, an unknown kind — with valid ones between; the others are held at 0.
+    let agent = support::hold_agent(name.clone(), |i, s, cycle| match (i, cycle) {
+        (4, 100..200) => s.velocity = f64::NAN,
+        (4, 300..400) => s.position = 1e9,
+        (4, 500..600) => s.kind = 99,
+        _ => {}
+    });
+    let o = spine(&["--agent", &name, "--duration", "1", "--log", log.to_str().unwrap()]).wait_with_output().unwrap();
+    agent.join().unwrap();
+    assert_eq!(o.status.code(), Some(1), "refused commands make a degraded run: {}", stderr(&o));
+    let j = summary_of(&o);
+    let refused = j["agent"]["refused"].as_u64().unwrap();
+    // Three bursts of 100 cycles (fewer on a loaded machine that skips periods).
+    assert!((150..=310).contains(&refused), "{j}");
+    let kinds = event_kinds(&j);
+    let bursts = kinds.iter().filter(|k| *k == "agent_command_refused").count();
+    assert_eq!(bursts, 3, "one event per burst, not per refusal: {bursts} events for {refused}");
+    assert!(j["problems"].to_string().contains("refused the agent's command for servo 5"), "{j}");
+    // Servo 5 only ever got the agent's valid commands (10) or its safe one (12); every other
+    // servo followed the agent throughout.
+    for (_, index, modes) in command_modes(&log).iter().filter(|c| c.2.contains(&10)) {
+        assert!(modes[4] == 10 || modes[4] == 12, "cycle {index}: {modes:?}");
+    }
+    assert!(j["final"]["5"]["position"].as_f64().unwrap().abs() < 0.05, "{j}");
+}
+
+#[test]
+fn agent_mistakes_get_one_sentence() {
+    for (args, want) in [
+        (vec!["--agent", "no/slash"], "agent name"),
+        (vec!["--agent", "ok", "--agent-timeout-ms", "0"], "--agent-timeout-ms"),
+        (vec!["--agent", "ok", "--agent-timeout-ms", "nan"], "--agent-timeout-ms"),
+        (vec!["--agent", "ok", "--agent-on-timeout", "dance"], "--agent-on-timeout"),
+    ] {
+        let o = spine(&args).wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains(want), "{args:?}: {e}");
+        assert_eq!(e.trim().lines().count(), 1, "{args:?}: {e}");
+    }
+    // A second spine with the same name is refused while the first runs.
+    let name = name("twice");
+    let mut first = spine(&["--agent", &name, "--duration", "2"]);
+    support::wait_for("the first spine's segment", Duration::from_secs(10), || {
+        rtloop::agent::segment_path(&name).exists()
+    });
+    let o = spine(&["--agent", &name, "--duration", "1"]).wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("another spine"), "{}", stderr(&o));
+    // SIGKILL leaves the first spine no chance to remove its segment: do it here.
+    let _ = first.kill();
+    let _ = first.wait();
+    let _ = std::fs::remove_file(rtloop::agent::segment_path(&name));
+}
+
+/// The run's output, or a panic (after killing it) when it has not ended within `limit`:
+/// a lockstep run must always end.
+fn finish(mut child: Child, limit: Duration) -> std::process::Output {
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!("the run did not end within {limit:?} (killed): {}", stderr(&o));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn attach(name: &str) -> agent::Agent {
+    let start = std::time::Instant::now();
+    loop {
+        match agent::Agent::attach(name) {
+            Ok(a) => return a,
+            Err(e) if e.is_retryable() && start.elapsed() < Duration::from_secs(30) => {
+                std::thread::sleep(Duration::from_millis(2))
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+/// Write the command answering `cycle`: hold every servo at 0 rev.
+fn answer(a: &mut agent::Agent, cycle: u64) {
+    let count = a.header().servo_count as usize;
+    let c = a.command_mut();
+    c.for_cycle = cycle;
+    for s in c.servos[..count].iter_mut() {
+        *s = agent::RawServoCommand::QUERY;
+        s.kind = agent::layout::kind::POSITION;
+        s.present = agent::layout::field::POSITION | agent::layout::field::VELOCITY;
+        s.position = 0.0;
+        s.velocity = 0.0;
+    }
+    a.send();
+}
+
+/// What a lockstep agent saw of a state: (cycle, status, timeouts, rearms, arm token changed).
+type Seen = (u64, u32, u64, u64, bool);
+
+/// A lockstep agent: answers every new state (re-arming when asked) until the spine ends;
+/// `silent(cycle)` says whether to leave that state unanswered and sleep `pause` instead,
+/// and `quit(cycle)` whether to exit (detach) at that state. Returns every distinct state it
+/// read after its first silence: (cycle, status, timeouts, rearms, arm token changed).
+fn lockstep_agent(
+    name: String,
+    silent: fn(u64) -> bool,
+    quit: fn(u64) -> bool,
+    pause: Duration,
+) -> std::thread::JoinHandle<Vec<Seen>> {
+    std::thread::spawn(move || {
+        let mut a = attach(&name);
+        let mut last = u64::MAX;
+        let mut seen = Vec::new();
+        let mut token_before_silence = None;
+        while a.spine_gone().is_none() {
+            let Ok(s) = a.read_state().copied() else { continue };
+            if s.cycle == last || s.status == agent::layout::status::ENDED {
+                std::thread::sleep(Duration::from_micros(50));
+                continue;
+            }
+            last = s.cycle;
+            if let Some(token) = token_before_silence {
+                if seen.len() < 3 {
+                    seen.push((s.cycle, s.status, s.timeouts, s.rearms, s.arm_token != token));
+                }
+            }
+            if quit(s.cycle) {
+                return seen;
+            }
+            if silent(s.cycle) {
+                token_before_silence.get_or_insert(s.arm_token);
+                std::thread::sleep(pause);
+                continue;
+            }
+            a.rearm_if_needed();
+            answer(&mut a, s.cycle);
+        }
+        seen
+    })
+}
+
+#[test]
+fn a_lockstep_agent_silent_while_following_gets_the_safe_command_and_a_fresh_token_then_rearms() {
+    let name = name("ls-silent");
+    let log = support::unique_path("ls-silent.tlog");
+    let agent = lockstep_agent(name.clone(), |c| c == 200, |_| false, Duration::from_millis(300));
+    let args = ["--agent", &name, "--lockstep", "--duration", "0.5", "--agent-timeout-ms", "20"];
+    let o = finish(spine(&[&args[..], &["--log", log.to_str().unwrap()]].concat()), Duration::from_secs(60));
+    let seen = agent.join().unwrap();
+    assert_eq!(o.status.code(), Some(1), "a timeout makes a degraded run: {}", stderr(&o));
+    let j = summary_of(&o);
+    assert_eq!(event_kinds(&j), ["agent_armed", "agent_timeout", "agent_rearmed", "shutdown"], "{j}");
+    // The state after the silent cycle 200: cycle 201, SAFE, one timeout, a new token; the
+    // agent re-arms with it (rearms counts every arming, the first included).
+    assert_eq!(seen[0], (201, agent::layout::status::SAFE, 1, 1, true), "{seen:?}");
+    assert_eq!(seen[1], (202, agent::layout::status::FOLLOWING, 1, 2, true), "{seen:?}");
+    let a = &j["agent"];
+    assert_eq!((a["timeouts"].as_u64(), a["rearms"].as_u64(), a["torn"].as_u64()), (Some(1), Some(2), Some(0)), "{j}");
+    // 500 cycles: cycle 0 measures (queries only), cycle 200 timed out.
+    assert_eq!((a["commands_applied"].as_u64(), a["cycles_without_command"].as_u64()), (Some(498), Some(2)), "{j}");
+    assert_eq!(j["cycles"], 500, "{j}");
+    let cycles = command_modes(&log);
+    let modes = |index: u64| cycles.iter().find(|c| c.1 == index).unwrap().2.clone();
+    assert!(modes(0).iter().all(|&m| m == 255), "cycle 0 only queries: {:?}", modes(0));
+    assert!(modes(199).iter().all(|&m| m == 10), "{:?}", modes(199));
+    assert!(modes(200).iter().all(|&m| m == 12), "the timed-out cycle gets zero velocity: {:?}", modes(200));
+    assert!(modes(201).iter().all(|&m| m == 10), "{:?}", modes(201));
+}
+
+#[test]
+fn a_lockstep_run_ends_when_its_agent_exits() {
+    let name = name("ls-exit");
+    let agent = lockstep_agent(name.clone(), |_| false, |c| c == 100, Duration::ZERO);
+    let args = ["--agent", &name, "--lockstep", "--duration", "0.5", "--agent-timeout-ms", "10000"];
+    let o = finish(spine(&args), Duration::from_secs(60));
+    agent.join().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let j = summary_of(&o);
+    assert_eq!(event_kinds(&j), ["agent_armed", "agent_gone", "shutdown"], "{j}");
+    assert_eq!(j["cycles"], 101, "cycles 0 to 100, the one the agent left unanswered: {j}");
+    assert_eq!(j["agent"]["timeouts"], 0, "{j}");
+    assert!(j["problems"][0].as_str().unwrap().contains("the agent exited"), "{j}");
+}
+
+#[test]
+fn a_lockstep_agent_may_wait_for_a_measured_state_before_its_first_command() {
+    let name = name("ls-measure");
+    let first = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let agent = {
+        let (name, first) = (name.clone(), first.clone());
+        std::thread::spawn(move || {
+            let mut a = attach(&name);
+            let mut last = u64::MAX;
+            while a.spine_gone().is_none() {
+                let Ok(s) = a.read_state().copied() else { continue };
+                let count = s.servo_count as usize;
+                // Commands only once every servo has answered a cycle's request.
+                if s.cycle == last || s.servos[..count].iter().any(|v| v.request_cycle < 0) {
+                    std::thread::sleep(Duration::from_micros(50));
+                    continue;
+                }
+                last = s.cycle;
+                first.lock().unwrap().get_or_insert((s.cycle, s.servos[0].request_cycle, s.servos[0].fresh, s.status));
+                a.rearm_if_needed();
+                answer(&mut a, s.cycle);
+            }
+        })
+    };
+    let o = finish(spine(&["--agent", &name, "--lockstep", "--duration", "0.5"]), Duration::from_secs(60));
+    agent.join().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let j = summary_of(&o);
+    assert_eq!(event_kinds(&j), ["agent_armed", "shutdown"], "{j}");
+    // The first state waited on is cycle 1, answering cycle 0's query.
+    assert_eq!(*first.lock().unwrap(), Some((1, 0, 1, agent::layout::status::WAITING)));
+    let a = &j["agent"];
+    assert_eq!((a["commands_applied"].as_u64(), a["cycles_without_command"].as_u64()), (Some(499), Some(1)), "{j}");
+}
+
+#[test]
+fn a_lockstep_spine_nobody_arms_ends_after_agent_wait_with_one_sentence() {
+    let name = name("ls-none");
+    let o = finish(
+        spine(&["--agent", &name, "--lockstep", "--duration", "0.5", "--agent-wait", "0.3"]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let j = summary_of(&o);
+    assert_eq!(event_kinds(&j), ["agent_not_armed", "shutdown"], "{j}");
+    let problem = j["problems"][0].as_str().unwrap();
+    assert!(problem.starts_with("no agent armed the spine within 0.3 s"), "{problem}");
+    assert!(problem.contains("--agent-wait"), "{problem}");
+    // It measured the servos first (cycle 0), then waited at cycle 1.
+    assert_eq!(j["cycles"], 2, "{j}");
+    assert!(!rtloop::agent::segment_path(&name).exists());
+}
+
+/// A writer that skips the library: states `version` in the header (0: never writes it)
+/// and echoes the token with a command for every new state, until the spine ends.
+fn foreign_agent(name: String, version: Option<u32>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        use std::os::unix::fs::FileExt;
+        let path = rtloop::agent::segment_path(&name);
+        support::wait_for("the spine's segment", Duration::from_secs(30), || {
+            std::fs::metadata(&path).is_ok_and(|m| m.len() as usize == agent::layout::TOTAL_SIZE)
+        });
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        if let Some(v) = version {
+            f.write_all_at(&v.to_le_bytes(), 84).unwrap();
+        }
+        let (mut seq, mut last, mut written) = (0u64, u64::MAX, 0u64);
+        let word = |at: usize| {
+            let mut b = [0u8; 8];
+            f.read_exact_at(&mut b, at as u64).map(|_| u64::from_le_bytes(b)).unwrap_or(0)
+        };
+        let state = agent::layout::STATE_OFFSET;
+        while word(state + 32) as u32 != agent::layout::status::ENDED && path.exists() {
+            let cycle = word(state + 8);
+            if cycle == last {
+                std::thread::sleep(Duration::from_micros(200));
+                continue;
+            }
+            last = cycle;
+            let mut block = agent::CommandBlock::empty();
+            seq += 2;
+            written += 1;
+            block.seq = seq;
+            block.for_cycle = cycle;
+            block.heartbeat = written;
+            block.arm_token = word(state + 56);
+            block.servo_count = 12;
+            for s in block.servos[..12].iter_mut() {
+                s.kind = agent::layout::kind::POSITION;
+                s.present = agent::layout::field::POSITION;
+                s.position = 0.1;
+            }
+            let _ = f.write_all_at(agent::layout::bytes_of(&block), agent::layout::COMMAND_OFFSET as u64);
+        }
+        written
+    })
+}
+
+#[test]
+fn commands_of_another_protocol_version_or_none_are_never_applied_and_the_run_names_both_versions() {
+    for (version, tag, want) in [
+        (
+            Some(2),
+            "v2",
+            "an agent of protocol version 2, this spine 1, tried to attach; the spine ignored its commands",
+        ),
+        (
+            None,
+            "v0",
+            "an agent wrote commands without stating its protocol version (agent_version 0), this spine speaks 1; \
+             the spine ignored them",
+        ),
+    ] {
+        let name = name(&format!("ls-{tag}"));
+        let writer = foreign_agent(name.clone(), version);
+        let o = finish(
+            spine(&["--agent", &name, "--lockstep", "--duration", "0.5", "--agent-wait", "1"]),
+            Duration::from_secs(60),
+        );
+        let written = writer.join().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{tag}: {}", stderr(&o));
+        let j = summary_of(&o);
+        assert!(written > 0, "{tag}: the writer wrote nothing");
+        assert_eq!(j["agent"]["commands_applied"], 0, "{tag}: {j}");
+        assert_eq!(j["agent"]["rearms"], 0, "{tag}: {j}");
+        assert!(j["agent"]["wrong_version"].as_u64().unwrap() > 0, "{tag}: {j}");
+        assert_eq!(event_kinds(&j), ["agent_version_mismatch", "agent_not_armed", "shutdown"], "{tag}: {j}");
+        assert_eq!(j["events"][0]["value"], version.unwrap_or(0), "{tag}: {j}");
+        assert!(j["problems"].as_array().unwrap().iter().any(|p| p == want), "{tag}: {j}");
+        // No servo ever left query-only.
+        for id in 1..=12 {
+            assert_eq!(j["final"][id.to_string()]["commanded"], "zero-velocity", "{tag}: the shutdown's only: {j}");
+        }
+    }
+}
+
+#[test]
+fn a_mistake_is_the_only_line_printed_before_an_agent_run() {
+    let dir = Scratch::new("agent-log-exists");
+    let log = dir.path("exists.tlog");
+    std::fs::write(&log, b"").unwrap();
+    let name = name("logexists");
+    let o = spine(&["--agent", &name, "--log", log.to_str().unwrap()]).wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    assert!(!e.contains("waiting for agent"), "{e}");
+    for wait in ["0", "nan", "1e9"] {
+        let o = spine(&["--agent", &name, "--lockstep", "--agent-wait", wait]).wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{wait}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--agent-wait"), "{wait}: {}", stderr(&o));
+        assert_eq!(stderr(&o).trim().lines().count(), 1, "{wait}: {}", stderr(&o));
+    }
+}

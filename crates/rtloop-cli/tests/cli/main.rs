@@ -1,0 +1,29 @@
+//! The `rtloop` command end to end: every test here runs the binary (or a peer against it),
+//! one module per subject. One test binary, so the workspace links it once.
+
+mod support;
+
+mod agent;
+mod can_pi3hat;
+mod cli;
+mod console_cli;
+mod devices;
+mod foxglove_node;
+mod lab_children;
+mod lab_cli;
+mod lab_results;
+mod lockstep;
+mod log_audit;
+mod log_parquet;
+mod log_trust;
+mod moteus_cpp;
+mod moteus_python;
+mod moteus_rs;
+mod moteus_tool;
+mod python;
+mod readme_tour;
+mod run_trust;
+mod runtime;
+mod telemetry;
+mod tview;
+mod watchdog_always_on;

@@ -1,0 +1,160 @@
+//! The control thread: the controller on its own thread, fed through wait-free rings of
+//! fixed-size messages ([`StateMsg`] in, [`CommandMsg`] out), so the cycle thread never
+//! allocates or waits for it.
+
+use super::*;
+
+/// Most events one cycle hands a control thread (more in one cycle are still in the summary
+/// and the log; the controller sees the first ones).
+pub(super) const EVENTS_PER_MESSAGE: usize = 8;
+
+/// State the cycle thread hands the control thread each cycle (fixed size: no allocation).
+#[derive(Clone, Copy)]
+pub(super) struct StateMsg {
+    pub(super) time_s: f64,
+    pub(super) cycle: u64,
+    pub(super) servos_len: usize,
+    pub(super) servos: [ServoStatus; MAX_SERVOS],
+    pub(super) imu: sim::ImuSample,
+    pub(super) last_cycle: CycleFigures,
+    pub(super) safe_mode: bool,
+    pub(super) events_len: usize,
+    pub(super) events: [io::safety::Event; EVENTS_PER_MESSAGE],
+}
+
+impl StateMsg {
+    pub(super) fn new() -> Self {
+        let none = io::safety::Event { at_ns: 0, servo: None, kind: EventKind::Shutdown };
+        StateMsg {
+            time_s: 0.0,
+            cycle: 0,
+            servos_len: 0,
+            servos: [ServoStatus::default(); MAX_SERVOS],
+            imu: sim::ImuSample::default(),
+            last_cycle: CycleFigures::default(),
+            safe_mode: false,
+            events_len: 0,
+            events: [none; EVENTS_PER_MESSAGE],
+        }
+    }
+
+    pub(super) fn copy_from(&mut self, state: &State<'_>) {
+        self.time_s = state.time_s;
+        self.cycle = state.cycle;
+        self.servos_len = state.servos.len().min(MAX_SERVOS);
+        self.servos[..self.servos_len].copy_from_slice(&state.servos[..self.servos_len]);
+        self.imu = *state.imu;
+        self.last_cycle = *state.last_cycle;
+        self.safe_mode = state.safe_mode;
+        self.events_len = state.events.len().min(EVENTS_PER_MESSAGE);
+        self.events[..self.events_len].copy_from_slice(&state.events[..self.events_len]);
+    }
+
+    pub(super) fn state(&self) -> State<'_> {
+        State {
+            time_s: self.time_s,
+            cycle: self.cycle,
+            servos: &self.servos[..self.servos_len],
+            imu: &self.imu,
+            last_cycle: &self.last_cycle,
+            safe_mode: self.safe_mode,
+            events: &self.events[..self.events_len],
+        }
+    }
+}
+
+/// Commands the control thread hands back, for the cycle after `cycle`.
+#[derive(Clone, Copy)]
+pub(super) struct CommandMsg<T> {
+    pub(super) cycle: u64,
+    pub(super) commands: [ServoCommand; MAX_SERVOS],
+    pub(super) telemetry: Option<T>,
+    pub(super) rearm: bool,
+    pub(super) flow: Flow,
+    pub(super) events_len: usize,
+    pub(super) events: [Reported; MAX_EVENTS_PER_CYCLE],
+}
+
+/// What the control thread is told.
+#[derive(Clone, Copy)]
+pub(super) enum ToControl {
+    /// The first measured state: call `start`.
+    Start(StateMsg),
+    /// A cycle's state: call `cycle`.
+    Cycle(StateMsg),
+    /// The run is over: call `stop`.
+    Stop(StateMsg),
+}
+
+/// Where the commands come from.
+pub(super) enum ControlLaw<C: Controller> {
+    /// The controller runs on the cycle thread (boxed: built once, before the real-time
+    /// section, so moving it around never copies a large controller).
+    Inline(Box<C>),
+    /// The controller runs on a control thread; rings of fixed-size `Copy` messages in both
+    /// directions, so sending never allocates.
+    Thread { to_control: rtrb::Producer<ToControl>, from_control: rtrb::Consumer<CommandMsg<C::Telemetry>> },
+}
+
+/// The control thread: the measured start first, then the newest state in and the
+/// controller's commands for the next cycle out, until the run is over. Not real-time
+/// itself; it must only keep up.
+pub(super) fn control_thread<C: Controller>(
+    mut controller: C,
+    n: usize,
+    period_s: f64,
+    mut from_cycle: rtrb::Consumer<ToControl>,
+    mut to_cycle: rtrb::Producer<CommandMsg<C::Telemetry>>,
+) -> C {
+    let mut out = CommandMsg {
+        cycle: 0,
+        commands: [ServoCommand::Query; MAX_SERVOS],
+        telemetry: None,
+        rearm: false,
+        flow: Flow::Continue,
+        events_len: 0,
+        events: [Reported::default(); MAX_EVENTS_PER_CYCLE],
+    };
+    let mut command = |controller: &mut C, state: &State<'_>| {
+        out.cycle = state.cycle;
+        out.telemetry = None;
+        let mut output = Output::new(&mut out.commands[..n], &mut out.telemetry);
+        out.flow = controller.cycle(state, &mut output);
+        out.rearm = output.rearm_requested();
+        out.events_len = output.events().len();
+        out.events[..out.events_len].copy_from_slice(output.events());
+        let _ = to_cycle.push(out);
+    };
+    loop {
+        let mut newest = None;
+        let mut heard = false;
+        while let Ok(m) = from_cycle.pop() {
+            heard = true;
+            match m {
+                // The start is never skipped: the commands of cycle 0 come from it.
+                ToControl::Start(s) => {
+                    let state = s.state();
+                    controller.start(&state);
+                    command(&mut controller, &state);
+                }
+                ToControl::Cycle(s) => newest = Some(s),
+                ToControl::Stop(s) => {
+                    controller.stop(&s.state());
+                    return controller;
+                }
+            }
+        }
+        match newest {
+            // The state read in cycle k gives the commands of cycle k + 1.
+            Some(s) => {
+                let mut next = s;
+                next.cycle = s.cycle + 1;
+                next.time_s = s.time_s + period_s;
+                command(&mut controller, &next.state());
+            }
+            None if !heard && from_cycle.is_abandoned() => return controller,
+            None if !heard => std::thread::sleep(Duration::from_micros(50)),
+            None => {}
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! Why a run could not start: [`RunError`].
+
+use std::path::PathBuf;
+
+/// Why a run could not start (or its log could not be closed): its `Display` is the one
+/// sentence saying what is wrong and how to fix it (what `rtloop run` prints). A run that
+/// started and lost servos is not an error: see [`RunSummary::problems`](crate::summary::RunSummary::problems).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RunError {
+    /// A setting is wrong (out of range, unknown, not parseable): the sentence names it.
+    Config(String),
+    /// The configuration file cannot be read.
+    ReadConfig {
+        /// The file.
+        path: PathBuf,
+        /// What reading it said.
+        error: std::io::Error,
+    },
+    /// A configuration file holds a wrong setting.
+    InFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong in it.
+        error: Box<RunError>,
+    },
+    /// `lockstep` was asked for on a robot with real buses.
+    LockstepOnRealBuses,
+    /// More servos than a run drives ([`crate::controller::MAX_SERVOS`]).
+    TooManyServos {
+        /// Servos configured.
+        configured: usize,
+    },
+    /// `strict` made a warning an error (the model's cycle time exceeds the period, the
+    /// system refused a real-time request): the sentence after `--strict: `.
+    Strict(String),
+    /// The real-time settings are invalid.
+    Realtime(rt::setup::RtError),
+    /// A bus cannot be opened, or the simulated buses' settings are wrong.
+    Bus(String),
+    /// A live publisher cannot start (a taken port, an unreachable router).
+    Live(String),
+    /// The telemetry log cannot be created.
+    CreateLog {
+        /// The file.
+        path: PathBuf,
+        /// What creating it said.
+        error: String,
+    },
+    /// The telemetry log failed (registering its records, starting or finishing its writer).
+    Log {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        error: String,
+    },
+    /// The telemetry thread of the live publishers failed.
+    LiveTelemetry(String),
+    /// The cycle thread could not be started.
+    CycleThreadStart(std::io::Error),
+    /// The cycle thread ended before it started its loop.
+    CycleThreadEnded,
+    /// The cycle thread panicked.
+    CycleThreadPanicked,
+    /// The cycle thread stopped without a result.
+    CycleThreadStopped,
+    /// The agent spine could not be set up (`rtloop run --agent`).
+    Agent(crate::agent::AgentError),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Config(s) | RunError::Bus(s) | RunError::Live(s) => f.write_str(s),
+            RunError::ReadConfig { path, error } => write!(f, "cannot read the config {}: {error}", path.display()),
+            RunError::InFile { path, error } => write!(f, "{}: {error}", path.display()),
+            RunError::LockstepOnRealBuses => f.write_str(
+                "lockstep runs only on simulated buses (its time is simulated): drop --lockstep, or use sim buses",
+            ),
+            RunError::TooManyServos { configured } => {
+                write!(f, "{configured} servos configured; rtloop run drives at most {}", crate::controller::MAX_SERVOS)
+            }
+            RunError::Strict(s) => write!(f, "--strict: {s}"),
+            RunError::Realtime(e) => write!(f, "{e}"),
+            RunError::CreateLog { path, error } => write!(f, "cannot create the log {}: {error}", path.display()),
+            RunError::Log { path, error } => write!(f, "log {}: {error}", path.display()),
+            RunError::LiveTelemetry(s) => write!(f, "live telemetry: {s}"),
+            RunError::CycleThreadStart(e) => write!(f, "cannot start the cycle thread: {e}"),
+            RunError::CycleThreadEnded => f.write_str("the cycle thread ended before it started"),
+            RunError::CycleThreadPanicked => f.write_str("the cycle thread panicked"),
+            RunError::CycleThreadStopped => f.write_str("the cycle thread stopped"),
+            RunError::Agent(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RunError::ReadConfig { error, .. } | RunError::CycleThreadStart(error) => Some(error),
+            RunError::InFile { error, .. } => Some(error.as_ref()),
+            RunError::Realtime(e) => Some(e),
+            RunError::Agent(e) => Some(e),
+            _ => None,
+        }
+    }
+}
