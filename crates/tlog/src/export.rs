@@ -66,7 +66,7 @@ pub(crate) fn note_read_error(problems: &mut Problems, error: &TlogError) {
 }
 
 /// Note a data block whose record id has no schema block.
-pub(crate) fn note_no_schema(problems: &mut Problems, item: &Item) {
+pub fn note_no_schema(problems: &mut Problems, item: &Item) {
     problems.note(ProblemKind::NoSchema, Some(item.record_id), None, item.offset, || {
         "no schema block for this record id".into()
     });

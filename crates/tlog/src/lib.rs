@@ -12,36 +12,27 @@
 //! * [`reader`], [`value`], [`export`], [`plot`] — reading, decoding, exporting, plotting.
 //! * [`columns`] — a record read into typed column buffers (what `rtloop.tlog` hands numpy),
 //!   whole or a chunk at a time.
-//! * `parquet` (the `parquet` feature) — records as Parquet tables, a row group at a time.
+//! * Parquet tables are the `rtloop-parquet` crate's, on top of [`columns`] and [`reader`].
 //! * [`survey`] — what a log holds and every kind of damage in it, counted with offsets.
 //!
-//! The log files themselves (writer, reader, exports, plots and their dependencies) are the
-//! default `files` feature. Without it the crate is only mjlib's telemetry encoding
-//! (`format`, `schema`, `ser`, `value`): the simulated servo's diagnostic console uses that
-//! to answer `tel schema` / `tel get` with the bytes a log carries — one implementation.
+//! The simulated servo's diagnostic console uses the telemetry encoding (`format`, `schema`,
+//! `ser`, `value`) to answer `tel schema` / `tel get` with the bytes a log carries — one
+//! implementation. The crate has no optional features: whatever the cargo command
+//! (`-p rtloop-sim`, `--workspace`), it is built once, the same way.
 //!
 //! Must never: write anything an mjlib reader cannot open unless the caller opted in to an
 //! extension (zstd), or make the real-time side allocate, lock or block.
 
 #![forbid(unsafe_code)]
 
-#[cfg(feature = "files")]
 pub mod columns;
-#[cfg(feature = "files")]
 pub mod export;
 pub mod format;
-#[cfg(feature = "parquet")]
-pub mod parquet;
-#[cfg(feature = "files")]
 pub mod plot;
-#[cfg(feature = "files")]
 pub mod reader;
-#[cfg(feature = "files")]
 pub mod realtime;
 pub mod schema;
 pub mod ser;
-#[cfg(feature = "files")]
 pub mod survey;
 pub mod value;
-#[cfg(feature = "files")]
 pub mod writer;

@@ -92,39 +92,8 @@ fn seconds(us: i64) -> f64 {
     tlog::value::micros_to_seconds(us)
 }
 
-#[cfg(feature = "parquet")]
 mod parquet;
-#[cfg(feature = "parquet")]
 use parquet::{export_dataset, export_parquet};
-
-/// Without the `parquet` feature (the Python package's build of this crate), a Parquet export
-/// is refused in one sentence.
-#[cfg(not(feature = "parquet"))]
-const NO_PARQUET: &str = "this rtloop was built without Parquet support (the cargo feature `parquet`, on by default)";
-
-#[cfg(not(feature = "parquet"))]
-fn export_parquet(
-    _: &Path,
-    _: FileReader,
-    _: FileIdentity,
-    _: &Path,
-    _: Option<&str>,
-    _: bool,
-) -> Result<ExportDone, ExportFailed> {
-    Err(NO_PARQUET.into())
-}
-
-#[cfg(not(feature = "parquet"))]
-fn export_dataset(
-    _: &[std::path::PathBuf],
-    _: &Path,
-    _: Option<&str>,
-    _: Option<&str>,
-    _: bool,
-    _: bool,
-) -> Result<Outcome, String> {
-    Err(NO_PARQUET.into())
-}
 
 fn problems_json(problems: &[Problem]) -> Json {
     serde_json::to_value(problems).unwrap_or(Json::Null)

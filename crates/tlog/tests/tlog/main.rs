@@ -14,8 +14,6 @@ mod export;
 mod full_disk;
 mod golden;
 mod hostile;
-#[cfg(feature = "parquet")]
-mod parquet;
 mod reader;
 mod realtime;
 mod recovery;

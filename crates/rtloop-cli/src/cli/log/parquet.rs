@@ -1,4 +1,4 @@
-//! `rtloop log export --parquet` (the `parquet` feature): one log's records as Parquet
+//! `rtloop log export --parquet` (through the rtloop-parquet crate): one log's records as Parquet
 //! tables — one record to a `.parquet` file, or every record to a new directory of
 //! `<record>.parquet` — and many logs as one dataset, `OUT/<record>/<run>.parquet` with
 //! `robot` and `run` columns, so that one query spans every run.
@@ -31,7 +31,7 @@ fn undecodable(problems: &[Problem]) -> u64 {
 }
 
 /// One record's table, for `--json`.
-fn table_json(stats: &tlog::parquet::ParquetStats, file: &str) -> Json {
+fn table_json(stats: &rtloop_parquet::ParquetStats, file: &str) -> Json {
     json!({"file": file, "rows": stats.rows, "columns": stats.columns, "row_groups": stats.row_groups,
            "bytes": stats.bytes, "collisions": stats.collisions})
 }
@@ -95,8 +95,8 @@ pub(super) fn export_parquet(
     record: Option<&str>,
     force: bool,
 ) -> Result<ExportDone, ExportFailed> {
-    let cannot_export = |e: tlog::parquet::ParquetError| format!("cannot export {}: {e}", path.display());
-    let options = tlog::parquet::ParquetOptions {
+    let cannot_export = |e: rtloop_parquet::ParquetError| format!("cannot export {}: {e}", path.display());
+    let options = rtloop_parquet::ParquetOptions {
         metadata: vec![("rtloop.source".into(), path.display().to_string())],
         ..Default::default()
     };
@@ -111,7 +111,7 @@ pub(super) fn export_parquet(
         };
         let mut output = create_output(out, identity, force, "--parquet")?;
         let bar = progress_bar("parquet");
-        let stats = tlog::parquet::to_parquet(&reader, &record, output.file(), &options, bar.as_ref())
+        let stats = rtloop_parquet::to_parquet(&reader, &record, output.file(), &options, bar.as_ref())
             .map_err(cannot_export)?;
         if let Some(b) = bar {
             b.finish_and_clear();
@@ -154,7 +154,7 @@ pub(super) fn export_parquet(
         outputs.push((name.clone(), handle));
     }
     let bar = progress_bar("parquet");
-    let stats = tlog::parquet::records_to_parquet(&reader, outputs, &options, bar.as_ref()).map_err(cannot_export)?;
+    let stats = rtloop_parquet::records_to_parquet(&reader, outputs, &options, bar.as_ref()).map_err(cannot_export)?;
     if let Some(b) = bar {
         b.finish_and_clear();
     }
@@ -338,19 +338,19 @@ pub(super) fn export_dataset(
             // The output itself failed (a full disk): not this log's fault, stop.
             return Err(why);
         }
-        let options = tlog::parquet::ParquetOptions {
+        let options = rtloop_parquet::ParquetOptions {
             constants: vec![("robot".into(), robot_name.clone()), ("run".into(), Some(run.clone()))],
             metadata: vec![("rtloop.source".into(), file.clone())],
             ..Default::default()
         };
         let bar = progress_bar(&run);
-        let result = tlog::parquet::records_to_parquet(&reader, outputs, &options, bar.as_ref());
+        let result = rtloop_parquet::records_to_parquet(&reader, outputs, &options, bar.as_ref());
         if let Some(b) = bar {
             b.finish_and_clear();
         }
         let stats = match result {
             Ok(stats) => stats,
-            Err(tlog::parquet::ParquetError::Io(e)) => {
+            Err(rtloop_parquet::ParquetError::Io(e)) => {
                 return Err(format!("cannot write the dataset {}: {e}", out.display()));
             }
             Err(e) => {

@@ -1,4 +1,4 @@
-//! `tlog::parquet` (the `parquet` feature): tables read back with the Parquet crate's own
+//! `rtloop-parquet`: tables read back with the Parquet crate's own
 //! Arrow reader and compared with the CSV export of the same log.
 //!
 //! * Names: the CSV header's, in its order, after `timestamp`; constant columns first, a
@@ -18,10 +18,10 @@ use arrow_array::{Array, RecordBatch};
 use arrow_schema::{DataType, TimeUnit};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use proptest::prelude::*;
+use rtloop_parquet::{records_to_parquet, to_parquet, ParquetOptions, ParquetStats};
 use serde::{Deserialize, Serialize, Serializer};
 use std::io::{Seek, Write};
 use tlog::format::{write_string, write_varint, write_varuint};
-use tlog::parquet::{records_to_parquet, to_parquet, ParquetOptions, ParquetStats};
 use tlog::reader::FileReader;
 use tlog::schema::{self, Field, Schema};
 use tlog::survey::ProblemKind;
@@ -433,7 +433,7 @@ fn several_records_in_one_walk() {
 fn an_unknown_record_is_a_typed_error() {
     let reader = FileReader::from_bytes(log(1, |_| 1)).unwrap();
     let error = to_parquet(&reader, "nope", Vec::new(), &ParquetOptions::default(), None).unwrap_err();
-    assert!(matches!(error, tlog::parquet::ParquetError::Columns(tlog::columns::ColumnsError::NoRecord { .. })));
+    assert!(matches!(error, rtloop_parquet::ParquetError::Columns(tlog::columns::ColumnsError::NoRecord { .. })));
     assert_eq!(error.to_string(), "the log has no record 'nope'");
 }
 

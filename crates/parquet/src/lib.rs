@@ -1,4 +1,6 @@
-//! Records of a log as Apache Parquet tables (the `parquet` feature): one table per record,
+//! # rtloop-parquet — records of a TLOG0003 log as Apache Parquet tables
+//!
+//! One table per record,
 //! for DuckDB, pandas/pyarrow, Polars, Spark — any engine that scans columns.
 //!
 //! **Columns.** A table is a `timestamp` column (Parquet `TIMESTAMP(MICROS, UTC)`; null for
@@ -62,10 +64,10 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 
-use crate::columns::{Cell, Column, ColumnBuilder, ColumnData, ColumnOptions, Columns, ColumnsError, NO_TIMESTAMP};
-use crate::export::note_no_schema;
-use crate::reader::{FileReader, ItemFilter, SurvivingItems};
-use crate::survey::{Problem, ProblemKind, Problems};
+use tlog::columns::{Cell, Column, ColumnBuilder, ColumnData, ColumnOptions, Columns, ColumnsError, NO_TIMESTAMP};
+use tlog::export::note_no_schema;
+use tlog::reader::{FileReader, ItemFilter, SurvivingItems};
+use tlog::survey::{Problem, ProblemKind, Problems};
 
 /// Most rows in one row group by default.
 pub const DEFAULT_ROW_GROUP_ROWS: usize = 1 << 20;
@@ -291,7 +293,7 @@ impl<W: Write + Send> RecordSink<W> {
         }
     }
 
-    fn push(&mut self, item: &crate::reader::Item) -> Result<(), ParquetError> {
+    fn push(&mut self, item: &tlog::reader::Item) -> Result<(), ParquetError> {
         self.builder.push(item)?;
         let rows = self.builder.rows();
         let values = rows.saturating_mul(self.builder.columns().max(1));
