@@ -580,7 +580,8 @@ mod tests {
     }
 }
 
-/// `rtloop log serve`'s options.
+/// `rtloop log serve`'s options (read only with the `foxglove` feature, which serves them).
+#[cfg_attr(not(feature = "foxglove"), allow(dead_code))]
 #[derive(Debug, Clone)]
 pub struct ServeArgs {
     /// `--foxglove ADDR`.

@@ -40,7 +40,7 @@ pub mod foxglove {
     pub use super::address::{parse_address, DEFAULT_ADDRESS};
 
     /// Refuses: this build has no Foxglove server.
-    pub fn publisher(_config: &LiveConfig) -> Result<super::Publisher, String> {
+    pub fn publisher(_config: &super::LiveConfig) -> Result<super::Publisher, String> {
         Err(super::built_without("foxglove", "--foxglove"))
     }
 }
@@ -50,7 +50,7 @@ pub mod foxglove {
 pub mod zenoh {
     /// Refuses: this build has no zenoh.
     pub fn publisher(
-        _config: &LiveConfig,
+        _config: &super::LiveConfig,
         _robot: &str,
         _remote: std::sync::Arc<super::RemoteControl>,
     ) -> Result<super::Publisher, String> {

@@ -1,5 +1,5 @@
 //! `rtloop log serve`: a log played back to Foxglove clients, on the same channels and with
-//! the same messages as a live run (`cycle` items become [`LiveCycle`]s again, `event`
+//! the same messages as a live run (`cycle` items become [`LiveCycle`](super::LiveCycle)s again, `event`
 //! items events); any other record (a controller's own, an mjlib log's) goes out as JSON on
 //! `/log/<record>` with the JSON schema `rtloop log export --mcap` gives it.
 //!

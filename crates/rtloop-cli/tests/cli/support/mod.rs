@@ -68,7 +68,10 @@ pub const MOTEUS_VERSION: &str = "1.1.1";
 /// The `rtloop` binary cargo built for these tests. (The library's test binary shares this
 /// file but has no binary: it never calls this.)
 pub fn rtloop_bin() -> &'static str {
-    option_env!("CARGO_BIN_EXE_rtloop").expect("only rtloop-cli's tests have the rtloop binary")
+    match option_env!("CARGO_BIN_EXE_rtloop") {
+        Some(bin) => bin,
+        None => panic!("only rtloop-cli's tests have the rtloop binary"),
+    }
 }
 
 pub fn rtloop(args: &[&str]) -> Output {
