@@ -975,7 +975,7 @@ fn dispatch(cmd: Command) -> Result<(), String> {
             finish_device_command(rtloop::cli::can::run(&req)?)
         }
         Command::Lab(cmd) => {
-            let report = lab::cli::run(cmd)?;
+            let report = lab::cli::run(cmd).map_err(|e| e.to_string())?;
             // The JSON object, when asked for, must be the very last line.
             let text = report.text.trim_end();
             if !text.is_empty() {
