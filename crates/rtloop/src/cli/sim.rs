@@ -138,7 +138,7 @@ pub struct LoadedBuses {
 /// Shared with the Python package's `rtloop.sim`; the texts carry no `rtloop sim:` prefix.
 pub fn load_buses(req: &SimRequest) -> Result<LoadedBuses, String> {
     let config_dir = match &req.config_dir {
-        Some(path) => Some(std::sync::Arc::new(io::serve::ConfigDir::open(path)?)),
+        Some(path) => Some(std::sync::Arc::new(io::serve::ConfigDir::open(path).map_err(|e| e.to_string())?)),
         None => None,
     };
     let mut buses = Vec::new();
@@ -153,7 +153,7 @@ pub fn load_buses(req: &SimRequest) -> Result<LoadedBuses, String> {
         let store =
             config_dir.as_ref().map(|dir| io::serve::ConfigStore::new(dir.clone(), spec.bus, spec.servos.clone()));
         if let Some(store) = &store {
-            let loaded = store.load_into(&mut bus)?;
+            let loaded = store.load_into(&mut bus).map_err(|e| e.to_string())?;
             warnings.extend(loaded.warnings.iter().cloned());
             for (slot, id) in &loaded.renamed {
                 notes.push(format!(
