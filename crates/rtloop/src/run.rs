@@ -1266,7 +1266,7 @@ where
         fault_seed: seed,
         ..if config.sim.wire_time { sim::BusConfig::default() } else { sim::BusConfig::without_wire_time() }
     };
-    sim_bus.validate()?;
+    sim_bus.validate().map_err(|e| e.to_string())?;
     let open = io::open::OpenOptions { sim_bus, ..Default::default() };
     let mut robot = robot_spec.build(clock, robot_config, open)?;
     let servos: Vec<ServoSpec> = robot.servos().to_vec();
@@ -1287,7 +1287,7 @@ where
     let mut auto_refused: Vec<String> = Vec::new();
     // Hold the CPUs out of deep idle states while the loop runs, as cyclictest does.
     let cpu_dma_latency = if config.holds_cpu_dma_latency() {
-        match rt::setup::CpuDmaLatency::hold_zero() {
+        match rt::setup::CpuDmaLatency::hold_zero().map_err(|e| e.to_string()) {
             Ok(held) => Some(held),
             Err(e) if strict => return Err(format!("--strict: {e}")),
             Err(e) if auto => {

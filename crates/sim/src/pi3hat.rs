@@ -246,6 +246,7 @@ impl Default for ImuMounting {
 /// Why a transaction was not what the register expects. The transaction still took its SPI
 /// time; a bad read returns zeros, a bad write changes nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RegisterError {
     /// Processors are numbered 1 to 3.
     NoSuchProcessor(u8),
