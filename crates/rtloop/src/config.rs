@@ -917,6 +917,7 @@ mod tests {
         }
         assert!(crate::robot_spec::RobotSpec::from_toml("[[bus]]\nbus = 1\nuri = \"sim\"\nservos = [1]\nspeed = 2\n")
             .unwrap_err()
+            .to_string()
             .contains("unknown field `speed`"));
     }
 

@@ -358,7 +358,7 @@ impl BudgetRequest {
                 b.bus
             ));
         }
-        self.robot.validate()
+        Ok(self.robot.validate()?)
     }
 }
 
@@ -845,7 +845,7 @@ pub fn robot_from_args(
         return Ok(pi3hat_quadruped());
     }
     if flags {
-        return RobotSpec::from_flags(buses, ids);
+        return Ok(RobotSpec::from_flags(buses, ids)?);
     }
     Ok(from_file.unwrap_or_else(RobotSpec::default_quadruped))
 }
