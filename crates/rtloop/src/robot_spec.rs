@@ -711,7 +711,7 @@ mod tests {
             let e = RobotSpec::from_toml(text).unwrap_err().to_string();
             assert!(e.contains(want), "{text:?}: {e}");
             assert!(!e.contains('\n'), "one line: {e}");
-            let e = crate::config::RunConfig::from_toml(text).unwrap_err();
+            let e = crate::config::RunConfig::from_toml(text).unwrap_err().to_string();
             assert!(e.contains(want), "run config {text:?}: {e}");
         }
         let e = RobotSpec::from_toml("").unwrap_err();

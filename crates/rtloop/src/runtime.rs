@@ -82,8 +82,8 @@ impl Runtime {
     /// Everything from the TOML text `rtloop run --config` reads (unknown keys and
     /// out-of-range values are errors).
     pub fn from_toml(text: &str) -> Result<Self, RunError> {
-        let config = RunConfig::from_toml(text)?;
-        config.validate()?;
+        let config = RunConfig::from_toml(text).map_err(String::from)?;
+        config.validate().map_err(String::from)?;
         Ok(Runtime::from_config(config))
     }
 
