@@ -209,6 +209,12 @@ pub enum LoopbackError {
     Multicast,
 }
 
+/// The one sentence for a publisher this build lacks (for `rtloop log serve`'s String path).
+#[allow(dead_code)] // Used only when a feature is off.
+pub(crate) fn built_without(feature: &'static str, flag: &'static str) -> String {
+    LiveError::BuiltWithout { feature, flag }.to_string()
+}
+
 /// The command line and the run report a live error as its sentence.
 impl From<LiveError> for String {
     fn from(e: LiveError) -> String {
