@@ -181,12 +181,8 @@ fn attach_error(py: Python<'_>, err: AttachError, name: &str, waited: f64) -> Py
             let message = AttachError::Io { name: n, op, err }.to_string();
             PyOSError::new_err((errno, message, path))
         }
-        other @ (AttachError::BadMagic(_)
-        | AttachError::NotRegular { .. }
-        | AttachError::TooSmall { .. }
-        | AttachError::Layout { .. }) => {
-            PyRuntimeError::new_err(other.to_string())
-        }
+        // BadMagic, NotRegular, TooSmall, Layout, and any reason a later release adds.
+        other => PyRuntimeError::new_err(other.to_string()),
     }
 }
 

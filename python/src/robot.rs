@@ -889,7 +889,7 @@ fn open_robot<C: Clock + Clone + Send + 'static>(
     }
     let sim_bus = sim::BusConfig { fault_seed: plan.seed, ..plan.sim_bus };
     let options = io::open::OpenOptions { sim_bus, ..Default::default() };
-    let (transports, imu) = spec.open(clock.clone(), options).map_err(OpenFailure::Os)?;
+    let (transports, imu) = spec.open(clock.clone(), options).map_err(|e| OpenFailure::Os(e.to_string()))?;
     let servos: Vec<ServoSpec> = spec.servo_specs();
     let mut robot = io::Robot::new(transports, servos.clone(), imu, clock, plan.robot_config(spec))
         .map_err(|e| OpenFailure::Setup(e.to_string()))?;
@@ -1025,7 +1025,7 @@ fn robot_spec(
         }
     }
     spec.buses.sort_by_key(|b| b.bus);
-    spec.validate().map_err(PyValueError::new_err)?;
+    spec.validate().map_err(|e| PyValueError::new_err(e.to_string()))?;
     Ok(spec)
 }
 

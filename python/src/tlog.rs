@@ -502,7 +502,8 @@ impl NativeLog {
                  claims so); read() decodes records up to that size: stream this one with items() instead"
             )),
             ColumnsError::NoMatch { .. } => PyKeyError::new_err(e.to_string()),
-            ColumnsError::Unsupported { .. } => TlogError::new_err(e.to_string()),
+            // Unsupported, and any reason a later release adds.
+            _ => TlogError::new_err(e.to_string()),
         })?;
         let mut warnings: Vec<String> = output.problems.list().iter().map(ToString::to_string).collect();
         if output.collisions > 0 {

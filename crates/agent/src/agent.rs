@@ -17,6 +17,7 @@ pub const AGENT_READ_TRIES: u32 = 100_000;
 
 /// Why an agent could not attach. Each displays as one sentence.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum AttachError {
     /// The agent name is malformed.
     Name(NameError),

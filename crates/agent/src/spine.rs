@@ -70,6 +70,7 @@ impl SpineConfig {
 
 /// Why the spine could not create its segment. Each displays as one sentence.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum SpineError {
     /// The agent name is malformed.
     Name(NameError),

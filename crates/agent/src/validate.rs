@@ -92,6 +92,7 @@ pub enum ValidCommand {
 
 /// Why a servo command was refused. Every variant displays as one sentence.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub enum CommandError {
     /// `kind` is not 0..=4.
     UnknownKind(u32),

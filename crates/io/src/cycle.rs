@@ -166,6 +166,7 @@ pub struct Cycler<C: Clock> {
 
 /// Why a cycler or robot could not be built.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SetupError {
     /// More buses than [`MAX_BUSES`].
     TooManyBuses(usize),

@@ -110,6 +110,7 @@ impl Default for DiagnosticOptions {
 
 /// What went wrong talking to a servo's console. Every `Display` is one sentence.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DiagError {
     /// The transport failed sending or receiving.
     Transport {

@@ -205,16 +205,72 @@ pub struct Pi3hat {
     counters: [TransportCounters; 5],
 }
 
+/// Why [`Pi3hat::open`] brought no board up. `name` is the SPI device's name.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Pi3hatOpenError {
+    /// A bus number outside the board's connectors JC1-JC5.
+    #[error("bus {bus} cannot be on a pi3hat: its connectors are JC1-JC5, so give bus numbers 1 to 5")]
+    NoSuchBus {
+        /// The bus given.
+        bus: u8,
+    },
+    /// A transfer to `part` (a processor, the IMU, a bus's configuration) failed.
+    #[error("pi3hat:{name} {part}: {source}")]
+    Spi {
+        /// The SPI device.
+        name: String,
+        /// What was being read or written: `processor 1`, `IMU`, `bus 2`.
+        part: String,
+        /// Why.
+        source: SpiError,
+    },
+    /// A CAN processor speaks another protocol version.
+    #[error(
+        "pi3hat:{name} processor {processor} speaks CAN protocol version {version:#04x}, not {:#04x}: update the pi3hat's firmware (or check the SPI wiring if it reads 0x00 or 0xff)",
+        board::CAN_PROTOCOL_VERSION
+    )]
+    CanVersion {
+        /// The SPI device.
+        name: String,
+        /// The processor (1-3).
+        processor: u8,
+        /// The version it reports.
+        version: u8,
+    },
+    /// The IMU speaks another protocol version.
+    #[error(
+        "pi3hat:{name} IMU protocol version is {version:#04x}, not {:#04x}: update the pi3hat's firmware",
+        board::IMU_PROTOCOL_VERSION
+    )]
+    ImuVersion {
+        /// The SPI device.
+        name: String,
+        /// The version it reports.
+        version: u8,
+    },
+    /// A bus read back another CAN configuration than was written.
+    #[error(
+        "pi3hat:{name} bus {bus} did not take its CAN configuration (read back {read_back}): check the firmware version and the bit rates"
+    )]
+    ConfigNotTaken {
+        /// The SPI device.
+        name: String,
+        /// The bus.
+        bus: u8,
+        /// What was read back (its Debug form, as before).
+        read_back: String,
+    },
+}
+
 impl Pi3hat {
     /// Bring up a board on `spi` for `buses` (1-5): check the versions, write and read back
     /// each used port's configuration, and check the IMU when the options read it.
-    pub fn open(spi: Box<dyn Pi3hatSpi>, buses: &[u8], options: Pi3hatOptions) -> Result<Self, String> {
+    pub fn open(spi: Box<dyn Pi3hatSpi>, buses: &[u8], options: Pi3hatOptions) -> Result<Self, Pi3hatOpenError> {
         let mut used = 0u8;
         for &b in buses {
             if !(1..=5).contains(&b) {
-                return Err(format!(
-                    "bus {b} cannot be on a pi3hat: its connectors are JC1-JC5, so give bus numbers 1 to 5"
-                ));
+                return Err(Pi3hatOpenError::NoSuchBus { bus: b });
             }
             used |= 1 << (b - 1);
         }
@@ -242,22 +298,21 @@ impl Pi3hat {
             if processors & (1 << (p - 1)) == 0 {
                 continue;
             }
-            let v = hat.read_byte(p, reg::CAN_VERSION).map_err(|e| format!("pi3hat:{name} processor {p}: {e}"))?;
+            let spi_error =
+                |source| Pi3hatOpenError::Spi { name: name.clone(), part: format!("processor {p}"), source };
+            let v = hat.read_byte(p, reg::CAN_VERSION).map_err(spi_error)?;
             if v != board::CAN_PROTOCOL_VERSION {
-                return Err(format!(
-                    "pi3hat:{name} processor {p} speaks CAN protocol version {v:#04x}, not {:#04x}: update the \
-                     pi3hat's firmware (or check the SPI wiring if it reads 0x00 or 0xff)",
-                    board::CAN_PROTOCOL_VERSION
-                ));
+                return Err(Pi3hatOpenError::CanVersion { name, processor: p, version: v });
             }
         }
         if options.attitude {
-            let v = hat.read_byte(3, reg::IMU_VERSION).map_err(|e| format!("pi3hat:{name} IMU: {e}"))?;
+            let v = hat.read_byte(3, reg::IMU_VERSION).map_err(|source| Pi3hatOpenError::Spi {
+                name: name.clone(),
+                part: "IMU".into(),
+                source,
+            })?;
             if v != board::IMU_PROTOCOL_VERSION {
-                return Err(format!(
-                    "pi3hat:{name} IMU protocol version is {v:#04x}, not {:#04x}: update the pi3hat's firmware",
-                    board::IMU_PROTOCOL_VERSION
-                ));
+                return Err(Pi3hatOpenError::ImuVersion { name, version: v });
             }
         }
         for b in 1..=5u8 {
@@ -267,17 +322,15 @@ impl Pi3hat {
             let want = options.port_config(b);
             // As the official library does: write only what differs (a rewrite resets the
             // controller), then read it back.
-            let before = hat.can_config(b).map_err(|e| format!("pi3hat:{name} bus {b}: {e}"))?;
+            let spi_error = |source| Pi3hatOpenError::Spi { name: name.clone(), part: format!("bus {b}"), source };
+            let before = hat.can_config(b).map_err(spi_error)?;
             if before == Some(want) {
                 continue;
             }
-            hat.write_can_config(b, &want).map_err(|e| format!("pi3hat:{name} bus {b}: {e}"))?;
-            let got = hat.can_config(b).map_err(|e| format!("pi3hat:{name} bus {b}: {e}"))?;
+            hat.write_can_config(b, &want).map_err(spi_error)?;
+            let got = hat.can_config(b).map_err(spi_error)?;
             if got != Some(want) {
-                return Err(format!(
-                    "pi3hat:{name} bus {b} did not take its CAN configuration (read back {got:?}): check the \
-                     firmware version and the bit rates"
-                ));
+                return Err(Pi3hatOpenError::ConfigNotTaken { name, bus: b, read_back: format!("{got:?}") });
             }
         }
         Ok(hat)
@@ -717,7 +770,8 @@ pub fn open_shared(
     options: Pi3hatOptions,
     uri: &str,
 ) -> Result<(Vec<Pi3hatPort>, Option<Pi3hatImu>), OpenError> {
-    let hat = Pi3hat::open(spi, buses, options).map_err(|message| OpenError { uri: uri.to_string(), message })?;
+    let hat =
+        Pi3hat::open(spi, buses, options).map_err(|e| OpenError { uri: uri.to_string(), message: e.to_string() })?;
     let dev = Arc::new(Mutex::new(hat));
     let ports = buses.iter().map(|&b| Pi3hatPort::new(dev.clone(), b)).collect();
     let imu = options.attitude.then(|| Pi3hatImu::new(dev));

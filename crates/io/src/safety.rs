@@ -43,15 +43,24 @@ pub enum OnFault {
 }
 
 impl std::str::FromStr for OnFault {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownFaultPolicy;
+    fn from_str(s: &str) -> Result<Self, UnknownFaultPolicy> {
         match s {
             "zero-velocity" => Ok(OnFault::ZeroVelocity),
             "stop" => Ok(OnFault::Stop),
             "ignore" => Ok(OnFault::Ignore),
-            other => Err(format!("'{other}' is not a fault policy: give stop, zero-velocity or ignore")),
+            other => Err(UnknownFaultPolicy { given: other.to_string() }),
         }
     }
+}
+
+/// A fault policy name [`OnFault`] does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{given}' is not a fault policy: give stop, zero-velocity or ignore")]
+#[non_exhaustive]
+pub struct UnknownFaultPolicy {
+    /// The name given.
+    pub given: String,
 }
 
 impl fmt::Display for OnFault {

@@ -88,6 +88,7 @@ impl fmt::Display for DeviceMessage {
 
 /// Why a transport could not move a frame. Small and `Copy`: it is created on the hot path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TransportError {
     /// The transmit queue is full; the frame was not sent.
     QueueFull,

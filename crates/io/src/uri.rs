@@ -51,17 +51,72 @@ pub enum Pi3hatCarrier {
     Sim,
 }
 
-/// A bus address that does not parse.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UriError(pub String);
-
-impl fmt::Display for UriError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+/// A bus address that does not parse: what was given, and (in the sentence) what to give.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UriError {
+    /// Nothing but blanks.
+    #[error("empty bus address: give one of {FORMS}")]
+    Empty,
+    /// No `scheme:` and not a word address.
+    #[error("'{text}' is not a bus address: give one of {FORMS}")]
+    NotAnAddress {
+        /// The address.
+        text: String,
+    },
+    /// `fdcanusb:` without a path.
+    #[error("fdcanusb: needs a device path, e.g. fdcanusb:/dev/ttyACM0")]
+    NoDevicePath,
+    /// `socketcan:` with something that cannot be an interface name.
+    #[error("'{iface}' is not a network interface name: give e.g. socketcan:can0 (at most 15 characters)")]
+    Interface {
+        /// The name given.
+        iface: String,
+    },
+    /// `pi3hat:` with an unknown carrier.
+    #[error("'{carrier}' is not a way to reach a pi3hat: give pi3hat, pi3hat:spidev, pi3hat:mem or pi3hat:sim")]
+    Carrier {
+        /// The carrier given.
+        carrier: String,
+    },
+    /// An unknown scheme.
+    #[error("unknown transport '{scheme}' in '{text}': give one of {FORMS}")]
+    UnknownTransport {
+        /// The scheme.
+        scheme: String,
+        /// The address.
+        text: String,
+    },
+    /// `udp:` without `HOST:PORT`.
+    #[error("'udp:{rest}' is not a UDP address: give udp:HOST:PORT, e.g. udp:127.0.0.1:9000")]
+    UdpAddress {
+        /// What follows `udp:`.
+        rest: String,
+    },
+    /// A UDP port that is not a number 0-65535.
+    #[error("'{port}' is not a UDP port number (1-65535)")]
+    UdpPort {
+        /// The port given.
+        port: String,
+    },
+    /// UDP port 0.
+    #[error("UDP port 0 is not a port a peer can listen on: give 1-65535")]
+    UdpPortZero,
+    /// `?bus=` that is not 1-255.
+    #[error("'{bus}' is not a bus number: give ?bus=N with N from 1 to 255")]
+    UdpBus {
+        /// The value given.
+        bus: String,
+    },
+    /// A UDP option other than `bus`.
+    #[error("unknown option '{option}' in 'udp:{rest}': only ?bus=N is understood")]
+    UdpOption {
+        /// The option.
+        option: String,
+        /// What follows `udp:`.
+        rest: String,
+    },
 }
-
-impl std::error::Error for UriError {}
 
 const FORMS: &str = "sim, fdcanusb:/dev/ttyACM0, socketcan:can0, udp:127.0.0.1:9000 or pi3hat[:spidev|:mem|:sim]";
 
@@ -98,7 +153,7 @@ impl std::str::FromStr for BusUri {
 pub fn parse(text: &str) -> Result<BusUri, UriError> {
     let t = text.trim();
     if t.is_empty() {
-        return Err(UriError(format!("empty bus address: give one of {FORMS}")));
+        return Err(UriError::Empty);
     }
     if t == "sim" {
         return Ok(BusUri::Sim);
@@ -107,20 +162,18 @@ pub fn parse(text: &str) -> Result<BusUri, UriError> {
         return Ok(BusUri::Pi3hat { carrier: Pi3hatCarrier::Auto });
     }
     let Some((scheme, rest)) = t.split_once(':') else {
-        return Err(UriError(format!("'{t}' is not a bus address: give one of {FORMS}")));
+        return Err(UriError::NotAnAddress { text: t.to_string() });
     };
     match scheme {
         "fdcanusb" => {
             if rest.is_empty() {
-                return Err(UriError("fdcanusb: needs a device path, e.g. fdcanusb:/dev/ttyACM0".into()));
+                return Err(UriError::NoDevicePath);
             }
             Ok(BusUri::Fdcanusb { path: rest.to_string() })
         }
         "socketcan" => {
             if rest.is_empty() || rest.len() > 15 || rest.contains('/') || rest.contains(char::is_whitespace) {
-                return Err(UriError(format!(
-                    "'{rest}' is not a network interface name: give e.g. socketcan:can0 (at most 15 characters)"
-                )));
+                return Err(UriError::Interface { iface: rest.to_string() });
             }
             Ok(BusUri::SocketCan { iface: rest.to_string() })
         }
@@ -129,11 +182,9 @@ pub fn parse(text: &str) -> Result<BusUri, UriError> {
             "spidev" => Ok(BusUri::Pi3hat { carrier: Pi3hatCarrier::Spidev }),
             "mem" => Ok(BusUri::Pi3hat { carrier: Pi3hatCarrier::Mem }),
             "sim" => Ok(BusUri::Pi3hat { carrier: Pi3hatCarrier::Sim }),
-            other => Err(UriError(format!(
-                "'{other}' is not a way to reach a pi3hat: give pi3hat, pi3hat:spidev, pi3hat:mem or pi3hat:sim"
-            ))),
+            other => Err(UriError::Carrier { carrier: other.to_string() }),
         },
-        other => Err(UriError(format!("unknown transport '{other}' in '{t}': give one of {FORMS}"))),
+        other => Err(UriError::UnknownTransport { scheme: other.to_string(), text: t.to_string() }),
     }
 }
 
@@ -142,7 +193,7 @@ fn parse_udp(rest: &str) -> Result<BusUri, UriError> {
         Some((a, q)) => (a, Some(q)),
         None => (rest, None),
     };
-    let bad = || UriError(format!("'udp:{rest}' is not a UDP address: give udp:HOST:PORT, e.g. udp:127.0.0.1:9000"));
+    let bad = || UriError::UdpAddress { rest: rest.to_string() };
     let (host, port) = if let Some(v6) = addr.strip_prefix('[') {
         let (h, p) = v6.split_once("]:").ok_or_else(bad)?;
         (h, p)
@@ -152,20 +203,18 @@ fn parse_udp(rest: &str) -> Result<BusUri, UriError> {
     if host.is_empty() {
         return Err(bad());
     }
-    let port: u16 = port.parse().map_err(|_| UriError(format!("'{port}' is not a UDP port number (1-65535)")))?;
+    let port: u16 = port.parse().map_err(|_| UriError::UdpPort { port: port.to_string() })?;
     if port == 0 {
-        return Err(UriError("UDP port 0 is not a port a peer can listen on: give 1-65535".into()));
+        return Err(UriError::UdpPortZero);
     }
     let mut bus = 1u8;
     if let Some(q) = query {
         for kv in q.split('&') {
             match kv.split_once('=') {
                 Some(("bus", v)) => {
-                    bus = v.parse().ok().filter(|b| *b >= 1).ok_or_else(|| {
-                        UriError(format!("'{v}' is not a bus number: give ?bus=N with N from 1 to 255"))
-                    })?
+                    bus = v.parse().ok().filter(|b| *b >= 1).ok_or_else(|| UriError::UdpBus { bus: v.to_string() })?
                 }
-                _ => return Err(UriError(format!("unknown option '{kv}' in 'udp:{rest}': only ?bus=N is understood"))),
+                _ => return Err(UriError::UdpOption { option: kv.to_string(), rest: rest.to_string() }),
             }
         }
     }
@@ -175,6 +224,15 @@ fn parse_udp(rest: &str) -> Result<BusUri, UriError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_address_carries_what_was_wrong() {
+        assert_eq!(parse("udp:127.0.0.1:0"), Err(UriError::UdpPortZero));
+        assert_eq!(parse("can:x"), Err(UriError::UnknownTransport { scheme: "can".into(), text: "can:x".into() }));
+        let e = parse("udp:127.0.0.1:9000?bus=0").unwrap_err();
+        assert_eq!(e, UriError::UdpBus { bus: "0".into() });
+        assert_eq!(e.to_string(), "'0' is not a bus number: give ?bus=N with N from 1 to 255");
+    }
 
     #[test]
     fn valid_addresses_parse_and_print_back() {

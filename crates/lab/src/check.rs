@@ -13,7 +13,7 @@
 
 use std::fmt::Display;
 use std::ops::RangeInclusive;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Samples one run may hold: 8 bytes each, 80 MB at most, so a typo cannot exhaust memory.
 pub const MAX_SAMPLES: usize = 10_000_000;
@@ -35,9 +35,254 @@ pub const SERIAL_SIZE: RangeInclusive<usize> = 1..=crate::serial::MAX_SIZE;
 /// Lifetime of the hidden echo server, seconds: up to a week.
 pub const SERVER_MAX_SECONDS: f64 = 7.0 * 24.0 * 3600.0;
 
+/// One refused flag or argument: what the lab checks before anything is measured. Its
+/// Display is the one sentence the user sees; the variants carry what was wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckError {
+    /// A number outside its range (`range` as the user should read it, unit included).
+    #[error("{flag} {value} is out of range: give {range}")]
+    OutOfRange {
+        /// The flag as the user typed it, e.g. `--rate`.
+        flag: String,
+        /// The value given.
+        value: String,
+        /// What to give instead, e.g. `0.1..=100000 (Hz)`.
+        range: String,
+    },
+    /// `--samples` × runs would hold more than [`MAX_SAMPLES_IN_ALL`] samples.
+    #[error(
+        "--samples {samples} for {} ({runs_are}) is {} in all: keep --samples × runs within {MAX_SAMPLES_IN_ALL}",
+        runs_text(.runs),
+        total_text(.samples, .runs)
+    )]
+    TooManySamples {
+        /// Samples per run.
+        samples: usize,
+        /// Runs the command makes.
+        runs: usize,
+        /// What the runs are, e.g. `--sizes × --methods`.
+        runs_are: String,
+    },
+    /// `--busy-wait-us` for an experiment that never sleeps until a deadline.
+    #[error(
+        "--busy-wait-us applies to wakeup and cycle only (the experiments that sleep until a deadline): drop it for {experiment}"
+    )]
+    BusyWaitNotApplicable {
+        /// The experiment, e.g. `udp-echo`.
+        experiment: String,
+    },
+    /// An empty list where at least one item is needed.
+    #[error("{flag} is empty: give {give}")]
+    EmptyList {
+        /// The flag.
+        flag: String,
+        /// What to give, e.g. `at least one of blocking, epoll, busy-poll`.
+        give: String,
+    },
+    /// A list names one item twice.
+    #[error("{flag} lists {item} twice: give each once")]
+    Duplicate {
+        /// The flag.
+        flag: String,
+        /// The repeated item.
+        item: String,
+    },
+    /// An item of a list flag that is not one of its names.
+    #[error("{flag}: {source}")]
+    InList {
+        /// The flag.
+        flag: String,
+        /// Why the item was refused.
+        source: Box<CheckError>,
+    },
+    /// A method name an experiment does not know.
+    #[error("unknown {kind} method '{given}': expected {expected}")]
+    UnknownMethod {
+        /// Which methods: `event`, `serial` or `receive`.
+        kind: &'static str,
+        /// The name given.
+        given: String,
+        /// The names it knows, as a sentence.
+        expected: &'static str,
+    },
+    /// A `--policy` that is not a scheduling policy.
+    #[error("--policy: {0}")]
+    Policy(#[source] rt::UnknownName),
+    /// `--priority` with a policy that has no real-time priority.
+    #[error("--priority {priority} needs --policy fifo or rr: {policy} has no real-time priority")]
+    PriorityNeedsRealtime {
+        /// The priority given.
+        priority: i32,
+        /// The kernel's name of the policy given.
+        policy: &'static str,
+    },
+    /// A SCHED_DEADLINE flag without `--policy deadline`.
+    #[error("{flag} applies only with --policy deadline")]
+    DeadlineOnly {
+        /// The flag.
+        flag: &'static str,
+    },
+    /// `--cpu` that does not parse as a CPU list.
+    #[error("--cpu '{list}' is not a CPU list: give e.g. 1 or 0,1 or 0-3")]
+    NotACpuList {
+        /// The text given.
+        list: String,
+    },
+    /// `--cpu` names a CPU outside this process's affinity.
+    #[error(
+        "--cpu {cpu} is not a CPU this process may run on: give CPUs from {}",
+        rt::setup::format_cpu_list(.allowed)
+    )]
+    CpuNotAllowed {
+        /// The CPU named.
+        cpu: usize,
+        /// The CPUs this process may run on.
+        allowed: Vec<usize>,
+    },
+    /// The real-time settings themselves are wrong.
+    #[error(transparent)]
+    Rt(#[from] rt::setup::RtError),
+    /// `--transport` is not a bus address.
+    #[error("--transport: {0}")]
+    Transport(#[source] io::uri::UriError),
+    /// A `--servos` id outside 1..=127 (or not a number).
+    #[error("--servos '{text}': servo id '{id}' is out of range: give ids in 1..=127, e.g. 1-12 or 1,2,5-7")]
+    ServoId {
+        /// The whole `--servos` text.
+        text: String,
+        /// The id that is wrong.
+        id: String,
+    },
+    /// A `--servos` range whose upper end is below its lower one.
+    #[error("--servos '{text}': the range '{range}' runs backwards: give the lower id first")]
+    ServoRangeBackwards {
+        /// The whole `--servos` text.
+        text: String,
+        /// The range.
+        range: String,
+    },
+    /// `--servos` names no id at all.
+    #[error("--servos '{text}' names no servo: give ids in 1..=127, e.g. 1-12 or 1,2,5-7")]
+    NoServos {
+        /// The whole `--servos` text.
+        text: String,
+    },
+    /// More `--load` workers than this machine can carry (`max` 0: none at all).
+    #[error("--load {workers} is more than this machine can carry{}", load_advice(.max, .why))]
+    TooMuchLoad {
+        /// Workers asked for.
+        workers: usize,
+        /// The most this machine carries.
+        max: usize,
+        /// What limits it (CPUs or memory), as a clause.
+        why: String,
+    },
+    /// `--bind` is not a socket address.
+    #[error("--bind '{bind}' is not an address like 127.0.0.1:9000: {source}")]
+    BindAddress {
+        /// The text given.
+        bind: String,
+        /// Why it does not parse.
+        source: std::net::AddrParseError,
+    },
+    /// The echo server would answer outside loopback without `--allow-remote`.
+    #[error("refusing to serve on {addr}, which other hosts can reach: bind 127.0.0.1 or pass --allow-remote")]
+    RemoteBind {
+        /// The address.
+        addr: std::net::SocketAddr,
+    },
+    /// An output file name without the extension of what is written.
+    #[error(
+        "{flag} {}: the file is written as {}; give a name ending in .{extension}",
+        .path.display(),
+        .extension.to_uppercase()
+    )]
+    OutputExtension {
+        /// The flag.
+        flag: String,
+        /// The path given.
+        path: PathBuf,
+        /// The extension required.
+        extension: String,
+    },
+    /// An output path that is a directory.
+    #[error("{flag} {} is a directory: give a file name", .path.display())]
+    OutputIsDirectory {
+        /// The flag.
+        flag: String,
+        /// The path given.
+        path: PathBuf,
+    },
+    /// An output path that is something the lab never replaces.
+    #[error(
+        "{flag} {} is {kind}, which the lab never replaces (not even with --force): give the path of a new or regular file",
+        .path.display()
+    )]
+    OutputNeverReplaced {
+        /// The flag.
+        flag: String,
+        /// The path given.
+        path: PathBuf,
+        /// What it is: `a symbolic link`, `a device node`, `a FIFO`, `a socket`, …
+        kind: &'static str,
+    },
+    /// An output path that exists, without `--force`.
+    #[error("{flag} {} already exists: give another path, or --force to replace it", .path.display())]
+    OutputExists {
+        /// The flag.
+        flag: String,
+        /// The path given.
+        path: PathBuf,
+    },
+    /// An output path that cannot even be looked at.
+    #[error("{flag} {}: cannot look at it: {source}", .path.display())]
+    OutputUnreadable {
+        /// The flag.
+        flag: String,
+        /// The path given.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// An output path in a directory that does not exist.
+    #[error("{flag} {}: the directory {} does not exist", .path.display(), .dir.display())]
+    OutputNoDirectory {
+        /// The flag.
+        flag: String,
+        /// The path given.
+        path: PathBuf,
+        /// Its directory.
+        dir: PathBuf,
+    },
+    /// `--csv` and `--plot` name the same file.
+    #[error("--csv and --plot both name {}: give each its own file", .path.display())]
+    SameOutput {
+        /// The path both name.
+        path: PathBuf,
+    },
+}
+
+fn runs_text(runs: &usize) -> String {
+    crate::report::count(*runs as u64, "run", "runs")
+}
+
+fn total_text(samples: &usize, runs: &usize) -> String {
+    crate::report::count(samples.saturating_mul(*runs) as u64, "sample", "samples")
+}
+
+/// The end of the `--load` refusal: what to give instead, or to drop it when nothing fits.
+fn load_advice(max: &usize, why: &str) -> String {
+    if *max == 0 {
+        format!(" ({why}): run without --load")
+    } else {
+        format!(": give --load 0..={max} ({why})")
+    }
+}
+
 /// "FLAG VALUE is out of range: give RANGE".
-pub fn out_of_range(flag: &str, value: impl Display, range: impl Display) -> String {
-    format!("{flag} {value} is out of range: give {range}")
+pub fn out_of_range(flag: &str, value: impl Display, range: impl Display) -> CheckError {
+    CheckError::OutOfRange { flag: flag.to_string(), value: value.to_string(), range: range.to_string() }
 }
 
 /// `value` within `range` (inclusive), or the refusal; `unit` follows the range, e.g. "(us)".
@@ -46,7 +291,7 @@ pub fn in_range<T: PartialOrd + Display>(
     value: T,
     range: &RangeInclusive<T>,
     unit: &str,
-) -> Result<T, String> {
+) -> Result<T, CheckError> {
     if range.contains(&value) {
         Ok(value)
     } else {
@@ -55,57 +300,51 @@ pub fn in_range<T: PartialOrd + Display>(
 }
 
 /// Samples per run: 1..=[`MAX_SAMPLES`].
-pub fn samples(flag: &str, samples: usize) -> Result<usize, String> {
+pub fn samples(flag: &str, samples: usize) -> Result<usize, CheckError> {
     in_range(flag, samples, &(1..=MAX_SAMPLES), "samples per run")
 }
 
 /// All the samples a command holds at once: `samples` × `runs` ≤ [`MAX_SAMPLES_IN_ALL`].
-pub fn samples_in_all(samples: usize, runs: usize, runs_are: &str) -> Result<(), String> {
-    let total = samples.saturating_mul(runs);
-    if total <= MAX_SAMPLES_IN_ALL {
+pub fn samples_in_all(samples: usize, runs: usize, runs_are: &str) -> Result<(), CheckError> {
+    if samples.saturating_mul(runs) <= MAX_SAMPLES_IN_ALL {
         Ok(())
     } else {
-        Err(format!(
-            "--samples {samples} for {} ({runs_are}) is {} in all: keep --samples × runs within \
-             {MAX_SAMPLES_IN_ALL}",
-            crate::report::count(runs as u64, "run", "runs"),
-            crate::report::count(total as u64, "sample", "samples"),
-        ))
+        Err(CheckError::TooManySamples { samples, runs, runs_are: runs_are.to_string() })
     }
 }
 
 /// The wakeup period, µs.
-pub fn period_us(flag: &str, period_us: u64) -> Result<u64, String> {
+pub fn period_us(flag: &str, period_us: u64) -> Result<u64, CheckError> {
     in_range(flag, period_us, &PERIOD_US, "(us)")
 }
 
 /// A spin before each deadline: at most the period.
-pub fn busy_wait_us(busy_wait_us: u64, period_us: u64) -> Result<u64, String> {
+pub fn busy_wait_us(busy_wait_us: u64, period_us: u64) -> Result<u64, CheckError> {
     in_range("--busy-wait-us", busy_wait_us, &(0..=period_us), "(us, at most the period)")
 }
 
 /// `--busy-wait-us` for an experiment that never sleeps until a deadline: only 0.
-pub fn no_busy_wait(busy_wait_us: u64, experiment: &str) -> Result<(), String> {
+pub fn no_busy_wait(busy_wait_us: u64, experiment: &str) -> Result<(), CheckError> {
     if busy_wait_us == 0 {
         Ok(())
     } else {
-        Err(format!(
-            "--busy-wait-us applies to wakeup and cycle only (the experiments that sleep until a deadline): \
-             drop it for {experiment}"
-        ))
+        Err(CheckError::BusyWaitNotApplicable { experiment: experiment.to_string() })
     }
 }
 
 /// A cycle rate, Hz: finite, within [`RATE_HZ`].
-pub fn rate_hz(flag: &str, rate: f64) -> Result<f64, String> {
+pub fn rate_hz(flag: &str, rate: f64) -> Result<f64, CheckError> {
     // NaN fails `contains`, and so do both infinities.
     in_range(flag, rate, &RATE_HZ, "(Hz)")
 }
 
 /// UDP payload sizes: at least one, each within [`UDP_SIZE`], each once.
-pub fn udp_sizes(flag: &str, sizes: &[usize]) -> Result<(), String> {
+pub fn udp_sizes(flag: &str, sizes: &[usize]) -> Result<(), CheckError> {
     if sizes.is_empty() {
-        return Err(format!("{flag} is empty: give at least one UDP payload size in 1..={}", UDP_SIZE.end()));
+        return Err(CheckError::EmptyList {
+            flag: flag.to_string(),
+            give: format!("at least one UDP payload size in 1..={}", UDP_SIZE.end()),
+        });
     }
     for &size in sizes {
         in_range(flag, size, &UDP_SIZE, "(bytes)")?;
@@ -114,22 +353,22 @@ pub fn udp_sizes(flag: &str, sizes: &[usize]) -> Result<(), String> {
 }
 
 /// A list in which nothing appears twice.
-pub fn each_once<T: PartialEq + Display>(flag: &str, items: &[T]) -> Result<(), String> {
+pub fn each_once<T: PartialEq + Display>(flag: &str, items: &[T]) -> Result<(), CheckError> {
     for (i, item) in items.iter().enumerate() {
         if items[..i].contains(item) {
-            return Err(format!("{flag} lists {item} twice: give each once"));
+            return Err(CheckError::Duplicate { flag: flag.to_string(), item: item.to_string() });
         }
     }
     Ok(())
 }
 
 /// The serial message size, bytes.
-pub fn serial_size(flag: &str, size: usize) -> Result<usize, String> {
+pub fn serial_size(flag: &str, size: usize) -> Result<usize, CheckError> {
     in_range(flag, size, &SERIAL_SIZE, "(bytes)")
 }
 
 /// The echo server's lifetime, seconds: more than 0, at most [`SERVER_MAX_SECONDS`].
-pub fn server_seconds(flag: &str, seconds: f64) -> Result<f64, String> {
+pub fn server_seconds(flag: &str, seconds: f64) -> Result<f64, CheckError> {
     if seconds > 0.0 && seconds <= SERVER_MAX_SECONDS {
         Ok(seconds)
     } else {
@@ -143,16 +382,16 @@ pub fn server_seconds(flag: &str, seconds: f64) -> Result<f64, String> {
 /// regular file is ever replaced, `force` or not: not a symbolic link (which the user may
 /// mean to keep), a device node, a FIFO, a socket or a directory. `extension`, when given, is
 /// required (case-insensitive). [`crate::report::create_output`] checks again when it writes.
-pub fn output_file(flag: &str, path: &Path, extension: Option<&str>, force: bool) -> Result<(), String> {
+pub fn output_file(flag: &str, path: &Path, extension: Option<&str>, force: bool) -> Result<(), CheckError> {
     use std::os::unix::fs::FileTypeExt;
     if let Some(ext) = extension {
         let matches = path.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case(ext));
         if !matches {
-            return Err(format!(
-                "{flag} {}: the file is written as {}; give a name ending in .{ext}",
-                path.display(),
-                ext.to_uppercase()
-            ));
+            return Err(CheckError::OutputExtension {
+                flag: flag.to_string(),
+                path: path.to_path_buf(),
+                extension: ext.to_string(),
+            });
         }
     }
     // Links not followed: what is at the path itself is what a rename would replace.
@@ -160,7 +399,7 @@ pub fn output_file(flag: &str, path: &Path, extension: Option<&str>, force: bool
         Ok(meta) => {
             let kind = meta.file_type();
             if kind.is_dir() {
-                return Err(format!("{flag} {} is a directory: give a file name", path.display()));
+                return Err(CheckError::OutputIsDirectory { flag: flag.to_string(), path: path.to_path_buf() });
             }
             let never_replaced = if kind.is_symlink() {
                 Some("a symbolic link")
@@ -175,42 +414,42 @@ pub fn output_file(flag: &str, path: &Path, extension: Option<&str>, force: bool
             } else {
                 None
             };
-            if let Some(what) = never_replaced {
-                return Err(format!(
-                    "{flag} {} is {what}, which the lab never replaces (not even with --force): give the path of a \
-                     new or regular file",
-                    path.display()
-                ));
+            if let Some(kind) = never_replaced {
+                return Err(CheckError::OutputNeverReplaced { flag: flag.to_string(), path: path.to_path_buf(), kind });
             }
             if !force {
                 return Err(exists_without_force(flag, path));
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("{flag} {}: cannot look at it: {e}", path.display())),
+        Err(source) => {
+            return Err(CheckError::OutputUnreadable { flag: flag.to_string(), path: path.to_path_buf(), source })
+        }
     }
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
     if !parent.is_dir() {
-        return Err(format!("{flag} {}: the directory {} does not exist", path.display(), parent.display()));
+        return Err(CheckError::OutputNoDirectory {
+            flag: flag.to_string(),
+            path: path.to_path_buf(),
+            dir: parent.to_path_buf(),
+        });
     }
     Ok(())
 }
 
 /// `--csv` and `--plot` must name different files (the second would replace the first).
-pub fn distinct_outputs(csv: Option<&Path>, plot: Option<&Path>) -> Result<(), String> {
+pub fn distinct_outputs(csv: Option<&Path>, plot: Option<&Path>) -> Result<(), CheckError> {
     match (csv, plot) {
-        (Some(csv), Some(plot)) if csv == plot => {
-            Err(format!("--csv and --plot both name {}: give each its own file", csv.display()))
-        }
+        (Some(csv), Some(plot)) if csv == plot => Err(CheckError::SameOutput { path: csv.to_path_buf() }),
         _ => Ok(()),
     }
 }
 
 /// A process id given on the command line (`--parent-pid`): 1 up to the kernel's pid type.
-pub fn pid(flag: &str, pid: u32) -> Result<libc::pid_t, String> {
+pub fn pid(flag: &str, pid: u32) -> Result<libc::pid_t, CheckError> {
     libc::pid_t::try_from(pid)
         .ok()
         .filter(|&p| p > 0)
@@ -218,6 +457,39 @@ pub fn pid(flag: &str, pid: u32) -> Result<libc::pid_t, String> {
 }
 
 /// The refusal of an output path that exists when `--force` was not given.
-pub fn exists_without_force(flag: &str, path: &Path) -> String {
-    format!("{flag} {} already exists: give another path, or --force to replace it", path.display())
+pub fn exists_without_force(flag: &str, path: &Path) -> CheckError {
+    CheckError::OutputExists { flag: flag.to_string(), path: path.to_path_buf() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_carries_the_flag_the_value_and_what_to_give() {
+        let e = rate_hz("--rate", f64::NAN).unwrap_err();
+        let CheckError::OutOfRange { flag, value, range } = &e else { panic!("{e:?}") };
+        assert_eq!((flag.as_str(), value.as_str(), range.as_str()), ("--rate", "NaN", "0.1..=100000 (Hz)"));
+        assert_eq!(e.to_string(), "--rate NaN is out of range: give 0.1..=100000 (Hz)");
+
+        let e = samples_in_all(10_000_000, 5, "--methods").unwrap_err();
+        assert!(
+            matches!(&e, CheckError::TooManySamples { samples: 10_000_000, runs: 5, runs_are } if runs_are == "--methods")
+        );
+
+        let e = crate::cycle::parse_servo_ids("1,5-2").unwrap_err();
+        assert!(matches!(&e, CheckError::ServoRangeBackwards { range, .. } if range == "5-2"), "{e:?}");
+        assert_eq!(e.to_string(), "--servos '1,5-2': the range '5-2' runs backwards: give the lower id first");
+    }
+
+    #[test]
+    fn an_occupied_output_path_is_refused_with_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("samples.csv");
+        std::fs::write(&path, "x").unwrap();
+        let e = output_file("--csv", &path, None, false).unwrap_err();
+        assert!(matches!(&e, CheckError::OutputExists { flag, path: p } if flag == "--csv" && *p == path), "{e:?}");
+        let e = crate::Error::from(e);
+        assert!(e.to_string().ends_with("already exists: give another path, or --force to replace it"), "{e}");
+    }
 }

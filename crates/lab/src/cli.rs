@@ -14,7 +14,7 @@
 //! anything before every flag was checked, silently accept (or ignore) a flag value, or let a
 //! failed measurement pass for a result.
 
-use crate::check;
+use crate::check::{self, CheckError};
 use crate::conditions::Conditions;
 use crate::report::{render, write_csv, CommonOptions, Outcome};
 use rt::setup::{DeadlineParams, Policy, RtSettings};
@@ -88,18 +88,15 @@ impl CommonArgs {
     /// The experiment options these flags ask for, every flag checked; an error is one
     /// sentence naming the bad flag and what to give instead. `--busy-wait-us` is checked
     /// by each experiment against its own period ([`check::busy_wait_us`]).
-    pub fn options(&self) -> Result<CommonOptions, String> {
-        let policy: Policy = self.policy.parse().map_err(|e| format!("--policy: {e}"))?;
+    pub fn options(&self) -> Result<CommonOptions, CheckError> {
+        let policy: Policy = self.policy.parse().map_err(CheckError::Policy)?;
         let priority = match (policy, self.priority) {
             (Policy::Fifo | Policy::RoundRobin, Some(p)) => {
                 check::in_range("--priority", p, &(1..=99), &format!("for --policy {}", self.policy))?
             }
             (Policy::Fifo | Policy::RoundRobin, None) => DEFAULT_RT_PRIORITY,
             (_, Some(p)) if p != 0 => {
-                return Err(format!(
-                    "--priority {p} needs --policy fifo or rr: {} has no real-time priority",
-                    policy.kernel_name()
-                ))
+                return Err(CheckError::PriorityNeedsRealtime { priority: p, policy: policy.kernel_name() })
             }
             _ => 0,
         };
@@ -126,22 +123,20 @@ impl CommonArgs {
                 [("--deadline-runtime-us", self.deadline_runtime_us), ("--deadline-period-us", self.deadline_period_us)]
             {
                 if given.is_some() {
-                    return Err(format!("{flag} applies only with --policy deadline"));
+                    return Err(CheckError::DeadlineOnly { flag });
                 }
             }
             None
         };
         let cpus = match &self.cpu {
             None => Vec::new(),
-            Some(list) => rt::setup::parse_cpu_list(list)
-                .ok_or_else(|| format!("--cpu '{list}' is not a CPU list: give e.g. 1 or 0,1 or 0-3"))?,
+            Some(list) => {
+                rt::setup::parse_cpu_list(list).ok_or_else(|| CheckError::NotACpuList { list: list.clone() })?
+            }
         };
         if let Some(allowed) = rt::setup::current_conditions().affinity {
             if let Some(cpu) = cpus.iter().find(|c| !allowed.contains(c)) {
-                return Err(format!(
-                    "--cpu {cpu} is not a CPU this process may run on: give CPUs from {}",
-                    rt::setup::format_cpu_list(&allowed)
-                ));
+                return Err(CheckError::CpuNotAllowed { cpu: *cpu, allowed });
             }
         }
         let rt = RtSettings {
@@ -153,7 +148,7 @@ impl CommonArgs {
             strict: self.strict,
             ..RtSettings::default()
         };
-        rt::setup::validate(&rt).map_err(|e| e.to_string())?;
+        rt::setup::validate(&rt)?;
         check::samples("--samples", self.samples)?;
         crate::load::Capacity::of_this_machine().check(self.load)?;
         if let Some(path) = &self.csv {
@@ -284,17 +279,16 @@ pub enum LabCommand {
 }
 
 /// Parse a comma-separated method list with the experiment's own names; each at most once.
-fn parse_list<T>(flag: &str, items: &[String]) -> Result<Vec<T>, String>
+fn parse_list<T>(flag: &str, items: &[String]) -> Result<Vec<T>, CheckError>
 where
-    T: FromStr + PartialEq + Display,
-    T::Err: Display,
+    T: FromStr<Err = CheckError> + PartialEq + Display,
 {
     if items.is_empty() {
-        return Err(format!("{flag} is empty: give at least one"));
+        return Err(CheckError::EmptyList { flag: flag.to_string(), give: "at least one".into() });
     }
     let parsed = items
         .iter()
-        .map(|s| s.trim().parse::<T>().map_err(|e| format!("{flag}: {e}")))
+        .map(|s| s.trim().parse::<T>().map_err(|e| CheckError::InList { flag: flag.to_string(), source: Box::new(e) }))
         .collect::<Result<Vec<T>, _>>()?;
     check::each_once(flag, &parsed)?;
     Ok(parsed)
@@ -319,7 +313,7 @@ impl From<String> for Report {
 /// Run a lab command and return what to print (with `--json`, its last line is the JSON) and
 /// whether the measurement failed. Every flag is checked before anything is measured; an
 /// error is one sentence (a flag, or a measurement that could not run).
-pub fn run(cmd: LabCommand) -> Result<Report, String> {
+pub fn run(cmd: LabCommand) -> Result<Report, crate::Error> {
     match cmd {
         LabCommand::Wakeup { common, period_us } => {
             let options = common.options()?;
@@ -358,7 +352,7 @@ pub fn run(cmd: LabCommand) -> Result<Report, String> {
             check::rate_hz("--rate", rate)?;
             check::busy_wait_us(common.busy_wait_us, crate::cycle::period_ns(rate) / 1000)?;
             crate::cycle::parse_servo_ids(&servos)?;
-            io::uri::parse(&transport).map_err(|e| format!("--transport: {}", e.0))?;
+            io::uri::parse(&transport).map_err(CheckError::Transport)?;
             let outcome = crate::cycle::cycle(&options, &transport, &servos, rate)?;
             finish(&common, &options, &outcome)
         }
@@ -376,7 +370,7 @@ pub fn run(cmd: LabCommand) -> Result<Report, String> {
 /// Write the CSV and plot when asked, then render the report (notes about the files first,
 /// so a JSON line stays last). The files are written for a failed measurement too: they are
 /// what a user looks at to see why.
-fn finish(args: &CommonArgs, options: &CommonOptions, outcome: &Outcome) -> Result<Report, String> {
+fn finish(args: &CommonArgs, options: &CommonOptions, outcome: &Outcome) -> Result<Report, crate::Error> {
     let mut notes = String::new();
     if let Some(path) = &args.csv {
         write_csv(outcome, path, args.force)?;

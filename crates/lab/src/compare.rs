@@ -23,6 +23,7 @@
 use crate::child::Tied;
 use crate::report::{CommonOptions, Summary};
 use crate::udp::{RecvMethod, UdpEchoOptions};
+use crate::Error;
 use rt::setup::{Policy, RtSettings};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -212,7 +213,7 @@ struct JsonReport<'a> {
 }
 
 /// Run both comparisons and return the printed report.
-pub fn compare(opts: &CompareOptions) -> Result<String, String> {
+pub fn compare(opts: &CompareOptions) -> Result<String, Error> {
     // Every option first: the wakeup half alone measures for `samples` ms.
     crate::check::samples("--samples", opts.samples)?;
     crate::check::udp_sizes("--sizes", &opts.sizes)?;
@@ -230,8 +231,8 @@ pub fn compare(opts: &CompareOptions) -> Result<String, String> {
     }
     let mut our_wakeups: Vec<u64> = Vec::with_capacity(opts.samples);
     // Ok(None) until cyclictest's first chunk; an error ends cyclictest's side for the run.
-    let mut theirs: Result<Option<CyclictestRun>, String> =
-        if tool_exists("cyclictest") { Ok(None) } else { Err(CYCLICTEST_MISSING.to_string()) };
+    let mut theirs: Result<Option<CyclictestRun>, Error> =
+        if tool_exists("cyclictest") { Ok(None) } else { Err(CYCLICTEST_MISSING) };
     for (side, chunk) in wakeup_schedule(opts.samples) {
         let setup = wakeup_setup(chunk);
         match side {
@@ -253,8 +254,7 @@ pub fn compare(opts: &CompareOptions) -> Result<String, String> {
             }
         }
     }
-    let theirs =
-        theirs.and_then(|run| run.ok_or_else(|| "cyclictest did not run".to_string())).map(|run| (run.figures(), None));
+    let theirs = theirs.and_then(|run| run.ok_or(Error::CyclictestDidNotRun)).map(|run| (run.figures(), None));
     comparisons.push(Comparison::new(
         format!("wakeup {PERIOD_US} us"),
         "cyclictest",
@@ -281,7 +281,7 @@ pub fn compare(opts: &CompareOptions) -> Result<String, String> {
 }
 
 impl Comparison {
-    fn new(what: String, tool: &str, ours: Figures, theirs: Result<(Figures, Option<String>), String>) -> Comparison {
+    fn new(what: String, tool: &str, ours: Figures, theirs: Result<(Figures, Option<String>), Error>) -> Comparison {
         match theirs {
             Ok((theirs, caveat)) => {
                 let ratios = Ratios::between(&ours, &theirs);
@@ -304,7 +304,7 @@ impl Comparison {
                 ours,
                 theirs: None,
                 ratios: Ratios::default(),
-                note: Some(why),
+                note: Some(why.to_string()),
             },
         }
     }
@@ -412,15 +412,20 @@ fn running_as_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-const CYCLICTEST_MISSING: &str = "cyclictest is not installed: apt-get install rt-tests";
+const CYCLICTEST_MISSING: Error =
+    Error::ToolMissing { tool: "cyclictest", hint: "cyclictest is not installed: apt-get install rt-tests" };
 
 /// One run of cyclictest with `args` (from [`wakeup_setup`]).
-fn run_cyclictest(args: &[String]) -> Result<CyclictestRun, String> {
+fn run_cyclictest(args: &[String]) -> Result<CyclictestRun, Error> {
     let mut command = Command::new("cyclictest");
     command.args(args).stdin(Stdio::null());
-    let out = crate::child::output(&mut command).map_err(|e| format!("cannot run cyclictest: {e}"))?;
+    let out = crate::child::output(&mut command).map_err(|e| Error::os("cannot run cyclictest", e))?;
     if !out.status.success() {
-        return Err(format!("cyclictest failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
+        return Err(Error::ToolFailed {
+            tool: "cyclictest",
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
     CyclictestRun::parse(&String::from_utf8_lossy(&out.stdout))
 }
@@ -431,13 +436,13 @@ fn run_cyclictest(args: &[String]) -> Result<CyclictestRun, String> {
 /// the `# Min/Avg/Max Latencies` lines (or, without `-h`, the `T:` status line) give min/max
 /// and the average otherwise. Samples beyond the histogram (`# Histogram Overflows`) are
 /// counted at the maximum.
-pub fn parse_cyclictest(output: &str) -> Result<Figures, String> {
+pub fn parse_cyclictest(output: &str) -> Result<Figures, Error> {
     CyclictestRun::parse(output).map(|run| run.figures())
 }
 
 /// The figures of several cyclictest runs' outputs taken together, as the rounds of the
 /// wakeup comparison are ([`parse_cyclictest`] for each, then one histogram).
-pub fn parse_cyclictest_rounds(outputs: &[&str]) -> Result<Figures, String> {
+pub fn parse_cyclictest_rounds(outputs: &[&str]) -> Result<Figures, Error> {
     let mut all: Option<CyclictestRun> = None;
     for output in outputs {
         let run = CyclictestRun::parse(output)?;
@@ -446,7 +451,7 @@ pub fn parse_cyclictest_rounds(outputs: &[&str]) -> Result<Figures, String> {
             None => all = Some(run),
         }
     }
-    all.map(|run| run.figures()).ok_or_else(|| "no cyclictest output".to_string())
+    all.map(|run| run.figures()).ok_or(Error::NoCyclictestOutput)
 }
 
 /// What one or more cyclictest runs reported, merged ([`CyclictestRun::merge`]) across the
@@ -465,7 +470,7 @@ struct CyclictestRun {
 }
 
 impl CyclictestRun {
-    fn parse(output: &str) -> Result<CyclictestRun, String> {
+    fn parse(output: &str) -> Result<CyclictestRun, Error> {
         let mut run = CyclictestRun::default();
         let mut status_samples = 0u64;
         let first_number = |rest: &str| rest.split_whitespace().next().and_then(|v| v.parse::<f64>().ok());
@@ -512,7 +517,7 @@ impl CyclictestRun {
             run.avg_us = Some(sum as f64 / in_histogram as f64);
         }
         if in_histogram + run.overflows == 0 && run.avg_us.is_none() {
-            return Err("no histogram and no Min/Avg/Max in cyclictest's output".to_string());
+            return Err(Error::NoFigures { tool: "cyclictest", wanted: "histogram and no Min/Avg/Max" });
         }
         Ok(run)
     }
@@ -585,19 +590,22 @@ fn realtime_command(program: &str, args: &[&str]) -> (Command, bool) {
     (command, realtime)
 }
 
-fn run_sockperf(size: usize) -> Result<(Figures, Option<String>), String> {
+fn run_sockperf(size: usize) -> Result<(Figures, Option<String>), Error> {
     if !tool_exists("sockperf") {
-        return Err("sockperf is not installed: apt-get install sockperf".to_string());
+        return Err(Error::ToolMissing {
+            tool: "sockperf",
+            hint: "sockperf is not installed: apt-get install sockperf",
+        });
     }
     if size < SOCKPERF_MIN_SIZE {
-        return Err(format!("sockperf cannot send messages under {SOCKPERF_MIN_SIZE} B"));
+        return Err(Error::SockperfTooSmall { min: SOCKPERF_MIN_SIZE });
     }
     let port = free_udp_port()?;
     let port_arg = port.to_string();
     let (mut server, _) = realtime_command("sockperf", &["sr", "--ip", "127.0.0.1", "--port", &port_arg]);
     server.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     // Killed when the guard drops (every return below), or by the kernel if the lab dies.
-    let mut server = Tied::spawn(&mut server).map_err(|e| format!("cannot start sockperf sr: {e}"))?;
+    let mut server = Tied::spawn(&mut server).map_err(|e| Error::os("cannot start sockperf sr", e))?;
     wait_for_udp_listener(&mut server, port)?;
     let size_arg = size.to_string();
     let seconds = SOCKPERF_SECONDS.to_string();
@@ -605,10 +613,14 @@ fn run_sockperf(size: usize) -> Result<(Figures, Option<String>), String> {
         "sockperf",
         &["pp", "-i", "127.0.0.1", "-p", &port_arg, "-m", &size_arg, "-t", &seconds, "--full-rtt"],
     );
-    let out = crate::child::output(client.stdin(Stdio::null())).map_err(|e| format!("cannot run sockperf pp: {e}"))?;
+    let out = crate::child::output(client.stdin(Stdio::null())).map_err(|e| Error::os("cannot run sockperf pp", e))?;
     drop(server);
     if !out.status.success() {
-        return Err(format!("sockperf pp failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
+        return Err(Error::ToolFailed {
+            tool: "sockperf pp",
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
     // sockperf prints its report on stdout and some versions on stderr; read both.
     let text = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -619,30 +631,30 @@ fn run_sockperf(size: usize) -> Result<(Figures, Option<String>), String> {
 }
 
 /// A UDP port on 127.0.0.1 nobody is bound to right now.
-fn free_udp_port() -> Result<u16, String> {
-    let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("cannot find a free UDP port: {e}"))?;
-    socket.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+fn free_udp_port() -> Result<u16, Error> {
+    let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| Error::os("cannot find a free UDP port", e))?;
+    Ok(socket.local_addr()?.port())
 }
 
 /// Wait until something is bound to `port` (binding it ourselves fails), or the server died.
-fn wait_for_udp_listener(server: &mut Tied, port: u16) -> Result<(), String> {
+fn wait_for_udp_listener(server: &mut Tied, port: u16) -> Result<(), Error> {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(3) {
         if let Ok(Some(status)) = server.try_wait() {
-            return Err(format!("sockperf sr exited at once ({status})"));
+            return Err(Error::SockperfExited { status });
         }
         if UdpSocket::bind(("127.0.0.1", port)).is_err() {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Err(format!("sockperf sr did not bind 127.0.0.1:{port} within 3 s"))
+    Err(Error::SockperfNotBound { port })
 }
 
 /// Figures from `sockperf pp --full-rtt` output (µs): `avg-rtt=` (or `avg-latency=` without
 /// --full-rtt), `<MIN>`/`<MAX> observation = …`, `percentile 50.000 = …`, `percentile 99.000
 /// = …` and `Total N observations`. Terminal colour codes are ignored.
-pub fn parse_sockperf(output: &str) -> Result<Figures, String> {
+pub fn parse_sockperf(output: &str) -> Result<Figures, Error> {
     let text = strip_ansi(output);
     let mut figures = Figures::default();
     let value_after = |line: &str, marker: &str| -> Option<f64> {
@@ -668,7 +680,7 @@ pub fn parse_sockperf(output: &str) -> Result<Figures, String> {
         }
     }
     if figures.p50_us.is_none() && figures.avg_us.is_none() {
-        return Err("no percentiles and no average in sockperf's output".to_string());
+        return Err(Error::NoFigures { tool: "sockperf", wanted: "percentiles and no average" });
     }
     Ok(figures)
 }

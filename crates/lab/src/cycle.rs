@@ -24,6 +24,9 @@ use io::{MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use crate::check::CheckError;
+use crate::Error;
+
 /// Servo ids of the built-in simulated quadruped.
 const QUADRUPED_IDS: std::ops::RangeInclusive<u8> = 1..=12;
 
@@ -31,7 +34,7 @@ const QUADRUPED_IDS: std::ops::RangeInclusive<u8> = 1..=12;
 pub const COMMANDS: &str = "query-only";
 
 /// Parse a servo id list such as "1-12" or "1,2,5-7" (ids 1..=127), as given to `--servos`.
-pub fn parse_servo_ids(text: &str) -> Result<Vec<u8>, String> {
+pub fn parse_servo_ids(text: &str) -> Result<Vec<u8>, CheckError> {
     let mut ids = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (lo, hi) = match part.split_once('-') {
@@ -40,18 +43,16 @@ pub fn parse_servo_ids(text: &str) -> Result<Vec<u8>, String> {
         };
         let parse = |s: &str| match s.parse::<u8>() {
             Ok(id) if (1..=127).contains(&id) => Ok(id),
-            _ => Err(format!(
-                "--servos '{text}': servo id '{s}' is out of range: give ids in 1..=127, e.g. 1-12 or 1,2,5-7"
-            )),
+            _ => Err(CheckError::ServoId { text: text.to_string(), id: s.to_string() }),
         };
         let (lo, hi) = (parse(lo)?, parse(hi)?);
         if lo > hi {
-            return Err(format!("--servos '{text}': the range '{part}' runs backwards: give the lower id first"));
+            return Err(CheckError::ServoRangeBackwards { text: text.to_string(), range: part.to_string() });
         }
         ids.extend(lo..=hi);
     }
     if ids.is_empty() {
-        return Err(format!("--servos '{text}' names no servo: give ids in 1..=127, e.g. 1-12 or 1,2,5-7"));
+        return Err(CheckError::NoServos { text: text.to_string() });
     }
     ids.sort_unstable();
     ids.dedup();
@@ -60,19 +61,18 @@ pub fn parse_servo_ids(text: &str) -> Result<Vec<u8>, String> {
 
 /// Build the robot: the simulated quadruped when `transport` is "sim" with ids 1-12, a single
 /// bus with exactly `ids` otherwise.
-fn build_robot(transport: &str, ids: &[u8]) -> Result<Robot<MonotonicClock>, String> {
+fn build_robot(transport: &str, ids: &[u8]) -> Result<Robot<MonotonicClock>, Error> {
     let config = RobotConfig::default();
     if transport == "sim" && ids.iter().copied().eq(QUADRUPED_IDS) {
         // The errors' Display is the one sentence for the user (never their Debug form).
-        return io::default_quadruped(MonotonicClock::default(), config)
-            .map_err(|e| format!("cannot build the simulated quadruped: {e}"));
+        return io::default_quadruped(MonotonicClock::default(), config).map_err(Error::Quadruped);
     }
-    let uri = io::uri::parse(transport).map_err(|e| format!("--transport: {}", e.0))?;
+    let uri = io::uri::parse(transport).map_err(CheckError::Transport)?;
     // OpenError's Display already says "cannot open URI: what is wrong and what to do".
-    let bus = io::open::open_bus(&uri, ids, io::open::OpenOptions::default()).map_err(|e| e.to_string())?;
+    let bus = io::open::open_bus(&uri, ids, io::open::OpenOptions::default())?;
     let servos = ids.iter().map(|&id| ServoSpec { bus: 0, id }).collect();
     Robot::new(vec![bus], servos, None, MonotonicClock::default(), config)
-        .map_err(|e| format!("cannot build the robot on {transport}: {e}"))
+        .map_err(|source| Error::Robot { transport: transport.to_string(), source })
 }
 
 /// The cycle period for `rate_hz` (already checked to be in [`crate::check::RATE_HZ`]), ns.
@@ -81,13 +81,13 @@ pub fn period_ns(rate_hz: f64) -> u64 {
 }
 
 /// Run `common.samples` query cycles over `transport` to `servos` at `rate_hz`.
-pub fn cycle(common: &CommonOptions, transport: &str, servos: &str, rate_hz: f64) -> Result<Outcome, String> {
+pub fn cycle(common: &CommonOptions, transport: &str, servos: &str, rate_hz: f64) -> Result<Outcome, Error> {
     crate::check::samples("--samples", common.samples)?;
     crate::check::rate_hz("--rate", rate_hz)?;
     let period_ns = period_ns(rate_hz);
     let busy_wait_us = crate::check::busy_wait_us(common.busy_wait_us, period_ns / 1000)?;
     let ids = parse_servo_ids(servos)?;
-    io::uri::parse(transport).map_err(|e| format!("--transport: {}", e.0))?;
+    io::uri::parse(transport).map_err(CheckError::Transport)?;
     let (settings, transport_owned, ids_owned) = (common.clone(), transport.to_string(), ids.clone());
     let tally = Arc::new(Tally::default());
     let tally_in_thread = Arc::clone(&tally);

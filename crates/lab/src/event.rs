@@ -18,6 +18,7 @@
 //! [`crate::child`]), or leave file descriptors or mappings behind.
 
 use crate::report::{apply_rt, progress_bar, CommonOptions, Outcome, Run};
+use crate::Error;
 use std::fmt;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::str::FromStr;
@@ -70,13 +71,14 @@ impl fmt::Display for EventMethod {
 }
 
 impl FromStr for EventMethod {
-    type Err = String;
+    type Err = crate::check::CheckError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        EventMethod::ALL
-            .into_iter()
-            .find(|m| m.as_str() == s)
-            .ok_or_else(|| format!("unknown event method '{s}': expected eventfd, pipe, futex or busy-poll"))
+        EventMethod::ALL.into_iter().find(|m| m.as_str() == s).ok_or_else(|| crate::check::CheckError::UnknownMethod {
+            kind: "event",
+            given: s.to_string(),
+            expected: "eventfd, pipe, futex or busy-poll",
+        })
     }
 }
 
@@ -124,7 +126,7 @@ unsafe impl Sync for SharedPage {}
 unsafe impl Send for SharedPage {}
 
 impl SharedPage {
-    fn new() -> Result<SharedPage, String> {
+    fn new() -> Result<SharedPage, Error> {
         // SAFETY: an anonymous mapping with no address hint touches no existing memory.
         let ptr = unsafe {
             libc::mmap(
@@ -137,7 +139,7 @@ impl SharedPage {
             )
         };
         if ptr == libc::MAP_FAILED {
-            return Err(format!("mmap of the shared page failed: {}", std::io::Error::last_os_error()));
+            return Err(Error::last_os("mmap of the shared page failed"));
         }
         // Anonymous mappings are zero-filled, and all-zero bytes are valid atomics.
         Ok(SharedPage { ptr: ptr.cast() })
@@ -168,20 +170,20 @@ enum Channel {
 }
 
 impl Channel {
-    fn new(method: EventMethod) -> Result<Channel, String> {
+    fn new(method: EventMethod) -> Result<Channel, Error> {
         match method {
             EventMethod::Eventfd => {
                 // SAFETY: eventfd has no memory arguments; a valid result is a new descriptor we own.
                 let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
                 if fd < 0 {
-                    return Err(format!("eventfd failed: {}", std::io::Error::last_os_error()));
+                    return Err(Error::last_os("eventfd failed"));
                 }
                 // SAFETY: `fd` was just created and is owned by nothing else.
                 Ok(Channel::Eventfd(unsafe { OwnedFd::from_raw_fd(fd) }))
             }
             EventMethod::Pipe => {
                 let (r, w) =
-                    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe failed: {e}"))?;
+                    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::sys("pipe failed", e))?;
                 Ok(Channel::Pipe(r, w))
             }
             EventMethod::Futex | EventMethod::BusyPoll => Ok(Channel::Memory),
@@ -217,7 +219,7 @@ struct Endpoint<'a> {
 
 impl Endpoint<'_> {
     /// Raise event number `seq`.
-    fn raise(&self, seq: u32) -> Result<(), String> {
+    fn raise(&self, seq: u32) -> Result<(), Error> {
         self.word.store(seq, Ordering::Release);
         match self.method {
             EventMethod::Eventfd => write_all(self.channel.write_fd(), &1u64.to_ne_bytes()),
@@ -232,10 +234,10 @@ impl Endpoint<'_> {
 
     /// Wait until event `seq` has been raised, or `timeout_ms` passed (`None`: forever).
     /// Returns false on timeout.
-    fn wait(&self, seq: u32, timeout_ms: Option<i32>) -> Result<bool, String> {
+    fn wait(&self, seq: u32, timeout_ms: Option<i32>) -> Result<bool, Error> {
         match self.method {
             EventMethod::Eventfd | EventMethod::Pipe => {
-                let fd = self.channel.read_fd().ok_or("no descriptor")?;
+                let fd = self.channel.read_fd().ok_or(Error::NoDescriptor)?;
                 if let Some(ms) = timeout_ms {
                     if !poll_readable(fd, ms)? {
                         return Ok(false);
@@ -303,8 +305,8 @@ fn futex(word: &AtomicU32, op: libc::c_int, value: u32, timeout_ns: Option<u64>)
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), op, value, ts_ptr, std::ptr::null::<u32>(), 0u32) };
 }
 
-fn write_all(fd: Option<i32>, bytes: &[u8]) -> Result<(), String> {
-    let fd = fd.ok_or("no descriptor")?;
+fn write_all(fd: Option<i32>, bytes: &[u8]) -> Result<(), Error> {
+    let fd = fd.ok_or(Error::NoDescriptor)?;
     loop {
         // SAFETY: `bytes` is a valid buffer of `bytes.len()` bytes for the call.
         let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
@@ -316,11 +318,11 @@ fn write_all(fd: Option<i32>, bytes: &[u8]) -> Result<(), String> {
             continue;
         }
         // eventfd and one-byte pipe writes are atomic: anything but all is an error.
-        return Err(format!("raising the event failed: {e}"));
+        return Err(Error::os("raising the event failed", e));
     }
 }
 
-fn read_exact(fd: i32, buf: &mut [u8]) -> Result<(), String> {
+fn read_exact(fd: i32, buf: &mut [u8]) -> Result<(), Error> {
     loop {
         // SAFETY: `buf` is a valid, writable buffer of `buf.len()` bytes for the call.
         let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
@@ -331,11 +333,11 @@ fn read_exact(fd: i32, buf: &mut [u8]) -> Result<(), String> {
         if n < 0 && e.kind() == std::io::ErrorKind::Interrupted {
             continue;
         }
-        return Err(if n == 0 { "the other side closed the channel".into() } else { format!("waiting failed: {e}") });
+        return Err(if n == 0 { Error::ChannelClosed } else { Error::os("waiting failed", e) });
     }
 }
 
-fn poll_readable(fd: i32, timeout_ms: i32) -> Result<bool, String> {
+fn poll_readable(fd: i32, timeout_ms: i32) -> Result<bool, Error> {
     let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
     loop {
         // SAFETY: `pfd` is one valid pollfd for the call.
@@ -345,7 +347,7 @@ fn poll_readable(fd: i32, timeout_ms: i32) -> Result<bool, String> {
         }
         let e = std::io::Error::last_os_error();
         if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(format!("poll failed: {e}"));
+            return Err(Error::os("poll failed", e));
         }
     }
 }
@@ -361,11 +363,15 @@ fn pinned_to_one_cpu() -> bool {
 }
 
 /// Measure every method of `opts` and return one run per method.
-pub fn event(common: &CommonOptions, opts: &EventOptions) -> Result<Outcome, String> {
+pub fn event(common: &CommonOptions, opts: &EventOptions) -> Result<Outcome, Error> {
     crate::check::samples("--samples", common.samples)?;
     crate::check::no_busy_wait(common.busy_wait_us, "event")?;
     if opts.methods.is_empty() {
-        return Err("--methods is empty: give at least one of eventfd, pipe, futex, busy-poll".into());
+        return Err(crate::check::CheckError::EmptyList {
+            flag: "--methods".into(),
+            give: "at least one of eventfd, pipe, futex, busy-poll".into(),
+        }
+        .into());
     }
     crate::check::each_once("--methods", &opts.methods)?;
     crate::check::samples_in_all(common.samples, opts.methods.len(), "--methods")?;
@@ -392,7 +398,7 @@ pub fn event(common: &CommonOptions, opts: &EventOptions) -> Result<Outcome, Str
 }
 
 /// One method: returns the samples and the warnings of both sides.
-fn measure(common: &CommonOptions, method: EventMethod, processes: bool) -> Result<(Vec<u64>, Vec<String>), String> {
+fn measure(common: &CommonOptions, method: EventMethod, processes: bool) -> Result<(Vec<u64>, Vec<String>), Error> {
     let page = SharedPage::new()?;
     let forward = Channel::new(method)?;
     let back = Channel::new(method)?;
@@ -403,7 +409,7 @@ fn measure(common: &CommonOptions, method: EventMethod, processes: bool) -> Resu
     let (page, forward, back, bar_ref) = (&page, &forward, &back, &bar);
     let result = std::thread::scope(|scope| {
         // The raiser gets a thread of its own so the caller's scheduling is never changed.
-        let raiser = scope.spawn(move || -> Result<(Vec<u64>, Vec<String>), String> {
+        let raiser = scope.spawn(move || -> Result<(Vec<u64>, Vec<String>), Error> {
             let shared = page.get();
             let mut warnings = Vec::new();
             let child_or_thread = if processes {
@@ -417,7 +423,7 @@ fn measure(common: &CommonOptions, method: EventMethod, processes: bool) -> Resu
                         shared.setup_failed.store(1, Ordering::Release);
                     }
                     respond(method, shared, forward, back, total, applied_ok);
-                    applied
+                    applied.map_err(Error::from)
                 }))
             };
             let outcome = (|| {
@@ -441,9 +447,9 @@ fn measure(common: &CommonOptions, method: EventMethod, processes: bool) -> Resu
                     to_responder.raise(seq)?;
                     if !from_responder.wait(seq, Some(ANSWER_TIMEOUT_MS))? {
                         return Err(if shared.setup_failed.load(Ordering::Acquire) != 0 {
-                            "the responder's real-time setup was refused (strict)".to_string()
+                            Error::ResponderRtRefused { process: false }
                         } else {
-                            format!("event {method}: no answer from the responder within {ANSWER_TIMEOUT_MS} ms")
+                            Error::NoAnswer { method, ms: ANSWER_TIMEOUT_MS }
                         });
                     }
                     if i >= WARMUP_EVENTS {
@@ -466,7 +472,7 @@ fn measure(common: &CommonOptions, method: EventMethod, processes: bool) -> Resu
             warnings.extend(responder_result?);
             Ok((samples, warnings))
         });
-        raiser.join().unwrap_or_else(|_| Err("the raiser thread panicked".into()))
+        raiser.join().unwrap_or_else(|_| Err(Error::panicked("raiser thread")))
     });
     if let Some(bar) = bar {
         bar.finish_and_clear();
@@ -495,7 +501,7 @@ fn respond(method: EventMethod, shared: &Shared, forward: &Channel, back: &Chann
             if shared.stop.load(Ordering::Acquire) != 0 || woke.is_err() {
                 return;
             }
-            if woke == Ok(true) {
+            if matches!(woke, Ok(true)) {
                 let raised = shared.raise_ns.load(Ordering::Acquire);
                 shared.response_ns.store(now.saturating_sub(raised), Ordering::Release);
                 break;
@@ -509,7 +515,7 @@ fn respond(method: EventMethod, shared: &Shared, forward: &Channel, back: &Chann
 
 impl Endpoint<'_> {
     /// Futex / busy-poll wait that also returns on the stop value.
-    fn wait_either(&self, seq: u32, stop: u32) -> Result<bool, String> {
+    fn wait_either(&self, seq: u32, stop: u32) -> Result<bool, Error> {
         loop {
             let seen = self.word.load(Ordering::Acquire);
             if seen == seq || seen == stop {
@@ -535,16 +541,16 @@ fn is_realtime_thread() -> bool {
 
 /// The other side, to be joined or reaped.
 enum Responder<'scope> {
-    Thread(std::thread::ScopedJoinHandle<'scope, Result<Vec<String>, String>>),
+    Thread(std::thread::ScopedJoinHandle<'scope, Result<Vec<String>, Error>>),
     Process(libc::pid_t),
 }
 
 impl Responder<'_> {
     /// Wait for the responder to finish (killing a child first if the run failed) and return
     /// its real-time warnings.
-    fn finish(self, failed: bool) -> Result<Vec<String>, String> {
+    fn finish(self, failed: bool) -> Result<Vec<String>, Error> {
         match self {
-            Responder::Thread(handle) => handle.join().unwrap_or_else(|_| Err("the responder thread panicked".into())),
+            Responder::Thread(handle) => handle.join().unwrap_or_else(|_| Err(Error::panicked("responder thread"))),
             Responder::Process(pid) => {
                 if failed {
                     // SAFETY: `pid` is our own child, not yet reaped, so the id cannot be reused.
@@ -554,14 +560,14 @@ impl Responder<'_> {
                 // SAFETY: `status` is writable; `pid` is our child.
                 while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
                     if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-                        return Err("waiting for the responder process failed".into());
+                        return Err(Error::ResponderWaitFailed);
                     }
                 }
                 match (libc::WIFEXITED(status), libc::WEXITSTATUS(status)) {
                     (true, 0) => Ok(Vec::new()),
                     _ if failed => Ok(Vec::new()),
-                    (true, 2) => Err("the responder process's real-time setup was refused (strict)".into()),
-                    _ => Err(format!("the responder process ended abnormally (wait status {status:#x})")),
+                    (true, 2) => Err(Error::ResponderRtRefused { process: true }),
+                    _ => Err(Error::ResponderAbnormal { status }),
                 }
             }
         }
@@ -578,7 +584,7 @@ fn fork_responder(
     forward: &Channel,
     back: &Channel,
     total: usize,
-) -> Result<libc::pid_t, String> {
+) -> Result<libc::pid_t, Error> {
     // SAFETY: getpid has no preconditions and cannot fail.
     let parent = unsafe { libc::getpid() };
     // SAFETY: the child only runs code that is safe after fork in practice: glibc's malloc
@@ -586,7 +592,7 @@ fn fork_responder(
     // threads' state or the Rust runtime's exit path (it leaves with _exit).
     let pid = unsafe { libc::fork() };
     match pid {
-        -1 => Err(format!("fork failed: {}", std::io::Error::last_os_error())),
+        -1 => Err(Error::last_os("fork failed")),
         0 => {
             // Die with the lab (this thread, which reaps the child, ends only after it): a
             // responder of a SIGKILLed lab would otherwise wait for its next event forever.

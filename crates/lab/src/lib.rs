@@ -24,6 +24,7 @@ pub mod compare;
 pub mod conditions;
 pub mod cycle;
 pub mod doctor;
+pub mod error;
 pub mod event;
 pub mod load;
 pub mod plot;
@@ -31,3 +32,5 @@ pub mod report;
 pub mod serial;
 pub mod udp;
 pub mod wakeup;
+
+pub use error::Error;

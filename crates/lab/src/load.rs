@@ -101,7 +101,7 @@ impl Capacity {
     }
 
     /// `Ok` when `workers` fit; else one sentence naming `--load`, the valid range and why.
-    pub fn check(&self, workers: usize) -> Result<(), String> {
+    pub fn check(&self, workers: usize) -> Result<(), crate::check::CheckError> {
         let max = self.max_workers();
         if workers <= max {
             return Ok(());
@@ -119,11 +119,7 @@ impl Capacity {
                 human_bytes(self.available_bytes.unwrap_or(0))
             )
         };
-        if max == 0 {
-            Err(format!("--load {workers} is more than this machine can carry ({why}): run without --load"))
-        } else {
-            Err(format!("--load {workers} is more than this machine can carry: give --load 0..={max} ({why})"))
-        }
+        Err(crate::check::CheckError::TooMuchLoad { workers, max, why })
     }
 }
 
@@ -287,7 +283,7 @@ impl Load {
     /// Start `n` workers (0: nothing runs, nothing is created). Fails when `n` is more than
     /// this machine can carry ([`Capacity::check`]) or a thread cannot be spawned; the workers
     /// already started are stopped then.
-    pub fn start(n: usize) -> Result<Load, String> {
+    pub fn start(n: usize) -> Result<Load, crate::Error> {
         Capacity::of_this_machine().check(n)?;
         let mut load = Load {
             shared: Arc::new(Shared::default()),
@@ -330,7 +326,7 @@ impl Load {
             let handle = std::thread::Builder::new()
                 .name(format!("lab-load-{index}"))
                 .spawn(move || worker(index, &shared, &problems, dir.as_deref()))
-                .map_err(|e| format!("cannot start load worker {index}: {e}"))?;
+                .map_err(|e| crate::Error::os(format!("cannot start load worker {index}"), e))?;
             load.workers.push(handle);
         }
         Ok(load)

@@ -38,13 +38,13 @@ fn colour(i: usize) -> RGBColor {
 
 /// Draw `outcome` to `path` (PNG): a histogram for one run, overlaid histograms and
 /// percentile bars for several. `force`: an existing regular file at `path` may be replaced.
-pub fn plot(outcome: &Outcome, path: &Path, force: bool) -> Result<(), String> {
+pub fn plot(outcome: &Outcome, path: &Path, force: bool) -> Result<(), crate::Error> {
     let runs: Vec<_> = outcome.runs.iter().filter(|r| !r.samples_ns.is_empty()).collect();
     if runs.is_empty() {
-        return Err("nothing to plot: no run has samples".into());
+        return Err(crate::Error::NothingToPlot);
     }
     let text = output::png::font_available();
-    let fail = |e: String| format!("cannot draw {}: {e}", path.display());
+    let fail = |reason: String| crate::Error::Draw { path: path.to_path_buf(), reason };
     let (width, height) = (1200u32, if runs.len() == 1 { 600u32 } else { 1000 });
     let mut rgb = vec![0u8; width as usize * height as usize * 3];
     {
@@ -64,9 +64,9 @@ pub fn plot(outcome: &Outcome, path: &Path, force: bool) -> Result<(), String> {
 }
 
 /// Encode 8-bit RGB pixels as a PNG file at `path`.
-fn write_png(path: &Path, rgb: &[u8], width: u32, height: u32, force: bool) -> Result<(), String> {
+fn write_png(path: &Path, rgb: &[u8], width: u32, height: u32, force: bool) -> Result<(), crate::Error> {
     let mut out = crate::report::create_output("--plot", path, force)?;
-    let fail = |e: output::png::EncodingError| format!("cannot write {}: {e}", path.display());
+    let fail = |source: output::png::EncodingError| crate::Error::WritePng { path: path.to_path_buf(), source };
     output::png::encode_rgb(rgb, (width, height), std::io::BufWriter::new(out.file())).map_err(fail)?;
     out.commit().map_err(|e| crate::report::output_error("--plot", path, e))
 }

@@ -93,8 +93,8 @@ impl Default for CommonOptions {
 
 /// Apply `common.rt` to the calling thread. Returns the refusals (and notes) as sentences;
 /// an error when the settings are invalid or a refusal happened under `strict`.
-pub fn apply_rt(common: &CommonOptions) -> Result<Vec<String>, String> {
-    let applied = rt::setup::apply_to_current_thread(&common.rt).map_err(|e| e.to_string())?;
+pub fn apply_rt(common: &CommonOptions) -> Result<Vec<String>, rt::setup::RtError> {
+    let applied = rt::setup::apply_to_current_thread(&common.rt)?;
     let mut out: Vec<String> = applied.warnings.iter().map(|w| format!("{}: {}", w.what, w.message)).collect();
     out.extend(applied.notes.iter().map(|w| format!("note ({}): {}", w.what, w.message)));
     Ok(out)
@@ -355,10 +355,10 @@ fn comparison_table(outcome: &Outcome, summaries: &[Summary]) -> String {
 /// the header. Labels and methods containing commas or quotes are quoted. The file goes in
 /// place only when complete, and never over anything but a regular file with `force`
 /// ([`create_output`]).
-pub fn write_csv(outcome: &Outcome, path: &Path, force: bool) -> Result<(), String> {
+pub fn write_csv(outcome: &Outcome, path: &Path, force: bool) -> Result<(), crate::Error> {
     let mut out = create_output("--csv", path, force)?;
     let mut w = std::io::BufWriter::new(out.file());
-    let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
+    let fail = |source: std::io::Error| crate::Error::WriteCsv { path: path.to_path_buf(), source };
     writeln!(w, "label,size,method,sample_us").map_err(fail)?;
     for run in &outcome.runs {
         let label = csv_field(&run.label);
@@ -378,17 +378,17 @@ pub fn write_csv(outcome: &Outcome, path: &Path, force: bool) -> Result<(), Stri
 /// a failed write leaves no half file. `path` must not exist, or with `force` be a regular
 /// file ([`crate::check::output_file`], checked again here because the measurement took a
 /// while): never a link, a device, a FIFO, a socket or a directory.
-pub fn create_output(flag: &str, path: &Path, force: bool) -> Result<output::OutputFile, String> {
+pub fn create_output(flag: &str, path: &Path, force: bool) -> Result<output::OutputFile, crate::Error> {
     crate::check::output_file(flag, path, None, force)?;
     output::OutputFile::create(path, None, force).map_err(|e| output_error(flag, path, e))
 }
 
-/// One sentence for an output that could not be created or put in place.
-pub fn output_error(flag: &str, path: &Path, error: output::OutputError) -> String {
+/// The error of an output that could not be created or put in place.
+pub fn output_error(flag: &str, path: &Path, error: output::OutputError) -> crate::Error {
     match error {
-        // Appeared after the check: the same sentence the check gives.
-        output::OutputError::Exists { .. } => crate::check::exists_without_force(flag, path),
-        e => e.to_string(),
+        // Appeared after the check: the same refusal the check gives.
+        output::OutputError::Exists { .. } => crate::check::exists_without_force(flag, path).into(),
+        e => e.into(),
     }
 }
 
@@ -403,7 +403,7 @@ fn csv_field(s: &str) -> String {
 
 /// What a measuring thread returns: the samples in ns, and warnings (refused real-time
 /// settings, missing replies, …).
-pub type Measured = Result<(Vec<u64>, Vec<String>), String>;
+pub type Measured = Result<(Vec<u64>, Vec<String>), crate::Error>;
 
 /// Run `measure` on its own thread named `name` while `common.load` background workers run;
 /// draw progress from the calling thread (never the measuring one) from the counter the
@@ -420,7 +420,7 @@ where
     let measuring = std::thread::Builder::new()
         .name(format!("lab-{name}"))
         .spawn(move || measure(&done_in_thread))
-        .map_err(|e| format!("cannot start the measuring thread: {e}"))?;
+        .map_err(|e| crate::Error::os("cannot start the measuring thread", e))?;
     if let Some(bar) = progress_bar(common, common.samples as u64, name) {
         while !measuring.is_finished() {
             bar.set_position(done.load(Ordering::Relaxed) as u64);
@@ -428,7 +428,7 @@ where
         }
         bar.finish_and_clear();
     }
-    let result = measuring.join().map_err(|_| "the measuring thread panicked".to_string());
+    let result = measuring.join().map_err(|_| crate::Error::panicked("measuring thread"));
     let mut load_problems = load.stop();
     let (samples_ns, mut warnings) = result??;
     warnings.append(&mut load_problems);

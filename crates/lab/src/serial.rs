@@ -16,6 +16,7 @@
 //! sees the closed master), or leave a pty or thread behind.
 
 use crate::report::{apply_rt, progress_bar, CommonOptions, Outcome, Run};
+use crate::Error;
 use nix::sys::termios::{cfmakeraw, tcgetattr, tcsetattr, SetArg, SpecialCharacterIndices};
 use std::fmt;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -63,13 +64,14 @@ impl fmt::Display for SerialMethod {
 }
 
 impl FromStr for SerialMethod {
-    type Err = String;
+    type Err = crate::check::CheckError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        SerialMethod::ALL
-            .into_iter()
-            .find(|m| m.as_str() == s)
-            .ok_or_else(|| format!("unknown serial method '{s}': expected blocking, epoll or busy-poll"))
+        SerialMethod::ALL.into_iter().find(|m| m.as_str() == s).ok_or_else(|| crate::check::CheckError::UnknownMethod {
+            kind: "serial",
+            given: s.to_string(),
+            expected: "blocking, epoll or busy-poll",
+        })
     }
 }
 
@@ -89,11 +91,15 @@ impl Default for SerialOptions {
 }
 
 /// Measure every method of `opts` and return one run per method.
-pub fn serial(common: &CommonOptions, opts: &SerialOptions) -> Result<Outcome, String> {
+pub fn serial(common: &CommonOptions, opts: &SerialOptions) -> Result<Outcome, Error> {
     crate::check::samples("--samples", common.samples)?;
     crate::check::no_busy_wait(common.busy_wait_us, "serial")?;
     if opts.methods.is_empty() {
-        return Err("--methods is empty: give at least one of blocking, epoll, busy-poll".into());
+        return Err(crate::check::CheckError::EmptyList {
+            flag: "--methods".into(),
+            give: "at least one of blocking, epoll, busy-poll".into(),
+        }
+        .into());
     }
     crate::check::each_once("--methods", &opts.methods)?;
     crate::check::serial_size("--size", opts.size)?;
@@ -119,37 +125,37 @@ pub fn serial(common: &CommonOptions, opts: &SerialOptions) -> Result<Outcome, S
 }
 
 /// Open a pty pair with both sides raw.
-fn open_raw_pty() -> Result<(OwnedFd, OwnedFd), String> {
-    let pty = nix::pty::openpty(None, None).map_err(|e| format!("openpty failed: {e}"))?;
+fn open_raw_pty() -> Result<(OwnedFd, OwnedFd), Error> {
+    let pty = nix::pty::openpty(None, None).map_err(|e| Error::sys("openpty failed", e))?;
     for fd in [&pty.master, &pty.slave] {
-        let mut t = tcgetattr(fd).map_err(|e| format!("tcgetattr on the pty failed: {e}"))?;
+        let mut t = tcgetattr(fd).map_err(|e| Error::sys("tcgetattr on the pty failed", e))?;
         cfmakeraw(&mut t);
-        tcsetattr(fd, SetArg::TCSANOW, &t).map_err(|e| format!("tcsetattr on the pty failed: {e}"))?;
+        tcsetattr(fd, SetArg::TCSANOW, &t).map_err(|e| Error::sys("tcsetattr on the pty failed", e))?;
     }
     Ok((pty.master, pty.slave))
 }
 
-fn set_nonblocking(fd: RawFd) -> Result<(), String> {
+fn set_nonblocking(fd: RawFd) -> Result<(), Error> {
     // SAFETY: F_GETFL/F_SETFL on a descriptor we own; no memory is passed.
     let ok = unsafe {
         let flags = libc::fcntl(fd, libc::F_GETFL);
         flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
     };
-    ok.then_some(()).ok_or_else(|| format!("setting O_NONBLOCK failed: {}", std::io::Error::last_os_error()))
+    ok.then_some(()).ok_or_else(|| Error::last_os("setting O_NONBLOCK failed"))
 }
 
 /// VMIN = min(size, 255) (the field is one byte), VTIME = 0: a blocking read returns once that
 /// many bytes are in, with no inter-byte timer.
-fn set_vmin(fd: &OwnedFd, size: usize) -> Result<(), String> {
-    let mut t = tcgetattr(fd).map_err(|e| format!("tcgetattr failed: {e}"))?;
+fn set_vmin(fd: &OwnedFd, size: usize) -> Result<(), Error> {
+    let mut t = tcgetattr(fd).map_err(|e| Error::sys("tcgetattr failed", e))?;
     t.control_chars[SpecialCharacterIndices::VMIN as usize] = size.min(255) as libc::cc_t;
     t.control_chars[SpecialCharacterIndices::VTIME as usize] = 0;
-    tcsetattr(fd, SetArg::TCSANOW, &t).map_err(|e| format!("tcsetattr (VMIN) failed: {e}"))
+    tcsetattr(fd, SetArg::TCSANOW, &t).map_err(|e| Error::sys("tcsetattr (VMIN) failed", e))
 }
 
 /// read(2) once: Ok(bytes), Ok(0) for "nothing yet" on a non-blocking descriptor, Err when the
 /// other side is gone or the read failed.
-fn read_some(fd: RawFd, buf: &mut [u8]) -> Result<usize, String> {
+fn read_some(fd: RawFd, buf: &mut [u8]) -> Result<usize, Error> {
     loop {
         // SAFETY: `buf` is a valid, writable buffer of `buf.len()` bytes for the call.
         let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
@@ -157,19 +163,19 @@ fn read_some(fd: RawFd, buf: &mut [u8]) -> Result<usize, String> {
             return Ok(n as usize);
         }
         if n == 0 {
-            return Err("the other side of the pty closed".into());
+            return Err(Error::PtyClosed);
         }
         let e = std::io::Error::last_os_error();
         match e.raw_os_error() {
             Some(libc::EINTR) => continue,
             Some(libc::EAGAIN) => return Ok(0),
             // EIO: the last holder of the other side closed it.
-            _ => return Err(format!("read from the pty failed: {e}")),
+            _ => return Err(Error::os("read from the pty failed", e)),
         }
     }
 }
 
-fn write_all(fd: RawFd, mut bytes: &[u8]) -> Result<(), String> {
+fn write_all(fd: RawFd, mut bytes: &[u8]) -> Result<(), Error> {
     while !bytes.is_empty() {
         // SAFETY: `bytes` is a valid buffer of `bytes.len()` bytes for the call.
         let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
@@ -182,7 +188,7 @@ fn write_all(fd: RawFd, mut bytes: &[u8]) -> Result<(), String> {
             Some(libc::EINTR) => {}
             // A full pty buffer on a non-blocking descriptor: the peer drains it shortly.
             Some(libc::EAGAIN) => std::hint::spin_loop(),
-            _ => return Err(format!("write to the pty failed: {e}")),
+            _ => return Err(Error::os("write to the pty failed", e)),
         }
     }
     Ok(())
@@ -214,7 +220,7 @@ enum Waiter {
 }
 
 impl Waiter {
-    fn new(method: SerialMethod, slave: &OwnedFd, size: usize) -> Result<Waiter, String> {
+    fn new(method: SerialMethod, slave: &OwnedFd, size: usize) -> Result<Waiter, Error> {
         match method {
             SerialMethod::Blocking => {
                 set_vmin(slave, size)?;
@@ -225,7 +231,7 @@ impl Waiter {
                 // SAFETY: epoll_create1 has no memory arguments.
                 let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
                 if ep < 0 {
-                    return Err(format!("epoll_create1 failed: {}", std::io::Error::last_os_error()));
+                    return Err(Error::last_os("epoll_create1 failed"));
                 }
                 // SAFETY: `ep` was just created and is owned by nothing else.
                 let ep = unsafe { OwnedFd::from_raw_fd(ep) };
@@ -234,7 +240,7 @@ impl Waiter {
                 let rc =
                     unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, slave.as_raw_fd(), &mut interest) };
                 if rc != 0 {
-                    return Err(format!("epoll_ctl failed: {}", std::io::Error::last_os_error()));
+                    return Err(Error::last_os("epoll_ctl failed"));
                 }
                 Ok(Waiter::Epoll(ep))
             }
@@ -246,7 +252,7 @@ impl Waiter {
     }
 
     /// Fill `buf` from `fd`, waiting this waiter's way.
-    fn receive(&self, fd: RawFd, buf: &mut [u8]) -> Result<(), String> {
+    fn receive(&self, fd: RawFd, buf: &mut [u8]) -> Result<(), Error> {
         let deadline = rt::now_ns() + ECHO_TIMEOUT_NS;
         let mut filled = 0;
         let mut spins: u32 = 0;
@@ -260,10 +266,10 @@ impl Waiter {
                         libc::epoll_wait(ep.as_raw_fd(), &mut ready, 1, (ECHO_TIMEOUT_NS / 1_000_000) as i32)
                     };
                     if n == 0 {
-                        return Err(format!("no echo within {} ms (epoll)", ECHO_TIMEOUT_NS / 1_000_000));
+                        return Err(Error::NoEcho { method: "epoll", ms: ECHO_TIMEOUT_NS / 1_000_000 });
                     }
                     if n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                        return Err(format!("epoll_wait failed: {}", std::io::Error::last_os_error()));
+                        return Err(Error::last_os("epoll_wait failed"));
                     }
                     // Drain what is there; the next epoll_wait covers the rest.
                     loop {
@@ -282,7 +288,7 @@ impl Waiter {
                         spins = spins.wrapping_add(1);
                         // Reading the clock on every spin would slow the poll down.
                         if spins & 1023 == 0 && rt::now_ns() > deadline {
-                            return Err(format!("no echo within {} ms (busy-poll)", ECHO_TIMEOUT_NS / 1_000_000));
+                            return Err(Error::NoEcho { method: "busy-poll", ms: ECHO_TIMEOUT_NS / 1_000_000 });
                         }
                     }
                 }
@@ -293,18 +299,18 @@ impl Waiter {
 }
 
 /// One method on a fresh pty: returns the round trips and the measuring thread's warnings.
-fn measure(common: &CommonOptions, method: SerialMethod, size: usize) -> Result<(Vec<u64>, Vec<String>), String> {
+fn measure(common: &CommonOptions, method: SerialMethod, size: usize) -> Result<(Vec<u64>, Vec<String>), Error> {
     let (master, slave) = open_raw_pty()?;
     let waiter = Waiter::new(method, &slave, size)?;
     let bar = progress_bar(common, common.samples as u64, &format!("serial {size} B {method}"));
     let peer = std::thread::Builder::new()
         .name("lab-serial-echo".into())
         .spawn(move || echo_peer(master, size))
-        .map_err(|e| format!("cannot start the echo peer: {e}"))?;
+        .map_err(|e| Error::os("cannot start the echo peer", e))?;
     let bar_ref = &bar;
     let result = std::thread::scope(|scope| {
         // A thread of its own so the caller's scheduling is never changed.
-        let measuring = scope.spawn(move || -> Result<(Vec<u64>, Vec<String>), String> {
+        let measuring = scope.spawn(move || -> Result<(Vec<u64>, Vec<String>), Error> {
             let warnings = apply_rt(common)?;
             let fd = slave.as_raw_fd();
             let mut message = vec![0u8; size];
@@ -319,7 +325,7 @@ fn measure(common: &CommonOptions, method: SerialMethod, size: usize) -> Result<
                 waiter.receive(fd, &mut echo)?;
                 let end = rt::now_ns();
                 if echo != message {
-                    return Err(format!("serial {method}: the echo of message {i} differs from what was sent"));
+                    return Err(Error::EchoDiffers { method, index: i });
                 }
                 if i >= WARMUP_MESSAGES {
                     samples.push(end - start);
@@ -331,11 +337,11 @@ fn measure(common: &CommonOptions, method: SerialMethod, size: usize) -> Result<
             // `slave` drops here, closing the pty's slave side: the peer's read fails and it ends.
             Ok((samples, warnings))
         });
-        measuring.join().unwrap_or_else(|_| Err("the measuring thread panicked".into()))
+        measuring.join().unwrap_or_else(|_| Err(Error::panicked("measuring thread")))
     });
     // The slave side was closed when the measuring thread ended (even by panic), so the peer
     // has returned or is about to.
-    peer.join().map_err(|_| "the echo peer panicked".to_string())?;
+    peer.join().map_err(|_| Error::panicked("echo peer"))?;
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }

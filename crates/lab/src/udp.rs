@@ -31,8 +31,10 @@
 //! and its own namespaces unless told to, or hang when an echo is lost (every wait has a
 //! timeout).
 
+use crate::check::CheckError;
 use crate::child::Tied;
 use crate::report::{apply_rt, CommonOptions, Outcome, Run};
+use crate::Error;
 use rt::periodic::now_ns;
 use std::fmt;
 use std::io;
@@ -107,14 +109,18 @@ impl fmt::Display for RecvMethod {
 }
 
 impl FromStr for RecvMethod {
-    type Err = String;
+    type Err = CheckError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "blocking" => Ok(RecvMethod::Blocking),
             "epoll" => Ok(RecvMethod::Epoll),
             "busy-poll" => Ok(RecvMethod::BusyPoll),
-            _ => Err(format!("unknown receive method '{s}': expected blocking, epoll or busy-poll")),
+            _ => Err(CheckError::UnknownMethod {
+                kind: "receive",
+                given: s.to_string(),
+                expected: "blocking, epoll or busy-poll",
+            }),
         }
     }
 }
@@ -140,7 +146,7 @@ impl Default for UdpEchoOptions {
 
 /// Measure UDP round trips for every size × method. One [`Run`] per pair, labelled like
 /// "udp-echo 64 B epoll".
-pub fn udp_echo(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<Outcome, String> {
+pub fn udp_echo(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<Outcome, Error> {
     validate(common, opts)?;
     let network = if opts.netns { "netns" } else { "loopback" };
     let mut outcome = Outcome {
@@ -179,9 +185,9 @@ pub fn udp_echo(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<Outcome
         let measured = std::thread::Builder::new()
             .name(format!("udp-echo-{method}"))
             .spawn(move || client.run())
-            .map_err(|e| format!("cannot start the client thread: {e}"))?
+            .map_err(|e| Error::os("cannot start the client thread", e))?
             .join()
-            .map_err(|_| "the UDP echo client thread panicked".to_string())?;
+            .map_err(|_| Error::panicked("UDP echo client thread"))?;
         let (per_size, warnings) = measured?;
         for w in warnings {
             if !outcome.warnings.contains(&w) {
@@ -201,7 +207,7 @@ pub fn udp_echo(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<Outcome
     outcome.warnings.extend(load.stop());
     drop(namespace);
     if INTERRUPTED.load(Ordering::SeqCst) {
-        return Err("interrupted".to_string());
+        return Err(Error::Interrupted);
     }
     Ok(outcome)
 }
@@ -225,18 +231,16 @@ pub struct ServerLifetime {
 /// to another parent). The server of `rtloop lab udp-echo-server`. It binds loopback, or any
 /// address inside one of the lab's own network namespaces; anything else only with
 /// `allow_remote`, because it answers whoever writes to it.
-pub fn serve_echo(bind: &str, method: &str, lifetime: ServerLifetime, allow_remote: bool) -> Result<(), String> {
-    let addr: SocketAddr =
-        bind.parse().map_err(|e| format!("--bind '{bind}' is not an address like 127.0.0.1:9000: {e}"))?;
-    let method: RecvMethod = method.parse().map_err(|e| format!("--method: {e}"))?;
+pub fn serve_echo(bind: &str, method: &str, lifetime: ServerLifetime, allow_remote: bool) -> Result<(), Error> {
+    let addr: SocketAddr = bind.parse().map_err(|source| CheckError::BindAddress { bind: bind.to_string(), source })?;
+    let method: RecvMethod =
+        method.parse().map_err(|e| CheckError::InList { flag: "--method".into(), source: Box::new(e) })?;
     let seconds = crate::check::server_seconds("--seconds", lifetime.seconds)?;
     let idle_seconds = crate::check::server_seconds("--idle-seconds", lifetime.idle_seconds)?;
     if !allow_remote && !addr.ip().is_loopback() && !in_own_namespace() {
-        return Err(format!(
-            "refusing to serve on {addr}, which other hosts can reach: bind 127.0.0.1 or pass --allow-remote"
-        ));
+        return Err(CheckError::RemoteBind { addr }.into());
     }
-    let socket = UdpSocket::bind(addr).map_err(|e| format!("cannot bind the echo server to {addr}: {e}"))?;
+    let socket = UdpSocket::bind(addr).map_err(|e| Error::os(format!("cannot bind the echo server to {addr}"), e))?;
     let lab = lifetime.parent_pid.map(|pid| crate::check::pid("--parent-pid", pid)).transpose()?;
     let until = ServeUntil {
         deadline_ns: now_ns().saturating_add((seconds * 1e9) as u64),
@@ -297,12 +301,15 @@ fn in_own_namespace() -> bool {
 /// Names of the namespaces this module creates: `rtloop-lab-<pid>`.
 const NAMESPACE_PREFIX: &str = "rtloop-lab-";
 
-fn validate(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<(), String> {
+fn validate(common: &CommonOptions, opts: &UdpEchoOptions) -> Result<(), CheckError> {
     crate::check::samples("--samples", common.samples)?;
     crate::check::no_busy_wait(common.busy_wait_us, "udp-echo")?;
     crate::check::udp_sizes("--sizes", &opts.sizes)?;
     if opts.methods.is_empty() {
-        return Err("--methods is empty: give at least one of blocking, epoll, busy-poll".to_string());
+        return Err(CheckError::EmptyList {
+            flag: "--methods".into(),
+            give: "at least one of blocking, epoll, busy-poll".into(),
+        });
     }
     crate::check::each_once("--methods", &opts.methods)?;
     crate::check::samples_in_all(common.samples, opts.sizes.len() * opts.methods.len(), "--sizes × --methods")
@@ -433,8 +440,8 @@ impl Epoll {
 }
 
 /// The server loop: echo until the stop flag, an interrupt, or what `until` says.
-fn serve_on(socket: &UdpSocket, method: RecvMethod, until: &ServeUntil, stop: &AtomicBool) -> Result<(), String> {
-    let receiver = Receiver::new(socket, method, SERVER_POLL).map_err(|e| format!("echo server setup: {e}"))?;
+fn serve_on(socket: &UdpSocket, method: RecvMethod, until: &ServeUntil, stop: &AtomicBool) -> Result<(), Error> {
+    let receiver = Receiver::new(socket, method, SERVER_POLL).map_err(|e| Error::os("echo server setup", e))?;
     let mut buf = vec![0u8; MAX_UDP_PAYLOAD + 1];
     // Idleness and the parent are looked at only when a wait times out (every SERVER_POLL
     // without a datagram), so an echo never pays for them.
@@ -458,7 +465,7 @@ fn serve_on(socket: &UdpSocket, method: RecvMethod, until: &ServeUntil, stop: &A
             // The ICMP "port unreachable" of an echo sent to a client that already closed
             // surfaces here on Linux; it is not a server failure.
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
-            Err(e) => return Err(format!("echo server receive failed: {e}")),
+            Err(e) => return Err(Error::os("echo server receive failed", e)),
         }
     }
     Ok(())
@@ -471,14 +478,14 @@ struct Server {
 }
 
 enum ServerKind {
-    Thread { stop: Arc<AtomicBool>, handle: Option<std::thread::JoinHandle<Result<(), String>>> },
+    Thread { stop: Arc<AtomicBool>, handle: Option<std::thread::JoinHandle<Result<(), Error>>> },
     Process(Tied),
 }
 
 impl Server {
     /// An echo server thread bound to `addr` (port 0: any free port), running with the
     /// policy and priority of `common.rt` so that load does not starve it more than the client.
-    fn start_thread(addr: SocketAddr, method: RecvMethod, common: &CommonOptions) -> Result<Server, String> {
+    fn start_thread(addr: SocketAddr, method: RecvMethod, common: &CommonOptions) -> Result<Server, Error> {
         Server::start_thread_in(addr, method, common, None)
     }
 
@@ -487,7 +494,7 @@ impl Server {
         method: RecvMethod,
         common: &CommonOptions,
         netns_path: Option<String>,
-    ) -> Result<Server, String> {
+    ) -> Result<Server, Error> {
         let mut server_common = common.clone();
         // Not the client's CPUs: a spinning client and server pinned to one CPU at the same
         // FIFO priority would never let each other run. Memory locking is process wide and
@@ -496,18 +503,18 @@ impl Server {
         server_common.rt.mlock = false;
         server_common.rt.strict = false;
         let stop = Arc::new(AtomicBool::new(false));
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<SocketAddr, String>>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<SocketAddr, Error>>();
         let thread_stop = Arc::clone(&stop);
         let handle = std::thread::Builder::new()
             .name(format!("udp-echo-server-{method}"))
             .spawn(move || {
-                let bound = (|| -> Result<(UdpSocket, SocketAddr), String> {
+                let bound = (|| -> Result<(UdpSocket, SocketAddr), Error> {
                     if let Some(path) = &netns_path {
                         enter_netns(path)?;
                     }
-                    let socket =
-                        UdpSocket::bind(addr).map_err(|e| format!("cannot bind the echo server to {addr}: {e}"))?;
-                    let local = socket.local_addr().map_err(|e| e.to_string())?;
+                    let socket = UdpSocket::bind(addr)
+                        .map_err(|e| Error::os(format!("cannot bind the echo server to {addr}"), e))?;
+                    let local = socket.local_addr()?;
                     // Refusals are reported by the client thread, which asks for the same.
                     let _ = apply_rt(&server_common);
                     Ok((socket, local))
@@ -517,44 +524,45 @@ impl Server {
                         let _ = ready_tx.send(Ok(local));
                         serve_on(&socket, method, &ServeUntil::FOREVER, &thread_stop)
                     }
+                    // The caller waits for this answer, and reports it.
                     Err(e) => {
-                        let _ = ready_tx.send(Err(e.clone()));
-                        Err(e)
+                        let _ = ready_tx.send(Err(e));
+                        Ok(())
                     }
                 }
             })
-            .map_err(|e| format!("cannot start the echo server thread: {e}"))?;
-        let addr = ready_rx.recv().map_err(|_| "the echo server thread ended before binding".to_string())??;
+            .map_err(|e| Error::os("cannot start the echo server thread", e))?;
+        let addr = ready_rx.recv().map_err(|_| Error::EchoServerGone)??;
         Ok(Server { addr, kind: ServerKind::Thread { stop, handle: Some(handle) } })
     }
 
     /// An error when the server already died (so the client does not wait for it).
-    fn check_alive(&mut self) -> Result<(), String> {
+    fn check_alive(&mut self) -> Result<(), Error> {
         match &mut self.kind {
             ServerKind::Thread { handle, .. } => {
                 if handle.as_ref().is_some_and(|h| h.is_finished()) {
                     let result = handle.take().map(|h| h.join());
                     return Err(match result {
                         Some(Ok(Err(e))) => e,
-                        _ => "the echo server thread ended early".to_string(),
+                        _ => Error::EchoServerEnded,
                     });
                 }
                 Ok(())
             }
             ServerKind::Process(child) => match child.try_wait() {
-                Ok(Some(status)) => Err(format!("the echo server process exited early ({status})")),
+                Ok(Some(status)) => Err(Error::EchoServerExited { status }),
                 _ => Ok(()),
             },
         }
     }
 
-    fn stop(mut self) -> Result<(), String> {
+    fn stop(mut self) -> Result<(), Error> {
         match &mut self.kind {
             ServerKind::Thread { stop, handle } => {
                 stop.store(true, Ordering::SeqCst);
                 match handle.take().map(|h| h.join()) {
                     Some(Ok(result)) => result,
-                    Some(Err(_)) => Err("the echo server thread panicked".to_string()),
+                    Some(Err(_)) => Err(Error::panicked("echo server thread")),
                     None => Ok(()),
                 }
             }
@@ -576,17 +584,17 @@ impl Drop for Server {
 }
 
 /// Send a probe until the server echoes it, so measurement starts only once it is serving.
-fn wait_until_serving(server: &mut Server, local_ip: IpAddr) -> Result<(), String> {
+fn wait_until_serving(server: &mut Server, local_ip: IpAddr) -> Result<(), Error> {
     check_target(server.addr.ip())?;
-    let socket = UdpSocket::bind(SocketAddr::new(local_ip, 0)).map_err(|e| format!("probe socket: {e}"))?;
-    socket.connect(server.addr).map_err(|e| format!("probe socket: {e}"))?;
-    socket.set_read_timeout(Some(Duration::from_millis(50))).map_err(|e| e.to_string())?;
+    let socket = UdpSocket::bind(SocketAddr::new(local_ip, 0)).map_err(|e| Error::os("probe socket", e))?;
+    socket.connect(server.addr).map_err(|e| Error::os("probe socket", e))?;
+    socket.set_read_timeout(Some(Duration::from_millis(50)))?;
     let probe = *b"rtloop-lab-probe";
     let mut buf = [0u8; 64];
     let give_up_ns = now_ns() + SERVER_READY_TIMEOUT.as_nanos() as u64;
     while now_ns() < give_up_ns {
         if INTERRUPTED.load(Ordering::SeqCst) {
-            return Err("interrupted".to_string());
+            return Err(Error::Interrupted);
         }
         server.check_alive()?;
         // Before the server binds, the send may fail with ECONNREFUSED (an ICMP from the
@@ -598,12 +606,12 @@ fn wait_until_serving(server: &mut Server, local_ip: IpAddr) -> Result<(), Strin
             }
         }
     }
-    Err(format!("the echo server at {} did not answer within {} s", server.addr, SERVER_READY_TIMEOUT.as_secs()))
+    Err(Error::EchoServerSilent { addr: server.addr, secs: SERVER_READY_TIMEOUT.as_secs() })
 }
 
 /// The only destinations this module sends to: loopback, or the 10.200.0.0/16 block its own
 /// namespaces use. Anything else is a bug, refused before a datagram leaves.
-fn check_target(ip: IpAddr) -> Result<(), String> {
+fn check_target(ip: IpAddr) -> Result<(), Error> {
     let ours = match ip {
         IpAddr::V4(v4) => v4.is_loopback() || (v4.octets()[0] == 10 && v4.octets()[1] == 200),
         IpAddr::V6(v6) => v6.is_loopback(),
@@ -611,7 +619,7 @@ fn check_target(ip: IpAddr) -> Result<(), String> {
     if ours {
         Ok(())
     } else {
-        Err(format!("refusing to send to {ip}: udp-echo only talks to loopback or its own namespace"))
+        Err(Error::RefusedTarget { ip })
     }
 }
 
@@ -627,14 +635,16 @@ struct ClientPlan {
 
 impl ClientPlan {
     /// Samples per size (in `sizes` order), and the real-time refusals.
-    fn run(self) -> Result<(Vec<Vec<u64>>, Vec<String>), String> {
+    fn run(self) -> Result<(Vec<Vec<u64>>, Vec<String>), Error> {
         check_target(self.server.ip())?;
         let warnings = apply_rt(&self.common)?;
-        let socket = UdpSocket::bind(SocketAddr::new(self.local_ip, 0)).map_err(|e| format!("client socket: {e}"))?;
+        let socket = UdpSocket::bind(SocketAddr::new(self.local_ip, 0)).map_err(|e| Error::os("client socket", e))?;
         // Connected: the kernel then only delivers datagrams from the server, and every send
         // goes to the one checked address.
-        socket.connect(self.server).map_err(|e| format!("cannot connect the client to {}: {e}", self.server))?;
-        let receiver = Receiver::new(&socket, self.method, ECHO_TIMEOUT).map_err(|e| format!("client setup: {e}"))?;
+        socket
+            .connect(self.server)
+            .map_err(|e| Error::os(format!("cannot connect the client to {}", self.server), e))?;
+        let receiver = Receiver::new(&socket, self.method, ECHO_TIMEOUT).map_err(|e| Error::os("client setup", e))?;
         let max_size = self.sizes.iter().copied().max().unwrap_or(0);
         let mut message = vec![0u8; max_size];
         let mut echo = vec![0u8; max_size + 1];
@@ -653,7 +663,7 @@ impl ClientPlan {
             let mut samples_ns = Vec::with_capacity(self.samples);
             for _ in 0..self.samples {
                 if INTERRUPTED.load(Ordering::Relaxed) {
-                    return Err("interrupted".to_string());
+                    return Err(Error::Interrupted);
                 }
                 sequence += 1;
                 samples_ns.push(round_trip(&socket, &receiver, &mut message[..size], &mut echo, sequence)?);
@@ -678,29 +688,25 @@ fn round_trip(
     message: &mut [u8],
     echo: &mut [u8],
     sequence: u64,
-) -> Result<u64, String> {
+) -> Result<u64, Error> {
     let tag = sequence.to_le_bytes();
     let tag_len = tag.len().min(message.len());
     message[..tag_len].copy_from_slice(&tag[..tag_len]);
     let start_ns = now_ns();
-    socket.send(message).map_err(|e| format!("send of {} B failed: {e}", message.len()))?;
+    socket.send(message).map_err(|e| Error::os(format!("send of {} B failed", message.len()), e))?;
     let give_up_ns = start_ns + ECHO_TIMEOUT.as_nanos() as u64;
     loop {
         match receiver.recv_from(echo) {
             Ok(Some((len, _))) if len == message.len() && echo[..tag_len] == message[..tag_len] => {
                 return Ok(now_ns() - start_ns);
             }
-            Ok(_) if INTERRUPTED.load(Ordering::Relaxed) => return Err("interrupted".to_string()),
+            Ok(_) if INTERRUPTED.load(Ordering::Relaxed) => return Err(Error::Interrupted),
             // A stale echo, or a timeout/interrupt before the overall limit: keep waiting.
             Ok(_) => {}
-            Err(e) => return Err(format!("receive of the {} B echo failed: {e}", message.len())),
+            Err(e) => return Err(Error::os(format!("receive of the {} B echo failed", message.len()), e)),
         }
         if now_ns() >= give_up_ns {
-            return Err(format!(
-                "no echo of a {} B message within {} s (lost datagram or dead server)",
-                message.len(),
-                ECHO_TIMEOUT.as_secs()
-            ));
+            return Err(Error::NoUdpEcho { size: message.len(), secs: ECHO_TIMEOUT.as_secs() });
         }
     }
 }
@@ -717,16 +723,14 @@ struct Namespace {
 impl Namespace {
     /// Create this process's namespace and veth pair, after removing those of killed runs
     /// (one sentence per removal goes to `notes`).
-    fn create(notes: &mut Vec<String>) -> Result<Namespace, String> {
+    fn create(notes: &mut Vec<String>) -> Result<Namespace, Error> {
         // SAFETY: geteuid has no preconditions and cannot fail.
         if unsafe { libc::geteuid() } != 0 {
-            return Err("--netns creates a network namespace and a veth pair, which needs root: \
-                        run as root (sudo) or drop --netns"
-                .to_string());
+            return Err(Error::NetnsNeedsRoot);
         }
         if crate::child::tie(Command::new("ip").arg("-V").stdout(Stdio::null()).stderr(Stdio::null())).status().is_err()
         {
-            return Err("--netns needs the `ip` command (apt-get install iproute2), or drop --netns".to_string());
+            return Err(Error::NoIpCommand);
         }
         notes.extend(remove_stale_namespaces());
         let pid = std::process::id();
@@ -742,7 +746,7 @@ impl Namespace {
         let peer_if = format!("rtlab{pid}n");
         // From here on, a failure drops `ns`, which removes whatever was created.
         ip(&["netns", "add", &ns.name])
-            .map_err(|e| format!("cannot create network namespace {}: {e} — run as root or drop --netns", ns.name))?;
+            .map_err(|e| Error::CreateNamespace { name: ns.name.clone(), source: Box::new(e) })?;
         ip(&["link", "add", &ns.host_if, "type", "veth", "peer", "name", &peer_if])?;
         ip(&["link", "set", &peer_if, "netns", &ns.name])?;
         ip(&["addr", "add", &format!("{}/30", ns.host_ip), "dev", &ns.host_if])?;
@@ -763,8 +767,8 @@ impl Namespace {
         seconds: f64,
         common: &CommonOptions,
         outcome: &mut Outcome,
-    ) -> Result<Server, String> {
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+    ) -> Result<Server, Error> {
+        let exe = std::env::current_exe().map_err(|e| Error::os("cannot find this executable", e))?;
         let is_rtloop = exe.file_stem().is_some_and(|s| s == "rtloop");
         if !is_rtloop {
             let note =
@@ -803,8 +807,8 @@ impl Namespace {
         command.stdin(Stdio::null()).stdout(Stdio::null());
         // Started from the thread that runs the experiment and stops the server, so the
         // parent-death signal fires only when the lab itself ends.
-        let child =
-            Tied::spawn(&mut command).map_err(|e| format!("cannot start the echo server in {}: {e}", self.name))?;
+        let child = Tied::spawn(&mut command)
+            .map_err(|e| Error::os(format!("cannot start the echo server in {}", self.name), e))?;
         Ok(Server { addr, kind: ServerKind::Process(child) })
     }
 }
@@ -819,13 +823,16 @@ impl Drop for Namespace {
 }
 
 /// Run `ip ARGS`, with its stderr in the error.
-fn ip(args: &[&str]) -> Result<(), String> {
+fn ip(args: &[&str]) -> Result<(), Error> {
     let out = crate::child::output(Command::new("ip").args(args).stdin(Stdio::null()))
-        .map_err(|e| format!("cannot run ip: {e}"))?;
+        .map_err(|e| Error::os("cannot run ip", e))?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!("`ip {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+        Err(Error::IpFailed {
+            args: args.iter().map(|a| a.to_string()).collect(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
     }
 }
 
@@ -878,26 +885,26 @@ fn kill_processes_in(name: &str) -> usize {
 }
 
 /// A third octet x such that 10.200.x.0/30 is not already configured on this host.
-fn free_subnet(pid: u32) -> Result<u8, String> {
+fn free_subnet(pid: u32) -> Result<u8, Error> {
     let out = crate::child::output(Command::new("ip").args(["-4", "-o", "addr", "show"]))
-        .map_err(|e| format!("cannot run ip: {e}"))?;
+        .map_err(|e| Error::os("cannot run ip", e))?;
     let in_use = String::from_utf8_lossy(&out.stdout).into_owned();
     let first = (pid % 250) as u8 + 1;
     (0..250u32)
         .map(|i| ((first as u32 - 1 + i) % 250 + 1) as u8)
         .find(|x| !in_use.contains(&format!("10.200.{x}.")))
-        .ok_or_else(|| "no free 10.200.x.0/30 subnet for the veth pair".to_string())
+        .ok_or(Error::NoFreeSubnet)
 }
 
 /// Join the network namespace mounted at `path` (this thread only: network namespaces are per
 /// thread).
-fn enter_netns(path: &str) -> Result<(), String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot open namespace {path}: {e}"))?;
+fn enter_netns(path: &str) -> Result<(), Error> {
+    let file = std::fs::File::open(path).map_err(|e| Error::os(format!("cannot open namespace {path}"), e))?;
     // SAFETY: the descriptor is open for the duration of the call; CLONE_NEWNET only changes
     // this thread's network namespace.
     let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
     if rc < 0 {
-        return Err(format!("cannot enter namespace {path}: {}", io::Error::last_os_error()));
+        return Err(Error::last_os(format!("cannot enter namespace {path}")));
     }
     Ok(())
 }
@@ -914,7 +921,7 @@ extern "C" fn note_interrupt(_signal: libc::c_int) {
 }
 
 impl InterruptHandlers {
-    fn install() -> Result<InterruptHandlers, String> {
+    fn install() -> Result<InterruptHandlers, Error> {
         use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
         INTERRUPTED.store(false, Ordering::SeqCst);
         // No SA_RESTART: a blocking recv returns EINTR, so the client notices at once.
@@ -922,8 +929,8 @@ impl InterruptHandlers {
         let mut previous = Vec::new();
         for signal in [Signal::SIGINT, Signal::SIGTERM] {
             // SAFETY: the handler only performs an atomic store, which is async-signal-safe.
-            let old =
-                unsafe { sigaction(signal, &action) }.map_err(|e| format!("cannot install {signal} handler: {e}"))?;
+            let old = unsafe { sigaction(signal, &action) }
+                .map_err(|e| Error::sys(format!("cannot install {signal} handler"), e))?;
             previous.push((signal, old));
         }
         Ok(InterruptHandlers { previous })

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Measure `common.samples` wakeups of a thread with a period of `period_us`, spinning the last
 /// `common.busy_wait_us` before each deadline.
-pub fn wakeup(common: &CommonOptions, period_us: u64) -> Result<Outcome, String> {
+pub fn wakeup(common: &CommonOptions, period_us: u64) -> Result<Outcome, crate::Error> {
     crate::check::samples("--samples", common.samples)?;
     crate::check::period_us("--period-us", period_us)?;
     let busy_wait_us = crate::check::busy_wait_us(common.busy_wait_us, period_us)?;

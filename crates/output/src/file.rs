@@ -50,6 +50,7 @@ impl FileIdentity {
 
 /// Why an output could not be created or put in place. `Display` is one sentence.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum OutputError {
     /// The destination is the input (by name, or through a symbolic or hard link).
     IsInput { dest: PathBuf },

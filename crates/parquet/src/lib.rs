@@ -148,6 +148,7 @@ impl LogParquetStats {
 
 /// Why a Parquet export stopped. `Display` is one sentence without a trailing period.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ParquetError {
     /// The record cannot be read into columns at all (no such record, a schema that does
     /// not parse, a record too large).

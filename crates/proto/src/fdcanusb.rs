@@ -94,6 +94,7 @@ pub struct ParsedLine<'a> {
 
 /// Why a line could not be parsed or written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LineError {
     /// The CRC suffix does not match the line: `expected` is computed, `found` is written.
     BadCrc {
@@ -145,6 +146,8 @@ impl fmt::Display for LineError {
         }
     }
 }
+
+impl core::error::Error for LineError {}
 
 /// Split a trailing CRC suffix off a line (line ending already removed).
 ///

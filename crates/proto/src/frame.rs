@@ -14,6 +14,7 @@ pub const DLC_LENGTHS: [u8; 16] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 32
 
 /// Why a frame could not be built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FrameError {
     /// More than 64 payload bytes.
     TooLong(usize),
@@ -29,6 +30,8 @@ impl fmt::Display for FrameError {
         }
     }
 }
+
+impl core::error::Error for FrameError {}
 
 /// Smallest valid CAN-FD payload length that holds `len` bytes, or `None` above 64.
 pub const fn round_up_dlc(len: usize) -> Option<usize> {

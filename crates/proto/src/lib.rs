@@ -56,3 +56,37 @@ pub use frame::{ArbitrationId, CanFdFrame, FrameError};
 pub use subframe::{DecodeError, Subframe, SubframeIter};
 pub use value::{Resolution, ScaleClass, Value};
 pub use writer::{EncodeError, FrameWriter};
+
+#[cfg(test)]
+mod error_tests {
+    use core::error::Error;
+
+    /// Every error the codec returns is a `core::error::Error`, so a caller can put it in a
+    /// `Box<dyn Error>` or wrap it as the `source` of its own error, even without `std`.
+    #[test]
+    fn every_error_is_a_core_error_with_its_sentence() {
+        let errors: [&dyn Error; 7] = [
+            &crate::frame::FrameError::TooLong(65),
+            &crate::writer::EncodeError::TooManyRegisters,
+            &crate::subframe::DecodeError::ZeroCount { offset: 3 },
+            &crate::varuint::VaruintError::Truncated,
+            &crate::fdcanusb::LineError::BadHex,
+            &crate::udp::UdpFrameError::BadMagic,
+            &crate::servo::NotUnderstood::UnknownChannel { channel: 9 },
+        ];
+        let text: std::vec::Vec<std::string::String> = errors.iter().map(std::string::ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "payload of 65 bytes exceeds the CAN-FD maximum of 64",
+                "too many registers",
+                "zero register count at byte 3",
+                "varuint truncated",
+                "non-hex character in data",
+                "not an rtloop UDP datagram (no \"RTLU\" magic)",
+                "no stream channel 9",
+            ]
+        );
+        assert!(errors.iter().all(|e| e.source().is_none()));
+    }
+}

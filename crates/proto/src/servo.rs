@@ -58,6 +58,7 @@ pub trait RegisterServer {
 
 /// A well-formed subframe a servo did not act on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum NotUnderstood {
     /// A subframe only a servo sends (0x20-0x2F replies, 0x30/0x31 errors, 0x41/0x43
     /// server data) arrived at the servo.
@@ -89,6 +90,8 @@ impl core::fmt::Display for NotUnderstood {
         }
     }
 }
+
+impl core::error::Error for NotUnderstood {}
 
 /// The most data bytes one stream answer carries: a one-byte length (what every client
 /// asks for: 48-61) and never more than the 64-byte reply holds anyway.

@@ -13,6 +13,7 @@ use crate::writer::opcode;
 
 /// Why a payload could not be parsed. `offset` is the payload byte where the problem is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DecodeError {
     /// The payload ended inside a subframe.
     Truncated {
@@ -68,6 +69,8 @@ impl fmt::Display for DecodeError {
         }
     }
 }
+
+impl core::error::Error for DecodeError {}
 
 /// The values of a write or reply subframe, still as wire bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

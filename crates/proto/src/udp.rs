@@ -67,6 +67,7 @@ pub mod flag {
 /// Why a datagram could not be encoded or decoded. Offsets are byte positions in the
 /// datagram, so a message can point at the bad byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum UdpFrameError {
     /// The datagram does not start with [`MAGIC`]: it is not this protocol.
     BadMagic,
@@ -145,6 +146,8 @@ impl fmt::Display for UdpFrameError {
         }
     }
 }
+
+impl core::error::Error for UdpFrameError {}
 
 /// The record's flags byte for `flags`.
 pub const fn flags_byte(flags: FrameFlags) -> u8 {

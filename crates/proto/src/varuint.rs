@@ -10,6 +10,7 @@ pub const MAX_LEN: usize = 5;
 
 /// Why a varuint could not be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum VaruintError {
     /// The input ended while the continuation bit was still set (or before any byte).
     Truncated,
@@ -25,6 +26,8 @@ impl core::fmt::Display for VaruintError {
         }
     }
 }
+
+impl core::error::Error for VaruintError {}
 
 /// Read a varuint from the start of `input`: `(value, bytes consumed)`.
 pub fn decode(input: &[u8]) -> Result<(u32, usize), VaruintError> {

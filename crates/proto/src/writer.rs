@@ -41,6 +41,7 @@ pub mod opcode {
 
 /// Why a subframe could not be appended. The buffer is unchanged when one is returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EncodeError {
     /// The subframe needs `needed` bytes but only `available` are left of the 64.
     Overflow {
@@ -79,6 +80,8 @@ impl fmt::Display for EncodeError {
         }
     }
 }
+
+impl core::error::Error for EncodeError {}
 
 /// A saved writer position; see [`FrameWriter::checkpoint`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -272,11 +272,62 @@ impl fmt::Display for Warning {
     }
 }
 
+/// Why [`validate`] refused settings: a user mistake, found before the thread is touched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidSettings {
+    /// A priority outside the policy's range.
+    #[error("{}", priority_message(.policy, .priority))]
+    Priority {
+        /// The policy asked for.
+        policy: Policy,
+        /// The priority given.
+        priority: i32,
+    },
+    /// SCHED_DEADLINE without its parameters.
+    #[error("SCHED_DEADLINE needs runtime, deadline and period (runtime <= deadline <= period)")]
+    DeadlineMissing,
+    /// Deadline parameters with another policy.
+    #[error("deadline parameters given but the policy is {}: they only apply to SCHED_DEADLINE", .policy.kernel_name())]
+    DeadlineWithoutPolicy {
+        /// The policy asked for.
+        policy: Policy,
+    },
+    /// A runtime below the kernel's 1024 ns.
+    #[error("SCHED_DEADLINE runtime must be at least 1024 ns ({})", shown(.0))]
+    RuntimeTooShort(DeadlineParams),
+    /// Not runtime <= deadline <= period.
+    #[error("SCHED_DEADLINE needs runtime <= deadline <= period ({})", shown(.0))]
+    DeadlineOrder(DeadlineParams),
+    /// A period with the top bit set (the kernel's arithmetic would overflow).
+    #[error("SCHED_DEADLINE period is too large ({})", shown(.0))]
+    PeriodTooLarge(DeadlineParams),
+}
+
+fn priority_message(policy: &Policy, priority: &i32) -> String {
+    match policy {
+        Policy::Fifo | Policy::RoundRobin => {
+            format!("{} priority must be 1..=99, got {priority}", policy.kernel_name())
+        }
+        Policy::Other => {
+            format!("SCHED_OTHER takes priority 0, got {priority}: choose policy fifo or rr for a real-time priority")
+        }
+        Policy::Deadline => {
+            format!("SCHED_DEADLINE takes no priority (got {priority}): it is scheduled by runtime/deadline/period")
+        }
+    }
+}
+
+fn shown(d: &DeadlineParams) -> String {
+    format!("runtime {} ns, deadline {} ns, period {} ns", d.runtime_ns, d.deadline_ns, d.period_ns)
+}
+
 /// Why [`apply_to_current_thread`] returned no [`Applied`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RtError {
     /// The settings themselves are wrong (always an error).
-    Invalid(String),
+    Invalid(InvalidSettings),
     /// The system refused requests and the settings were `strict`: every refusal, in the
     /// order the steps ran (never empty).
     Refused(Vec<Warning>),
@@ -309,7 +360,14 @@ impl fmt::Display for RtError {
     }
 }
 
-impl std::error::Error for RtError {}
+impl std::error::Error for RtError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RtError::Invalid(e) => Some(e),
+            RtError::Refused(_) => None,
+        }
+    }
+}
 
 /// What is in effect for the thread after [`apply_to_current_thread`], read back from the
 /// kernel, plus everything that was refused.
@@ -345,45 +403,26 @@ pub struct Applied {
 pub fn validate(settings: &RtSettings) -> Result<(), RtError> {
     let policy = settings.policy;
     if !policy.priority_range().contains(&settings.priority) {
-        let m = match policy {
-            Policy::Fifo | Policy::RoundRobin => {
-                format!("{} priority must be 1..=99, got {}", policy.kernel_name(), settings.priority)
-            }
-            Policy::Other => format!(
-                "SCHED_OTHER takes priority 0, got {}: choose policy fifo or rr for a real-time priority",
-                settings.priority
-            ),
-            Policy::Deadline => format!(
-                "SCHED_DEADLINE takes no priority (got {}): it is scheduled by runtime/deadline/period",
-                settings.priority
-            ),
-        };
-        return Err(RtError::Invalid(m));
+        return Err(RtError::Invalid(InvalidSettings::Priority { policy, priority: settings.priority }));
     }
     match (policy, settings.deadline) {
-        (Policy::Deadline, None) => Err(RtError::Invalid(
-            "SCHED_DEADLINE needs runtime, deadline and period (runtime <= deadline <= period)".into(),
-        )),
+        (Policy::Deadline, None) => Err(RtError::Invalid(InvalidSettings::DeadlineMissing)),
         (Policy::Deadline, Some(d)) => validate_deadline(&d),
-        (_, Some(_)) => Err(RtError::Invalid(format!(
-            "deadline parameters given but the policy is {}: they only apply to SCHED_DEADLINE",
-            policy.kernel_name()
-        ))),
+        (_, Some(_)) => Err(RtError::Invalid(InvalidSettings::DeadlineWithoutPolicy { policy })),
         (_, None) => Ok(()),
     }
 }
 
 fn validate_deadline(d: &DeadlineParams) -> Result<(), RtError> {
-    let shown = format!("runtime {} ns, deadline {} ns, period {} ns", d.runtime_ns, d.deadline_ns, d.period_ns);
     if d.runtime_ns < MIN_DEADLINE_RUNTIME_NS {
-        return Err(RtError::Invalid(format!("SCHED_DEADLINE runtime must be at least 1024 ns ({shown})")));
+        return Err(RtError::Invalid(InvalidSettings::RuntimeTooShort(*d)));
     }
     if !(d.runtime_ns <= d.deadline_ns && d.deadline_ns <= d.period_ns) {
-        return Err(RtError::Invalid(format!("SCHED_DEADLINE needs runtime <= deadline <= period ({shown})")));
+        return Err(RtError::Invalid(InvalidSettings::DeadlineOrder(*d)));
     }
     // The kernel rejects values with the top bit set (they would overflow its arithmetic).
     if d.period_ns >= 1 << 63 {
-        return Err(RtError::Invalid(format!("SCHED_DEADLINE period is too large ({shown})")));
+        return Err(RtError::Invalid(InvalidSettings::PeriodTooLarge(*d)));
     }
     Ok(())
 }
@@ -941,6 +980,36 @@ fn throttling_note() -> Option<String> {
 // ---------------------------------------------------------------------------------------
 // CPU idle latency (PM QoS)
 
+/// Why [`CpuDmaLatency::hold`] holds nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DmaLatencyError {
+    /// A negative bound.
+    #[error("{}: a latency bound of {max_latency_us} µs is negative; give 0 or more", CpuDmaLatency::PATH)]
+    Negative {
+        /// The bound given.
+        max_latency_us: i32,
+    },
+    /// The device could not be opened or written (`source`), or is not a character device
+    /// (`source` is `None`).
+    #[error(
+        "cannot hold {} at {max_latency_us} µs ({}): it needs root or write access to the device, and without it the CPUs may enter deep idle states and wake the loop later",
+        CpuDmaLatency::PATH,
+        why(.source)
+    )]
+    CannotHold {
+        /// The bound asked for.
+        max_latency_us: i32,
+        /// The operating system's error; `None` when the path is not a character device.
+        #[source]
+        source: Option<std::io::Error>,
+    },
+}
+
+fn why(source: &Option<std::io::Error>) -> String {
+    source.as_ref().map_or_else(|| "not a character device".to_string(), |e| e.to_string())
+}
+
 /// A held PM QoS request on `/dev/cpu_dma_latency`: while it lives, the kernel keeps every CPU
 /// out of idle states whose exit latency is above the requested bound, so a sleeping real-time
 /// thread is not woken late by a CPU climbing out of a deep C-state. cyclictest holds 0 µs
@@ -958,36 +1027,30 @@ impl CpuDmaLatency {
     pub const PATH: &'static str = "/dev/cpu_dma_latency";
 
     /// Hold the CPUs' wakeup latency at 0 µs (no idle state deeper than polling).
-    pub fn hold_zero() -> Result<CpuDmaLatency, String> {
+    pub fn hold_zero() -> Result<CpuDmaLatency, DmaLatencyError> {
         Self::hold(0)
     }
 
     /// Hold the CPUs' wakeup latency at `max_latency_us` or less. The error is one sentence
     /// saying what failed and what to do. Opens the existing device only (never creates a
     /// file, never follows a symlink) and refuses anything that is not a character device.
-    pub fn hold(max_latency_us: i32) -> Result<CpuDmaLatency, String> {
+    pub fn hold(max_latency_us: i32) -> Result<CpuDmaLatency, DmaLatencyError> {
         use std::io::Write;
         use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-        let path = Self::PATH;
         if max_latency_us < 0 {
-            return Err(format!("{path}: a latency bound of {max_latency_us} µs is negative; give 0 or more"));
+            return Err(DmaLatencyError::Negative { max_latency_us });
         }
-        let cannot = |e: &dyn fmt::Display| {
-            format!(
-                "cannot hold {path} at {max_latency_us} µs ({e}): it needs root or write access to the device, \
-                 and without it the CPUs may enter deep idle states and wake the loop later"
-            )
-        };
+        let cannot = |source| DmaLatencyError::CannotHold { max_latency_us, source: Some(source) };
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|e| cannot(&e))?;
+            .open(Self::PATH)
+            .map_err(cannot)?;
         let is_device = file.metadata().map(|m| m.file_type().is_char_device()).unwrap_or(false);
         if !is_device {
-            return Err(cannot(&"not a character device"));
+            return Err(DmaLatencyError::CannotHold { max_latency_us, source: None });
         }
-        file.write_all(&max_latency_us.to_ne_bytes()).map_err(|e| cannot(&e))?;
+        file.write_all(&max_latency_us.to_ne_bytes()).map_err(cannot)?;
         Ok(CpuDmaLatency { _file: file, max_latency_us })
     }
 
@@ -1195,6 +1258,24 @@ fn uname_strings() -> (Option<String>, Option<String>) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn an_invalid_setting_says_which_and_keeps_its_sentence() {
+        let fifo = RtSettings { policy: Policy::Fifo, priority: 0, ..RtSettings::default() };
+        let e = validate(&fifo).unwrap_err();
+        assert_eq!(e, RtError::Invalid(InvalidSettings::Priority { policy: Policy::Fifo, priority: 0 }));
+        assert_eq!(e.to_string(), "invalid real-time settings: SCHED_FIFO priority must be 1..=99, got 0");
+        let source = std::error::Error::source(&e).expect("the invalid setting is the source");
+        assert_eq!(source.to_string(), "SCHED_FIFO priority must be 1..=99, got 0");
+
+        let d = DeadlineParams { runtime_ns: 500, deadline_ns: 1_000_000, period_ns: 1_000_000 };
+        let short = RtSettings { policy: Policy::Deadline, deadline: Some(d), ..RtSettings::default() };
+        assert_eq!(validate(&short), Err(RtError::Invalid(InvalidSettings::RuntimeTooShort(d))));
+
+        let e = CpuDmaLatency::hold(-1).unwrap_err();
+        assert!(matches!(e, DmaLatencyError::Negative { max_latency_us: -1 }));
+        assert_eq!(e.to_string(), "/dev/cpu_dma_latency: a latency bound of -1 µs is negative; give 0 or more");
+    }
 
     #[test]
     fn cpu_lists_parse_and_format() {

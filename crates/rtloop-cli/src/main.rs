@@ -545,7 +545,7 @@ impl RunArgs {
             c.rate_hz = r;
         }
         if !self.buses.is_empty() || !self.ids.is_empty() {
-            c.buses = RobotSpec::from_flags(&self.buses, &self.ids)?.buses;
+            c.buses = RobotSpec::from_flags(&self.buses, &self.ids).map_err(|e| e.to_string())?.buses;
         }
         let rt = &mut c.realtime;
         if let Some(p) = &self.policy {
@@ -617,7 +617,7 @@ impl RunArgs {
             live.name = Some(n.clone());
         }
         live.allow_remote |= self.allow_remote;
-        c.validate_flags()?;
+        c.validate_flags().map_err(|e| e.to_string())?;
         Ok(c)
     }
 }
@@ -972,7 +972,7 @@ fn can_command(a: &CanArgs) -> Result<(), String> {
         a.transport.as_deref().map(|t| io::uri::parse(t).map_err(|e| format!("--transport {t}: {e}"))).transpose()?;
     let mut buses = std::collections::BTreeMap::new();
     for b in &a.buses {
-        let (n, uri) = rtloop::robot_spec::parse_bus_flag(b)?;
+        let (n, uri) = rtloop::robot_spec::parse_bus_flag(b).map_err(|e| e.to_string())?;
         if buses.insert(n, uri).is_some() {
             return Err(format!("bus {n} is given twice"));
         }
@@ -1005,7 +1005,7 @@ fn can_command(a: &CanArgs) -> Result<(), String> {
 
 /// `rtloop lab`: measure the machine and the stack.
 fn lab_command(cmd: lab::cli::LabCommand) -> Result<(), String> {
-    let report = lab::cli::run(cmd)?;
+    let report = lab::cli::run(cmd).map_err(|e| e.to_string())?;
     // The JSON object, when asked for, must be the very last line.
     let text = report.text.trim_end();
     if !text.is_empty() {

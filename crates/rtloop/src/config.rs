@@ -29,7 +29,7 @@
 //! | `sim.start_position_rev` | −1 … 1 rev |
 //! | `servo_bus_map` keys, ids | bus numbers 1 … 255 (1 … 5 when `transport` is a pi3hat, the default); ids 1 … 127 |
 
-use crate::robot_spec::{BusSpec, RobotSpec};
+use crate::robot_spec::{BusSpec, RobotSpec, RobotSpecError};
 use serde::{Deserialize, Serialize};
 
 /// Everything `rtloop run` can be told.
@@ -91,15 +91,130 @@ impl Default for SimConfig {
 
 pub use crate::live::{LiveConfig, DEFAULT_LIVE_EVERY};
 
+/// A configuration value as a message names it: `key = value` for a file, `--flag value`
+/// for a value that came from a flag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Setting {
+    /// The key in the file, e.g. `rate_hz`.
+    pub key: &'static str,
+    /// The flag that set it, when the message names flags, e.g. `--rate`.
+    pub flag: Option<&'static str>,
+    /// The value, as the message shows it.
+    pub value: String,
+}
+
+impl std::fmt::Display for Setting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.flag {
+            Some(flag) => write!(f, "{flag} {}", self.value),
+            None => write!(f, "{} = {}", self.key, self.value),
+        }
+    }
+}
+
+/// Why a run configuration (a file, or flags) was refused. The Display is the one sentence
+/// the user sees; the variants carry the key, the value and the range.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A value outside its range; `give` says what to give.
+    #[error("{setting} is out of range: give {give}")]
+    OutOfRange {
+        /// The value.
+        setting: Setting,
+        /// What to give instead.
+        give: String,
+    },
+    /// A fault rate that is not a probability.
+    #[error("{setting} is not a probability: give a number from 0 to 1")]
+    NotAProbability {
+        /// The value.
+        setting: Setting,
+    },
+    /// A priority the policy does not take.
+    #[error(
+        "{setting} is out of range for policy {policy}: give 1 to 99 with fifo or rr, 0 to 99 with auto (0: {AUTO_PRIORITY}), 0 with other or deadline"
+    )]
+    PriorityForPolicy {
+        /// The priority.
+        setting: Setting,
+        /// `realtime.policy` as given.
+        policy: String,
+    },
+    /// A value of `name` (a key, or its flag) that is not one of its words.
+    #[error("{name}: {source}")]
+    Value {
+        /// The key or flag.
+        name: String,
+        /// What is wrong with it.
+        source: Box<ConfigError>,
+    },
+    /// A word that is not one of a setting's: `'GIVEN' is not a WHAT: give EXPECTED`.
+    #[error("'{given}' is not a {what}: give {expected}")]
+    UnknownWord {
+        /// What the word names, e.g. `recovery policy`.
+        what: &'static str,
+        /// The word given.
+        given: String,
+        /// The words it takes.
+        expected: &'static str,
+    },
+    /// `safety.on_fault` is not a fault policy.
+    #[error(transparent)]
+    FaultPolicy(#[from] io::safety::UnknownFaultPolicy),
+    /// `realtime.policy` or `realtime.overrun` is not one of its names.
+    #[error(transparent)]
+    Name(#[from] rt::UnknownName),
+    /// Not a robot name.
+    #[error("{name:?} is not a robot name: give 1 to 64 letters, digits, '-' or '_' (it becomes part of zenoh keys)")]
+    RobotName {
+        /// The name given.
+        name: String,
+    },
+    /// `live.foxglove` is not an address to serve on.
+    #[error(transparent)]
+    Address(#[from] crate::live::address::AddressError),
+    /// A fault injection (`--fault`, `[faults] overheat`) that does not parse.
+    #[error("fault injection {text:?} (--fault or [faults] overheat): {problem}")]
+    Overheat {
+        /// The injection as given.
+        text: String,
+        /// What is wrong with it.
+        problem: OverheatProblem,
+    },
+    /// A fault injection for a servo that is not simulated.
+    #[error("fault injection names servo {id}, which is not on a simulated bus")]
+    OverheatNotSimulated {
+        /// The servo.
+        id: u8,
+    },
+    /// The robot part (buses, servos) is wrong, or the file does not parse.
+    #[error(transparent)]
+    Robot(#[from] RobotSpecError),
+}
+
+/// What is wrong with an `ID@SECONDS` fault injection.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OverheatProblem {
+    /// No `@`.
+    #[error("expected ID@SECONDS, e.g. 5@1 (servo 5 overheats after 1 s)")]
+    Form,
+    /// The id part is not a servo id.
+    #[error("'{0}' is not a servo id (1-127)")]
+    Id(String),
+    /// The time part is not a time within a year.
+    #[error("'{0}' is not a time in seconds from 0 to {MAX_DURATION_S} (one year)")]
+    Time(String),
+}
+
 /// Check a robot name (`live.name`, `--name`).
-pub fn check_robot_name(name: &str) -> Result<(), String> {
+pub fn check_robot_name(name: &str) -> Result<(), ConfigError> {
     let ok = (1..=64).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "{name:?} is not a robot name: give 1 to 64 letters, digits, '-' or '_' (it becomes part of zenoh keys)"
-        ))
+        Err(ConfigError::RobotName { name: name.to_string() })
     }
 }
 
@@ -306,16 +421,21 @@ pub struct OverheatSpec {
 }
 
 /// Parse `ID@SECONDS`.
-pub fn parse_overheat(text: &str) -> Result<OverheatSpec, String> {
-    let (id, at) = text.split_once('@').ok_or_else(|| {
-        format!("fault injection {text:?} (--fault or [faults] overheat): expected ID@SECONDS, e.g. 5@1 (servo 5 overheats after 1 s)")
-    })?;
-    let id: u8 = id.trim().parse().ok().filter(|i| (1..=127).contains(i)).ok_or_else(|| {
-        format!("fault injection {text:?} (--fault or [faults] overheat): '{id}' is not a servo id (1-127)")
-    })?;
-    let at_s: f64 = at.trim().parse().ok().filter(|s: &f64| (0.0..=MAX_DURATION_S).contains(s)).ok_or_else(|| {
-        format!("fault injection {text:?} (--fault or [faults] overheat): '{at}' is not a time in seconds from 0 to {MAX_DURATION_S} (one year)")
-    })?;
+pub fn parse_overheat(text: &str) -> Result<OverheatSpec, ConfigError> {
+    let refused = |problem| ConfigError::Overheat { text: text.to_string(), problem };
+    let (id, at) = text.split_once('@').ok_or_else(|| refused(OverheatProblem::Form))?;
+    let id: u8 = id
+        .trim()
+        .parse()
+        .ok()
+        .filter(|i| (1..=127).contains(i))
+        .ok_or_else(|| refused(OverheatProblem::Id(id.to_string())))?;
+    let at_s: f64 = at
+        .trim()
+        .parse()
+        .ok()
+        .filter(|s: &f64| (0.0..=MAX_DURATION_S).contains(s))
+        .ok_or_else(|| refused(OverheatProblem::Time(at.to_string())))?;
     Ok(OverheatSpec { id, at_s })
 }
 
@@ -355,11 +475,12 @@ enum Names {
 
 impl Names {
     /// `rate_hz = 0.001` or `--rate 0.001`.
-    fn show(self, key: &str, value: &dyn std::fmt::Display) -> String {
-        match (self, flag_of(key)) {
-            (Names::Flags, Some(flag)) => format!("{flag} {value}"),
-            _ => format!("{key} = {value}"),
-        }
+    fn show(self, key: &'static str, value: &dyn std::fmt::Display) -> Setting {
+        let flag = match self {
+            Names::Flags => flag_of(key),
+            Names::Keys => None,
+        };
+        Setting { key, flag, value: value.to_string() }
     }
 
     /// `rate_hz` or `--rate`.
@@ -368,6 +489,11 @@ impl Names {
             (Names::Flags, Some(flag)) => flag.to_string(),
             _ => key.to_string(),
         }
+    }
+
+    /// `error` about the value of `key`, named as this says.
+    fn value(self, key: &str, error: impl Into<ConfigError>) -> ConfigError {
+        ConfigError::Value { name: self.name(key), source: Box::new(error.into()) }
     }
 }
 
@@ -403,7 +529,7 @@ pub fn random_seed() -> u64 {
 
 impl RunConfig {
     /// Parse a TOML file's text and check it. Errors are one sentence with the line.
-    pub fn from_toml(text: &str) -> Result<Self, String> {
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         let mut c: RunConfig = toml::from_str(text).map_err(|e| crate::robot_spec::file_error(text, &e, true))?;
         // `[servo_bus_map]` (and `transport`) become the `bus` tables.
         let map = c.servo_bus_map.take();
@@ -445,7 +571,7 @@ impl RunConfig {
     }
 
     /// The parsed overheat injections.
-    pub fn overheats(&self) -> Result<Vec<OverheatSpec>, String> {
+    pub fn overheats(&self) -> Result<Vec<OverheatSpec>, ConfigError> {
         self.faults.overheat.iter().map(|s| parse_overheat(s)).collect()
     }
 
@@ -466,30 +592,35 @@ impl RunConfig {
     }
 
     /// Every value in range; the message names the key and the range.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         self.check(Names::Keys)
     }
 
     /// [`validate`](Self::validate), naming the command-line flag where there is one (for
     /// values that came from flags).
-    pub fn validate_flags(&self) -> Result<(), String> {
+    pub fn validate_flags(&self) -> Result<(), ConfigError> {
         self.check(Names::Flags)
     }
 
-    fn check(&self, names: Names) -> Result<(), String> {
-        let range = |key: &str, v: f64, lo: f64, hi: f64, what: &str| {
+    fn check(&self, names: Names) -> Result<(), ConfigError> {
+        let out_of_range = |key: &'static str, value: &dyn std::fmt::Display, give: String| ConfigError::OutOfRange {
+            setting: names.show(key, value),
+            give,
+        };
+        let range = |key: &'static str, v: f64, lo: f64, hi: f64, what: &str| {
             if within(v, lo, hi) {
                 Ok(())
             } else {
-                Err(format!("{} is out of range: give {what}", names.show(key, &show_number(v))))
+                Err(out_of_range(key, &show_number(v), what.to_string()))
             }
         };
         let (lo, hi) = RATE_HZ;
         range("rate_hz", self.rate_hz, lo, hi, "a rate from 0.1 to 100000 Hz")?;
         if !(self.duration_s > 0.0 && self.duration_s <= MAX_DURATION_S) {
-            return Err(format!(
-                "{} is out of range: give a number of seconds above 0 and at most {MAX_DURATION_S} (one year)",
-                names.show("duration_s", &show_number(self.duration_s))
+            return Err(out_of_range(
+                "duration_s",
+                &show_number(self.duration_s),
+                format!("a number of seconds above 0 and at most {MAX_DURATION_S} (one year)"),
             ));
         }
         range("motion.stand_s", self.motion.stand_s, 0.1, 60.0, "0.1 to 60 s")?;
@@ -498,9 +629,10 @@ impl RunConfig {
         range("gains.kp_scale", self.gains.kp_scale, 0.0, 1.0, "0 to 1")?;
         range("gains.kd_scale", self.gains.kd_scale, 0.0, 1.0, "0 to 1")?;
         if !(self.gains.maximum_torque > 0.0 && self.gains.maximum_torque <= 100.0) {
-            return Err(format!(
-                "{} is out of range: give a torque above 0 and at most 100 N·m",
-                names.show("gains.maximum_torque", &show_number(self.gains.maximum_torque))
+            return Err(out_of_range(
+                "gains.maximum_torque",
+                &show_number(self.gains.maximum_torque),
+                "a torque above 0 and at most 100 N·m".into(),
             ));
         }
         {
@@ -515,90 +647,82 @@ impl RunConfig {
             )?;
         }
         if !(1..=1_000_000).contains(&self.safety.missing_limit) {
-            return Err(format!(
-                "{} is out of range: give 1 to 1000000 cycles (a servo that stops answering is always noticed; \
-                 on_fault = \"ignore\" only records it)",
-                names.show("safety.missing_limit", &self.safety.missing_limit)
+            return Err(out_of_range(
+                "safety.missing_limit",
+                &self.safety.missing_limit,
+                "1 to 1000000 cycles (a servo that stops answering is always noticed; on_fault = \"ignore\" only \
+                 records it)"
+                    .into(),
             ));
         }
         if !(1..=1_000_000).contains(&self.safety.recovery_cycles) {
-            return Err(format!(
-                "{} is out of range: give 1 to 1000000 cycles",
-                names.show("safety.recovery_cycles", &self.safety.recovery_cycles)
+            return Err(out_of_range(
+                "safety.recovery_cycles",
+                &self.safety.recovery_cycles,
+                "1 to 1000000 cycles".into(),
             ));
         }
         let period_us = self.period_ns() / 1000;
         if self.realtime.busy_wait_us > period_us {
-            return Err(format!(
-                "{} is out of range: give 0 to {period_us} µs (one period at {} Hz)",
-                names.show("realtime.busy_wait_us", &self.realtime.busy_wait_us),
-                self.rate_hz
+            return Err(out_of_range(
+                "realtime.busy_wait_us",
+                &self.realtime.busy_wait_us,
+                format!("0 to {period_us} µs (one period at {} Hz)", self.rate_hz),
             ));
         }
         for (key, p) in [("faults.drop_rate", self.faults.drop_rate), ("faults.corrupt_rate", self.faults.corrupt_rate)]
         {
             if !within(p, 0.0, 1.0) {
-                return Err(format!(
-                    "{} is not a probability: give a number from 0 to 1",
-                    names.show(key, &show_number(p))
-                ));
+                return Err(ConfigError::NotAProbability { setting: names.show(key, &show_number(p)) });
             }
         }
         if self.faults.reply_delay_us > MAX_REPLY_DELAY_US {
-            return Err(format!(
-                "{} is out of range: give 0 to {MAX_REPLY_DELAY_US} µs",
-                names.show("faults.reply_delay_us", &self.faults.reply_delay_us)
+            return Err(out_of_range(
+                "faults.reply_delay_us",
+                &self.faults.reply_delay_us,
+                format!("0 to {MAX_REPLY_DELAY_US} µs"),
             ));
         }
         if let Some(seed) = self.faults.seed {
             if seed > MAX_SEED {
-                return Err(format!("{} is out of range: give 0 to {MAX_SEED}", names.show("faults.seed", &seed)));
+                return Err(out_of_range("faults.seed", &seed, format!("0 to {MAX_SEED}")));
             }
         }
         range("sim.start_position_rev", self.sim.start_position_rev, -1.0, 1.0, "-1 to 1 rev")?;
-        self.safety
-            .on_fault
-            .parse::<io::safety::OnFault>()
-            .map_err(|e| format!("{}: {e}", names.name("safety.on_fault")))?;
-        parse_shutdown(&self.safety.shutdown).map_err(|e| format!("{}: {e}", names.name("safety.shutdown")))?;
-        self.recovery().map_err(|e| format!("{}: {e}", names.name("safety.recovery")))?;
+        self.safety.on_fault.parse::<io::safety::OnFault>().map_err(|e| names.value("safety.on_fault", e))?;
+        parse_shutdown(&self.safety.shutdown).map_err(|e| names.value("safety.shutdown", e))?;
+        self.recovery().map_err(|e| names.value("safety.recovery", e))?;
         parse_cpu_dma_latency(&self.realtime.cpu_dma_latency)
-            .map_err(|e| format!("{}: {e}", names.name("realtime.cpu_dma_latency")))?;
-        let choice =
-            parse_policy(&self.realtime.policy).map_err(|e| format!("{}: {e}", names.name("realtime.policy")))?;
+            .map_err(|e| names.value("realtime.cpu_dma_latency", e))?;
+        let choice = parse_policy(&self.realtime.policy).map_err(|e| names.value("realtime.policy", e))?;
         let allowed = match choice {
             PolicyChoice::Auto => 0..=99,
             PolicyChoice::Exact(p) => p.priority_range(),
         };
         if !allowed.contains(&self.realtime.priority) {
-            return Err(format!(
-                "{} is out of range for policy {}: give 1 to 99 with fifo or rr, 0 to 99 with auto (0: \
-                 {AUTO_PRIORITY}), 0 with other or deadline",
-                names.show("realtime.priority", &self.realtime.priority),
-                self.realtime.policy
-            ));
+            return Err(ConfigError::PriorityForPolicy {
+                setting: names.show("realtime.priority", &self.realtime.priority),
+                policy: self.realtime.policy.clone(),
+            });
         }
-        self.realtime
-            .overrun
-            .parse::<rt::periodic::OverrunPolicy>()
-            .map_err(|e| format!("{}: {e}", names.name("realtime.overrun")))?;
+        self.realtime.overrun.parse::<rt::periodic::OverrunPolicy>().map_err(|e| names.value("realtime.overrun", e))?;
         for (key, every) in
             [("live.foxglove_every", self.live.foxglove_every), ("live.zenoh_every", self.live.zenoh_every)]
         {
             if !(1..=crate::live::MAX_EVERY).contains(&every) {
-                return Err(format!(
-                    "{} is out of range: give 1 (every cycle) to {} cycles, e.g. 10 for 100 Hz at 1 kHz",
-                    names.show(key, &every),
-                    crate::live::MAX_EVERY
+                return Err(out_of_range(
+                    key,
+                    &every,
+                    format!("1 (every cycle) to {} cycles, e.g. 10 for 100 Hz at 1 kHz", crate::live::MAX_EVERY),
                 ));
             }
         }
         if let Some(name) = &self.live.name {
-            check_robot_name(name).map_err(|e| format!("{}: {e}", names.name("live.name")))?;
+            check_robot_name(name).map_err(|e| names.value("live.name", e))?;
         }
         if let Some(addr) = &self.live.foxglove {
             crate::live::foxglove::parse_address(addr, self.live.allow_remote)
-                .map_err(|e| format!("{}: {e}", names.name("live.foxglove")))?;
+                .map_err(|e| names.value("live.foxglove", e))?;
         }
         self.robot().validate()?;
         let overheats = self.overheats()?;
@@ -606,18 +730,22 @@ impl RunConfig {
             self.buses.iter().filter(|b| b.uri == io::BusUri::Sim).flat_map(|b| b.servos.iter().copied()).collect();
         for o in overheats {
             if !sim_ids.contains(&o.id) {
-                return Err(format!("fault injection names servo {}, which is not on a simulated bus", o.id));
+                return Err(ConfigError::OverheatNotSimulated { id: o.id });
             }
         }
         Ok(())
     }
 
     /// The safety supervisor's recovery policy.
-    pub fn recovery(&self) -> Result<io::safety::Recovery, String> {
+    pub fn recovery(&self) -> Result<io::safety::Recovery, ConfigError> {
         match self.safety.recovery.as_str() {
             "latched" => Ok(io::safety::Recovery::Latched),
             "auto" => Ok(io::safety::Recovery::Auto { good_cycles: self.safety.recovery_cycles.max(1) }),
-            other => Err(format!("'{other}' is not a recovery policy: give latched or auto")),
+            other => Err(ConfigError::UnknownWord {
+                what: "recovery policy",
+                given: other.to_string(),
+                expected: "latched or auto",
+            }),
         }
     }
 
@@ -692,12 +820,16 @@ pub enum CpuDmaLatencyMode {
 }
 
 /// Parse `auto`, `hold` or `off`.
-pub fn parse_cpu_dma_latency(s: &str) -> Result<CpuDmaLatencyMode, String> {
+pub fn parse_cpu_dma_latency(s: &str) -> Result<CpuDmaLatencyMode, ConfigError> {
     match s {
         "auto" => Ok(CpuDmaLatencyMode::Auto),
         "hold" => Ok(CpuDmaLatencyMode::Hold),
         "off" => Ok(CpuDmaLatencyMode::Off),
-        other => Err(format!("'{other}' is not a cpu_dma_latency mode: give auto, hold or off")),
+        other => Err(ConfigError::UnknownWord {
+            what: "cpu_dma_latency mode",
+            given: other.to_string(),
+            expected: "auto, hold or off",
+        }),
     }
 }
 
@@ -731,18 +863,44 @@ pub(crate) fn toml_error(text: &str, e: &toml::de::Error, hint: bool) -> String 
 }
 
 /// The command of the last cycle on shutdown.
-pub fn parse_shutdown(s: &str) -> Result<io::ServoCommand, String> {
+pub fn parse_shutdown(s: &str) -> Result<io::ServoCommand, ConfigError> {
     match s {
         "stop" => Ok(io::ServoCommand::Stop),
         "zero-velocity" => Ok(io::ServoCommand::ZeroVelocity),
         "brake" => Ok(io::ServoCommand::Brake),
-        other => Err(format!("'{other}' is not a safe mode: give stop, zero-velocity or brake")),
+        other => Err(ConfigError::UnknownWord {
+            what: "safe mode",
+            given: other.to_string(),
+            expected: "stop, zero-velocity or brake",
+        }),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_carries_the_key_its_flag_and_the_value() {
+        let e = RunConfig::from_toml("rate_hz = 0.0").unwrap_err();
+        let ConfigError::OutOfRange { setting, give } = &e else { panic!("{e:?}") };
+        assert_eq!(*setting, Setting { key: "rate_hz", flag: None, value: "0".into() });
+        assert_eq!(give, "a rate from 0.1 to 100000 Hz");
+        assert_eq!(e.to_string(), "rate_hz = 0 is out of range: give a rate from 0.1 to 100000 Hz");
+
+        let flags = RunConfig { rate_hz: 0.0, ..RunConfig::default() };
+        let e = flags.validate_flags().unwrap_err();
+        assert!(matches!(&e, ConfigError::OutOfRange { setting, .. } if setting.flag == Some("--rate")), "{e:?}");
+        assert!(e.to_string().starts_with("--rate 0 is out of range"), "{e}");
+
+        let e = RunConfig::from_toml("[safety]\nshutdown = \"off\"").unwrap_err();
+        let ConfigError::Value { name, source } = &e else { panic!("{e:?}") };
+        assert_eq!(name, "safety.shutdown");
+        assert!(matches!(&**source, ConfigError::UnknownWord { given, .. } if given == "off"), "{e:?}");
+
+        let e = parse_overheat("5@x").unwrap_err();
+        assert!(matches!(e, ConfigError::Overheat { problem: OverheatProblem::Time(ref t), .. } if t == "x"));
+    }
 
     #[test]
     fn the_default_prints_and_parses_back() {
@@ -766,14 +924,14 @@ mod tests {
             ("[faults]\noverheat = [\"5\"]", "ID@SECONDS"),
             ("[faults]\noverheat = [\"99@1\"]", "not on a simulated bus"),
         ] {
-            let e = RunConfig::from_toml(text).unwrap_err();
+            let e = RunConfig::from_toml(text).unwrap_err().to_string();
             assert!(e.contains(want), "{text:?}: {e}");
         }
         assert_eq!(parse_overheat("5@1.5").unwrap(), OverheatSpec { id: 5, at_s: 1.5 });
         assert!(parse_overheat("0@1").is_err());
         assert!(parse_overheat("5@-1").is_err());
         // 1e11 s used to overflow u64 nanoseconds and overheat the servo at once.
-        let e = parse_overheat("5@1e11").unwrap_err();
+        let e = parse_overheat("5@1e11").unwrap_err().to_string();
         assert!(e.contains("0 to 31536000"), "{e}");
     }
 
@@ -808,7 +966,7 @@ mod tests {
         for (table, key) in floats {
             for bad in ["nan", "inf", "-inf", "-1e300", "1e300"] {
                 let text = toml_of(table, key, bad);
-                let e = RunConfig::from_toml(&text).expect_err(&text);
+                let e = RunConfig::from_toml(&text).expect_err(&text).to_string();
                 let name = if table.is_empty() { key.to_string() } else { format!("{table}.{key}") };
                 assert!(e.starts_with(&format!("{name} = ")) && e.contains("give"), "{text:?}: {e}");
                 one_line(&e);
@@ -825,12 +983,12 @@ mod tests {
         ];
         for (table, key, bad) in integers {
             let text = toml_of(table, key, bad);
-            let e = RunConfig::from_toml(&text).expect_err(&text);
+            let e = RunConfig::from_toml(&text).expect_err(&text).to_string();
             assert!(e.contains(key), "{text:?}: {e}");
             one_line(&e);
         }
         // Huge numbers are shown readably.
-        let e = RunConfig::from_toml("rate_hz = 1e-300").unwrap_err();
+        let e = RunConfig::from_toml("rate_hz = 1e-300").unwrap_err().to_string();
         assert_eq!(e, "rate_hz = 1e-300 is out of range: give a rate from 0.1 to 100000 Hz");
         // The edges are accepted.
         for ok in ["rate_hz = 0.1", "rate_hz = 100000.0", "[gains]\nwatchdog_timeout_s = 10.0"] {
@@ -841,18 +999,19 @@ mod tests {
     #[test]
     fn an_unknown_key_in_a_bus_table_is_an_error_with_its_line() {
         let text = "[[bus]]\nbus = 1\nuri = \"sim\"\nservos = [1]\nrate_hz = 10.0\n";
-        let e = RunConfig::from_toml(text).unwrap_err();
+        let e = RunConfig::from_toml(text).unwrap_err().to_string();
         assert!(e.starts_with("line 5 (rate_hz = 10.0): unknown field `rate_hz`"), "{e}");
         assert!(e.contains("move top-level keys above the first table"), "{e}");
         one_line(&e);
         // Every table refuses unknown keys.
         for table in ["motion", "gains", "safety", "realtime", "faults", "sim"] {
             let text = format!("[{table}]\nno_such_key = 1\n");
-            let e = RunConfig::from_toml(&text).unwrap_err();
+            let e = RunConfig::from_toml(&text).unwrap_err().to_string();
             assert!(e.contains("unknown field `no_such_key`"), "{table}: {e}");
         }
         assert!(crate::robot_spec::RobotSpec::from_toml("[[bus]]\nbus = 1\nuri = \"sim\"\nservos = [1]\nspeed = 2\n")
             .unwrap_err()
+            .to_string()
             .contains("unknown field `speed`"));
     }
 
@@ -897,11 +1056,11 @@ mod tests {
             RunConfig::from_toml(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
         }
         for bad in ["[realtime]\npriority = 100", "[realtime]\npriority = -1"] {
-            let e = RunConfig::from_toml(bad).unwrap_err();
+            let e = RunConfig::from_toml(bad).unwrap_err().to_string();
             assert!(e.contains("out of range for policy auto") && e.contains("0 to 99 with auto"), "{e}");
             one_line(&e);
         }
-        let e = RunConfig::from_toml("[realtime]\npolicy = \"turbo\"").unwrap_err();
+        let e = RunConfig::from_toml("[realtime]\npolicy = \"turbo\"").unwrap_err().to_string();
         assert!(e.contains("expected auto, other, fifo, rr or deadline"), "{e}");
         let other = RunConfig::from_toml("[realtime]\npolicy = \"other\"").unwrap();
         assert!(!other.holds_cpu_dma_latency());

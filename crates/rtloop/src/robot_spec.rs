@@ -60,26 +60,195 @@ impl<'de> Deserialize<'de> for ServoBusMap {
     }
 }
 
+/// Why a robot file, `--bus`/`--ids` flags or a robot spec were refused, or its buses did not
+/// open. The Display is the one sentence the user sees.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum RobotSpecError {
+    /// The file is not valid TOML or has an unknown key or a wrong type: the TOML parser's
+    /// message, with the line (and the line's text) where it could be found.
+    #[error("{0}")]
+    Toml(String),
+    /// A mistake at a line of the file.
+    #[error("line {line}: {source}")]
+    AtLine {
+        /// The line, 1-based.
+        line: usize,
+        /// The mistake.
+        source: Box<RobotSpecError>,
+    },
+    /// `transport` is not a bus address.
+    #[error("transport = \"{text}\": {source}")]
+    Transport {
+        /// The text given.
+        text: String,
+        /// Why it does not parse.
+        source: io::UriError,
+    },
+    /// A `servo_bus_map` bus above 5 on a pi3hat.
+    #[error(
+        "servo_bus_map bus {bus} cannot be on a pi3hat: its buses are connectors JC1-JC5, so give bus numbers 1 to 5 (or another transport)"
+    )]
+    MapBusNotOnPi3hat {
+        /// The bus.
+        bus: u8,
+    },
+    /// An empty `servo_bus_map`.
+    #[error("servo_bus_map names no bus: give at least one, e.g. 1 = [11, 12, 13]")]
+    MapEmpty,
+    /// A `servo_bus_map` bus without ids.
+    #[error("servo_bus_map bus {bus} has no servo ids: list them, e.g. {bus} = [11, 12, 13]")]
+    MapBusWithoutIds {
+        /// The bus.
+        bus: u8,
+    },
+    /// `transport` without `[servo_bus_map]`.
+    #[error("transport only applies to a [servo_bus_map] table: add one, or drop it and give each [[bus]] its uri")]
+    TransportWithoutMap,
+    /// Both `[[bus]]` tables and `[servo_bus_map]`.
+    #[error("a robot file gives its buses as [[bus]] tables or as one [servo_bus_map] table, not both: keep one")]
+    BothForms,
+    /// A robot file without buses.
+    #[error("the robot file names no bus: give [[bus]] tables or a [servo_bus_map] table")]
+    NoBusInFile,
+    /// A spec without buses.
+    #[error("the robot has no buses: give at least one --bus N=URI")]
+    NoBuses,
+    /// Bus number 0.
+    #[error("bus numbers start at 1")]
+    BusZero,
+    /// A bus number given twice.
+    #[error("bus {bus} is given twice")]
+    BusTwice {
+        /// The bus.
+        bus: u8,
+    },
+    /// A pi3hat bus above 5.
+    #[error("bus {bus} cannot be on a pi3hat: bus N is its connector JC N, so give pi3hat buses numbers 1 to 5")]
+    BusNotOnPi3hat {
+        /// The bus.
+        bus: u8,
+    },
+    /// A bus without servos.
+    #[error("bus {bus} has no servo ids: add --ids {bus}=1,2,3 (or servos = [..] in the file)")]
+    BusWithoutIds {
+        /// The bus.
+        bus: u8,
+    },
+    /// A servo id twice on one bus.
+    #[error("servo id {id} appears twice on bus {bus}")]
+    IdTwice {
+        /// The id.
+        id: u8,
+        /// The bus.
+        bus: u8,
+    },
+    /// A servo id outside 1..=127.
+    #[error("servo id {id} on bus {bus} is outside 1..=127")]
+    IdOutOfRange {
+        /// The id.
+        id: u8,
+        /// The bus.
+        bus: u8,
+    },
+    /// `--bus N=…` given twice for one N.
+    #[error("--bus {bus} is given twice")]
+    FlagBusTwice {
+        /// The bus.
+        bus: u8,
+    },
+    /// `--ids N=…` for a bus no `--bus` names.
+    #[error("--ids {text} names bus {bus}, but there is no --bus {bus}=URI")]
+    IdsWithoutBus {
+        /// The flag's value.
+        text: String,
+        /// The bus.
+        bus: u8,
+    },
+    /// A bad id list in `--ids`.
+    #[error("--ids {text}: {source}")]
+    Ids {
+        /// The flag's value.
+        text: String,
+        /// What is wrong with its list.
+        source: Box<RobotSpecError>,
+    },
+    /// A `--bus` address that does not parse.
+    #[error("--bus {text}: {source}")]
+    BusUri {
+        /// The flag's value.
+        text: String,
+        /// Why.
+        source: io::UriError,
+    },
+    /// A `--bus`/`--ids` value without `BUS=`.
+    #[error("{flag} {text}: expected BUS=VALUE, e.g. {flag} {example}")]
+    NotNumbered {
+        /// The flag.
+        flag: String,
+        /// Its value.
+        text: String,
+        /// An example value.
+        example: String,
+    },
+    /// A `--bus`/`--ids` value whose bus is not a number 1-255.
+    #[error("{flag} {text}: '{bus}' is not a bus number (1-255), e.g. {flag} {example}")]
+    NotABusNumber {
+        /// The flag.
+        flag: String,
+        /// Its value.
+        text: String,
+        /// The bus part.
+        bus: String,
+        /// An example value.
+        example: String,
+    },
+    /// An id list item that is not a servo id.
+    #[error("'{text}' is not a servo id (1-127)")]
+    NotAServoId {
+        /// The item.
+        text: String,
+    },
+    /// An id range whose end is below its start.
+    #[error("range {range} runs backwards")]
+    RangeBackwards {
+        /// The range.
+        range: String,
+    },
+    /// An empty id list.
+    #[error("no servo ids given: write them like 1,2,3 or 1-3")]
+    NoIds,
+    /// The robot could not be built on the opened buses.
+    #[error(transparent)]
+    Robot(#[from] io::SetupError),
+    /// A bus did not open; `buses` are the bus numbers on that address.
+    #[error("bus {}: {source}", .buses.iter().map(u8::to_string).collect::<Vec<_>>().join(", "))]
+    Open {
+        /// The bus numbers.
+        buses: Vec<u8>,
+        /// Why.
+        source: io::OpenError,
+    },
+}
+
 impl ServoBusMap {
     /// The buses it names, every one on `transport` (a bus address; `None`: `pi3hat`).
     /// On a pi3hat a bus number is a connector, JC1-JC5. The ids are checked by
     /// [`RobotSpec::validate`].
-    pub fn buses(&self, transport: Option<&str>) -> Result<Vec<BusSpec>, String> {
+    pub fn buses(&self, transport: Option<&str>) -> Result<Vec<BusSpec>, RobotSpecError> {
         let text = transport.unwrap_or(DEFAULT_MAP_TRANSPORT);
-        let uri = io::uri::parse(text).map_err(|e| format!("transport = \"{text}\": {e}"))?;
+        let uri =
+            io::uri::parse(text).map_err(|source| RobotSpecError::Transport { text: text.to_string(), source })?;
         if let BusUri::Pi3hat { .. } = uri {
-            if let Some(bus) = self.0.keys().find(|&&b| b > 5) {
-                return Err(format!(
-                    "servo_bus_map bus {bus} cannot be on a pi3hat: its buses are connectors JC1-JC5, so give bus \
-                     numbers 1 to 5 (or another transport)"
-                ));
+            if let Some(&bus) = self.0.keys().find(|&&b| b > 5) {
+                return Err(RobotSpecError::MapBusNotOnPi3hat { bus });
             }
         }
         if self.0.is_empty() {
-            return Err("servo_bus_map names no bus: give at least one, e.g. 1 = [11, 12, 13]".into());
+            return Err(RobotSpecError::MapEmpty);
         }
-        if let Some(bus) = self.0.iter().find(|(_, ids)| ids.is_empty()).map(|(b, _)| b) {
-            return Err(format!("servo_bus_map bus {bus} has no servo ids: list them, e.g. {bus} = [11, 12, 13]"));
+        if let Some(&bus) = self.0.iter().find(|(_, ids)| ids.is_empty()).map(|(b, _)| b) {
+            return Err(RobotSpecError::MapBusWithoutIds { bus });
         }
         Ok(self.0.iter().map(|(&bus, ids)| BusSpec { bus, uri: uri.clone(), servos: ids.clone() }).collect())
     }
@@ -93,46 +262,36 @@ pub fn resolve_servo_bus_map(
     bus_tables: bool,
     transport: Option<&str>,
     map: Option<&ServoBusMap>,
-) -> Result<Option<Vec<BusSpec>>, String> {
-    let at = |table: Option<&str>, key: &str, what: String| match key_line(text, table, key) {
-        Some(line) => format!("line {line}: {what}"),
+) -> Result<Option<Vec<BusSpec>>, RobotSpecError> {
+    let at = |table: Option<&str>, key: &str, what: RobotSpecError| match key_line(text, table, key) {
+        Some(line) => RobotSpecError::AtLine { line, source: Box::new(what) },
         None => what,
     };
     let Some(map) = map else {
         return match transport {
-            Some(_) => Err(at(
-                None,
-                "transport",
-                "transport only applies to a [servo_bus_map] table: add one, or drop it and give each [[bus]] its \
-                 uri"
-                .into(),
-            )),
+            Some(_) => Err(at(None, "transport", RobotSpecError::TransportWithoutMap)),
             None => Ok(None),
         };
     };
     if bus_tables {
-        return Err(at(
-            None,
-            "servo_bus_map",
-            "a robot file gives its buses as [[bus]] tables or as one [servo_bus_map] table, not both: keep one".into(),
-        ));
+        return Err(at(None, "servo_bus_map", RobotSpecError::BothForms));
     }
-    map.buses(transport).map(Some).map_err(|e| {
-        let too_high = map.0.keys().find(|&&b| b > 5);
-        let empty = map.0.iter().find(|(_, ids)| ids.is_empty()).map(|(b, _)| b);
-        if e.starts_with("transport") {
-            at(None, "transport", e)
-        } else if let Some(bus) = too_high.filter(|_| e.contains("pi3hat")).or(empty) {
+    map.buses(transport).map(Some).map_err(|e| match e {
+        RobotSpecError::Transport { .. } => at(None, "transport", e),
+        RobotSpecError::MapBusNotOnPi3hat { bus } | RobotSpecError::MapBusWithoutIds { bus } => {
             at(Some("servo_bus_map"), &bus.to_string(), e)
-        } else {
-            at(None, "servo_bus_map", e)
         }
+        e => at(None, "servo_bus_map", e),
     })
 }
 
 /// A TOML error of a robot or run file as one sentence with its line; a `servo_bus_map` key
 /// that is not a bus number is pointed at on its own line (the parser only knows its table).
-pub(crate) fn file_error(text: &str, e: &toml::de::Error, hint: bool) -> String {
+pub(crate) fn file_error(text: &str, e: &toml::de::Error, hint: bool) -> RobotSpecError {
+    RobotSpecError::Toml(file_error_text(text, e, hint))
+}
+
+fn file_error_text(text: &str, e: &toml::de::Error, hint: bool) -> String {
     let message = e.message().trim();
     let key = ["servo_bus_map key '", " twice ('"]
         .iter()
@@ -251,37 +410,32 @@ impl RobotSpec {
     }
 
     /// Check the spec; the error names what is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), RobotSpecError> {
         if self.buses.is_empty() {
-            return Err("the robot has no buses: give at least one --bus N=URI".into());
+            return Err(RobotSpecError::NoBuses);
         }
         let mut seen = BTreeMap::new();
         for b in &self.buses {
-            if b.bus == 0 {
-                return Err("bus numbers start at 1".into());
+            let bus = b.bus;
+            if bus == 0 {
+                return Err(RobotSpecError::BusZero);
             }
-            if seen.insert(b.bus, ()).is_some() {
-                return Err(format!("bus {} is given twice", b.bus));
+            if seen.insert(bus, ()).is_some() {
+                return Err(RobotSpecError::BusTwice { bus });
             }
-            if matches!(b.uri, BusUri::Pi3hat { .. }) && b.bus > 5 {
-                return Err(format!(
-                    "bus {} cannot be on a pi3hat: bus N is its connector JC N, so give pi3hat buses numbers 1 to 5",
-                    b.bus
-                ));
+            if matches!(b.uri, BusUri::Pi3hat { .. }) && bus > 5 {
+                return Err(RobotSpecError::BusNotOnPi3hat { bus });
             }
             if b.servos.is_empty() {
-                return Err(format!(
-                    "bus {} has no servo ids: add --ids {}=1,2,3 (or servos = [..] in the file)",
-                    b.bus, b.bus
-                ));
+                return Err(RobotSpecError::BusWithoutIds { bus });
             }
             let mut ids = b.servos.clone();
             ids.sort_unstable();
             if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
-                return Err(format!("servo id {} appears twice on bus {}", w[0], b.bus));
+                return Err(RobotSpecError::IdTwice { id: w[0], bus });
             }
-            if let Some(bad) = ids.iter().find(|&&i| i == 0 || i > 127) {
-                return Err(format!("servo id {bad} on bus {} is outside 1..=127", b.bus));
+            if let Some(&id) = ids.iter().find(|&&i| i == 0 || i > 127) {
+                return Err(RobotSpecError::IdOutOfRange { id, bus });
             }
         }
         Ok(())
@@ -303,16 +457,14 @@ impl RobotSpec {
     /// [servo_bus_map]
     /// 1 = [1, 2, 3]
     /// ```
-    pub fn from_toml(text: &str) -> Result<Self, String> {
+    pub fn from_toml(text: &str) -> Result<Self, RobotSpecError> {
         let file: RobotFile = toml::from_str(text).map_err(|e| file_error(text, &e, false))?;
         let from_map =
             resolve_servo_bus_map(text, file.buses.is_some(), file.transport.as_deref(), file.servo_bus_map.as_ref())?;
         let spec = RobotSpec {
             buses: match (from_map, file.buses) {
                 (Some(buses), _) | (None, Some(buses)) => buses,
-                (None, None) => {
-                    return Err("the robot file names no bus: give [[bus]] tables or a [servo_bus_map] table".into())
-                }
+                (None, None) => return Err(RobotSpecError::NoBusInFile),
             },
         };
         spec.validate()?;
@@ -320,21 +472,22 @@ impl RobotSpec {
     }
 
     /// Build from `--bus N=URI` and `--ids N=LIST` flags.
-    pub fn from_flags(buses: &[String], ids: &[String]) -> Result<Self, String> {
+    pub fn from_flags(buses: &[String], ids: &[String]) -> Result<Self, RobotSpecError> {
         let mut uris: BTreeMap<u8, BusUri> = BTreeMap::new();
         for b in buses {
             let (n, uri) = parse_bus_flag(b)?;
             if uris.insert(n, uri).is_some() {
-                return Err(format!("--bus {n} is given twice"));
+                return Err(RobotSpecError::FlagBusTwice { bus: n });
             }
         }
         let mut servos: BTreeMap<u8, Vec<u8>> = BTreeMap::new();
         for i in ids {
             let (n, list) = split_numbered(i, "--ids", "1=1,2,3")?;
             if !uris.contains_key(&n) {
-                return Err(format!("--ids {i} names bus {n}, but there is no --bus {n}=URI"));
+                return Err(RobotSpecError::IdsWithoutBus { text: i.clone(), bus: n });
             }
-            servos.entry(n).or_default().extend(parse_id_list(list).map_err(|e| format!("--ids {i}: {e}"))?);
+            let list = parse_id_list(list).map_err(|e| RobotSpecError::Ids { text: i.clone(), source: Box::new(e) })?;
+            servos.entry(n).or_default().extend(list);
         }
         let spec = RobotSpec {
             buses: uris
@@ -356,10 +509,10 @@ impl RobotSpec {
         clock: C,
         config: RobotConfig,
         options: io::open::OpenOptions,
-    ) -> Result<Robot<C>, String> {
+    ) -> Result<Robot<C>, RobotSpecError> {
         let (transports, imu) = self.open(clock.clone(), options)?;
         let servos = self.servo_specs();
-        Robot::new(transports, servos, imu, clock, config).map_err(|e| e.to_string())
+        Ok(Robot::new(transports, servos, imu, clock, config)?)
     }
 
     /// Open every bus (see [`build`](Self::build)): the transports in bus order, and the IMU.
@@ -368,17 +521,16 @@ impl RobotSpec {
         &self,
         clock: C,
         options: io::open::OpenOptions,
-    ) -> Result<(Vec<Box<dyn Transport>>, Option<Box<dyn io::ImuSource>>), String> {
+    ) -> Result<(Vec<Box<dyn Transport>>, Option<Box<dyn io::ImuSource>>), RobotSpecError> {
         self.validate()?;
         let requests: Vec<io::open::BusRequest<'_>> = self
             .buses
             .iter()
             .map(|b| io::open::BusRequest { number: b.bus, uri: &b.uri, sim_servo_ids: &b.servos })
             .collect();
-        let opened = io::open::open_buses(&requests, clock, options).map_err(|e| {
-            let numbers: Vec<String> =
-                self.buses.iter().filter(|b| b.uri.to_string() == e.uri).map(|b| b.bus.to_string()).collect();
-            format!("bus {}: {e}", numbers.join(", "))
+        let opened = io::open::open_buses(&requests, clock, options).map_err(|source| {
+            let buses = self.buses.iter().filter(|b| b.uri.to_string() == source.uri).map(|b| b.bus).collect();
+            RobotSpecError::Open { buses, source }
         })?;
         let imu = opened.imu.or_else(|| self.all_simulated().then(io::open::sim_imu));
         Ok((opened.transports, imu))
@@ -395,41 +547,41 @@ impl RobotSpec {
 }
 
 /// One `--bus N=URI` flag.
-pub fn parse_bus_flag(text: &str) -> Result<(u8, BusUri), String> {
+pub fn parse_bus_flag(text: &str) -> Result<(u8, BusUri), RobotSpecError> {
     let (n, uri) = split_numbered(text, "--bus", "1=fdcanusb:/dev/ttyACM0")?;
-    let uri = io::uri::parse(uri).map_err(|e| format!("--bus {text}: {e}"))?;
+    let uri = io::uri::parse(uri).map_err(|source| RobotSpecError::BusUri { text: text.to_string(), source })?;
     Ok((n, uri))
 }
 
-fn split_numbered<'a>(text: &'a str, flag: &str, example: &str) -> Result<(u8, &'a str), String> {
+fn split_numbered<'a>(text: &'a str, flag: &str, example: &str) -> Result<(u8, &'a str), RobotSpecError> {
     let Some((n, rest)) = text.split_once('=') else {
-        return Err(format!("{flag} {text}: expected BUS=VALUE, e.g. {flag} {example}"));
+        return Err(RobotSpecError::NotNumbered { flag: flag.into(), text: text.into(), example: example.into() });
     };
-    let n: u8 = n
-        .trim()
-        .parse()
-        .ok()
-        .filter(|&n| n >= 1)
-        .ok_or_else(|| format!("{flag} {text}: '{n}' is not a bus number (1-255), e.g. {flag} {example}"))?;
+    let n: u8 = n.trim().parse().ok().filter(|&n| n >= 1).ok_or_else(|| RobotSpecError::NotABusNumber {
+        flag: flag.into(),
+        text: text.into(),
+        bus: n.into(),
+        example: example.into(),
+    })?;
     Ok((n, rest.trim()))
 }
 
 /// `1,2,3`, `1-3` or a mix (`1-3,7`).
-pub fn parse_id_list(text: &str) -> Result<Vec<u8>, String> {
+pub fn parse_id_list(text: &str) -> Result<Vec<u8>, RobotSpecError> {
     let mut out = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let id = |s: &str| -> Result<u8, String> {
+        let id = |s: &str| -> Result<u8, RobotSpecError> {
             s.trim()
                 .parse::<u8>()
                 .ok()
                 .filter(|i| (1..=127).contains(i))
-                .ok_or_else(|| format!("'{s}' is not a servo id (1-127)"))
+                .ok_or_else(|| RobotSpecError::NotAServoId { text: s.to_string() })
         };
         match part.split_once('-') {
             Some((a, b)) => {
                 let (a, b) = (id(a)?, id(b)?);
                 if a > b {
-                    return Err(format!("range {part} runs backwards"));
+                    return Err(RobotSpecError::RangeBackwards { range: part.to_string() });
                 }
                 out.extend(a..=b);
             }
@@ -437,7 +589,7 @@ pub fn parse_id_list(text: &str) -> Result<Vec<u8>, String> {
         }
     }
     if out.is_empty() {
-        return Err("no servo ids given: write them like 1,2,3 or 1-3".into());
+        return Err(RobotSpecError::NoIds);
     }
     Ok(out)
 }
@@ -475,7 +627,7 @@ mod tests {
         for (b, i, want) in cases {
             let b: Vec<String> = b.iter().map(|s| s.to_string()).collect();
             let i: Vec<String> = i.iter().map(|s| s.to_string()).collect();
-            let e = RobotSpec::from_flags(&b, &i).unwrap_err();
+            let e = RobotSpec::from_flags(&b, &i).unwrap_err().to_string();
             assert!(e.contains(want), "{b:?} {i:?}: {e}");
         }
     }
@@ -485,7 +637,7 @@ mod tests {
         let spec = RobotSpec::default_quadruped();
         let text = toml::to_string(&spec).unwrap();
         assert_eq!(RobotSpec::from_toml(&text).unwrap(), spec);
-        let e = RobotSpec::from_toml("[[bus]]\nbus = 1\nuri = \"nope\"\nservos = [1]\n").unwrap_err();
+        let e = RobotSpec::from_toml("[[bus]]\nbus = 1\nuri = \"nope\"\nservos = [1]\n").unwrap_err().to_string();
         assert!(e.contains("not a bus address"), "{e}");
     }
 
@@ -549,13 +701,26 @@ mod tests {
             ("[servo_bus_map]\n1 = [1]\nspeed = 2\n", "line 3 (speed = 2): servo_bus_map key 'speed'"),
         ];
         for (text, want) in cases {
-            let e = RobotSpec::from_toml(text).unwrap_err();
+            let e = RobotSpec::from_toml(text).unwrap_err().to_string();
             assert!(e.contains(want), "{text:?}: {e}");
             assert!(!e.contains('\n'), "one line: {e}");
-            let e = crate::config::RunConfig::from_toml(text).unwrap_err();
+            let e = crate::config::RunConfig::from_toml(text).unwrap_err().to_string();
             assert!(e.contains(want), "run config {text:?}: {e}");
         }
         let e = RobotSpec::from_toml("").unwrap_err();
-        assert!(e.contains("names no bus"), "{e}");
+        assert!(matches!(e, RobotSpecError::NoBusInFile), "{e:?}");
+        assert!(e.to_string().contains("names no bus"), "{e}");
+    }
+
+    #[test]
+    fn a_refusal_carries_the_bus_the_id_and_the_line() {
+        let e = RobotSpec::from_toml("transport = \"pi3hat\"\n[servo_bus_map]\n1 = [1]\n6 = [2]\n").unwrap_err();
+        let RobotSpecError::AtLine { line: 4, source } = &e else { panic!("{e:?}") };
+        assert!(matches!(**source, RobotSpecError::MapBusNotOnPi3hat { bus: 6 }), "{e:?}");
+        let e = RobotSpec::from_flags(&["1=sim".into()], &["1=3,3".into()]).unwrap_err();
+        assert!(matches!(e, RobotSpecError::IdTwice { id: 3, bus: 1 }), "{e:?}");
+        assert_eq!(e.to_string(), "servo id 3 appears twice on bus 1");
+        let e = parse_id_list("4-2").unwrap_err();
+        assert!(matches!(&e, RobotSpecError::RangeBackwards { range } if range == "4-2"), "{e:?}");
     }
 }

@@ -55,7 +55,7 @@ pub enum SimBusError {
     /// The device cannot be created (a path that is taken, an address that cannot be bound).
     Device(io::OpenError),
     /// The configuration directory or a stored configuration cannot be read.
-    Config(String),
+    Config(io::serve::ConfigError),
 }
 
 impl std::fmt::Display for SimBusError {
@@ -78,7 +78,8 @@ impl std::fmt::Display for SimBusError {
             SimBusError::ServosWithBuses => {
                 f.write_str("--servos goes with --fdcanusb/--udp; with --bus use --ids N=LIST")
             }
-            SimBusError::Flags(e) | SimBusError::Config(e) => f.write_str(e),
+            SimBusError::Flags(e) => f.write_str(e),
+            SimBusError::Config(e) => write!(f, "{e}"),
             SimBusError::CannotServe { bus, uri } => {
                 write!(f, "bus {bus}: rtloop sim serves fdcanusb: and udp: buses, not {uri}")
             }

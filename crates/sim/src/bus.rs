@@ -97,10 +97,10 @@ impl BusConfig {
     /// Check the injected-fault parameters: each rate must be a probability (a number from
     /// 0 to 1). The message names the command-line option the runtime maps it to. A bus
     /// built from an invalid configuration clamps instead (see [`SimBus::new`]).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), NotAProbability> {
         for (option, rate) in [("--drop-rate", self.drop_rate), ("--corrupt-rate", self.corrupt_rate)] {
             if !(0.0..=1.0).contains(&rate) {
-                return Err(format!("{option} {rate} is not a probability: give a number from 0 to 1"));
+                return Err(NotAProbability { option, rate });
             }
         }
         Ok(())
@@ -135,6 +135,24 @@ impl Default for BusConfig {
         }
     }
 }
+
+/// A fault rate of [`BusConfig`] that is not a number from 0 to 1.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct NotAProbability {
+    /// The command-line option the runtime maps the rate to: `--drop-rate` or `--corrupt-rate`.
+    pub option: &'static str,
+    /// The rate given.
+    pub rate: f64,
+}
+
+impl fmt::Display for NotAProbability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} is not a probability: give a number from 0 to 1", self.option, self.rate)
+    }
+}
+
+impl std::error::Error for NotAProbability {}
 
 /// `submit` found the host transmit queue full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

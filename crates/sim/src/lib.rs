@@ -49,7 +49,7 @@ pub mod rng;
 pub mod servo;
 
 pub use bits::{frame_bits, frame_time_ns, FrameBits};
-pub use bus::{BusConfig, BusFull, BusStats, FrameLoss, SimBus, WireRecord};
+pub use bus::{BusConfig, BusFull, BusStats, FrameLoss, NotAProbability, SimBus, WireRecord};
 pub use imu::{Imu, ImuConfig, ImuSample};
 pub use inject::{bus_fault_seed, InjectedEvent, InjectedKind, EVENT_CAPACITY};
 pub use model::{predict, CycleModel, Prediction};

@@ -259,6 +259,7 @@ impl Cell {
 /// Why a record cannot be read into columns at all. (Damage in the log is not an error:
 /// see [`Columns::problems`].) `Display` gives one sentence without a trailing period.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ColumnsError {
     /// The log has no schema block for a record of this name.
     NoRecord { record: String },

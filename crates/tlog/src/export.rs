@@ -209,7 +209,7 @@ pub fn to_mcap<W: Write>(reader: &FileReader, out: W, progress: Option<&Progress
             continue;
         }
         let json_schema = record_json_schema(&record.name, schema);
-        let schema_bytes = serde_json::to_vec(&json_schema).map_err(|e| TlogError::Export(format!("mcap: {e}")))?;
+        let schema_bytes = serde_json::to_vec(&json_schema).map_err(TlogError::McapJson)?;
         let schema_id = writer.add_schema(&record.name, "jsonschema", &schema_bytes).map_err(mcap_error)?;
         let channel_id = writer.add_channel(schema_id, &record.name, "json", &BTreeMap::new()).map_err(mcap_error)?;
         channels.insert(record.id, (channel_id, 0));
@@ -235,7 +235,7 @@ pub fn to_mcap<W: Write>(reader: &FileReader, out: W, progress: Option<&Progress
         };
         let name = names.get(&item.record_id).copied();
         let Some(value) = decode_or_note(reader, &item, name, problems) else { continue };
-        let payload = serde_json::to_vec(&value.to_json()).map_err(|e| TlogError::Export(format!("mcap: {e}")))?;
+        let payload = serde_json::to_vec(&value.to_json()).map_err(TlogError::McapJson)?;
         let time_ns = item.timestamp_us.map_or(0, |us| u64::try_from(us).unwrap_or(0).saturating_mul(1000));
         let header = mcap::records::MessageHeader {
             channel_id: *channel_id,
@@ -310,32 +310,24 @@ fn json_schema(schema: &Schema) -> serde_json::Value {
 pub(crate) fn find_record(reader: &FileReader, name: &str) -> Result<RecordInfo, TlogError> {
     reader.record(name).ok_or_else(|| {
         let names: Vec<String> = reader.records().into_iter().map(|r| r.name).collect();
-        TlogError::NotFound(format!("the log has no record '{name}'; {}", describe_records(&names)))
+        TlogError::NoRecord { name: name.to_string(), records: names }
     })
 }
 
-/// "it has records a, b, c" or "it has no records at all (no schema blocks)".
-pub fn describe_records(names: &[String]) -> String {
-    if names.is_empty() {
-        "it has no records at all (no schema block could be read)".to_string()
-    } else {
-        format!("it has {}", names.join(", "))
-    }
-}
+pub use crate::format::describe_records;
 
 pub(crate) fn unusable_schema(info: &RecordInfo) -> TlogError {
-    TlogError::NotFound(format!(
-        "the schema of record '{}' (block at byte {}) does not parse, so none of its items can be decoded: {}",
-        info.name,
-        info.schema_offset,
-        info.schema_error.as_deref().unwrap_or("unknown error")
-    ))
+    TlogError::UnusableSchema {
+        record: info.name.clone(),
+        offset: info.schema_offset,
+        reason: info.schema_error.as_deref().unwrap_or("unknown error").to_string(),
+    }
 }
 
 fn mcap_error(e: mcap::McapError) -> TlogError {
     match e {
         mcap::McapError::Io(e) => TlogError::Io(e),
-        other => TlogError::Export(format!("the MCAP writer failed: {other}")),
+        other => TlogError::Mcap(other),
     }
 }
 

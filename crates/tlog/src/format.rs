@@ -56,6 +56,7 @@ pub const MAX_VARUINT_LEN: usize = 10;
 /// `Display` gives one sentence without a trailing period, fit to follow "cannot read the log
 /// FILE: "; variants other than [`TlogError::Io`] never pretend to be I/O errors.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum TlogError {
     /// The underlying file or stream failed.
     Io(std::io::Error),
@@ -79,14 +80,44 @@ pub enum TlogError {
     Unsupported(String),
     /// A compression codec failed.
     Compression(String),
-    /// Something the caller asked for (a record, a field) is not in the log, or the log
-    /// holds nothing that could be exported; the text says what, and what there is instead.
-    NotFound(String),
-    /// An export or plot encoder failed (the text names which).
-    Export(String),
-    /// A request that cannot be carried out as given (a plot size out of range, more panels
-    /// than fit); the text says what would work.
-    Invalid(String),
+    /// The log has no record called `name`; `records` are the ones it has.
+    NoRecord { name: String, records: Vec<String> },
+    /// The schema of `record` (its block at byte `offset`) does not parse, so none of its
+    /// items decodes; `reason` is the schema parser's.
+    UnusableSchema { record: String, offset: u64, reason: String },
+    /// A plot field that names no record (`records`: some the log has).
+    UnknownField { field: String, records: Vec<String> },
+    /// A plot field whose record has no such column; `available` are the columns it has
+    /// (empty: no item of the record decodes).
+    NoColumn { field: String, record: String, path: String, available: Vec<String> },
+    /// No plot field has a value to draw: why for each field, then the damage found.
+    NothingToDraw { empty: Vec<(String, String)>, problems: Vec<String> },
+    /// An MCAP message or schema could not be encoded as JSON.
+    McapJson(serde_json::Error),
+    /// The MCAP writer failed.
+    Mcap(mcap::McapError),
+    /// The PNG encoder failed.
+    Png(output::png::EncodingError),
+    /// Drawing the plot failed (the drawing library's reason; its error type is generic).
+    Draw(String),
+    /// A plot size outside `min..=max` pixels.
+    PlotSize { width: u32, height: u32, min: u32, max: u32 },
+    /// A plot without fields.
+    NoFields,
+    /// More plot fields than panels fit in `height` pixels (at most `most`).
+    TooManyPanels { fields: usize, height: u32, most: usize },
+}
+
+/// The most record or column names an error lists.
+const SUGGESTIONS: usize = 8;
+
+/// "it has records a, b, c" or "it has no records at all (no schema blocks)".
+pub fn describe_records(names: &[String]) -> String {
+    if names.is_empty() {
+        "it has no records at all (no schema block could be read)".to_string()
+    } else {
+        format!("it has {}", names.join(", "))
+    }
 }
 
 impl fmt::Display for TlogError {
@@ -110,7 +141,57 @@ impl fmt::Display for TlogError {
             TlogError::Malformed { offset, what } => write!(f, "malformed data at byte {offset}: {what}"),
             TlogError::Unsupported(what) => write!(f, "unsupported by the tlog format: {what}"),
             TlogError::Compression(what) => write!(f, "compression error: {what}"),
-            TlogError::NotFound(what) | TlogError::Export(what) | TlogError::Invalid(what) => f.write_str(what),
+            TlogError::NoRecord { name, records } => {
+                write!(f, "the log has no record '{name}'; {}", describe_records(records))
+            }
+            TlogError::UnusableSchema { record, offset, reason } => write!(
+                f,
+                "the schema of record '{record}' (block at byte {offset}) does not parse, so none of its items can \
+                 be decoded: {reason}"
+            ),
+            TlogError::UnknownField { field, records } => {
+                let names: Vec<String> = records.iter().take(SUGGESTIONS).cloned().collect();
+                write!(
+                    f,
+                    "unknown field '{field}': a field is record.path and no record name prefixes it; {}",
+                    describe_records(&names)
+                )
+            }
+            TlogError::NoColumn { field, record, path, available } => {
+                if available.is_empty() {
+                    write!(
+                        f,
+                        "unknown field '{field}': record '{record}' has no item that decodes, so it has no columns"
+                    )
+                } else {
+                    let shown: Vec<&str> = available.iter().take(SUGGESTIONS).map(String::as_str).collect();
+                    let more = if available.len() > SUGGESTIONS { ", …" } else { "" };
+                    write!(
+                        f,
+                        "unknown field '{field}': record '{record}' has no column '{path}'; it has {}{more}",
+                        shown.join(", ")
+                    )
+                }
+            }
+            TlogError::NothingToDraw { empty, problems } => {
+                let why: Vec<String> = empty.iter().map(|(field, why)| format!("field '{field}' {why}")).collect();
+                let problems: String = problems.iter().map(|p| format!("; {p}")).collect();
+                write!(f, "nothing to draw: {}{problems}", why.join("; "))
+            }
+            TlogError::McapJson(e) => write!(f, "mcap: {e}"),
+            TlogError::Mcap(e) => write!(f, "the MCAP writer failed: {e}"),
+            TlogError::Png(e) => write!(f, "the PNG encoder failed: {e}"),
+            TlogError::Draw(why) => write!(f, "drawing the plot failed: {why}"),
+            TlogError::PlotSize { width, height, min, max } => write!(
+                f,
+                "a plot of {width}×{height} pixels cannot be drawn: give a width and height from {min} to {max}"
+            ),
+            TlogError::NoFields => f.write_str("no field to plot: name at least one"),
+            TlogError::TooManyPanels { fields, height, most } => write!(
+                f,
+                "{fields} fields do not fit as panels in a {height}-pixel-high plot (at most {most}): plot fewer \
+                 fields, or all on one axis"
+            ),
         }
     }
 }
@@ -119,6 +200,9 @@ impl std::error::Error for TlogError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             TlogError::Io(e) => Some(e),
+            TlogError::McapJson(e) => Some(e),
+            TlogError::Mcap(e) => Some(e),
+            TlogError::Png(e) => Some(e),
             _ => None,
         }
     }

@@ -21,14 +21,11 @@ use std::ops::Range;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::export::{decode_or_note, describe_records, find_record, note_no_schema, unusable_schema};
+use crate::export::{decode_or_note, find_record, note_no_schema, unusable_schema};
 use crate::format::TlogError;
 use crate::reader::{FileReader, ItemFilter};
 use crate::survey::Problem;
 use crate::value::Value;
-
-/// How many available fields an "unknown field" error lists.
-const SUGGESTIONS: usize = 8;
 
 /// Image sizes accepted, per side in pixels.
 pub const SIZE_RANGE: std::ops::RangeInclusive<u32> = 64..=8192;
@@ -82,7 +79,7 @@ struct Panel {
 /// `out`. Time is in seconds from the earliest plotted item. Items without a timestamp, and
 /// non-numeric or non-finite values, are left out; a field left with nothing is named in
 /// [`PlotStats::empty`], and when no field has anything to draw nothing is written and the
-/// error says why for each ([`TlogError::NotFound`]) — like an export that would write no row.
+/// error says why for each ([`TlogError::NothingToDraw`]) — like an export that would write no row.
 pub fn plot(
     reader: &FileReader,
     fields: &[&str],
@@ -92,9 +89,7 @@ pub fn plot(
     check_options(fields, options)?;
     let (series, empty, problems) = collect_series(reader, fields)?;
     if empty.len() == series.len() {
-        let why: Vec<String> = empty.iter().map(|(field, why)| format!("field '{field}' {why}")).collect();
-        let problems: String = problems.iter().map(|p| format!("; {p}")).collect();
-        return Err(TlogError::NotFound(format!("nothing to draw: {}{problems}", why.join("; "))));
+        return Err(TlogError::NothingToDraw { empty, problems: problems.iter().map(|p| p.to_string()).collect() });
     }
     let (pixels, _panels) = render(&series, options, output::png::font_available())?;
     let mut out = out;
@@ -106,22 +101,14 @@ pub fn plot(
 fn check_options(fields: &[&str], options: &PlotOptions) -> Result<(), TlogError> {
     let (width, height) = options.size;
     if !SIZE_RANGE.contains(&width) || !SIZE_RANGE.contains(&height) {
-        return Err(TlogError::Invalid(format!(
-            "a plot of {width}×{height} pixels cannot be drawn: give a width and height from {} to {}",
-            SIZE_RANGE.start(),
-            SIZE_RANGE.end()
-        )));
+        return Err(TlogError::PlotSize { width, height, min: *SIZE_RANGE.start(), max: *SIZE_RANGE.end() });
     }
     if fields.is_empty() {
-        return Err(TlogError::Invalid("no field to plot: name at least one".into()));
+        return Err(TlogError::NoFields);
     }
     let most = (height / MIN_PANEL_HEIGHT).max(1) as usize;
     if !options.one_axis && fields.len() > most {
-        return Err(TlogError::Invalid(format!(
-            "{} fields do not fit as panels in a {height}-pixel-high plot (at most {most}): plot fewer fields, or \
-             all on one axis",
-            fields.len()
-        )));
+        return Err(TlogError::TooManyPanels { fields: fields.len(), height, most });
     }
     Ok(())
 }
@@ -159,11 +146,8 @@ fn collect_series(
     let mut wanted: Vec<Wanted> = Vec::with_capacity(fields.len());
     for field in fields {
         let Some((record, path)) = split_field(reader, field) else {
-            let names: Vec<String> = records.iter().take(SUGGESTIONS).map(|r| r.name.clone()).collect();
-            return Err(TlogError::NotFound(format!(
-                "unknown field '{field}': a field is record.path and no record name prefixes it; {}",
-                describe_records(&names)
-            )));
+            let records: Vec<String> = records.iter().map(|r| r.name.clone()).collect();
+            return Err(TlogError::UnknownField { field: field.to_string(), records });
         };
         let info = find_record(reader, &record)?;
         if info.schema.is_none() {
@@ -244,18 +228,12 @@ fn collect_series(
             .flatten()
             .map(|column| format!("{}.{column}", w.record))
             .collect();
-        let shown: Vec<&str> = available.iter().take(SUGGESTIONS).map(String::as_str).collect();
-        let more = if available.len() > SUGGESTIONS { ", …" } else { "" };
-        return Err(TlogError::NotFound(if shown.is_empty() {
-            format!("unknown field '{field}': record '{}' has no item that decodes, so it has no columns", w.record)
-        } else {
-            format!(
-                "unknown field '{field}': record '{}' has no column '{}'; it has {}{more}",
-                w.record,
-                w.path,
-                shown.join(", ")
-            )
-        }));
+        return Err(TlogError::NoColumn {
+            field: field.to_string(),
+            record: w.record.clone(),
+            path: w.path.clone(),
+            available,
+        });
     }
     let t0 = wanted.iter().flat_map(|w| w.points.iter().map(|&(t, _)| t)).min().unwrap_or(0);
     let series = wanted
@@ -397,17 +375,26 @@ fn range_of(values: impl Iterator<Item = f64>) -> Range<f64> {
 fn encode_png(pixels: &[u8], size: (u32, u32), out: impl Write) -> Result<(), TlogError> {
     output::png::encode_rgb(pixels, size, out).map_err(|e| match e {
         output::png::EncodingError::IoError(e) => TlogError::Io(e),
-        other => TlogError::Export(format!("the PNG encoder failed: {other}")),
+        other => TlogError::Png(other),
     })
 }
 
 fn draw_error<E: std::error::Error + Send + Sync>(e: plotters::drawing::DrawingAreaErrorKind<E>) -> TlogError {
-    TlogError::Export(format!("drawing the plot failed: {e}"))
+    TlogError::Draw(e.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_request_carries_what_was_asked() {
+        let tiny = PlotOptions { size: (10, 600), ..PlotOptions::default() };
+        let e = check_options(&["a.b"], &tiny).unwrap_err();
+        assert!(matches!(e, TlogError::PlotSize { width: 10, height: 600, min: 64, max: 8192 }), "{e:?}");
+        assert_eq!(e.to_string(), "a plot of 10×600 pixels cannot be drawn: give a width and height from 64 to 8192");
+        assert!(matches!(check_options(&[], &PlotOptions::default()), Err(TlogError::NoFields)));
+    }
 
     /// Every pixel of series `i`'s colour, as (x, y).
     fn pixels_of(pixels: &[u8], width: u32, i: usize) -> Vec<(i32, i32)> {

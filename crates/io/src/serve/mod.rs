@@ -18,7 +18,7 @@ pub mod persist;
 pub mod pty;
 pub mod runner;
 
-pub use persist::{ConfigDir, ConfigStore};
+pub use persist::{ConfigDir, ConfigError, ConfigStore};
 pub use pty::PtyFdcanusbEndpoint;
 pub use runner::{serve, EndpointReport, ServeHandle, ServeReport, ServedBus, ServoReport};
 
@@ -29,6 +29,7 @@ use std::os::fd::RawFd;
 
 /// What went wrong on an endpoint. The server logs it, counts it and carries on.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum EndpointError {
     /// An operating-system error.
     Io(std::io::Error),

@@ -49,31 +49,145 @@ pub struct ConfigDir {
 /// Temporary names already used by this process (with the pid, unique across processes).
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// Why a configuration directory, file or write failed. `path` is the directory
+/// (`--config-dir`) or the file, as the user would look for it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `--config-dir` with an empty path.
+    #[error("--config-dir is empty; give the directory the configurations are kept in")]
+    EmptyPath,
+    /// The directory does not exist.
+    #[error("--config-dir {} does not exist; create it first (mkdir -p {})", .path.display(), .path.display())]
+    NoDirectory {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// The path is not a directory.
+    #[error("--config-dir {} is not a directory; give a directory", .path.display())]
+    NotADirectory {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The directory cannot be opened.
+    #[error("--config-dir {}: cannot open it: {source}", .path.display())]
+    CannotOpen {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The directory is not writable.
+    #[error("--config-dir {} is not writable ({source}); give a directory you can write in", .path.display())]
+    NotWritable {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A configuration file is a symbolic link.
+    #[error(
+        "{} is a symbolic link; the simulator only reads configuration files it wrote itself: remove the link",
+        .path.display()
+    )]
+    Link {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A configuration file cannot be read.
+    #[error("cannot read {}: {source}", .path.display())]
+    CannotRead {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A configuration file that is not a regular file.
+    #[error("{} is not a regular file; remove it or choose another --config-dir", .path.display())]
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A configuration file larger than [`MAX_CONFIG_BYTES`].
+    #[error(
+        "{} is {size} bytes, more than a configuration can be ({MAX_CONFIG_BYTES}); remove it or choose another --config-dir",
+        .path.display()
+    )]
+    TooBig {
+        /// The file.
+        path: PathBuf,
+        /// Its size, bytes.
+        size: u64,
+    },
+    /// A configuration file grew past [`MAX_CONFIG_BYTES`] while it was read.
+    #[error("{} grew past {MAX_CONFIG_BYTES} bytes while it was read; remove it", .path.display())]
+    Grew {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A configuration file that is not UTF-8 text.
+    #[error("{} is not text; remove it or choose another --config-dir", .path.display())]
+    NotText {
+        /// The file.
+        path: PathBuf,
+    },
+    /// Writing the temporary file failed.
+    #[error("cannot write {}: {source}", .path.display())]
+    CannotWrite {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A step of replacing the file failed: `what` is `create a temporary file to write`,
+    /// `replace` or `sync the directory of`.
+    #[error("cannot {what} {}: {source}", .path.display())]
+    Store {
+        /// The step.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A bus with another number of servos than configuration slots (a bug in the caller).
+    #[error("bus {bus}: {servos} servos but {slots} configuration slots; this is a bug in the caller")]
+    SlotMismatch {
+        /// The bus.
+        bus: u8,
+        /// Servos on it.
+        servos: usize,
+        /// Slots given.
+        slots: usize,
+    },
+    /// The writer thread is gone.
+    #[error("the configuration writer thread has stopped")]
+    WriterStopped,
+    /// [`ConfigWriter::finish`] was called already.
+    #[error("the configuration writer has finished")]
+    WriterFinished,
+}
+
 impl ConfigDir {
     /// Open `path`, which must be an existing directory this process may write in. The
     /// error is one sentence naming `--config-dir` and saying how to fix it.
-    pub fn open(path: &Path) -> Result<ConfigDir, String> {
-        let shown = path.display();
+    pub fn open(path: &Path) -> Result<ConfigDir, ConfigError> {
         if path.as_os_str().is_empty() {
-            return Err("--config-dir is empty; give the directory the configurations are kept in".into());
+            return Err(ConfigError::EmptyPath);
         }
+        let owned = || path.to_path_buf();
         let fd =
             fcntl::open(path, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty()).map_err(|e| {
                 match e {
-                    Errno::ENOENT => {
-                        format!("--config-dir {shown} does not exist; create it first (mkdir -p {shown})")
-                    }
-                    Errno::ENOTDIR => format!("--config-dir {shown} is not a directory; give a directory"),
-                    e => format!("--config-dir {shown}: cannot open it: {}", std::io::Error::from(e)),
+                    Errno::ENOENT => ConfigError::NoDirectory { path: owned() },
+                    Errno::ENOTDIR => ConfigError::NotADirectory { path: owned() },
+                    e => ConfigError::CannotOpen { path: owned(), source: e.into() },
                 }
             })?;
         if let Err(e) = nix::unistd::access(path, nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK) {
-            return Err(format!(
-                "--config-dir {shown} is not writable ({}); give a directory you can write in",
-                std::io::Error::from(e)
-            ));
+            return Err(ConfigError::NotWritable { path: owned(), source: e.into() });
         }
-        Ok(ConfigDir { path: path.to_path_buf(), fd })
+        Ok(ConfigDir { path: owned(), fd })
     }
 
     /// The directory as the user named it.
@@ -83,53 +197,41 @@ impl ConfigDir {
 
     /// The stored text of `name`, `None` when there is no such file. A link, a non-regular
     /// file, an oversized file or one that is not text is an error (one sentence).
-    pub fn load(&self, name: &str) -> Result<Option<String>, String> {
-        let shown = self.path.join(name);
-        let shown = shown.display();
+    pub fn load(&self, name: &str) -> Result<Option<String>, ConfigError> {
+        let path = self.path.join(name);
+        let cannot_read = |source: std::io::Error| ConfigError::CannotRead { path: path.clone(), source };
         // O_NONBLOCK: a FIFO planted here must not hang the start.
         let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
         let fd = match fcntl::openat(&self.fd, name, flags, Mode::empty()) {
             Ok(fd) => fd,
             Err(Errno::ENOENT) => return Ok(None),
-            Err(Errno::ELOOP) => {
-                return Err(format!(
-                    "{shown} is a symbolic link; the simulator only reads configuration files it wrote itself: remove the link"
-                ))
-            }
-            Err(e) => return Err(format!("cannot read {shown}: {}", std::io::Error::from(e))),
+            Err(Errno::ELOOP) => return Err(ConfigError::Link { path }),
+            Err(e) => return Err(cannot_read(e.into())),
         };
-        let st = stat::fstat(&fd).map_err(|e| format!("cannot read {shown}: {}", std::io::Error::from(e)))?;
+        let st = stat::fstat(&fd).map_err(|e| cannot_read(e.into()))?;
         if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
-            return Err(format!("{shown} is not a regular file; remove it or choose another --config-dir"));
+            return Err(ConfigError::NotRegular { path });
         }
         let size = u64::try_from(st.st_size).unwrap_or(0);
         if size > MAX_CONFIG_BYTES {
-            return Err(format!(
-                "{shown} is {size} bytes, more than a configuration can be ({MAX_CONFIG_BYTES}); remove it or choose another --config-dir"
-            ));
+            return Err(ConfigError::TooBig { path, size });
         }
         let mut bytes = Vec::new();
         let mut file = std::fs::File::from(fd);
         use std::io::Read;
-        (&mut file)
-            .take(MAX_CONFIG_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| format!("cannot read {shown}: {e}"))?;
+        (&mut file).take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes).map_err(cannot_read)?;
         if bytes.len() as u64 > MAX_CONFIG_BYTES {
-            return Err(format!("{shown} grew past {MAX_CONFIG_BYTES} bytes while it was read; remove it"));
+            return Err(ConfigError::Grew { path });
         }
-        String::from_utf8(bytes)
-            .map(Some)
-            .map_err(|_| format!("{shown} is not text; remove it or choose another --config-dir"))
+        String::from_utf8(bytes).map(Some).map_err(|_| ConfigError::NotText { path })
     }
 
     /// Replace `name` with `text`: a temporary file created exclusively beside it, written,
     /// synced and renamed over it, then the directory synced. Whatever was at `name` — a file,
     /// a link — is replaced, never followed. On error nothing is left behind.
-    pub fn store(&self, name: &str, text: &str) -> Result<(), String> {
-        let shown = self.path.join(name);
-        let shown = shown.display();
-        let os = |what: &str, e: Errno| format!("cannot {what} {shown}: {}", std::io::Error::from(e));
+    pub fn store(&self, name: &str, text: &str) -> Result<(), ConfigError> {
+        let path = self.path.join(name);
+        let os = |what: &'static str, e: Errno| ConfigError::Store { what, path: path.clone(), source: e.into() };
         let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let mode = Mode::from_bits_truncate(0o644);
         let mut attempt = 0;
@@ -144,9 +246,10 @@ impl ConfigDir {
             }
         };
         let result = (|| {
+            let cannot_write = |source| ConfigError::CannotWrite { path: path.clone(), source };
             let mut file = std::fs::File::from(fd);
-            file.write_all(text.as_bytes()).map_err(|e| format!("cannot write {shown}: {e}"))?;
-            file.sync_all().map_err(|e| format!("cannot write {shown}: {e}"))?;
+            file.write_all(text.as_bytes()).map_err(cannot_write)?;
+            file.sync_all().map_err(cannot_write)?;
             drop(file);
             fcntl::renameat(&self.fd, temp.as_str(), &self.fd, name).map_err(|e| os("replace", e))?;
             Ok(())
@@ -209,15 +312,10 @@ impl ConfigStore {
 
     /// Power every servo of `bus` that has a stored file up with it. A file that cannot be
     /// read at all is an error (one sentence); lines that cannot be applied are warnings.
-    pub fn load_into(&self, bus: &mut sim::SimBus) -> Result<LoadReport, String> {
+    pub fn load_into(&self, bus: &mut sim::SimBus) -> Result<LoadReport, ConfigError> {
         let servos = bus.servos_mut();
         if servos.len() != self.slots.len() {
-            return Err(format!(
-                "bus {}: {} servos but {} configuration slots; this is a bug in the caller",
-                self.bus,
-                servos.len(),
-                self.slots.len()
-            ));
+            return Err(ConfigError::SlotMismatch { bus: self.bus, servos: servos.len(), slots: self.slots.len() });
         }
         let mut report = LoadReport::default();
         for (servo, &slot) in servos.iter_mut().zip(&self.slots) {
@@ -270,7 +368,7 @@ impl ConfigWriter {
                     Ok(()) => entry.written += 1,
                     Err(e) => {
                         entry.failed += 1;
-                        entry.first_error.get_or_insert(e);
+                        entry.first_error.get_or_insert(e.to_string());
                     }
                 }
             }
@@ -280,12 +378,10 @@ impl ConfigWriter {
     }
 
     /// Queue a write of `text` to `name` in `dir` for bus index `bus`. Never waits.
-    pub fn submit(&self, bus: usize, dir: &Arc<ConfigDir>, name: String, text: String) -> Result<(), String> {
+    pub fn submit(&self, bus: usize, dir: &Arc<ConfigDir>, name: String, text: String) -> Result<(), ConfigError> {
         match &self.jobs {
-            Some(tx) => tx
-                .send((bus, Arc::clone(dir), name, text))
-                .map_err(|_| "the configuration writer thread has stopped".to_string()),
-            None => Err("the configuration writer has finished".into()),
+            Some(tx) => tx.send((bus, Arc::clone(dir), name, text)).map_err(|_| ConfigError::WriterStopped),
+            None => Err(ConfigError::WriterFinished),
         }
     }
 
@@ -352,7 +448,8 @@ mod tests {
         let link = t.path().join("bus1-servo2.cfg");
         std::os::unix::fs::symlink(&victim, &link).unwrap();
         let e = d.load("bus1-servo2.cfg").unwrap_err();
-        assert!(e.contains("symbolic link"), "{e}");
+        assert!(matches!(&e, ConfigError::Link { path } if *path == link), "{e:?}");
+        assert!(e.to_string().contains("symbolic link"), "{e}");
         d.store("bus1-servo2.cfg", "id.id 2\n").unwrap();
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
         assert!(!std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
@@ -364,7 +461,8 @@ mod tests {
         let (t, d) = dir();
         nix::unistd::mkfifo(&t.path().join("bus1-servo3.cfg"), Mode::from_bits_truncate(0o600)).unwrap();
         let e = d.load("bus1-servo3.cfg").unwrap_err();
-        assert!(e.contains("not a regular file"), "{e}");
+        assert!(matches!(&e, ConfigError::NotRegular { path } if path.ends_with("bus1-servo3.cfg")), "{e:?}");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
         std::fs::create_dir(t.path().join("bus1-servo4.cfg")).unwrap();
         assert!(d.load("bus1-servo4.cfg").is_err());
         // Writing over a directory fails, is reported, and leaves no temporary behind.
@@ -378,11 +476,14 @@ mod tests {
     #[test]
     fn open_refuses_a_missing_directory_and_a_file_in_one_sentence() {
         let t = tempfile::tempdir().unwrap();
-        let e = ConfigDir::open(&t.path().join("nope")).unwrap_err();
+        let missing = t.path().join("nope");
+        let e = ConfigDir::open(&missing).unwrap_err();
+        assert!(matches!(&e, ConfigError::NoDirectory { path } if *path == missing), "{e:?}");
+        let e = e.to_string();
         assert!(e.contains("does not exist") && e.contains("mkdir -p"), "{e}");
         let file = t.path().join("file");
         std::fs::write(&file, "").unwrap();
-        let e = ConfigDir::open(&file).unwrap_err();
+        let e = ConfigDir::open(&file).unwrap_err().to_string();
         assert!(e.contains("is not a directory"), "{e}");
         assert_eq!(e.lines().count(), 1);
     }

@@ -379,7 +379,7 @@ fn take_stored_configs(
         };
         if let Err(e) = writer.submit(index, store.dir(), name, text) {
             entry.stored.failed += 1;
-            entry.stored.first_error.get_or_insert(e);
+            entry.stored.first_error.get_or_insert(e.to_string());
         }
     }
 }

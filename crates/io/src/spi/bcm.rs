@@ -518,7 +518,7 @@ impl BcmSpi {
     /// for `timing`. The error names what is missing and the fix.
     pub fn open(timing: SpiTiming) -> Result<Self, OpenError> {
         let fail = |message: String| OpenError { uri: URI.into(), message };
-        timing.validate().map_err(fail)?;
+        timing.validate().map_err(|e| fail(e.to_string()))?;
         let base = detect_base(
             device_tree("model").as_deref(),
             device_tree("compatible").as_deref(),

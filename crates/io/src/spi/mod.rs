@@ -99,16 +99,13 @@ impl Default for SpiTiming {
 impl SpiTiming {
     /// Check user-given values: a clock from 100 kHz to the processors' 10 MHz, holds of at
     /// least the 3 µs they need and at most a millisecond.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SpiTimingError> {
         if !(100_000..=10_000_000).contains(&self.speed_hz) {
-            return Err(format!(
-                "SPI clock {} Hz is outside what the pi3hat takes: give 100000 to 10000000 Hz",
-                self.speed_hz
-            ));
+            return Err(SpiTimingError::Speed { speed_hz: self.speed_hz });
         }
-        for (what, v) in [("chip-select hold", self.cs_hold_ns), ("address hold", self.address_hold_ns)] {
-            if !(3_000..=1_000_000).contains(&v) {
-                return Err(format!("SPI {what} {v} ns is outside 3000-1000000 ns: the processors need at least 3 µs"));
+        for (what, ns) in [("chip-select hold", self.cs_hold_ns), ("address hold", self.address_hold_ns)] {
+            if !(3_000..=1_000_000).contains(&ns) {
+                return Err(SpiTimingError::Hold { what, ns });
             }
         }
         Ok(())
@@ -126,8 +123,29 @@ impl SpiTiming {
     }
 }
 
+/// Why [`SpiTiming::validate`] refused a timing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpiTimingError {
+    /// A clock outside 100 kHz..=10 MHz.
+    #[error("SPI clock {speed_hz} Hz is outside what the pi3hat takes: give 100000 to 10000000 Hz")]
+    Speed {
+        /// The clock given, Hz.
+        speed_hz: u32,
+    },
+    /// A hold outside 3 µs..=1 ms.
+    #[error("SPI {what} {ns} ns is outside 3000-1000000 ns: the processors need at least 3 µs")]
+    Hold {
+        /// Which hold: `chip-select hold` or `address hold`.
+        what: &'static str,
+        /// The hold given, ns.
+        ns: u32,
+    },
+}
+
 /// Why a transfer failed. Small and `Copy`: created on the hot path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SpiError {
     /// An operating-system error, as errno.
     Os(i32),

@@ -166,7 +166,7 @@ impl SpidevSpi {
     /// words, at most `timing.speed_hz`. The error names the device and the fix.
     pub fn open(timing: SpiTiming) -> Result<Self, OpenError> {
         let fail = |message: String| OpenError { uri: URI.into(), message };
-        timing.validate().map_err(fail)?;
+        timing.validate().map_err(|e| fail(e.to_string()))?;
         let open = |cs: ChipSelect| open_device(cs.spidev_path(), &timing).map_err(fail);
         let devices = [open(ChipSelect::Spi1Cs0)?, open(ChipSelect::Spi1Cs1)?, open(ChipSelect::Spi0Cs0)?];
         Ok(SpidevSpi { timing, devices, last_end_ns: [0; 3] })

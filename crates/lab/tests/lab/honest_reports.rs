@@ -91,6 +91,6 @@ fn labels_agree_with_their_numbers() {
     assert_eq!(lab::report::count(1, "missing reply", "missing replies"), "1 missing reply");
     assert_eq!(lab::report::count(0, "cycle", "cycles"), "0 cycles");
     assert_eq!(lab::report::count(2, "period", "periods"), "2 periods");
-    let err = lab::check::samples_in_all(10_000_000, 5, "x").unwrap_err();
+    let err = lab::check::samples_in_all(10_000_000, 5, "x").unwrap_err().to_string();
     assert!(err.contains("for 5 runs") && err.contains("50000000 samples in all"), "{err}");
 }

@@ -186,7 +186,7 @@ fn an_experiment_that_fails_leaves_no_files_and_says_why_in_one_sentence() {
         return;
     };
     let common = lab::report::CommonOptions { load: 1, samples: 10, ..Default::default() };
-    let err = lab::cycle::cycle(&common, "fdcanusb:/nonexistent/rtloop-lab-test", "1", 100.0).unwrap_err();
+    let err = lab::cycle::cycle(&common, "fdcanusb:/nonexistent/rtloop-lab-test", "1", 100.0).unwrap_err().to_string();
     assert!(!err.contains("OpenError") && !err.contains(" {"), "a Debug struct reached the user: {err}");
     assert!(err.contains("/nonexistent/rtloop-lab-test"), "{err}");
     assert_eq!(tmp.entries(), Vec::<String>::new(), "left behind after an error");

@@ -15,7 +15,7 @@ fn outcome() -> Outcome {
     }
 }
 
-type Writer = dyn Fn(&Path, bool) -> Result<(), String>;
+type Writer = dyn Fn(&Path, bool) -> Result<(), lab::Error>;
 
 /// Both lab outputs, by file name and writer.
 fn writers() -> [(&'static str, &'static Writer); 2] {
@@ -41,7 +41,7 @@ fn an_output_symlink_is_neither_followed_nor_replaced() {
         let link = dir.path().join(name);
         std::os::unix::fs::symlink(&victim, &link).unwrap();
         for force in [false, true] {
-            let err = write(&link, force).unwrap_err();
+            let err = write(&link, force).unwrap_err().to_string();
             assert!(err.contains("symbolic link") && !err.contains('\n'), "{name}, force {force}: {err}");
             assert_eq!(std::fs::read(&victim).unwrap(), b"precious", "{name}: written through a symlink");
             assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "{name}: link replaced");
@@ -57,7 +57,7 @@ fn an_existing_file_is_replaced_only_with_force() {
     for (name, write) in writers() {
         let path = dir.path().join(name);
         std::fs::write(&path, b"TLOG0003 precious").unwrap();
-        let err = write(&path, false).unwrap_err();
+        let err = write(&path, false).unwrap_err().to_string();
         assert!(err.contains("already exists") && err.contains("--force"), "{name}: {err}");
         assert_eq!(std::fs::read(&path).unwrap(), b"TLOG0003 precious", "{name}: overwritten without --force");
         write(&path, true).unwrap();
@@ -75,16 +75,16 @@ fn the_option_check_refuses_what_the_writer_would() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("old.csv");
     std::fs::write(&file, b"x").unwrap();
-    assert!(lab::check::output_file("--csv", &file, None, false).unwrap_err().contains("--force"));
+    assert!(lab::check::output_file("--csv", &file, None, false).unwrap_err().to_string().contains("--force"));
     lab::check::output_file("--csv", &file, None, true).unwrap();
     let fifo = dir.path().join("fifo.csv");
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     for force in [false, true] {
-        let err = lab::check::output_file("--csv", &fifo, None, force).unwrap_err();
+        let err = lab::check::output_file("--csv", &fifo, None, force).unwrap_err().to_string();
         assert!(err.contains("a FIFO") && err.contains("not even with --force"), "{err}");
-        let err = write_csv(&outcome(), &fifo, force).unwrap_err();
+        let err = write_csv(&outcome(), &fifo, force).unwrap_err().to_string();
         assert!(err.contains("a FIFO"), "{err}");
     }
     assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
@@ -93,7 +93,8 @@ fn the_option_check_refuses_what_the_writer_would() {
 
 #[test]
 fn a_plot_that_cannot_be_written_says_why_in_one_sentence() {
-    let err = lab::plot::plot(&outcome(), Path::new("/nonexistent/rtloop-lab/plot.png"), false).unwrap_err();
+    let err =
+        lab::plot::plot(&outcome(), Path::new("/nonexistent/rtloop-lab/plot.png"), false).unwrap_err().to_string();
     assert!(err.contains("/nonexistent/rtloop-lab"), "{err}");
     assert!(!err.contains("Os {") && !err.contains("IoError(") && !err.contains('\n'), "{err}");
 }

@@ -11,7 +11,7 @@ use lab::load::{Capacity, Load};
 fn refusal(args: &[&str], flag: &str) -> String {
     let err = match run(parse(args)) {
         Ok(out) => panic!("{args:?} was accepted and measured:\n{}", out.text),
-        Err(e) => e,
+        Err(e) => e.to_string(),
     };
     assert!(err.contains(flag), "{args:?}: the refusal does not name {flag}: {err}");
     assert!(!err.contains('\n'), "{args:?}: not one sentence: {err}");
@@ -81,18 +81,18 @@ fn load_is_capped_by_cpus_and_available_memory() {
     assert_eq!(Capacity { cpus: 64, available_bytes: Some(100 * MIB) }.max_workers(), 0);
     // What the issue saw: 100 000 workers asked on a machine with 24 GB.
     let machine = Capacity { cpus: 2, available_bytes: Some(24 * GIB) };
-    let err = machine.check(100_000).unwrap_err();
+    let err = machine.check(100_000).unwrap_err().to_string();
     assert!(err.contains("--load 100000") && err.contains("0..=8"), "{err}");
     assert!(machine.check(8).is_ok() && machine.check(0).is_ok());
     let tiny = Capacity { cpus: 2, available_bytes: Some(100 * MIB) };
-    let err = tiny.check(1).unwrap_err();
+    let err = tiny.check(1).unwrap_err().to_string();
     assert!(err.contains("--load 1") && err.contains("memory"), "{err}");
 }
 
 #[test]
 fn a_huge_load_is_refused_before_any_worker_starts() {
     let LabCommand::Wakeup { common, .. } = parse(&["wakeup", "--load", "100000"]) else { panic!() };
-    let err = common.options().expect_err("--load 100000 accepted");
+    let err = common.options().expect_err("--load 100000 accepted").to_string();
     assert!(err.contains("--load 100000") && err.contains("0..="), "{err}");
     // The library refuses too, without allocating anything for the workers.
     assert!(Load::start(usize::MAX).is_err());
@@ -127,7 +127,7 @@ fn the_echo_server_serves_loopback_unless_told_otherwise() {
     // Loopback, for a moment: fine.
     lab::udp::serve_echo("127.0.0.1:0", "blocking", brief(), false).expect("loopback echo server");
     // Every interface: refused unless asked for explicitly.
-    let err = lab::udp::serve_echo("0.0.0.0:0", "blocking", brief(), false).unwrap_err();
+    let err = lab::udp::serve_echo("0.0.0.0:0", "blocking", brief(), false).unwrap_err().to_string();
     assert!(err.contains("--allow-remote"), "{err}");
     assert!(!err.contains('\n'), "{err}");
     lab::udp::serve_echo("0.0.0.0:0", "blocking", brief(), true).expect("explicitly allowed");

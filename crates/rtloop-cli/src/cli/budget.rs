@@ -90,7 +90,9 @@ pub fn measure<C: Clock + Clone + Send + 'static>(
     if !robot.all_simulated() {
         return Err("only simulated buses are measured (sim, pi3hat:sim)".into());
     }
-    let mut r = robot.build(clock.clone(), workload.robot_config(robot), io::open::OpenOptions::default())?;
+    let mut r = robot
+        .build(clock.clone(), workload.robot_config(robot), io::open::OpenOptions::default())
+        .map_err(|e| e.to_string())?;
     let n = r.servos().len();
     let motion = run_motion(n);
     let mut commands = vec![ServoCommand::Query; n];
@@ -205,7 +207,7 @@ impl BudgetRequest {
                 b.bus
             ));
         }
-        self.robot.validate()
+        Ok(self.robot.validate().map_err(|e| e.to_string())?)
     }
 }
 
@@ -678,7 +680,7 @@ pub fn robot_from_args(
         return Ok(pi3hat_quadruped());
     }
     if flags {
-        return RobotSpec::from_flags(buses, ids);
+        return Ok(RobotSpec::from_flags(buses, ids).map_err(|e| e.to_string())?);
     }
     Ok(from_file.unwrap_or_else(RobotSpec::default_quadruped))
 }

@@ -406,7 +406,7 @@ fn plan(req: &CanRequest) -> Result<Plan, String> {
         (false, Some(_)) => {
             return Err("--duration applies only with --run; without it rtloop can runs one cycle".into())
         }
-        (true, Some(d)) => Some(seconds_from_user("--duration", d, MAX_DURATION_S)?),
+        (true, Some(d)) => Some(seconds_from_user("--duration", d, MAX_DURATION_S).map_err(|e| e.to_string())?),
         _ => None,
     };
     if req.run && !cycles {
@@ -420,7 +420,7 @@ fn plan(req: &CanRequest) -> Result<Plan, String> {
             return Err("give either --timeout-ms or --can-timeout-ns, not both: they set the same cycle timeout".into())
         }
         (Some(ms), None) => {
-            let t = millis_from_user("--timeout-ms", ms, MAX_TIMEOUT_MS)?;
+            let t = millis_from_user("--timeout-ms", ms, MAX_TIMEOUT_MS).map_err(|e| e.to_string())?;
             // At most a minute: fits u64 nanoseconds many times over.
             u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
         }

@@ -62,7 +62,7 @@ type Client = DiagnosticClient<Box<dyn Transport>, MonotonicClock>;
 /// opened (exit 2); an [`Outcome`] with a failure: the servo refused something, went silent,
 /// or the bus failed (exit 1).
 pub fn run(req: &DiagRequest) -> Result<Outcome, String> {
-    let timeout = millis_from_user("--timeout-ms", req.timeout_ms, MAX_TIMEOUT_MS)?;
+    let timeout = millis_from_user("--timeout-ms", req.timeout_ms, MAX_TIMEOUT_MS).map_err(|e| e.to_string())?;
     // Read the file before touching the servo: a mistake in it must not leave half a
     // configuration behind.
     let restore = match &req.action {

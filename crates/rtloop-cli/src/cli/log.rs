@@ -614,17 +614,17 @@ pub fn serve(_path: &Path, _args: &ServeArgs, _as_json: bool) -> Result<Outcome,
 #[cfg(feature = "foxglove")]
 pub fn serve(path: &Path, args: &ServeArgs, as_json: bool) -> Result<Outcome, String> {
     use rtloop::live::playback;
-    let addr = rtloop::live::foxglove::parse_address(&args.foxglove, args.allow_remote)?;
+    let addr = rtloop::live::foxglove::parse_address(&args.foxglove, args.allow_remote).map_err(|e| e.to_string())?;
     let opts = playback::PlaybackOptions {
         addr,
-        speed: playback::check_speed(args.speed)?,
-        every: rtloop::live::check_every("--foxglove-every", args.foxglove_every)?,
+        speed: playback::check_speed(args.speed).map_err(|e| e.to_string())?,
+        every: rtloop::live::check_every("--foxglove-every", args.foxglove_every).map_err(|e| e.to_string())?,
         start_s: args.start,
         end_s: args.end,
         looping: args.looping,
         exit_at_end: args.exit_at_end,
     };
-    let report = playback::serve(path, &opts)?;
+    let report = playback::serve(path, &opts).map_err(|e| e.to_string())?;
     let warnings = report.problems.iter().map(ToString::to_string).collect();
     let text = if as_json {
         serde_json::to_string(&report).map_err(|e| e.to_string())?

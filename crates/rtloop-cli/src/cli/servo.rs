@@ -144,16 +144,16 @@ pub fn state_line(id: u8, uri: &BusUri, s: &ServoState) -> String {
 /// Run it. `Err` is a mistake in the request or a device that cannot be opened (exit 2);
 /// an [`Outcome`] with a failure is a command that ran without getting its replies (exit 1).
 pub fn run(req: &ServoRequest) -> Result<Outcome, String> {
-    let timeout = millis_from_user("--timeout-ms", req.timeout_ms, MAX_TIMEOUT_MS)?;
+    let timeout = millis_from_user("--timeout-ms", req.timeout_ms, MAX_TIMEOUT_MS).map_err(|e| e.to_string())?;
     let duration = match (req.run, req.duration_s) {
         (false, Some(_)) => {
             return Err("--duration applies only with --run; a single command is one transaction".into());
         }
-        (true, Some(d)) => Some(seconds_from_user("--duration", d, MAX_DURATION_S)?),
+        (true, Some(d)) => Some(seconds_from_user("--duration", d, MAX_DURATION_S).map_err(|e| e.to_string())?),
         _ => None,
     };
     if let ServoCommand::Position(cmd) = &req.command {
-        check_position_registers(cmd, Watchdog::AlwaysOn)?;
+        check_position_registers(cmd, Watchdog::AlwaysOn).map_err(|e| e.to_string())?;
     }
     let spec = RobotSpec { buses: vec![BusSpec { bus: 1, uri: req.uri.clone(), servos: vec![req.id] }] };
     let mut config = RobotConfig {
@@ -169,7 +169,7 @@ pub fn run(req: &ServoRequest) -> Result<Outcome, String> {
     config.cycle.busy_poll = req.busy_poll;
     let clock = MonotonicClock::default();
     let open = io::open::OpenOptions { fdcanusb_crc: req.crc, ..Default::default() };
-    let mut robot = spec.build(clock, config, open)?;
+    let mut robot = spec.build(clock, config, open).map_err(|e| e.to_string())?;
     let commands = [req.command];
     let mut replies = [ServoReply::default()];
     let mut imu = Default::default();

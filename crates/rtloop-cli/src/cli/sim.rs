@@ -20,7 +20,11 @@ use rtloop::sim_buses::{endpoint, load_buses, LoadedBuses, SimRequest};
 
 /// Serve until Ctrl-C (or the duration); returns the closing report.
 pub fn run(req: &SimRequest) -> Result<String, String> {
-    let duration = req.duration_s.map(|d| seconds_from_user("--duration", d, MAX_DURATION_S)).transpose()?;
+    let duration = req
+        .duration_s
+        .map(|d| seconds_from_user("--duration", d, MAX_DURATION_S))
+        .transpose()
+        .map_err(|e| e.to_string())?;
     let LoadedBuses { buses, config_dir, warnings, notes } = load_buses(req).map_err(|e| e.to_string())?;
     for warning in &warnings {
         crate::cli::console::note(format!("rtloop sim: warning: {warning}"));

@@ -44,7 +44,7 @@ fn no_watchdog_value_switches_the_watchdog_off() {
     ];
     for v in values {
         let text = format!("[gains]\nwatchdog_timeout_s = {v}\n");
-        match RunConfig::from_toml(&text) {
+        match RunConfig::from_toml(&text).map_err(|e| e.to_string()) {
             Err(e) => {
                 assert!(e.starts_with("gains.watchdog_timeout_s = "), "{v}: {e}");
                 assert!(e.contains("0.01 to 10 s"), "{v}: {e}");

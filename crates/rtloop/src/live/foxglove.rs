@@ -32,7 +32,9 @@
 //! input panic anything or reach the loop.
 
 use super::subprotocol::FrontCounts;
-use super::{CycleTiming, EventMsg, ImuMsg, LiveCycle, LiveRobot, LiveSink, LiveStats, Publisher, Quat, Vec3};
+use super::{
+    CycleTiming, EventMsg, ImuMsg, LiveCycle, LiveError, LiveRobot, LiveSink, LiveStats, Publisher, Quat, Vec3,
+};
 use super::{ServoCommandMsg, ServoStateMsg};
 use crate::live::LiveConfig;
 use crate::telemetry::ServoLog;
@@ -47,7 +49,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 
-pub use super::address::{parse_address, DEFAULT_ADDRESS};
+pub use super::address::{parse_address, AddressError, DEFAULT_ADDRESS};
 
 /// Items (cycles, events) the telemetry thread may queue for the publisher thread before
 /// it drops: 256 cycles is a quarter second at every cycle of 1 kHz.
@@ -58,7 +60,7 @@ pub const CLIENT_BACKLOG: usize = 1024;
 
 /// Start the server `config.foxglove` names (bound before the run starts, so a taken port
 /// is an error now rather than a silent run without a view).
-pub fn publisher(config: &LiveConfig) -> Result<Publisher, String> {
+pub fn publisher(config: &LiveConfig) -> Result<Publisher, LiveError> {
     let addr = parse_address(config.foxglove.as_deref().unwrap_or(DEFAULT_ADDRESS), config.allow_remote)?;
     let every = super::check_every("--foxglove-every", config.foxglove_every)?;
     let sink = FoxgloveSink::bind(
@@ -375,19 +377,19 @@ struct Channels {
 }
 
 /// One JSON channel with a JSON schema.
-fn json_channel(ctx: &Arc<Context>, topic: &str, schema: &Json) -> Result<Arc<RawChannel>, String> {
+fn json_channel(ctx: &Arc<Context>, topic: &str, schema: &Json) -> Result<Arc<RawChannel>, LiveError> {
     let name = schema["title"].as_str().unwrap_or(topic).to_string();
-    let bytes = serde_json::to_vec(schema).map_err(|e| format!("{topic}: {e}"))?;
+    let bytes = serde_json::to_vec(schema).map_err(|source| LiveError::Schema { topic: topic.to_string(), source })?;
     ChannelBuilder::new(topic)
         .context(ctx)
         .message_encoding("json")
         .schema(Schema::new(name, "jsonschema", bytes))
         .build_raw()
-        .map_err(|e| format!("cannot advertise the Foxglove channel {topic}: {e}"))
+        .map_err(|source| LiveError::Advertise { topic: topic.to_string(), source })
 }
 
 impl Channels {
-    fn advertise(ctx: &Arc<Context>, robot: &LiveRobot) -> Result<Self, String> {
+    fn advertise(ctx: &Arc<Context>, robot: &LiveRobot) -> Result<Self, LiveError> {
         use super::schemas;
         let mut servos = Vec::with_capacity(robot.servos.len());
         for &(bus, id) in &robot.servos {
@@ -523,7 +525,7 @@ impl std::fmt::Debug for FoxgloveSink {
 impl FoxgloveSink {
     /// Start serving on `addr` (port 0: any free port; see [`FoxgloveSink::addr`]) with its
     /// own SDK context and runtime; channels come with [`LiveSink::start`].
-    pub fn bind(addr: SocketAddr, options: ServeOptions) -> Result<Self, String> {
+    pub fn bind(addr: SocketAddr, options: ServeOptions) -> Result<Self, LiveError> {
         let counters = Arc::new(Counters::default());
         let dispatch = tracing::Dispatch::new(SdkEventCounter(Arc::clone(&counters)));
         let on_start = dispatch.clone();
@@ -534,28 +536,24 @@ impl FoxgloveSink {
             .on_thread_start(move || install_counting(&on_start))
             .on_thread_stop(uninstall_counting)
             .build()
-            .map_err(|e| format!("cannot start the Foxglove server's runtime: {e}"))?;
+            .map_err(LiveError::FoxgloveRuntime)?;
         // The user's address is the front door's (see `super::subprotocol`): bound first, so a
         // taken port is the error the user sees; the SDK listens behind it, on loopback only.
-        let front = std::net::TcpListener::bind(addr).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AddrInUse {
-                format!(
-                    "cannot serve Foxglove on {addr}: the port is taken (another rtloop or Foxglove server?); give a \
-                     free one, e.g. --foxglove 127.0.0.1:{}",
-                    addr.port().wrapping_add(1).max(1024)
-                )
+        let front = std::net::TcpListener::bind(addr).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::AddrInUse {
+                LiveError::PortTaken { addr }
             } else {
-                format!("cannot serve Foxglove on {addr}: {e}; give another address with --foxglove HOST:PORT")
+                LiveError::CannotBind { addr, source }
             }
         })?;
-        let public = front.local_addr().map_err(|e| format!("cannot serve Foxglove on {addr}: {e}"))?;
+        let public = front.local_addr().map_err(|source| LiveError::CannotServe { addr, source })?;
         let front = front
             .set_nonblocking(true)
             .and_then(|()| {
                 let _in_runtime = runtime.enter();
                 tokio::net::TcpListener::from_std(front)
             })
-            .map_err(|e| format!("cannot serve Foxglove on {addr}: {e}"))?;
+            .map_err(|source| LiveError::CannotServe { addr, source })?;
         let context = Context::new();
         let mut server = context
             .websocket_server()
@@ -570,7 +568,7 @@ impl FoxgloveSink {
         }
         server = server.listener(Arc::new(Listener { counters: Arc::clone(&counters), playback }));
         let handle = tracing::dispatcher::with_default(&dispatch, || runtime.block_on(server.start()))
-            .map_err(|e| format!("cannot start the Foxglove server on a loopback port: {e}"))?;
+            .map_err(LiveError::FoxgloveStart)?;
         let inner = SocketAddr::from(([127, 0, 0, 1], handle.port()));
         runtime.spawn(super::subprotocol::serve(front, inner, Arc::clone(&counters) as Arc<dyn FrontCounts>));
         let addr = public;
@@ -618,7 +616,7 @@ impl FoxgloveSink {
     }
 
     /// Advertise a JSON channel of the caller's (`rtloop log serve`'s `/log/<record>`).
-    pub fn advertise_json(&self, topic: &str, schema: &Json) -> Result<Arc<RawChannel>, String> {
+    pub fn advertise_json(&self, topic: &str, schema: &Json) -> Result<Arc<RawChannel>, LiveError> {
         json_channel(&self.context, topic, schema)
     }
 
@@ -842,6 +840,8 @@ mod tests {
     fn a_taken_port_is_one_sentence() {
         let first = FoxgloveSink::bind("127.0.0.1:0".parse().unwrap(), ServeOptions::default()).unwrap();
         let e = FoxgloveSink::bind(first.addr(), ServeOptions::default()).unwrap_err();
+        assert!(matches!(e, LiveError::PortTaken { addr } if addr == first.addr()), "{e:?}");
+        let e = e.to_string();
         assert!(e.contains(&first.addr().to_string()) && e.contains("port is taken") && !e.contains('\n'), "{e}");
     }
 }

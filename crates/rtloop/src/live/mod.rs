@@ -37,11 +37,11 @@ pub mod zenoh;
 /// This build has no Foxglove server (the `foxglove` feature is off).
 #[cfg(not(feature = "foxglove"))]
 pub mod foxglove {
-    pub use super::address::{parse_address, DEFAULT_ADDRESS};
+    pub use super::address::{parse_address, AddressError, DEFAULT_ADDRESS};
 
     /// Refuses: this build has no Foxglove server.
-    pub fn publisher(_config: &super::LiveConfig) -> Result<super::Publisher, String> {
-        Err(super::built_without("foxglove", "--foxglove"))
+    pub fn publisher(_config: &super::LiveConfig) -> Result<super::Publisher, super::LiveError> {
+        Err(super::LiveError::BuiltWithout { feature: "foxglove", flag: "--foxglove" })
     }
 }
 
@@ -53,8 +53,8 @@ pub mod zenoh {
         _config: &super::LiveConfig,
         _robot: &str,
         _remote: std::sync::Arc<super::RemoteControl>,
-    ) -> Result<super::Publisher, String> {
-        Err(super::built_without("zenoh", "--zenoh"))
+    ) -> Result<super::Publisher, super::LiveError> {
+        Err(super::LiveError::BuiltWithout { feature: "zenoh", flag: "--zenoh" })
     }
 }
 
@@ -125,9 +125,161 @@ impl LiveConfig {
     }
 }
 
-/// The one sentence for a publisher this build lacks (`flag` asked for it).
-pub fn built_without(feature: &str, flag: &str) -> String {
-    format!("{flag}: this rtloop was built without the `{feature}` feature; build it with `cargo build --release -p rtloop-cli --features {feature}` (on by default)")
+/// Why a live publisher (the Foxglove server, a zenoh session) did not start, or a live
+/// setting was refused. The Display is the one sentence the user sees.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LiveError {
+    /// This build lacks the publisher.
+    #[error(
+        "{flag}: this rtloop was built without the `{feature}` feature; build it with `cargo build --release -p rtloop-cli --features {feature}` (on by default)"
+    )]
+    BuiltWithout {
+        /// The cargo feature.
+        feature: &'static str,
+        /// The flag that asked for it.
+        flag: &'static str,
+    },
+    /// A decimation outside 1..=[`MAX_EVERY`].
+    #[error(
+        "{flag} {every}: give a number of cycles from 1 (every cycle) to {MAX_EVERY}, e.g. 10 for 100 Hz at 1 kHz"
+    )]
+    Every {
+        /// The flag, e.g. `--zenoh-every`.
+        flag: String,
+        /// The value given.
+        every: u32,
+    },
+    /// The Foxglove address is refused.
+    #[error(transparent)]
+    Address(#[from] address::AddressError),
+    /// The Foxglove server's runtime did not start.
+    #[error("cannot start the Foxglove server's runtime: {0}")]
+    FoxgloveRuntime(#[source] std::io::Error),
+    /// The Foxglove port is taken.
+    #[error(
+        "cannot serve Foxglove on {addr}: the port is taken (another rtloop or Foxglove server?); give a free one, e.g. --foxglove 127.0.0.1:{}",
+        .addr.port().wrapping_add(1).max(1024)
+    )]
+    PortTaken {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+    },
+    /// The Foxglove address cannot be bound.
+    #[error("cannot serve Foxglove on {addr}: {source}; give another address with --foxglove HOST:PORT")]
+    CannotBind {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The bound Foxglove socket cannot be served.
+    #[error("cannot serve Foxglove on {addr}: {source}")]
+    CannotServe {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The Foxglove SDK's server did not start.
+    #[cfg(feature = "foxglove")]
+    #[error("cannot start the Foxglove server on a loopback port: {0}")]
+    FoxgloveStart(#[source] ::foxglove::FoxgloveError),
+    /// A channel's JSON schema cannot be encoded.
+    #[error("{topic}: {source}")]
+    Schema {
+        /// The topic.
+        topic: String,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// A Foxglove channel cannot be advertised.
+    #[cfg(feature = "foxglove")]
+    #[error("cannot advertise the Foxglove channel {topic}: {source}")]
+    Advertise {
+        /// The topic.
+        topic: String,
+        /// Why.
+        source: ::foxglove::FoxgloveError,
+    },
+    /// zenoh refused the built-in peer configuration (`reason`: the first line of its error).
+    #[error("the built-in zenoh peer configuration: {reason}")]
+    PeerConfig {
+        /// zenoh's reason.
+        reason: String,
+    },
+    /// `--zenoh FILE` names no file.
+    #[error(
+        "--zenoh {what}: no such file: give the path of a zenoh JSON5 configuration, or --zenoh alone for a loopback peer"
+    )]
+    NoZenohFile {
+        /// What `--zenoh` named.
+        what: String,
+    },
+    /// `--zenoh FILE` is not a zenoh configuration.
+    #[error("--zenoh {what}: not a zenoh configuration ({reason}): see docs/fleet.md for examples")]
+    NotZenohConfig {
+        /// What `--zenoh` named.
+        what: String,
+        /// zenoh's reason (the first line of its error).
+        reason: String,
+    },
+    /// The zenoh configuration reaches beyond loopback without `--allow-remote`.
+    #[error("--zenoh {what}: {source}")]
+    NotLoopback {
+        /// What `--zenoh` named.
+        what: String,
+        /// Which endpoint, or multicast scouting.
+        source: LoopbackError,
+    },
+    /// The zenoh session did not open.
+    #[error("--zenoh {what}: cannot open a zenoh session: {reason}")]
+    Session {
+        /// What `--zenoh` named.
+        what: String,
+        /// zenoh's reason (the first line of its error).
+        reason: String,
+    },
+    /// A zenoh publisher or subscriber could not be declared.
+    #[error("--zenoh {what}: {reason}")]
+    Declare {
+        /// What `--zenoh` named.
+        what: String,
+        /// zenoh's reason (the first line of its error).
+        reason: String,
+    },
+    /// The zenoh publishing thread did not start.
+    #[error("--zenoh: cannot start the publishing thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// Why a zenoh configuration is not confined to this machine.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoopbackError {
+    /// An endpoint that is not loopback.
+    #[error(
+        "the {mode} {what} {endpoint}, which is not a loopback address: add --allow-remote (live.allow_remote = true) to reach other machines, or use 127.0.0.1"
+    )]
+    Endpoint {
+        /// The zenoh mode (`peer`, `client`, `router`).
+        mode: String,
+        /// `listens on` or `connects to`.
+        what: &'static str,
+        /// The endpoint.
+        endpoint: String,
+    },
+    /// Multicast scouting is on.
+    #[error(
+        "multicast scouting is on (zenoh's default), which announces this robot to the network: add --allow-remote (live.allow_remote = true), or set scouting: {{ multicast: {{ enabled: false }} }}"
+    )]
+    Multicast,
+}
+
+/// The one sentence for a publisher this build lacks (for `rtloop log serve`'s String path).
+#[allow(dead_code)] // Used only when a feature is off.
+pub fn built_without(feature: &'static str, flag: &'static str) -> String {
+    LiveError::BuiltWithout { feature, flag }.to_string()
 }
 
 use crate::telemetry::{CycleLog, LogMsg};
@@ -147,20 +299,18 @@ pub fn sends_cycle(index: u64, every: u32) -> bool {
 }
 
 /// Check a decimation given by a user (`--foxglove-every`, `--zenoh-every`).
-pub fn check_every(flag: &str, every: u32) -> Result<u32, String> {
+pub fn check_every(flag: &str, every: u32) -> Result<u32, LiveError> {
     if (1..=MAX_EVERY).contains(&every) {
         Ok(every)
     } else {
-        Err(format!(
-            "{flag} {every}: give a number of cycles from 1 (every cycle) to {MAX_EVERY}, e.g. 10 for 100 Hz at 1 kHz"
-        ))
+        Err(LiveError::Every { flag: flag.to_string(), every })
     }
 }
 
 /// The publishers a run's configuration asks for (`[live]`, `--foxglove`, `--zenoh`), started
 /// now: a server that cannot bind, or a zenoh session that cannot open, is an error before
 /// the run rather than a run nobody can see.
-pub fn publishers(config: &LiveConfig, remote: &Arc<RemoteControl>) -> Result<Vec<Publisher>, String> {
+pub fn publishers(config: &LiveConfig, remote: &Arc<RemoteControl>) -> Result<Vec<Publisher>, LiveError> {
     let mut out = Vec::new();
     if config.foxglove.is_some() {
         out.push(foxglove::publisher(config)?);
@@ -757,8 +907,10 @@ mod tests {
 
     #[test]
     fn a_decimation_out_of_range_is_one_sentence() {
-        assert_eq!(check_every("--foxglove-every", 10), Ok(10));
+        assert_eq!(check_every("--foxglove-every", 10).unwrap(), 10);
         let e = check_every("--foxglove-every", 0).unwrap_err();
+        assert!(matches!(&e, LiveError::Every { flag, every: 0 } if flag == "--foxglove-every"), "{e:?}");
+        let e = e.to_string();
         assert!(e.starts_with("--foxglove-every 0: give") && !e.contains('\n'), "{e}");
         assert!(check_every("--zenoh-every", MAX_EVERY + 1).is_err());
     }

@@ -67,15 +67,61 @@ pub struct PlaybackOptions {
     pub exit_at_end: bool,
 }
 
+/// Why a log could not be played.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlaybackError {
+    /// A `--speed` outside [`SPEED_RANGE`].
+    #[error(
+        "--speed {speed}: give log seconds per second from {} to {}, e.g. 1 for real time or 0.5 for half speed",
+        SPEED_RANGE.0,
+        SPEED_RANGE.1
+    )]
+    Speed {
+        /// The speed given.
+        speed: f64,
+    },
+    /// The log cannot be opened or read.
+    #[error("cannot read the log {}: {source}", .path.display())]
+    Read {
+        /// The log.
+        path: std::path::PathBuf,
+        /// Why.
+        source: tlog::format::TlogError,
+    },
+    /// The log has no timestamped item.
+    #[error("{} has no timestamped items to play: give a log `rtloop run --log` wrote", .path.display())]
+    Untimed {
+        /// The log.
+        path: std::path::PathBuf,
+    },
+    /// A `--start` or `--end` that is not a number of seconds from the log's start.
+    #[error("{flag} {seconds}: give seconds from the log's start, 0 or more")]
+    Offset {
+        /// `--start` or `--end`.
+        flag: &'static str,
+        /// The value given.
+        seconds: f64,
+    },
+    /// `--end` before `--start`, or `--start` after the log's end (`length_s`).
+    #[error(
+        "--end is before --start (or --start after the log's end, {length_s:.3} s): give --start earlier than --end"
+    )]
+    Window {
+        /// The log's length, s.
+        length_s: f64,
+    },
+    /// The Foxglove server did not start, or a channel could not be advertised.
+    #[error(transparent)]
+    Live(#[from] super::LiveError),
+}
+
 /// Check `--speed`.
-pub fn check_speed(speed: f64) -> Result<f64, String> {
+pub fn check_speed(speed: f64) -> Result<f64, PlaybackError> {
     if speed.is_finite() && (SPEED_RANGE.0..=SPEED_RANGE.1).contains(&speed) {
         Ok(speed)
     } else {
-        Err(format!(
-            "--speed {speed}: give log seconds per second from {} to {}, e.g. 1 for real time or 0.5 for half speed",
-            SPEED_RANGE.0, SPEED_RANGE.1
-        ))
+        Err(PlaybackError::Speed { speed })
     }
 }
 
@@ -197,30 +243,26 @@ fn state(c: &Control, did_seek: bool) -> PlaybackState {
 }
 
 /// Serve the log at `path` until its end (`exit_at_end`), or until Ctrl-C.
-pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, String> {
+pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, PlaybackError> {
     let speed = check_speed(opts.speed)?;
-    let cannot_read = |e: &dyn std::fmt::Display| format!("cannot read the log {}: {e}", path.display());
-    let file = tlog::reader::open_file(path).map_err(|e| cannot_read(&e))?;
-    let reader = FileReader::from_file(file).map_err(|e| cannot_read(&e))?;
-    let (first_us, last_us) = reader.survey().data_span_us.ok_or_else(|| {
-        format!("{} has no timestamped items to play: give a log `rtloop run --log` wrote", path.display())
-    })?;
-    let offset = |flag: &str, s: Option<f64>| -> Result<Option<i64>, String> {
+    let cannot_read = |source| PlaybackError::Read { path: path.to_path_buf(), source };
+    let file = tlog::reader::open_file(path).map_err(cannot_read)?;
+    let reader = FileReader::from_file(file).map_err(cannot_read)?;
+    let (first_us, last_us) =
+        reader.survey().data_span_us.ok_or_else(|| PlaybackError::Untimed { path: path.to_path_buf() })?;
+    let offset = |flag: &'static str, s: Option<f64>| -> Result<Option<i64>, PlaybackError> {
         match s {
             None => Ok(None),
             Some(s) if s.is_finite() && (0.0..=1e9).contains(&s) => {
                 Ok(Some(first_us.saturating_add((s * 1e6).round() as i64)))
             }
-            Some(s) => Err(format!("{flag} {s}: give seconds from the log's start, 0 or more")),
+            Some(seconds) => Err(PlaybackError::Offset { flag, seconds }),
         }
     };
     let start_us = offset("--start", opts.start_s)?.unwrap_or(first_us);
     let end_us = offset("--end", opts.end_s)?.unwrap_or(last_us).min(last_us);
     if end_us < start_us || start_us > last_us {
-        return Err(format!(
-            "--end is before --start (or --start after the log's end, {:.3} s): give --start earlier than --end",
-            (last_us - first_us) as f64 / 1e6
-        ));
+        return Err(PlaybackError::Window { length_s: (last_us - first_us) as f64 / 1e6 });
     }
 
     let records = reader.records();
@@ -511,9 +553,9 @@ mod tests {
 
     #[test]
     fn a_speed_out_of_range_is_one_sentence() {
-        assert_eq!(check_speed(2.0), Ok(2.0));
+        assert_eq!(check_speed(2.0).unwrap(), 2.0);
         for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e6] {
-            let e = check_speed(bad).unwrap_err();
+            let e = check_speed(bad).unwrap_err().to_string();
             assert!(e.starts_with("--speed") && !e.contains('\n'), "{e}");
         }
     }

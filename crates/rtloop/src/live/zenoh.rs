@@ -37,8 +37,8 @@
 //! reach beyond loopback unless `allow_remote`; panic on what arrives on the command key.
 
 use super::{
-    CycleTiming, EventMsg, ImuMsg, LiveCycle, LiveRobot, LiveSink, LiveStats, Publisher, RemoteCommand, RemoteControl,
-    ServoCommandMsg, ServoStateMsg,
+    CycleTiming, EventMsg, ImuMsg, LiveCycle, LiveError, LiveRobot, LiveSink, LiveStats, LoopbackError, Publisher,
+    RemoteCommand, RemoteControl, ServoCommandMsg, ServoStateMsg,
 };
 use crate::live::LiveConfig;
 use ::zenoh::qos::{CongestionControl, Priority};
@@ -87,38 +87,82 @@ pub fn reply_key(robot: &str) -> String {
     format!("rtloop/{robot}/cmd/reply")
 }
 
+/// The words a command may be, for every refusal.
+const COMMAND_NAMES: &str = "give stop, zero_velocity or rearm (plain text or {\"command\": \"...\"})";
+
+/// Why [`parse_command`] refused a command; the sentence is the reply's `reason`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommandError {
+    /// More than [`MAX_COMMAND_BYTES`].
+    #[error("a command of {len} bytes is too long (at most {MAX_COMMAND_BYTES}): {COMMAND_NAMES}")]
+    TooLong {
+        /// Its length, bytes.
+        len: usize,
+    },
+    /// Not UTF-8.
+    #[error("the command is not UTF-8 text: {COMMAND_NAMES}")]
+    NotUtf8,
+    /// Nothing but whitespace.
+    #[error("the command is empty: {COMMAND_NAMES}")]
+    Empty,
+    /// Starts with `{` but is not JSON.
+    #[error("the command is not valid JSON: {COMMAND_NAMES}")]
+    NotJson,
+    /// JSON, but not an object.
+    #[error("the command is not a JSON object: {COMMAND_NAMES}")]
+    NotAnObject,
+    /// An object with another field than `command` (at most 40 characters of its name).
+    #[error("the command has an unknown field {field:?}: {COMMAND_NAMES}")]
+    UnknownField {
+        /// The field.
+        field: String,
+    },
+    /// `"command"` is not a string.
+    #[error("\"command\" is not a string: {COMMAND_NAMES}")]
+    NotAString,
+    /// An object without `"command"`.
+    #[error("the JSON has no \"command\": {COMMAND_NAMES}")]
+    NoCommand,
+    /// Not one of the commands (at most 40 characters of it).
+    #[error("{name:?} is not a command: {COMMAND_NAMES}")]
+    Unknown {
+        /// What was given.
+        name: String,
+    },
+}
+
 /// Read a command from the bytes of the command key: `stop`, `zero_velocity` or `rearm` as
 /// text (surrounding whitespace ignored) or as `{"command": "NAME"}`. Anything else is
 /// refused with one sentence saying why.
-pub fn parse_command(payload: &[u8]) -> Result<RemoteCommand, String> {
-    let names = "give stop, zero_velocity or rearm (plain text or {\"command\": \"...\"})";
+pub fn parse_command(payload: &[u8]) -> Result<RemoteCommand, CommandError> {
     if payload.len() > MAX_COMMAND_BYTES {
-        return Err(format!("a command of {} bytes is too long (at most {MAX_COMMAND_BYTES}): {names}", payload.len()));
+        return Err(CommandError::TooLong { len: payload.len() });
     }
     let Ok(text) = std::str::from_utf8(payload) else {
-        return Err(format!("the command is not UTF-8 text: {names}"));
+        return Err(CommandError::NotUtf8);
     };
     let text = text.trim();
     if text.is_empty() {
-        return Err(format!("the command is empty: {names}"));
+        return Err(CommandError::Empty);
     }
     let name = if text.starts_with('{') {
-        let value: Json = serde_json::from_str(text).map_err(|_| format!("the command is not valid JSON: {names}"))?;
+        let value: Json = serde_json::from_str(text).map_err(|_| CommandError::NotJson)?;
         let Some(object) = value.as_object() else {
-            return Err(format!("the command is not a JSON object: {names}"));
+            return Err(CommandError::NotAnObject);
         };
         if let Some(other) = object.keys().find(|k| *k != "command") {
-            return Err(format!("the command has an unknown field {:?}: {names}", truncated(other)));
+            return Err(CommandError::UnknownField { field: truncated(other) });
         }
         match object.get("command") {
             Some(Json::String(name)) => name.clone(),
-            Some(_) => return Err(format!("\"command\" is not a string: {names}")),
-            None => return Err(format!("the JSON has no \"command\": {names}")),
+            Some(_) => return Err(CommandError::NotAString),
+            None => return Err(CommandError::NoCommand),
         }
     } else {
         text.to_string()
     };
-    RemoteCommand::parse(&name).ok_or_else(|| format!("{:?} is not a command: {names}", truncated(&name)))
+    RemoteCommand::parse(&name).ok_or_else(|| CommandError::Unknown { name: truncated(&name) })
 }
 
 /// At most 40 characters of what a sender gave, for a reply.
@@ -133,7 +177,7 @@ fn truncated(text: &str) -> String {
 /// The configuration of `--zenoh` alone: a peer on loopback only (see the module's doc).
 /// With `allow_remote`, zenoh's default peer (listening on every interface, multicast
 /// scouting on), still connecting to a local router.
-pub fn peer_config(allow_remote: bool) -> Result<::zenoh::Config, String> {
+pub fn peer_config(allow_remote: bool) -> Result<::zenoh::Config, LiveError> {
     let text = if allow_remote {
         format!(r#"{{ mode: "peer", connect: {{ endpoints: ["tcp/127.0.0.1:{DEFAULT_PORT}"] }} }}"#)
     } else {
@@ -144,36 +188,32 @@ pub fn peer_config(allow_remote: bool) -> Result<::zenoh::Config, String> {
                  scouting: {{ multicast: {{ enabled: false }} }} }}"#
         )
     };
-    ::zenoh::Config::from_json5(&text).map_err(|e| format!("the built-in zenoh peer configuration: {}", first_line(&e)))
+    ::zenoh::Config::from_json5(&text).map_err(|e| LiveError::PeerConfig { reason: first_line(&e) })
 }
 
 /// The session configuration `config.zenoh` names ("peer" or a JSON5 file), checked: a
 /// non-loopback endpoint or multicast scouting needs `allow_remote`.
-pub fn session_config(config: &LiveConfig) -> Result<::zenoh::Config, String> {
+pub fn session_config(config: &LiveConfig) -> Result<::zenoh::Config, LiveError> {
     let what = config.zenoh.as_deref().unwrap_or("peer");
     let zconfig = if what == "peer" {
         peer_config(config.allow_remote)?
     } else {
         let path = std::path::Path::new(what);
         if !path.is_file() {
-            return Err(format!(
-                "--zenoh {what}: no such file: give the path of a zenoh JSON5 configuration, or --zenoh alone for a \
-                 loopback peer"
-            ));
+            return Err(LiveError::NoZenohFile { what: what.to_string() });
         }
-        ::zenoh::Config::from_file(path).map_err(|e| {
-            format!("--zenoh {what}: not a zenoh configuration ({}): see docs/fleet.md for examples", first_line(&e))
-        })?
+        ::zenoh::Config::from_file(path)
+            .map_err(|e| LiveError::NotZenohConfig { what: what.to_string(), reason: first_line(&e) })?
     };
     if !config.allow_remote {
-        check_loopback(&zconfig).map_err(|e| format!("--zenoh {what}: {e}"))?;
+        check_loopback(&zconfig).map_err(|source| LiveError::NotLoopback { what: what.to_string(), source })?;
     }
     Ok(zconfig)
 }
 
 /// Every endpoint `zconfig` would listen on or connect to is loopback and multicast scouting
 /// is off; else one sentence naming the first that is not.
-pub fn check_loopback(zconfig: &::zenoh::Config) -> Result<(), String> {
+pub fn check_loopback(zconfig: &::zenoh::Config) -> Result<(), LoopbackError> {
     let get = |key: &str| zconfig.get_json(key).ok().and_then(|s| serde_json::from_str::<Json>(&s).ok());
     let mode = get("mode").and_then(|m| m.as_str().map(str::to_string)).unwrap_or_else(|| "peer".into());
     for (what, key) in [("listens on", "listen/endpoints"), ("connects to", "connect/endpoints")] {
@@ -182,19 +222,12 @@ pub fn check_loopback(zconfig: &::zenoh::Config) -> Result<(), String> {
             endpoints_for_mode(&v, &mode, &mut endpoints);
         }
         if let Some(bad) = endpoints.iter().find(|e| !is_loopback_endpoint(e)) {
-            return Err(format!(
-                "the {mode} {what} {bad}, which is not a loopback address: add --allow-remote (live.allow_remote = \
-                 true) to reach other machines, or use 127.0.0.1"
-            ));
+            return Err(LoopbackError::Endpoint { mode, what, endpoint: bad.to_string() });
         }
     }
     let multicast = get("scouting/multicast/enabled").map(|v| v.as_bool().unwrap_or(true)).unwrap_or(true);
     if multicast {
-        return Err(
-            "multicast scouting is on (zenoh's default), which announces this robot to the network: add --allow-remote \
-             (live.allow_remote = true), or set scouting: { multicast: { enabled: false } }"
-                .into(),
-        );
+        return Err(LoopbackError::Multicast);
     }
     Ok(())
 }
@@ -298,15 +331,15 @@ struct ZenohSink {
 /// Open a zenoh session as `config.zenoh` says and publish as `robot`; commands on
 /// `rtloop/<robot>/cmd` go to `remote`. The session opens now, so a configuration that
 /// does not parse or an endpoint that cannot be used is an error before the run.
-pub fn publisher(config: &LiveConfig, robot: &str, remote: Arc<RemoteControl>) -> Result<Publisher, String> {
+pub fn publisher(config: &LiveConfig, robot: &str, remote: Arc<RemoteControl>) -> Result<Publisher, LiveError> {
     let every = super::check_every("--zenoh-every", config.zenoh_every)?;
     let zconfig = session_config(config)?;
     let what = config.zenoh.as_deref().unwrap_or("peer");
     let session = ::zenoh::open(zconfig)
         .wait()
-        .map_err(|e| format!("--zenoh {what}: cannot open a zenoh session: {}", first_line(&e)))?;
+        .map_err(|e| LiveError::Session { what: what.to_string(), reason: first_line(&e) })?;
     let counters = Arc::new(Counters::default());
-    let put_error = |e: ::zenoh::Error| format!("--zenoh {what}: {}", first_line(&e));
+    let put_error = |e: ::zenoh::Error| LiveError::Declare { what: what.to_string(), reason: first_line(&e) };
     let state_pub = session
         .declare_publisher(state_key(robot))
         .congestion_control(CongestionControl::Drop)
@@ -339,6 +372,7 @@ pub fn publisher(config: &LiveConfig, robot: &str, remote: Arc<RemoteControl>) -
                         (ReplyMsg { accepted: false, command: None, reason: None }, Some(reason))
                     }
                 };
+                let refusal = refusal.map(|e: CommandError| e.to_string());
                 let reply = ReplyMsg { reason: refusal.as_deref(), ..reply };
                 let put = |key: &str, bytes: Vec<u8>, counter: (&AtomicU64, &AtomicU64)| {
                     let n = bytes.len() as u64;
@@ -416,7 +450,7 @@ pub fn publisher(config: &LiveConfig, robot: &str, remote: Arc<RemoteControl>) -
                     }
                 }
             })
-            .map_err(|e| format!("--zenoh: cannot start the publishing thread: {e}"))?
+            .map_err(LiveError::Thread)?
     };
     let sink = ZenohSink {
         robot: robot.to_string(),
@@ -570,8 +604,10 @@ mod tests {
             (b"{\"command\": \"stop\"", "not valid JSON"),
             (&long, "too long"),
         ];
+        assert_eq!(parse_command(b"{}"), Err(CommandError::NoCommand));
+        assert_eq!(parse_command(b"  jump "), Err(CommandError::Unknown { name: "jump".into() }));
         for (payload, why) in cases {
-            let e = parse_command(payload).unwrap_err();
+            let e = parse_command(payload).unwrap_err().to_string();
             assert!(e.contains(why) && e.contains("give stop, zero_velocity or rearm"), "{payload:?}: {e}");
             assert!(!e.contains('\n'), "{e}");
         }
@@ -585,7 +621,7 @@ mod tests {
                     let text = std::str::from_utf8(&payload).unwrap().trim();
                     prop_assert!(text == c.name() || text.contains(c.name()));
                 }
-                Err(e) => prop_assert!(!e.is_empty() && !e.contains('\n')),
+                Err(e) => prop_assert!(!e.to_string().is_empty() && !e.to_string().contains('\n')),
             }
         }
 
@@ -595,7 +631,7 @@ mod tests {
             let json = serde_json::json!({"command": text}).to_string();
             match parse_command(json.as_bytes()) {
                 Ok(c) => prop_assert_eq!(c.name(), text.as_str()),
-                Err(e) => prop_assert!(!e.contains('\n')),
+                Err(e) => prop_assert!(!e.to_string().contains('\n')),
             }
         }
     }
@@ -657,17 +693,17 @@ mod tests {
     fn a_config_file_reaching_the_network_needs_allow_remote() {
         let router = file(r#"{ mode: "client", connect: { endpoints: ["tcp/10.77.0.1:7447"] } }"#);
         let path = router.path().to_str().unwrap();
-        let e = session_config(&live(path, false)).unwrap_err();
+        let e = session_config(&live(path, false)).unwrap_err().to_string();
         assert!(e.contains("tcp/10.77.0.1:7447") && e.contains("--allow-remote") && !e.contains('\n'), "{e}");
         assert!(session_config(&live(path, true)).is_ok());
 
         // A peer that leaves listen endpoints to zenoh listens on every interface.
         let default_listen = file(r#"{ mode: "peer", scouting: { multicast: { enabled: false } } }"#);
-        let e = session_config(&live(default_listen.path().to_str().unwrap(), false)).unwrap_err();
+        let e = session_config(&live(default_listen.path().to_str().unwrap(), false)).unwrap_err().to_string();
         assert!(e.contains("listens on tcp/[::]:0"), "{e}");
 
         let multicast = file(r#"{ mode: "peer", listen: { endpoints: ["tcp/127.0.0.1:0"] } }"#);
-        let e = session_config(&live(multicast.path().to_str().unwrap(), false)).unwrap_err();
+        let e = session_config(&live(multicast.path().to_str().unwrap(), false)).unwrap_err().to_string();
         assert!(e.contains("multicast scouting"), "{e}");
 
         let local = file(
@@ -680,12 +716,12 @@ mod tests {
     #[test]
     fn a_config_that_does_not_parse_or_does_not_exist_is_one_sentence() {
         let garbage = file("{ mode: ");
-        let e = session_config(&live(garbage.path().to_str().unwrap(), false)).unwrap_err();
+        let e = session_config(&live(garbage.path().to_str().unwrap(), false)).unwrap_err().to_string();
         assert!(e.contains("not a zenoh configuration") && !e.contains('\n'), "{e}");
         let wrong = file(r#"{ mode: "emperor" }"#);
-        let e = session_config(&live(wrong.path().to_str().unwrap(), false)).unwrap_err();
+        let e = session_config(&live(wrong.path().to_str().unwrap(), false)).unwrap_err().to_string();
         assert!(e.contains("not a zenoh configuration") && !e.contains('\n'), "{e}");
-        let e = session_config(&live("/nonexistent/zenoh.json5", false)).unwrap_err();
+        let e = session_config(&live("/nonexistent/zenoh.json5", false)).unwrap_err().to_string();
         assert!(e.contains("no such file") && !e.contains('\n'), "{e}");
     }
 }

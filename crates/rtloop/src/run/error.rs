@@ -9,7 +9,16 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum RunError {
     /// A setting is wrong (out of range, unknown, not parseable): the sentence names it.
-    Config(String),
+    Config(crate::config::ConfigError),
+    /// A word of `[realtime]` (`policy`, `overrun`) that is not one of its words.
+    RealtimeWord {
+        /// The key, e.g. `realtime.policy`.
+        key: &'static str,
+        /// The word and the words it takes.
+        source: rt::UnknownName,
+    },
+    /// A simulated fault rate that is not a probability.
+    FaultRate(sim::NotAProbability),
     /// The configuration file cannot be read.
     ReadConfig {
         /// The file.
@@ -36,10 +45,10 @@ pub enum RunError {
     Strict(String),
     /// The real-time settings are invalid.
     Realtime(rt::setup::RtError),
-    /// A bus cannot be opened, or the simulated buses' settings are wrong.
-    Bus(String),
+    /// A bus cannot be opened, or the robot's buses and servos are wrong.
+    Bus(crate::robot_spec::RobotSpecError),
     /// A live publisher cannot start (a taken port, an unreachable router).
-    Live(String),
+    Live(crate::live::LiveError),
     /// The telemetry log cannot be created.
     CreateLog {
         /// The file.
@@ -71,7 +80,11 @@ pub enum RunError {
 impl std::fmt::Display for RunError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            RunError::Config(s) | RunError::Bus(s) | RunError::Live(s) => f.write_str(s),
+            RunError::Config(e) => write!(f, "{e}"),
+            RunError::RealtimeWord { key, source } => write!(f, "{key}: {source}"),
+            RunError::FaultRate(e) => write!(f, "{e}"),
+            RunError::Bus(e) => write!(f, "{e}"),
+            RunError::Live(e) => write!(f, "{e}"),
             RunError::ReadConfig { path, error } => write!(f, "cannot read the config {}: {error}", path.display()),
             RunError::InFile { path, error } => write!(f, "{}: {error}", path.display()),
             RunError::LockstepOnRealBuses => f.write_str(
@@ -101,6 +114,11 @@ impl std::error::Error for RunError {
             RunError::InFile { error, .. } => Some(error.as_ref()),
             RunError::Realtime(e) => Some(e),
             RunError::Agent(e) => Some(e),
+            RunError::Config(e) => Some(e),
+            RunError::RealtimeWord { source, .. } => Some(source),
+            RunError::FaultRate(e) => Some(e),
+            RunError::Bus(e) => Some(e),
+            RunError::Live(e) => Some(e),
             _ => None,
         }
     }

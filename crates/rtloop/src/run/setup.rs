@@ -8,7 +8,7 @@ use super::*;
 /// SCHED_OTHER in lockstep ([`RunConfig::auto_realtime`]).
 pub(super) fn rt_settings(config: &RunConfig) -> Result<RtSettings, RunError> {
     let r = &config.realtime;
-    let choice = parse_policy(&r.policy).map_err(|e| RunError::Config(format!("realtime.policy: {e}")))?;
+    let choice = parse_policy(&r.policy).map_err(|source| RunError::RealtimeWord { key: "realtime.policy", source })?;
     let (policy, priority, mlock, mlock_if_unbounded) = match choice {
         PolicyChoice::Auto if config.auto_realtime() => (Policy::Fifo, config.auto_priority(), true, !r.mlock),
         PolicyChoice::Auto => (Policy::Other, 0, r.mlock, false),
@@ -93,7 +93,7 @@ fn open_robot<K: Clock + Clone + Send + 'static>(
         fault_seed: seed,
         ..if config.sim.wire_time { sim::BusConfig::default() } else { sim::BusConfig::without_wire_time() }
     };
-    sim_bus.validate().map_err(RunError::Config)?;
+    sim_bus.validate().map_err(RunError::FaultRate)?;
     let open = io::open::OpenOptions { sim_bus, ..Default::default() };
     let mut robot = robot_spec.build(clock, robot_config, open).map_err(RunError::Bus)?;
     if config.sim.start_position_rev != 0.0 {
@@ -243,7 +243,7 @@ where
     config.validate().map_err(RunError::Config)?;
     let settings = rt_settings(&config)?;
     let overrun: OverrunPolicy =
-        config.realtime.overrun.parse().map_err(|e| RunError::Config(format!("realtime.overrun: {e}")))?;
+        config.realtime.overrun.parse().map_err(|source| RunError::RealtimeWord { key: "realtime.overrun", source })?;
     let shutdown = parse_shutdown(&config.safety.shutdown).map_err(RunError::Config)?;
     let robot_spec = config.robot();
     if robot_spec.servo_count() > MAX_SERVOS {
@@ -279,12 +279,13 @@ where
     let cpu_dma_latency = if config.holds_cpu_dma_latency() {
         match rt::setup::CpuDmaLatency::hold_zero() {
             Ok(held) => Some(held),
-            Err(e) if strict => return Err(RunError::Strict(e)),
+            Err(e) if strict => return Err(RunError::Strict(e.to_string())),
             Err(e) if auto => {
-                auto_refused.push(refusal_clause(&e));
+                auto_refused.push(refusal_clause(&e.to_string()));
                 None
             }
             Err(e) => {
+                let e = e.to_string();
                 notify(&Notice::Warning(e.clone()));
                 warnings.push(e);
                 None

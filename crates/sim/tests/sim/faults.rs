@@ -208,9 +208,13 @@ fn rates_are_validated_and_clamped() {
     assert_eq!(BusConfig::without_wire_time().validate(), Ok(()));
     assert_eq!((BusConfig::default().drop_rate, BusConfig::default().corrupt_rate), (0.0, 0.0));
     let bad = BusConfig { drop_rate: 1.5, ..BusConfig::default() };
-    assert_eq!(bad.validate(), Err("--drop-rate 1.5 is not a probability: give a number from 0 to 1".to_string()));
+    let e = bad.validate().unwrap_err();
+    assert_eq!((e.option, e.rate), ("--drop-rate", 1.5));
+    assert_eq!(e.to_string(), "--drop-rate 1.5 is not a probability: give a number from 0 to 1");
     let bad = BusConfig { corrupt_rate: -0.25, ..BusConfig::default() };
-    assert_eq!(bad.validate(), Err("--corrupt-rate -0.25 is not a probability: give a number from 0 to 1".into()));
+    let e = bad.validate().unwrap_err();
+    assert_eq!((e.option, e.rate), ("--corrupt-rate", -0.25));
+    assert_eq!(e.to_string(), "--corrupt-rate -0.25 is not a probability: give a number from 0 to 1");
     assert!(BusConfig { drop_rate: f64::NAN, ..BusConfig::default() }.validate().is_err());
     assert!(BusConfig { drop_rate: 1.0, corrupt_rate: 0.0, ..BusConfig::default() }.validate().is_ok());
 

@@ -241,7 +241,8 @@ impl<'a> SubframeIter<'a> {
                 Ok(v)
             }
             Err(VaruintError::Truncated) => Err(DecodeError::Truncated { offset: self.data.len() }),
-            Err(VaruintError::TooLong) => Err(DecodeError::VarintTooLong { offset }),
+            // TooLong (the error is non_exhaustive: anything else is a varuint that is not one).
+            Err(_) => Err(DecodeError::VarintTooLong { offset }),
         }
     }
 
