@@ -45,6 +45,8 @@
 //! Must never: write anywhere but the writers it is handed, hold more than a row group of
 //! a record in memory, or panic on a hostile log.
 
+#![forbid(unsafe_code)]
+
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io::{self, Write};

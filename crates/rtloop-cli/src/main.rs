@@ -1,4 +1,10 @@
-//! The `rtloop` command.
+//! The `rtloop` command: one user of the `rtloop` library, like the Python package.
+//!
+//! It parses flags, calls the library (and the latency lab) and prints: every sentence a user
+//! reads on the terminal comes from here, every decision from the library. It must never hold
+//! what a library user needs (that belongs in `rtloop`), and never print from a cycle.
+
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 mod cli;
 
