@@ -100,97 +100,248 @@ pub(super) fn fill_statuses(
     }
 }
 
-/// The real-time half of the run. Everything between the `enter_rt` and `leave_rt` hooks
-/// must not allocate, lock or block (tests/rt_no_alloc.rs).
+/// The real-time half of the run: set-up, the periods, the shutdown cycles, the controller's
+/// `stop`. Everything between the `enter_rt` and `leave_rt` hooks must not allocate, lock or
+/// block (tests/rt_no_alloc.rs).
 pub(super) fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
     setup: CycleSetup<K>,
     time: T,
     progress: &Progress,
     hooks: &Hooks,
-    mut law: ControlLaw<C>,
-    mut logger: Option<LogHandOff<C::Telemetry>>,
+    law: ControlLaw<C>,
+    logger: Option<LogHandOff<C::Telemetry>>,
 ) -> LoopResult<K> {
-    let CycleSetup { mut robot, config, shutdown, overrun, bus_numbers } = setup;
-    let n = robot.servos().len();
-    let servos: Vec<ServoSpec> = robot.servos().to_vec();
-    let clock = robot.cycler().clock().clone();
+    let CycleSetup { robot, config, shutdown, overrun, bus_numbers } = setup;
+    let mut cl = CycleLoop::new(robot, &config, bus_numbers, progress, hooks, law, logger);
+    cl.measure_start();
+    cl.start_controller();
     let period_ns = config.period_ns();
     let total_periods = config.periods();
-    let safety = SafetyConfig {
-        on_fault: config.safety.on_fault.parse().unwrap_or_default(),
-        missing_limit: config.safety.missing_limit,
-        recovery: config.recovery().unwrap_or_default(),
-    };
-    let mut supervisor = Supervisor::new(safety, n, 1024);
-    // What the controller asked for (kept from cycle to cycle), and what was sent once the
-    // supervisor had its say.
-    let mut wanted = vec![ServoCommand::Query; n];
-    let mut commands = vec![ServoCommand::Query; n];
-    let queries = vec![ServoCommand::Query; n];
-    let mut replies = vec![ServoReply::default(); n];
-    let mut statuses = vec![ServoStatus::default(); n];
-    let mut periods = Box::new(PeriodOfExchange::new());
-    let mut answered = vec![false; n];
-    let mut imu = sim::ImuSample::default();
-    let mut figures = CycleFigures::default();
-    let (mut missing, mut timeouts, mut terr, mut imu_samples, mut control_late) = (0u64, 0u64, 0u64, 0u64, 0u64);
-    // What `progress` publishes: kept on this thread, stored each cycle.
-    let (mut cycles_done, mut max_cycle_ns) =
-        (progress.cycles.load(Ordering::Relaxed), progress.max_cycle_ns.load(Ordering::Relaxed));
-    let mut accounting = ReplyAccounting::default();
-    let stop =
-        || crate::signals::stop_requested() || hooks.stop.load(Ordering::Relaxed) || hooks.remote.stop_requested();
-    // The operator's commands as last seen (`crate::live::RemoteControl`).
-    let mut remote_held = false;
-    let mut remote_rearms = hooks.remote.rearms();
-    let mut telemetry: Option<C::Telemetry> = None;
-    let mut events_seen;
-    // The simulator's injected events handed to the log so far, per bus.
-    let mut injected_logged = vec![0usize; bus_numbers.len()];
-    let watchdog_s = config.gains.watchdog_timeout_s;
+    let start = cl.clock.now_ns().saturating_add(period_ns.min(FIRST_TICK_DELAY_NS));
+    let end = start.saturating_add(config.duration_ns());
+    cl.schedule_overheats(&config, start);
+    let busy_wait_ns = config.realtime.busy_wait_us.saturating_mul(1000);
+    let mut lp = PeriodicLoop::with_time_source(
+        period_ns,
+        PeriodicOptions { busy_wait_ns, overrun, start_ns: Some(start) },
+        time,
+    );
 
-    // Learn where the joints are before moving them, and hand that to the controller
-    // before its first command: a few query cycles, until every servo has answered.
-    for _ in 0..START_QUERIES {
-        accounting.add(&robot.cycle(&queries, &mut replies, &mut imu));
-        if replies.iter().all(|r| r.request_cycle.is_some()) || stop() {
-            break;
+    let wall_start = Instant::now();
+    (hooks.enter_rt)();
+    // --- real-time section: no allocation, no locks, no I/O below this line ---
+    let ending = cl.run_periods(&mut lp, start, end, total_periods);
+    if hooks.remote.stop_requested() {
+        cl.supervisor.record(cl.clock.now_ns(), None, EventKind::Controller { name: "remote_stop", value: None });
+    }
+    let shutdown_cycles = cl.shut_down(shutdown, lp.next_index());
+    // --- end of real-time section ---
+    (hooks.leave_rt)();
+    let wall_s = wall_start.elapsed().as_secs_f64();
+    cl.stop_controller(start, lp.next_index());
+    let mut periodic = lp.stats();
+    // The last cycle's overrun may skip periods that lie past the end of the run: they were
+    // never part of it, and `cycles + skipped_periods` is the run's period count at most.
+    periodic.skipped_periods = periodic.skipped_periods.min(total_periods.saturating_sub(periodic.cycles));
+    cl.into_result(periodic, ending, wall_s, shutdown_cycles, start)
+}
+
+/// A stop asked for from outside the loop: a signal, the caller, the operator.
+#[inline]
+fn stop_requested(hooks: &Hooks) -> bool {
+    crate::signals::stop_requested() || hooks.stop.load(Ordering::Relaxed) || hooks.remote.stop_requested()
+}
+
+/// How the periods ended.
+#[derive(Clone, Copy, Default)]
+struct Ending {
+    /// A stop came before the run's duration was over.
+    interrupted: bool,
+    /// The control law returned [`Flow::Stop`].
+    ended_by_controller: bool,
+}
+
+/// The counts the summary reports and [`Progress`] publishes, kept on the cycle thread.
+#[derive(Default)]
+struct Counts {
+    missing: u64,
+    timeouts: u64,
+    transport_errors: u64,
+    imu_samples: u64,
+    control_late: u64,
+    /// Published by plain stores, so kept here rather than read back from `Progress`.
+    cycles_done: u64,
+    max_cycle_ns: u64,
+}
+
+/// What the control law answered in a cycle, beside its commands (left in
+/// [`CycleLoop::wanted`]). Fixed size: no allocation.
+struct Answer {
+    flow: Flow,
+    rearm: bool,
+    reported: [Reported; MAX_EVENTS_PER_CYCLE],
+    reported_len: usize,
+}
+
+impl Answer {
+    #[inline]
+    fn new(flow: Flow, rearm: bool, events: &[Reported]) -> Self {
+        let mut answer = Answer { flow, rearm, reported: [Reported::default(); MAX_EVENTS_PER_CYCLE], reported_len: 0 };
+        answer.reported_len = events.len();
+        answer.reported[..events.len()].copy_from_slice(events);
+        answer
+    }
+
+    #[inline]
+    fn reported(&self) -> &[Reported] {
+        &self.reported[..self.reported_len]
+    }
+}
+
+/// The loop's state from one cycle to the next: every buffer is allocated in [`Self::new`],
+/// before the real-time section, so the per-cycle methods only overwrite them.
+struct CycleLoop<'a, C: Controller, K: Clock> {
+    robot: Robot<K>,
+    clock: K,
+    servos: Vec<ServoSpec>,
+    bus_numbers: Vec<u8>,
+    supervisor: Supervisor,
+    law: ControlLaw<C>,
+    logger: Option<LogHandOff<C::Telemetry>>,
+    progress: &'a Progress,
+    hooks: &'a Hooks,
+    watchdog_s: f64,
+    /// What the controller asked for (kept from cycle to cycle), and what was sent once the
+    /// supervisor had its say.
+    wanted: Vec<ServoCommand>,
+    commands: Vec<ServoCommand>,
+    queries: Vec<ServoCommand>,
+    replies: Vec<ServoReply>,
+    statuses: Vec<ServoStatus>,
+    periods: Box<PeriodOfExchange>,
+    answered: Vec<bool>,
+    imu: sim::ImuSample,
+    figures: CycleFigures,
+    counts: Counts,
+    accounting: ReplyAccounting,
+    /// The operator's commands as last seen (`crate::live::RemoteControl`).
+    remote_held: bool,
+    remote_rearms: u64,
+    telemetry: Option<C::Telemetry>,
+    /// The supervisor's events the controller has been shown, and those handed to the log.
+    events_seen: usize,
+    events_logged: usize,
+    /// The simulator's injected events handed to the log so far, per bus.
+    injected_logged: Vec<usize>,
+    cycle_log: CycleLog,
+    /// A control thread's first commands are still to be waited for.
+    first_command_pending: bool,
+}
+
+impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
+    /// Allocates every buffer the loop will use: nothing is allocated after this.
+    fn new(
+        robot: Robot<K>,
+        config: &RunConfig,
+        bus_numbers: Vec<u8>,
+        progress: &'a Progress,
+        hooks: &'a Hooks,
+        law: ControlLaw<C>,
+        logger: Option<LogHandOff<C::Telemetry>>,
+    ) -> Self {
+        let n = robot.servos().len();
+        let servos: Vec<ServoSpec> = robot.servos().to_vec();
+        let clock = robot.cycler().clock().clone();
+        let safety = SafetyConfig {
+            on_fault: config.safety.on_fault.parse().unwrap_or_default(),
+            missing_limit: config.safety.missing_limit,
+            recovery: config.recovery().unwrap_or_default(),
+        };
+        let counts = Counts {
+            cycles_done: progress.cycles.load(Ordering::Relaxed),
+            max_cycle_ns: progress.max_cycle_ns.load(Ordering::Relaxed),
+            ..Counts::default()
+        };
+        CycleLoop {
+            robot,
+            clock,
+            servos,
+            injected_logged: vec![0usize; bus_numbers.len()],
+            bus_numbers,
+            supervisor: Supervisor::new(safety, n, 1024),
+            law,
+            logger,
+            progress,
+            hooks,
+            watchdog_s: config.gains.watchdog_timeout_s,
+            wanted: vec![ServoCommand::Query; n],
+            commands: vec![ServoCommand::Query; n],
+            queries: vec![ServoCommand::Query; n],
+            replies: vec![ServoReply::default(); n],
+            statuses: vec![ServoStatus::default(); n],
+            periods: Box::new(PeriodOfExchange::new()),
+            answered: vec![false; n],
+            imu: sim::ImuSample::default(),
+            figures: CycleFigures::default(),
+            counts,
+            accounting: ReplyAccounting::default(),
+            remote_held: false,
+            remote_rearms: hooks.remote.rearms(),
+            telemetry: None,
+            events_seen: 0,
+            events_logged: 0,
+            cycle_log: CycleLog::default(),
+            first_command_pending: true,
         }
     }
-    // A servo found in mode 11 (its watchdog expired before this run: an earlier host stopped
-    // commanding it) ignores every command but a stop: send it one before the first command,
-    // and say so; this run did not cause it. Faults (mode 1) are left for the supervisor.
-    if replies.iter().any(|r| r.state.mode == Some(11)) {
-        let clear: Vec<ServoCommand> = replies
-            .iter()
-            .map(|r| if r.state.mode == Some(11) { ServoCommand::Stop } else { ServoCommand::Query })
-            .collect();
-        accounting.add(&robot.cycle(&clear, &mut replies, &mut imu));
-        for (i, c) in clear.iter().enumerate() {
-            if *c == ServoCommand::Stop {
-                supervisor.record(clock.now_ns(), servos.get(i).copied(), EventKind::StaleTimeoutCleared);
+
+    /// Learn where the joints are before moving them: a few query cycles, until every servo
+    /// has answered. Before the real-time section (it may allocate).
+    fn measure_start(&mut self) {
+        for _ in 0..START_QUERIES {
+            self.accounting.add(&self.robot.cycle(&self.queries, &mut self.replies, &mut self.imu));
+            if self.replies.iter().all(|r| r.request_cycle.is_some()) || stop_requested(self.hooks) {
+                break;
             }
         }
-        // A reply shows the state from before its own frame's command: read the result.
-        accounting.add(&robot.cycle(&queries, &mut replies, &mut imu));
+        // A servo found in mode 11 (its watchdog expired before this run: an earlier host
+        // stopped commanding it) ignores every command but a stop: send it one before the
+        // first command, and say so; this run did not cause it. Faults (mode 1) are left for
+        // the supervisor.
+        if self.replies.iter().any(|r| r.state.mode == Some(11)) {
+            let clear: Vec<ServoCommand> = self
+                .replies
+                .iter()
+                .map(|r| if r.state.mode == Some(11) { ServoCommand::Stop } else { ServoCommand::Query })
+                .collect();
+            self.accounting.add(&self.robot.cycle(&clear, &mut self.replies, &mut self.imu));
+            for (i, c) in clear.iter().enumerate() {
+                if *c == ServoCommand::Stop {
+                    let servo = self.servos.get(i).copied();
+                    self.supervisor.record(self.clock.now_ns(), servo, EventKind::StaleTimeoutCleared);
+                }
+            }
+            // A reply shows the state from before its own frame's command: read the result.
+            self.accounting.add(&self.robot.cycle(&self.queries, &mut self.replies, &mut self.imu));
+        }
+        self.note_answered();
+        fill_statuses(&mut self.statuses, &self.replies, &self.servos, &self.bus_numbers, &self.periods);
     }
-    for (a, r) in answered.iter_mut().zip(&replies) {
-        *a |= r.request_cycle.is_some();
-    }
-    fill_statuses(&mut statuses, &replies, &servos, &bus_numbers, &periods);
-    {
-        let events = supervisor.events();
-        events_seen = events.len();
+
+    /// Hand the measured start to the controller before its first command.
+    fn start_controller(&mut self) {
+        let events = self.supervisor.events();
+        self.events_seen = events.len();
         let first = State {
             time_s: 0.0,
             cycle: 0,
-            servos: &statuses,
-            imu: &imu,
-            last_cycle: &figures,
-            safe_mode: supervisor.tripped_at().is_some(),
+            servos: &self.statuses,
+            imu: &self.imu,
+            last_cycle: &self.figures,
+            safe_mode: self.supervisor.tripped_at().is_some(),
             events,
         };
-        match &mut law {
+        match &mut self.law {
             ControlLaw::Inline(controller) => controller.start(&first),
             ControlLaw::Thread { to_control, .. } => {
                 let mut msg = StateMsg::new();
@@ -199,235 +350,259 @@ pub(super) fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
             }
         }
     }
-    let start = clock.now_ns().saturating_add(period_ns.min(FIRST_TICK_DELAY_NS));
-    let end = start.saturating_add(config.duration_ns());
-    if let Ok(overheats) = config.overheats() {
-        for o in overheats {
-            let at = start.saturating_add(secs_to_ns(o.at_s));
-            for s in servos.iter().filter(|s| s.id == o.id) {
-                robot.cycler_mut().with_sim_bus(s.bus, |bus| bus.schedule_overheat(o.id, at));
+
+    /// The simulator's scheduled overheats (`faults.overheat`), timed from the first period.
+    fn schedule_overheats(&mut self, config: &RunConfig, start: u64) {
+        if let Ok(overheats) = config.overheats() {
+            for o in overheats {
+                let at = start.saturating_add(secs_to_ns(o.at_s));
+                for s in self.servos.iter().filter(|s| s.id == o.id) {
+                    self.robot.cycler_mut().with_sim_bus(s.bus, |bus| bus.schedule_overheat(o.id, at));
+                }
             }
         }
     }
-    let busy_wait_ns = config.realtime.busy_wait_us.saturating_mul(1000);
-    let mut lp = PeriodicLoop::with_time_source(
-        period_ns,
-        PeriodicOptions { busy_wait_ns, overrun, start_ns: Some(start) },
-        time,
-    );
-    let mut interrupted = false;
-    let mut ended_by_controller = false;
-    let mut cycle_log = CycleLog::default();
-    let mut events_logged = 0usize;
-    let mut first_command_pending = true;
 
-    let wall_start = Instant::now();
-    (hooks.enter_rt)();
-    // --- real-time section: no allocation, no locks, no I/O below this line ---
-    loop {
-        if lp.next_index() >= total_periods {
-            // Every period of the run has begun: wait out the rest of the duration.
-            interrupted = !lp.sleep_until_unless(end, stop);
-            break;
+    /// Every period of the run, until its end, a stop, or the control law's [`Flow::Stop`].
+    fn run_periods<T: TimeSource>(&mut self, lp: &mut PeriodicLoop<T>, start: u64, end: u64, total: u64) -> Ending {
+        let hooks = self.hooks;
+        let stop = || stop_requested(hooks);
+        loop {
+            if lp.next_index() >= total {
+                // Every period of the run has begun: wait out the rest of the duration.
+                return Ending { interrupted: !lp.sleep_until_unless(end, stop), ended_by_controller: false };
+            }
+            let Some(tick) = lp.wait_next_unless(stop) else {
+                return Ending { interrupted: true, ended_by_controller: false };
+            };
+            if tick.index >= total {
+                // Overruns skipped past the end of the run.
+                return Ending::default();
+            }
+            if self.cycle(lp, &tick, start) == Flow::Stop {
+                return Ending { interrupted: false, ended_by_controller: true };
+            }
         }
-        let Some(tick) = lp.wait_next_unless(stop) else {
-            interrupted = true;
-            break;
-        };
-        if tick.index >= total_periods {
-            // Overruns skipped past the end of the run.
-            break;
-        }
-        let events = supervisor.events();
+    }
+
+    /// One period: the control law's commands, the supervisor's say, the bus cycle, the
+    /// replies read, the log hand-off, the counters. Returns the control law's wish.
+    #[inline]
+    fn cycle<T: TimeSource>(&mut self, lp: &mut PeriodicLoop<T>, tick: &Tick, start: u64) -> Flow {
+        let answer = self.control(tick, start);
+        self.supervise(&answer);
+        let report = self.robot.cycle(&self.commands, &mut self.replies, &mut self.imu);
+        let dt = self.read_replies(tick, &report);
+        self.hand_off(tick, dt, &report);
+        self.count(&report, dt);
+        lp.end_cycle();
+        self.progress.overruns.store(lp.overruns(), Ordering::Relaxed);
+        answer.flow
+    }
+
+    /// Show the control law this period's state (with the events since the last one) and
+    /// take its commands into `wanted`.
+    #[inline]
+    fn control(&mut self, tick: &Tick, start: u64) -> Answer {
+        let events = self.supervisor.events();
         let state = State {
             time_s: tick.deadline_ns.saturating_sub(start) as f64 * 1e-9,
             cycle: tick.index,
-            servos: &statuses,
-            imu: &imu,
-            last_cycle: &figures,
-            safe_mode: supervisor.tripped_at().is_some(),
-            events: events.get(events_seen..).unwrap_or(&[]),
+            servos: &self.statuses,
+            imu: &self.imu,
+            last_cycle: &self.figures,
+            safe_mode: self.supervisor.tripped_at().is_some(),
+            events: events.get(self.events_seen..).unwrap_or(&[]),
         };
-        events_seen = events.len();
-        let mut rearm = false;
-        let mut reported = [Reported::default(); MAX_EVENTS_PER_CYCLE];
-        let mut reported_len = 0;
-        let flow = match &mut law {
+        self.events_seen = events.len();
+        match &mut self.law {
             ControlLaw::Inline(controller) => {
-                let mut out = Output::new(&mut wanted, &mut telemetry);
+                let mut out = Output::new(&mut self.wanted, &mut self.telemetry);
                 let flow = controller.cycle(&state, &mut out);
-                rearm = out.rearm_requested();
-                reported_len = out.events().len();
-                reported[..reported_len].copy_from_slice(out.events());
-                flow
+                Answer::new(flow, out.rearm_requested(), out.events())
             }
             ControlLaw::Thread { to_control, from_control } => {
-                // Take the newest commands (older ones are stale by now); the first cycle
-                // waits for the commands computed from the measured start, as the inline
-                // controller's are.
-                let mut got = None;
-                if first_command_pending {
-                    let give_up = clock.now_ns().saturating_add(CONTROL_START_TIMEOUT.as_nanos() as u64);
-                    while got.is_none() && clock.now_ns() < give_up && !stop() {
-                        got = from_control.pop().ok();
-                        std::hint::spin_loop();
-                    }
-                    first_command_pending = false;
-                }
-                while let Ok(msg) = from_control.pop() {
-                    got = Some(msg);
-                }
-                let mut flow = Flow::Continue;
-                match got {
+                let first = std::mem::replace(&mut self.first_command_pending, false);
+                let got = newest_commands(from_control, first, &self.clock, self.hooks);
+                let answer = match got {
                     Some(msg) => {
-                        wanted.copy_from_slice(&msg.commands[..n]);
-                        telemetry = msg.telemetry;
-                        rearm = msg.rearm;
-                        flow = msg.flow;
-                        reported_len = msg.events_len;
-                        reported[..reported_len].copy_from_slice(&msg.events[..msg.events_len]);
+                        let n = self.wanted.len();
+                        self.wanted.copy_from_slice(&msg.commands[..n]);
+                        self.telemetry = msg.telemetry;
+                        Answer::new(msg.flow, msg.rearm, &msg.events[..msg.events_len])
                     }
-                    None if tick.index > 0 => control_late += 1,
-                    None => {}
-                }
+                    None => {
+                        if tick.index > 0 {
+                            self.counts.control_late += 1;
+                        }
+                        Answer::new(Flow::Continue, false, &[])
+                    }
+                };
                 let mut msg = StateMsg::new();
                 msg.copy_from(&state);
                 if to_control.push(ToControl::Cycle(msg)).is_err() {
-                    control_late += 1;
+                    self.counts.control_late += 1;
                 }
-                flow
+                answer
             }
-        };
-        let now = clock.now_ns();
-        for r in &reported[..reported_len] {
-            let kind = EventKind::Controller { name: r.name, value: r.value };
-            supervisor.record(now, r.servo.and_then(|i| servos.get(i).copied()), kind);
         }
-        if rearm {
-            supervisor.rearm(now);
+    }
+
+    /// The commands sent: the control law's, each with a valid watchdog, overridden by the
+    /// supervisor (safe mode, faults) and by the operator's hold; the law's and the
+    /// operator's events and re-arms recorded first, so this cycle's commands obey them.
+    #[inline]
+    fn supervise(&mut self, answer: &Answer) {
+        let now = self.clock.now_ns();
+        for r in answer.reported() {
+            let kind = EventKind::Controller { name: r.name, value: r.value };
+            self.supervisor.record(now, r.servo.and_then(|i| self.servos.get(i).copied()), kind);
+        }
+        if answer.rearm {
+            self.supervisor.rearm(now);
         }
         // The operator's commands: a re-arm ends the hold and the safe mode; a hold sends
         // every healthy servo zero velocity, whatever the control law asks.
-        let rearms = hooks.remote.rearms();
-        if rearms != remote_rearms {
-            remote_rearms = rearms;
-            supervisor.record(now, None, EventKind::Controller { name: "remote_rearm", value: None });
-            supervisor.rearm(now);
+        let rearms = self.hooks.remote.rearms();
+        if rearms != self.remote_rearms {
+            self.remote_rearms = rearms;
+            self.supervisor.record(now, None, EventKind::Controller { name: "remote_rearm", value: None });
+            self.supervisor.rearm(now);
         }
-        let held = hooks.remote.held();
-        if held && !remote_held {
-            supervisor.record(now, None, EventKind::Controller { name: "remote_zero_velocity", value: None });
+        let held = self.hooks.remote.held();
+        if held && !self.remote_held {
+            self.supervisor.record(now, None, EventKind::Controller { name: "remote_zero_velocity", value: None });
         }
-        remote_held = held;
-        commands.copy_from_slice(&wanted);
-        enforce_watchdog(&mut commands, watchdog_s);
-        supervisor.apply(&mut commands);
+        self.remote_held = held;
+        self.commands.copy_from_slice(&self.wanted);
+        enforce_watchdog(&mut self.commands, self.watchdog_s);
+        self.supervisor.apply(&mut self.commands);
         if held {
-            hold_at_zero_velocity(&mut commands, supervisor.faulted());
+            hold_at_zero_velocity(&mut self.commands, self.supervisor.faulted());
         }
-        let report = robot.cycle(&commands, &mut replies, &mut imu);
-        let now = clock.now_ns();
-        periods.note(report.cycle, tick.index);
-        supervisor.check(now, &servos, &replies);
-        for (a, r) in answered.iter_mut().zip(&replies) {
-            *a |= r.request_cycle.is_some();
-        }
-        fill_statuses(&mut statuses, &replies, &servos, &bus_numbers, &periods);
+    }
+
+    /// After the bus cycle: the supervisor's check of the replies, and what the controller
+    /// sees next period. Returns the cycle's duration, ns.
+    #[inline]
+    fn read_replies(&mut self, tick: &Tick, report: &io::CycleReport) -> u64 {
+        let now = self.clock.now_ns();
+        self.periods.note(report.cycle, tick.index);
+        self.supervisor.check(now, &self.servos, &self.replies);
+        self.note_answered();
+        fill_statuses(&mut self.statuses, &self.replies, &self.servos, &self.bus_numbers, &self.periods);
         let dt = report.stats.duration_ns();
-        figures = CycleFigures {
+        self.figures = CycleFigures {
             wakeup_ns: tick.late_ns(),
             duration_ns: dt,
             missing: report.missing,
             late: report.late,
             timed_out: report.stats.timed_out,
         };
-        if let Some(log) = logger.as_mut() {
+        dt
+    }
+
+    /// The cycle, the controller's telemetry and the new events to the log (a wait-free
+    /// ring; `crate::telemetry`). Telemetry nobody reads is dropped here, every cycle.
+    #[inline]
+    fn hand_off(&mut self, tick: &Tick, dt: u64, report: &io::CycleReport) {
+        if let Some(log) = self.logger.as_mut() {
             if log.wants_cycle(tick.index) {
-                cycle_log.fill(&tick, dt, &report, &servos, &bus_numbers, &commands, &replies, &imu);
-                log.log(LogMsg::Cycle(cycle_log));
+                let (servos, buses) = (&self.servos, &self.bus_numbers);
+                self.cycle_log.fill(tick, dt, report, servos, buses, &self.commands, &self.replies, &self.imu);
+                log.log(LogMsg::Cycle(self.cycle_log));
             }
-            if let Some(value) = telemetry.take().filter(|_| log.wants_custom()) {
+            if let Some(value) = self.telemetry.take().filter(|_| log.wants_custom()) {
                 log.log(LogMsg::Custom { at_ns: tick.woke_ns, value });
             }
-            events_logged = log_events(log, &supervisor, events_logged, &bus_numbers);
-            log_injected(log, &mut robot, &mut injected_logged, &bus_numbers);
+            self.events_logged = log_events(log, &self.supervisor, self.events_logged, &self.bus_numbers);
+            log_injected(log, &mut self.robot, &mut self.injected_logged, &self.bus_numbers);
         }
-        telemetry = None;
-        missing += report.missing as u64;
-        accounting.add(&report);
-        timeouts += report.stats.timed_out as u64;
-        terr += report.stats.send_errors as u64 + report.stats.failed_buses.count_ones() as u64;
-        imu_samples += report.stats.imu_present as u64;
+        self.telemetry = None;
+    }
+
+    /// The summary's counts, and the figures `progress` publishes.
+    #[inline]
+    fn count(&mut self, report: &io::CycleReport, dt: u64) {
+        let c = &mut self.counts;
+        c.missing += report.missing as u64;
+        self.accounting.add(report);
+        c.timeouts += report.stats.timed_out as u64;
+        c.transport_errors += report.stats.send_errors as u64 + report.stats.failed_buses.count_ones() as u64;
+        c.imu_samples += report.stats.imu_present as u64;
         // Counters kept here and published with plain stores (no read-modify-write: only
         // this thread writes them), never statistics: `lp.stats()` computes percentiles
         // over two histograms, tens of µs, far too much per cycle (benches/bookkeeping.rs).
-        cycles_done += 1;
-        max_cycle_ns = max_cycle_ns.max(dt);
-        progress.cycles.store(cycles_done, Ordering::Relaxed);
-        progress.missing.store(missing, Ordering::Relaxed);
-        progress.last_cycle_ns.store(dt, Ordering::Relaxed);
-        progress.max_cycle_ns.store(max_cycle_ns, Ordering::Relaxed);
-        lp.end_cycle();
-        progress.overruns.store(lp.overruns(), Ordering::Relaxed);
-        if flow == Flow::Stop {
-            ended_by_controller = true;
-            break;
+        c.cycles_done += 1;
+        c.max_cycle_ns = c.max_cycle_ns.max(dt);
+        let p = self.progress;
+        p.cycles.store(c.cycles_done, Ordering::Relaxed);
+        p.missing.store(c.missing, Ordering::Relaxed);
+        p.last_cycle_ns.store(dt, Ordering::Relaxed);
+        p.max_cycle_ns.store(c.max_cycle_ns, Ordering::Relaxed);
+    }
+
+    /// Each servo that answered this cycle has answered at least once.
+    #[inline]
+    fn note_answered(&mut self) {
+        for (a, r) in self.answered.iter_mut().zip(&self.replies) {
+            *a |= r.request_cycle.is_some();
         }
     }
-    if hooks.remote.stop_requested() {
-        supervisor.record(clock.now_ns(), None, EventKind::Controller { name: "remote_stop", value: None });
-    }
-    let mut shutdown_cycles = 0;
-    {
-        // However the run ends — its duration, Ctrl-C, SIGTERM, SIGHUP — one last cycle
-        // leaves every healthy servo in the safe mode (rather than to its watchdog, which
-        // latches mode 11 that only a stop leaves), logged like any other, then queries: a
-        // reply shows the state from before its own frame's command, so only a later one
-        // shows what the servos did with the safe mode. Up to three, until every servo has
-        // answered one (a reply can miss a cycle on a busy machine).
-        supervisor.shutdown(shutdown, &mut commands);
-        for (index, phase) in (lp.next_index()..).zip(0..1 + READ_BACK_QUERIES) {
-            if phase >= 2 && replies.iter().all(|r| r.fresh) {
+
+    /// However the run ends — its duration, Ctrl-C, SIGTERM, SIGHUP — one last cycle leaves
+    /// every healthy servo in the safe mode (rather than to its watchdog, which latches mode
+    /// 11 that only a stop leaves), logged like any other, then queries: a reply shows the
+    /// state from before its own frame's command, so only a later one shows what the servos
+    /// did with the safe mode. Up to three, until every servo has answered one (a reply can
+    /// miss a cycle on a busy machine). Returns how many cycles that took.
+    fn shut_down(&mut self, shutdown: ServoCommand, first_index: u64) -> u64 {
+        let mut shutdown_cycles = 0;
+        self.supervisor.shutdown(shutdown, &mut self.commands);
+        for (index, phase) in (first_index..).zip(0..1 + READ_BACK_QUERIES) {
+            if phase >= 2 && self.replies.iter().all(|r| r.fresh) {
                 break;
             }
-            let sent = if phase == 0 { &commands } else { &queries };
-            let woke = clock.now_ns();
-            let report = robot.cycle(sent, &mut replies, &mut imu);
-            periods.note(report.cycle, index);
-            accounting.add(&report);
+            let sent = if phase == 0 { &self.commands } else { &self.queries };
+            let woke = self.clock.now_ns();
+            let report = self.robot.cycle(sent, &mut self.replies, &mut self.imu);
+            self.periods.note(report.cycle, index);
+            self.accounting.add(&report);
             shutdown_cycles += 1;
-            for (a, r) in answered.iter_mut().zip(&replies) {
+            // Not `note_answered`: `sent` still borrows `self`.
+            for (a, r) in self.answered.iter_mut().zip(&self.replies) {
                 *a |= r.request_cycle.is_some();
             }
             if phase == 0 {
-                supervisor.record(clock.now_ns(), None, EventKind::Shutdown);
+                self.supervisor.record(self.clock.now_ns(), None, EventKind::Shutdown);
             }
-            if let Some(log) = logger.as_mut() {
+            if let Some(log) = self.logger.as_mut() {
                 let tick = Tick { index, deadline_ns: woke, woke_ns: woke };
                 let dt = report.stats.duration_ns();
-                cycle_log.fill(&tick, dt, &report, &servos, &bus_numbers, sent, &replies, &imu);
-                log.log(LogMsg::Cycle(cycle_log));
-                events_logged = log_events(log, &supervisor, events_logged, &bus_numbers);
-                log_injected(log, &mut robot, &mut injected_logged, &bus_numbers);
+                let (servos, buses) = (&self.servos, &self.bus_numbers);
+                self.cycle_log.fill(&tick, dt, &report, servos, buses, sent, &self.replies, &self.imu);
+                log.log(LogMsg::Cycle(self.cycle_log));
+                self.events_logged = log_events(log, &self.supervisor, self.events_logged, &self.bus_numbers);
+                log_injected(log, &mut self.robot, &mut self.injected_logged, &self.bus_numbers);
             }
         }
+        shutdown_cycles
     }
-    // --- end of real-time section ---
-    (hooks.leave_rt)();
-    let wall_s = wall_start.elapsed().as_secs_f64();
-    fill_statuses(&mut statuses, &replies, &servos, &bus_numbers, &periods);
-    {
-        let events = supervisor.events();
+
+    /// After the real-time section: the controller's `stop`, with the last replies.
+    fn stop_controller(&mut self, start: u64, next_index: u64) {
+        fill_statuses(&mut self.statuses, &self.replies, &self.servos, &self.bus_numbers, &self.periods);
+        let events = self.supervisor.events();
         let last = State {
-            time_s: clock.now_ns().saturating_sub(start) as f64 * 1e-9,
-            cycle: lp.next_index(),
-            servos: &statuses,
-            imu: &imu,
-            last_cycle: &figures,
-            safe_mode: supervisor.tripped_at().is_some(),
-            events: events.get(events_seen..).unwrap_or(&[]),
+            time_s: self.clock.now_ns().saturating_sub(start) as f64 * 1e-9,
+            cycle: next_index,
+            servos: &self.statuses,
+            imu: &self.imu,
+            last_cycle: &self.figures,
+            safe_mode: self.supervisor.tripped_at().is_some(),
+            events: events.get(self.events_seen..).unwrap_or(&[]),
         };
-        match &mut law {
+        match &mut self.law {
             ControlLaw::Inline(controller) => controller.stop(&last),
             ControlLaw::Thread { to_control, .. } => {
                 let mut msg = StateMsg::new();
@@ -436,29 +611,60 @@ pub(super) fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
             }
         }
     }
-    let mut periodic = lp.stats();
-    // The last cycle's overrun may skip periods that lie past the end of the run: they were
-    // never part of it, and `cycles + skipped_periods` is the run's period count at most.
-    periodic.skipped_periods = periodic.skipped_periods.min(total_periods.saturating_sub(periodic.cycles));
-    LoopResult {
-        periodic,
-        missing,
-        accounting,
-        timeouts,
-        transport_errors: terr,
-        imu_samples,
-        control_late,
-        interrupted,
-        ended_by_controller,
-        wall_s,
-        shutdown_cycles,
-        replies,
-        last_commands: commands,
-        answered,
-        supervisor,
-        start_ns: start,
-        robot,
+
+    /// What the summary is made of.
+    fn into_result(
+        self,
+        periodic: rt::periodic::LoopStats,
+        ending: Ending,
+        wall_s: f64,
+        shutdown_cycles: u64,
+        start_ns: u64,
+    ) -> LoopResult<K> {
+        LoopResult {
+            periodic,
+            missing: self.counts.missing,
+            accounting: self.accounting,
+            timeouts: self.counts.timeouts,
+            transport_errors: self.counts.transport_errors,
+            imu_samples: self.counts.imu_samples,
+            control_late: self.counts.control_late,
+            interrupted: ending.interrupted,
+            ended_by_controller: ending.ended_by_controller,
+            wall_s,
+            shutdown_cycles,
+            replies: self.replies,
+            last_commands: self.commands,
+            answered: self.answered,
+            supervisor: self.supervisor,
+            start_ns,
+            robot: self.robot,
+        }
     }
+}
+
+/// A control thread's newest commands (older ones are stale by now). The first cycle waits
+/// (bounded, spinning: the real-time section may not sleep on a lock) for the commands
+/// computed from the measured start, as the inline controller's are.
+#[inline]
+fn newest_commands<T, K: Clock>(
+    from_control: &mut rtrb::Consumer<CommandMsg<T>>,
+    first: bool,
+    clock: &K,
+    hooks: &Hooks,
+) -> Option<CommandMsg<T>> {
+    let mut got = None;
+    if first {
+        let give_up = clock.now_ns().saturating_add(CONTROL_START_TIMEOUT.as_nanos() as u64);
+        while got.is_none() && clock.now_ns() < give_up && !stop_requested(hooks) {
+            got = from_control.pop().ok();
+            std::hint::spin_loop();
+        }
+    }
+    while let Ok(msg) = from_control.pop() {
+        got = Some(msg);
+    }
+    got
 }
 
 /// Hold every servo at zero velocity (the operator asked, `crate::live::RemoteCommand`),
