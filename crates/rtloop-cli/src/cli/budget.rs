@@ -207,7 +207,7 @@ impl BudgetRequest {
                 b.bus
             ));
         }
-        Ok(self.robot.validate().map_err(|e| e.to_string())?)
+        self.robot.validate().map_err(|e| e.to_string())
     }
 }
 
@@ -680,7 +680,7 @@ pub fn robot_from_args(
         return Ok(pi3hat_quadruped());
     }
     if flags {
-        return Ok(RobotSpec::from_flags(buses, ids).map_err(|e| e.to_string())?);
+        return RobotSpec::from_flags(buses, ids).map_err(|e| e.to_string());
     }
     Ok(from_file.unwrap_or_else(RobotSpec::default_quadruped))
 }
