@@ -22,7 +22,12 @@ fn read(relative: &str) -> String {
     std::fs::read_to_string(workspace().join(relative)).unwrap_or_else(|e| panic!("{relative}: {e}"))
 }
 
-/// Each workspace package's normal and build dependencies, from `cargo metadata --no-deps`.
+/// cargo-hakari's package: every member depends on it so that each dependency is built with one
+/// feature set whatever the cargo command; a build artifact, not part of the design.
+const WORKSPACE_HACK: &str = "rtloop-workspace-hack";
+
+/// Each workspace package's normal and build dependencies, from `cargo metadata --no-deps`
+/// (cargo-hakari's package left out).
 fn dependencies() -> Dependencies {
     let out = Command::new(env!("CARGO"))
         .args(["metadata", "--no-deps", "--format-version", "1", "--manifest-path"])
@@ -33,9 +38,12 @@ fn dependencies() -> Dependencies {
     let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
     let mut all = Dependencies::new();
     for package in metadata["packages"].as_array().expect("packages") {
+        if package["name"].as_str() == Some(WORKSPACE_HACK) {
+            continue;
+        }
         let deps = all.entry(package["name"].as_str().expect("a name").to_string()).or_default();
         for dep in package["dependencies"].as_array().expect("dependencies") {
-            if dep["kind"].as_str() == Some("dev") {
+            if dep["kind"].as_str() == Some("dev") || dep["name"].as_str() == Some(WORKSPACE_HACK) {
                 continue;
             }
             let optional = dep["optional"].as_bool().unwrap_or(false);
