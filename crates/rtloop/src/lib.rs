@@ -89,6 +89,7 @@ pub mod summary {
 }
 mod stats;
 pub mod telemetry;
+mod toml_text;
 
 pub use controller::{Controller, Flow, Output, PositionCommand, ServoCommand, ServoStatus, State};
 pub use robot_spec::RobotSpec;

@@ -301,7 +301,7 @@ fn file_error_text(text: &str, e: &toml::de::Error, hint: bool) -> String {
         let source = text.lines().nth(line - 1).map_or("", str::trim);
         return format!("line {line} ({source}): {}", message.trim_end_matches('.'));
     }
-    crate::config::toml_error(text, e, hint)
+    crate::toml_text::toml_error(text, e, hint)
 }
 
 /// The line (1-based) of `key` in `table` (`None`: the top level; a table header line
