@@ -31,7 +31,7 @@ echo "== 3. host cycle (cargo bench -p rtloop-io --bench cycle)"
 cargo bench -q -p rtloop-io --bench cycle 2>/dev/null | grep -v '^$'
 echo
 echo "== 4. lab compare (rtloop lab compare --samples 3000)"
-"$RTLOOP" lab compare --samples 3000 | sed -n '1,3p'
+"$RTLOOP" lab compare --samples 3000 | sed -n '1,4p'
 echo
 echo "== 5. quadruped on four pi3hat:sim buses, 1 kHz, 5 s, default policy"
 printf '%-12s %8s %9s %7s %9s\n' "round" "cycles" "overruns" "missing" "policy"
