@@ -108,7 +108,9 @@ pub fn python_venv(name: &str, packages: &[&str]) -> PathBuf {
         let st = Command::new("python3").args(["-m", "venv"]).arg(&dir).status().expect("python3 runs");
         assert!(st.success(), "python3 -m venv {} failed", dir.display());
         let out = Command::new(&python)
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+            // --no-compile: Python compiles what a test imports when it imports it; byte-
+            // compiling every module of Qt's and SciPy's packages up front cost time and disk.
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile"])
             .args(packages)
             .output()
             .expect("pip runs");
