@@ -324,7 +324,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             // A reply shows the state from before its own frame's command: read the result.
             self.accounting.add(&self.robot.cycle(&self.queries, &mut self.replies, &mut self.imu));
         }
-        self.note_answered();
+        Self::note_answered(&mut self.answered, &self.replies);
         fill_statuses(&mut self.statuses, &self.replies, &self.servos, &self.bus_numbers, &self.periods);
     }
 
@@ -489,7 +489,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         let now = self.clock.now_ns();
         self.periods.note(report.cycle, tick.index);
         self.supervisor.check(now, &self.servos, &self.replies);
-        self.note_answered();
+        Self::note_answered(&mut self.answered, &self.replies);
         fill_statuses(&mut self.statuses, &self.replies, &self.servos, &self.bus_numbers, &self.periods);
         let dt = report.stats.duration_ns();
         self.figures = CycleFigures {
@@ -542,10 +542,12 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         p.max_cycle_ns.store(c.max_cycle_ns, Ordering::Relaxed);
     }
 
-    /// Each servo that answered this cycle has answered at least once.
+    /// Each servo that answered this cycle has answered at least once. (A function of the two
+    /// fields, not a method: the shutdown cycle calls it while its `sent` commands still borrow
+    /// the rest of `self`.)
     #[inline]
-    fn note_answered(&mut self) {
-        for (a, r) in self.answered.iter_mut().zip(&self.replies) {
+    fn note_answered(answered: &mut [bool], replies: &[ServoReply]) {
+        for (a, r) in answered.iter_mut().zip(replies) {
             *a |= r.request_cycle.is_some();
         }
     }
@@ -569,10 +571,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             self.periods.note(report.cycle, index);
             self.accounting.add(&report);
             shutdown_cycles += 1;
-            // Not `note_answered`: `sent` still borrows `self`.
-            for (a, r) in self.answered.iter_mut().zip(&self.replies) {
-                *a |= r.request_cycle.is_some();
-            }
+            Self::note_answered(&mut self.answered, &self.replies);
             if phase == 0 {
                 self.supervisor.record(self.clock.now_ns(), None, EventKind::Shutdown);
             }
