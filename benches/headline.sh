@@ -17,6 +17,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 . benches/rtloop_bin.sh
 RTLOOP=${RTLOOP:-$(rtloop_release_bin)}
+. benches/cyclictest_hist.sh
 export RTLOOP ROUNDS
 
 echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(uname -r), $(uptime | sed 's/.*load/load/')"
@@ -44,10 +45,8 @@ j = json.load(sys.stdin)
 print("%-12s %8d %9d %7d %9s" % ("rtloop " + sys.argv[1], j["cycles"], j["overruns"], j["missing_replies"], j["realtime"]["policy"]))' "$round"
   hist=$(mktemp)
   cyclictest -m -p 40 -i 1000 -l 5000 -q -h 20000 >"$hist"
-  python3 -c '
-import sys
-h = [(int(r[0]), int(r[1])) for r in (l.split() for l in open(sys.argv[1]) if l[:1].isdigit()) if len(r) == 2]
-print("%-12s %8d %9d %7s %9s" % ("cyclictest " + sys.argv[2], sum(c for _, c in h), sum(c for v, c in h if v > 153), "-", "fifo 40"))' "$hist" "$round"
+  read -r _ _ late _ _ n < <(pct_from_hist "$hist" 153)
+  printf '%-12s %8d %9d %7s %9s\n' "cyclictest $round" "$n" "$late" "-" "fifo 40"
   rm -f "$hist"
 done
 echo "(cyclictest's overruns: its wakeups more than 153 µs late, the slack the quadruped's 846.6 µs cycle leaves)"

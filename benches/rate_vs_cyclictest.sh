@@ -21,28 +21,9 @@ if [ -z "${RTLOOP:-}" ]; then
   . benches/rtloop_bin.sh
   RTLOOP=$(rtloop_release_bin)
 fi
+. benches/cyclictest_hist.sh
 rows=$(mktemp)
 trap 'rm -f "$rows"' EXIT
-
-# cyclictest -h N prints one "%06d %06d" row per µs bucket: latency, count → "p50 p99 late",
-# where late counts the wakeups later than SLACK µs (argument 2): what would have been an
-# overrun for a loop whose cycle takes period − SLACK after it wakes.
-pct_from_hist() {
-  python3 -c '
-import sys
-slack = float(sys.argv[2])
-rows = [l.split() for l in open(sys.argv[1]) if l[:1].isdigit()]
-h = [(int(r[0]), int(r[1])) for r in rows if len(r) == 2]
-n = sum(c for _, c in h)
-def q(p):
-    acc = 0
-    for v, c in h:
-        acc += c
-        if acc >= p * n:
-            return v
-    return h[-1][0] if h else 0
-print(q(0.5), q(0.99), sum(c for v, c in h if v > slack))' "$1" "$2"
-}
 
 for round in $(seq "$ROUNDS"); do
   for rate in $RATES; do
@@ -59,7 +40,7 @@ print(sys.argv[1], "rtloop", j["rate_hz"], j["overruns"], j["wakeup_us"]["p50"],
     cyclictest -m -p 80 -i "$interval" -l $((rate * SECONDS_PER_RUN)) -q -h 2000 >"$hist"
     # The slack this round's rtloop cycle left: period − its cycle p50.
     slack=$(tail -1 "$rows" | awk -v p="$interval" '{ print p - $7 }')
-    read -r p50 p99 late < <(pct_from_hist "$hist" "$slack")
+    read -r p50 p99 late _ < <(pct_from_hist "$hist" "$slack")
     echo "$rate cyclictest - $late $p50 $p99 -" >>"$rows"
     rm -f "$hist"
   done

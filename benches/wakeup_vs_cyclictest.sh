@@ -11,24 +11,7 @@ command -v cyclictest >/dev/null || { echo "cyclictest is missing: apt-get insta
 . benches/rtloop_bin.sh
 RTLOOP=$(rtloop_release_bin)
 
-# cyclictest -h N prints one "%06d %06d" row per µs bucket: latency, count.
-pct_from_hist() {
-  python3 -c '
-import sys
-rows = [l.split() for l in open(sys.argv[1]) if l[:1].isdigit()]
-h = [(int(a), int(b)) for a, b in rows if len((a, b)) == 2]
-n = sum(c for _, c in h)
-def q(p):
-    acc = 0
-    for v, c in h:
-        acc += c
-        if acc >= p * n:
-            return v
-    return h[-1][0]
-mx = max((v for v, c in h if c), default=0)
-mean = sum(v * c for v, c in h) / max(n, 1)
-print(f"{mean:8.2f} {q(0.5):8.1f} {q(0.99):8.1f} {mx:8.1f}")' "$1"
-}
+. benches/cyclictest_hist.sh
 
 rtloop_pct() {
   local out
@@ -45,7 +28,8 @@ for sched in fifo other; do
   if [ $sched = fifo ]; then cargs=(-p 90); rargs=(--policy fifo --priority 90 --mlock); else cargs=(); rargs=(); fi
   hist=$(mktemp)
   cyclictest -m "${cargs[@]}" -i 1000 -l "$LOOPS" -q -h 20000 > "$hist"
-  theirs=$(pct_from_hist "$hist")
+  read -r p50 p99 _ mean max _ < <(pct_from_hist "$hist")
+  theirs=$(printf "%8.2f %8.1f %8.1f %8.1f" "$mean" "$p50" "$p99" "$max")
   rm -f "$hist"
   printf "%-34s %s\n" "cyclictest ($sched)" "$theirs"
   # The quadruped keeps the CPU busy through ~0.76 ms of every 1 ms cycle, so its thread rarely
