@@ -149,6 +149,9 @@ impl CycleStats {
 pub struct Cycler<C: Clock> {
     buses: Vec<Box<dyn Transport>>,
     imu: Option<Box<dyn ImuSource>>,
+    /// Physics under the simulated servos ([`Cycler::attach_world`]): stepped to the start
+    /// of every cycle, and the IMU's source when its plant has a body.
+    world: Option<sim::World>,
     clock: C,
     /// Per-bus scratch, sized at construction so a cycle never allocates.
     expected: Vec<u32>,
@@ -235,6 +238,7 @@ impl<C: Clock> Cycler<C> {
         Ok(Cycler {
             buses,
             imu,
+            world: None,
             clock,
             expected: vec![0; n],
             received: vec![0; n],
@@ -254,7 +258,7 @@ impl<C: Clock> Cycler<C> {
 
     /// The cycle reads an IMU (a simulated one, or a pi3hat's).
     pub fn has_imu(&self) -> bool {
-        self.imu.is_some()
+        self.imu.is_some() || self.world.as_ref().is_some_and(|w| w.body().is_some())
     }
 
     /// Number of buses.
@@ -265,6 +269,37 @@ impl<C: Clock> Cycler<C> {
     /// Running counters of bus `i` (protocol errors, disconnects, reconnects, …).
     pub fn bus_counters(&self, i: usize) -> Option<crate::transport::TransportCounters> {
         self.buses.get(i).map(|b| b.counters())
+    }
+
+    /// Couple the simulated servos `world` links to its plant: from the next cycle on, the
+    /// world is stepped to each cycle's start (the servos' controllers and the plant together),
+    /// and the IMU reads the plant's body when it has one. Fails, coupling nothing, when a
+    /// linked servo is not on a simulated bus.
+    pub fn attach_world(&mut self, mut world: sim::World) -> Result<(), sim::WorldError> {
+        let buses = &mut self.buses;
+        let coupled = world.couple(&mut |f| crate::simulated::visit_sim_servos(buses, f));
+        if let Err(e) = coupled {
+            crate::simulated::visit_sim_servos(buses, &mut |_, s| s.set_coupled(false));
+            return Err(e);
+        }
+        self.world = Some(world);
+        Ok(())
+    }
+
+    /// The attached world.
+    pub fn world(&self) -> Option<&sim::World> {
+        self.world.as_ref()
+    }
+
+    /// Run `f` on the attached world with a visitor of the simulated servos (to reset it, or
+    /// push its body); `None` without a world.
+    pub fn with_world<R>(
+        &mut self,
+        f: impl FnOnce(&mut sim::World, &mut sim::world::ServoVisitor<'_>) -> R,
+    ) -> Option<R> {
+        let world = self.world.as_mut()?;
+        let buses = &mut self.buses;
+        Some(f(world, &mut |g| crate::simulated::visit_sim_servos(buses, g)))
     }
 
     /// Run `f` on the simulated bus at index `i`, if that bus is simulated (in process or
@@ -306,6 +341,12 @@ impl<C: Clock> Cycler<C> {
         let opts = self.options;
         let nbus = self.buses.len();
         let mut st = CycleStats { started_ns: self.clock.now_ns(), ..Default::default() };
+        // 0. The physics catches up with the servos' time: what they answer this cycle is the
+        //    plant's state now.
+        if let Some(world) = self.world.as_mut() {
+            let buses = &mut self.buses;
+            world.advance_to(st.started_ns, &mut |f| crate::simulated::visit_sim_servos(buses, f));
+        }
 
         // 1. Per-bus wire estimate: each frame and (if answered) a reply of similar size,
         //    plus one exposed turnaround.
@@ -431,7 +472,10 @@ impl<C: Clock> Cycler<C> {
         }
 
         // 4. The IMU, while replies are in flight.
-        if let Some(src) = self.imu.as_mut() {
+        if let Some(sample) = self.world.as_ref().and_then(sim::World::imu) {
+            *imu = sample;
+            st.imu_present = true;
+        } else if let Some(src) = self.imu.as_mut() {
             st.imu_present = matches!(src.read(st.tx_done_ns, imu), Ok(true));
         }
 

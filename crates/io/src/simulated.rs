@@ -76,6 +76,18 @@ pub fn with_sim_bus<R>(transport: &mut dyn Transport, f: impl FnOnce(&mut SimBus
     dev.sim_mut().and_then(|board| board.bus_mut(bus)).map(f)
 }
 
+/// Call `f` on every servo of every simulated bus among `buses`, with its bus index: what
+/// [`sim::World`] steps. Buses that are not simulated are skipped.
+pub(crate) fn visit_sim_servos(buses: &mut [Box<dyn Transport>], f: &mut dyn FnMut(usize, &mut sim::Servo)) {
+    for (i, bus) in buses.iter_mut().enumerate() {
+        with_sim_bus(&mut **bus, |b| {
+            for s in b.servos_mut() {
+                f(i, s);
+            }
+        });
+    }
+}
+
 /// The simulated IMU behind the [`ImuSource`] interface.
 pub struct SimImu(pub Imu);
 

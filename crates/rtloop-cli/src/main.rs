@@ -489,6 +489,20 @@ struct RunArgs {
     /// Simulated buses only; the fault seed defaults to 0.
     #[arg(long)]
     lockstep: bool,
+    /// Simulated buses: put a body under the servos — MuJoCo physics, the built-in quadruped
+    /// unless the config's [physics] names a model (docs/physics.md). Needs a build with
+    /// `--features physics`.
+    #[arg(long)]
+    physics: bool,
+    /// With --physics: slope of the ground, degrees, as the roll and pitch a robot standing
+    /// level on it reads (positive roll: right side down; positive pitch: nose up; -30 … 30).
+    #[arg(long, value_name = "ROLL,PITCH")]
+    ground_tilt: Option<String>,
+    /// With --physics: push the body with FX,FY,FZ newtons (world frame: +x forward, +y
+    /// left, +z up) SECONDS after the start, for DURATION seconds (0.1 when not given;
+    /// repeatable).
+    #[arg(long, value_name = "SECONDS:FX,FY,FZ[:DURATION]")]
+    push: Vec<String>,
     /// Follow an agent process instead of the demo motion: publish every cycle's state to
     /// /dev/shm/rtloop-NAME and apply the commands the agent writes there (protocol:
     /// docs/agent-protocol.md; an agent in C: examples/agent.c). Until the agent arms, the
@@ -606,6 +620,16 @@ impl RunArgs {
         if self.lockstep {
             c.sim.lockstep = true;
         }
+        if self.physics || self.ground_tilt.is_some() {
+            let physics = c.physics.get_or_insert_with(Default::default);
+            if let Some(tilt) = &self.ground_tilt {
+                let parsed =
+                    tilt.split_once(',').and_then(|(r, p)| Some((r.trim().parse().ok()?, p.trim().parse().ok()?)));
+                // Unparseable: NaN, which the range check refuses with its sentence.
+                (physics.ground_roll_deg, physics.ground_pitch_deg) = parsed.unwrap_or((f64::NAN, f64::NAN));
+            }
+        }
+        c.faults.push.extend(self.push.iter().cloned());
         let live = &mut c.live;
         if let Some(a) = &self.foxglove {
             live.foxglove = Some(a.clone());

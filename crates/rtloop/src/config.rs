@@ -55,6 +55,9 @@ pub struct RunConfig {
     pub faults: FaultsConfig,
     /// Simulated-bus physics.
     pub sim: SimConfig,
+    /// A body under the simulated servos (MuJoCo): `[physics]`, or `--physics`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub physics: Option<crate::physics::PhysicsConfig>,
     /// Live telemetry (Foxglove, zenoh) and remote commands.
     pub live: LiveConfig,
     /// The transport of every bus of `servo_bus_map` (a bus address; `pi3hat` when absent).
@@ -191,6 +194,9 @@ pub enum ConfigError {
     /// The robot part (buses, servos) is wrong, or the file does not parse.
     #[error(transparent)]
     Robot(#[from] RobotSpecError),
+    /// `[physics]` or a push is wrong.
+    #[error(transparent)]
+    Physics(#[from] crate::physics::PhysicsConfigError),
 }
 
 /// What is wrong with an `ID@SECONDS` fault injection.
@@ -312,6 +318,8 @@ pub struct FaultsConfig {
     /// bus number, so buses lose different frames. Absent: a random seed, printed in the
     /// summary (`injected.seed`) so the run can be repeated.
     pub seed: Option<u64>,
+    /// `SECONDS:FX,FY,FZ[:DURATION]`: push the body (physics only), N in the world frame.
+    pub push: Vec<String>,
 }
 
 impl Default for RunConfig {
@@ -326,6 +334,7 @@ impl Default for RunConfig {
             realtime: RealtimeConfig::default(),
             faults: FaultsConfig::default(),
             sim: SimConfig::default(),
+            physics: None,
             live: LiveConfig::default(),
             transport: None,
             servo_bus_map: None,
@@ -335,7 +344,9 @@ impl Default for RunConfig {
 
 impl Default for MotionConfig {
     fn default() -> Self {
-        MotionConfig { stand_s: 1.0, amplitude_rev: 0.05, frequency_hz: 0.5 }
+        // The library's demo motion's own defaults.
+        let m = crate::motion::Motion::default();
+        MotionConfig { stand_s: m.stand_s, amplitude_rev: m.amplitude_rev, frequency_hz: m.frequency_hz }
     }
 }
 
@@ -344,7 +355,7 @@ impl Default for GainsConfig {
         GainsConfig {
             kp_scale: 1.0,
             kd_scale: 1.0,
-            maximum_torque: 4.0,
+            maximum_torque: crate::motion::Motion::default().maximum_torque,
             watchdog_timeout_s: DEFAULT_WATCHDOG_TIMEOUT_S,
         }
     }
@@ -380,7 +391,14 @@ impl Default for RealtimeConfig {
 
 impl Default for FaultsConfig {
     fn default() -> Self {
-        FaultsConfig { overheat: Vec::new(), drop_rate: 0.0, corrupt_rate: 0.0, reply_delay_us: 0, seed: None }
+        FaultsConfig {
+            overheat: Vec::new(),
+            drop_rate: 0.0,
+            corrupt_rate: 0.0,
+            reply_delay_us: 0,
+            seed: None,
+            push: Vec::new(),
+        }
     }
 }
 
@@ -733,7 +751,19 @@ impl RunConfig {
                 return Err(ConfigError::OverheatNotSimulated { id: o.id });
             }
         }
+        if let Some(physics) = &self.physics {
+            physics.spec(&self.buses)?;
+        }
+        let pushes = self.pushes()?;
+        if !pushes.is_empty() && self.physics.is_none() {
+            return Err(crate::physics::PhysicsConfigError::PushWithoutPhysics.into());
+        }
         Ok(())
+    }
+
+    /// The pushes on the body (`faults.push`).
+    pub fn pushes(&self) -> Result<Vec<crate::physics::PushSpec>, ConfigError> {
+        Ok(self.faults.push.iter().map(|s| crate::physics::parse_push(s)).collect::<Result<_, _>>()?)
     }
 
     /// The safety supervisor's recovery policy.

@@ -71,6 +71,7 @@ pub mod frame;
 pub mod live;
 pub mod motion;
 pub mod numbers;
+pub mod physics;
 pub mod robot_spec;
 mod run;
 pub mod runtime;
@@ -82,8 +83,8 @@ pub mod sim_buses;
 pub mod summary {
     pub use crate::controller::MAX_SERVOS;
     pub use crate::run::{
-        EventRecord, FinalServo, InjectedSummary, LiveSummary, LogSummary, Notice, ProgressFigures, RealtimeSummary,
-        ReplyAccounting, RunSummary, Status, EXIT_DEGRADED,
+        BodySummary, EventRecord, FinalServo, InjectedSummary, LiveSummary, LogSummary, Notice, ProgressFigures,
+        RealtimeSummary, ReplyAccounting, RunSummary, Status, EXIT_DEGRADED,
     };
     pub use crate::stats::Percentiles;
 }

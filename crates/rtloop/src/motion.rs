@@ -45,9 +45,11 @@ impl Default for Motion {
     fn default() -> Self {
         Motion {
             stand_s: 1.0,
-            amplitude_rev: 0.05,
+            // Small enough that the quadruped with a body (`--physics`) sways without falling,
+            // and a torque limit that carries its 7.4 kg standing (4 N·m does not).
+            amplitude_rev: 0.02,
             frequency_hz: 0.5,
-            maximum_torque: 4.0,
+            maximum_torque: 8.0,
             kp_scale: 1.0,
             kd_scale: 1.0,
             watchdog_timeout: None,

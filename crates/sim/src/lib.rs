@@ -35,6 +35,8 @@
 //! * [`model`] — the cycle-time model ("spreadsheet").
 //! * [`pi3hat`] — the simulated pi3hat: its SPI registers, receive queues and timing.
 //! * [`rng`] — the seeded pseudo-random generator.
+//! * [`plant`] — what the servos turn: the [`Plant`] interface and the default, independent joints.
+//! * [`world`] — servos coupled to one plant (a robot with a body), and the IMU it gives.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -45,8 +47,10 @@ pub mod imu;
 pub mod inject;
 pub mod model;
 pub mod pi3hat;
+pub mod plant;
 pub mod rng;
 pub mod servo;
+pub mod world;
 
 pub use bits::{frame_bits, frame_time_ns, FrameBits};
 pub use bus::{BusConfig, BusFull, BusStats, FrameLoss, NotAProbability, SimBus, WireRecord};
@@ -54,7 +58,9 @@ pub use imu::{Imu, ImuConfig, ImuSample};
 pub use inject::{bus_fault_seed, InjectedEvent, InjectedKind, EVENT_CAPACITY};
 pub use model::{predict, CycleModel, Prediction};
 pub use pi3hat::{Pi3hatConfig, SimPi3hat};
+pub use plant::{BodyState, IndependentJoints, JointParams, Plant, PlantError};
 pub use servo::{OverheatState, Servo, ServoConfig, Telemetry, OVERHEAT_OVERSHOOT_C, OVERHEAT_RAMP_NS};
+pub use world::{JointLink, Push, ServoVisitor, World, WorldError};
 
 /// Seed of the IMU [`default_quadruped`] builds.
 pub const DEFAULT_IMU_SEED: u64 = 1;

@@ -336,6 +336,26 @@ impl ServoConfig {
     }
 }
 
+impl ServoConfig {
+    /// Servo `id` for a joint of a physical plant (rtloop-physics): position gains stiff
+    /// enough to carry a small quadruped's leg (kp 150 N·m/rev, kd 3 N·m·s/rev, as a
+    /// moteus-class leg actuator is tuned), the rest as [`ServoConfig::new`]. The joint's
+    /// inertia, damping and load come from the plant, not from here.
+    pub fn physical(id: u8) -> Self {
+        ServoConfig {
+            kp_nm_per_rev: PHYSICAL_KP_NM_PER_REV,
+            kd_nms_per_rev: PHYSICAL_KD_NMS_PER_REV,
+            ..ServoConfig::new(id)
+        }
+    }
+}
+
+/// Position gain of a servo on a physical plant ([`ServoConfig::physical`]), N·m/rev.
+pub const PHYSICAL_KP_NM_PER_REV: f64 = 150.0;
+
+/// Velocity gain of a servo on a physical plant ([`ServoConfig::physical`]), N·m·s/rev.
+pub const PHYSICAL_KD_NMS_PER_REV: f64 = 3.0;
+
 impl Default for ServoConfig {
     fn default() -> Self {
         ServoConfig::new(1)
@@ -480,6 +500,8 @@ pub struct Servo {
     request_errors: RequestErrors,
 
     // Mechanical state. `phys_pos` drives the load; the host sees `phys_pos + offset`.
+    /// A plant moves the joint ([`Servo::set_coupled`]).
+    coupled: bool,
     phys_pos_rev: f64,
     velocity_rev_s: f64,
     output_offset_rev: f64,
@@ -544,6 +566,7 @@ impl Servo {
             factory: cfg,
             console: None,
             request_errors: RequestErrors::default(),
+            coupled: false,
             phys_pos_rev: cfg.initial_position_rev,
             velocity_rev_s: 0.0,
             output_offset_rev: 0.0,
@@ -901,6 +924,11 @@ impl Servo {
             return;
         };
         self.now_ns = self.now_ns.max(now_ns);
+        if self.coupled {
+            // The world steps the joint (`drive`); between its steps only the watchdog runs.
+            self.check_watchdog(now_ns);
+            return;
+        }
         if now_ns <= t {
             return;
         }
@@ -1083,29 +1111,94 @@ impl Servo {
     /// One physics step of `dt` seconds ending at `t`: controller, joint, electrical,
     /// thermal, faults.
     fn step(&mut self, t: u64, dt: f64) {
+        let joint_torque = self.actuate(dt);
+        (self.phys_pos_rev, self.velocity_rev_s) =
+            crate::plant::joint_step(&self.joint_params(), self.phys_pos_rev, self.velocity_rev_s, joint_torque, dt)
+                .unwrap_or((self.phys_pos_rev, 0.0));
+        self.settle(t, dt, joint_torque);
+    }
+
+    /// The joint this servo turns when no plant is coupled to it.
+    fn joint_params(&self) -> crate::plant::JointParams {
+        crate::plant::JointParams {
+            inertia_kgm2: self.cfg.inertia_kgm2,
+            damping_nms_per_rad: self.cfg.damping_nms_per_rad,
+            load_torque_nm: self.cfg.load_torque_nm,
+            friction_nm: self.cfg.friction_nm,
+        }
+    }
+
+    /// The controller's torque for this step, limited; returns it at the joint (N·m).
+    fn actuate(&mut self, dt: f64) -> f64 {
         let (wanted, limit) = self.control_torque(dt);
         let torque = if wanted.is_nan() { 0.0 } else { clampf(wanted, -limit, limit) };
         self.torque_nm = torque;
         // The controller works at the output; the joint turns the other way when the
         // output sign is negative.
-        let joint_torque = self.output_sign() * torque;
+        self.output_sign() * torque
+    }
 
-        // Joint: semi-implicit Euler in radians.
-        let inertia = self.cfg.inertia_kgm2.abs().max(1e-9);
-        let omega = self.velocity_rev_s * TAU;
-        let theta = self.phys_pos_rev * TAU;
-        let friction = self.cfg.friction_nm * (omega / 1e-2).tanh();
-        let accel =
-            (joint_torque - self.cfg.damping_nms_per_rad * omega - self.cfg.load_torque_nm * theta.sin() - friction)
-                / inertia;
-        let omega = omega + accel * dt;
-        if omega.is_finite() {
-            self.velocity_rev_s = omega / TAU;
-            self.phys_pos_rev += self.velocity_rev_s * dt;
-        } else {
-            self.velocity_rev_s = 0.0;
+    /// Coupled to a plant ([`crate::world::World`]): the world calls this once per plant step
+    /// ending at `t` (`dt` seconds long) — watchdog, controller, electrical and thermal state,
+    /// faults — and applies the returned joint torque (N·m) to the plant, then reports the
+    /// joint's new state through [`Servo::set_joint_state`].
+    pub fn drive(&mut self, t: u64, dt: f64) -> f64 {
+        self.check_watchdog(t);
+        let joint_torque = self.actuate(dt);
+        self.settle(t, dt, joint_torque);
+        self.time_ns = Some(t);
+        self.now_ns = self.now_ns.max(t);
+        joint_torque
+    }
+
+    /// Couple the servo to a plant that moves its joint (or uncouple it): from now on
+    /// [`Servo::advance_to`] keeps time and the watchdog only, and the joint moves through
+    /// [`Servo::drive`] and [`Servo::set_joint_state`].
+    pub fn set_coupled(&mut self, coupled: bool) {
+        self.coupled = coupled;
+    }
+
+    /// Set the position gains of the configuration the servo starts from (as stored with
+    /// `conf write`), and of the one in force: `kp` N·m/rev, `kd` N·m·s/rev. Non-finite or
+    /// negative values are ignored.
+    pub fn set_stored_gains(&mut self, kp: f64, kd: f64) {
+        if !(kp.is_finite() && kd.is_finite() && kp >= 0.0 && kd >= 0.0) {
+            return;
         }
+        for cfg in [&mut self.cfg, &mut self.factory] {
+            cfg.kp_nm_per_rev = kp;
+            cfg.kd_nms_per_rev = kd;
+        }
+        // A console made before shows the old gains: make it again from the new ones.
+        if self.console.is_some() {
+            self.console = Some(fresh_console(&self.factory));
+        }
+    }
 
+    /// Coupled to a plant.
+    pub fn is_coupled(&self) -> bool {
+        self.coupled
+    }
+
+    /// The joint's state as the plant computed it: position (rev, before the output sign and
+    /// offset) and velocity (rev/s). Non-finite values are ignored (the joint keeps its last
+    /// state), so a servo never reports a NaN it was handed.
+    pub fn set_joint_state(&mut self, pos_rev: f64, vel_rev_s: f64) {
+        if pos_rev.is_finite() && vel_rev_s.is_finite() {
+            self.phys_pos_rev = pos_rev;
+            self.velocity_rev_s = vel_rev_s;
+        }
+    }
+
+    /// The joint's position before the output sign and offset, rev (what a plant reports).
+    pub fn joint_position_rev(&self) -> f64 {
+        self.phys_pos_rev
+    }
+
+    /// Electrical and thermal state after a step that put `joint_torque` on the joint, and
+    /// the over-temperature fault.
+    fn settle(&mut self, t: u64, dt: f64, joint_torque: f64) {
+        let torque = self.torque_nm;
         // Electrical.
         let kt = if self.cfg.kt_nm_per_a.abs() > 1e-9 { self.cfg.kt_nm_per_a } else { 1.0 };
         let current = torque / kt;

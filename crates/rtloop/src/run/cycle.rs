@@ -120,6 +120,7 @@ pub(super) fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
     let start = cl.clock.now_ns().saturating_add(period_ns.min(FIRST_TICK_DELAY_NS));
     let end = start.saturating_add(config.duration_ns());
     cl.schedule_overheats(&config, start);
+    cl.schedule_pushes(&config, start);
     let busy_wait_ns = config.realtime.busy_wait_us.saturating_mul(1000);
     let mut lp = PeriodicLoop::with_time_source(
         period_ns,
@@ -226,6 +227,8 @@ struct CycleLoop<'a, C: Controller, K: Clock> {
     accounting: ReplyAccounting,
     /// The operator's commands as last seen (`crate::live::RemoteControl`).
     remote_held: bool,
+    /// The physics went unstable (and the event is recorded).
+    physics_failed: bool,
     remote_rearms: u64,
     telemetry: Option<C::Telemetry>,
     /// The supervisor's events the controller has been shown, and those handed to the log.
@@ -286,6 +289,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             counts,
             accounting: ReplyAccounting::default(),
             remote_held: false,
+            physics_failed: false,
             remote_rearms: hooks.remote.rearms(),
             telemetry: None,
             events_seen: 0,
@@ -363,6 +367,39 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         }
     }
 
+    /// The pushes on the body (`faults.push`), timed from the first period.
+    fn schedule_pushes(&mut self, config: &RunConfig, start: u64) {
+        for p in config.pushes().unwrap_or_default() {
+            let push = sim::Push {
+                force_n: p.force_n,
+                from_ns: start.saturating_add(secs_to_ns(p.at_s)),
+                duration_ns: secs_to_ns(p.duration_s),
+            };
+            self.robot.cycler_mut().with_world(|world, _| world.push(push));
+        }
+    }
+
+    /// A plant that went unstable ends the run: its servos can no longer report anything
+    /// true. Recorded once, as an event the summary reports as a problem.
+    #[inline]
+    fn physics_failed(&mut self) -> bool {
+        if self.physics_failed {
+            return true;
+        }
+        let Some(fault) = self.robot.cycler().world().and_then(sim::World::fault) else { return false };
+        // The event's value: the plant's time when it failed, in ms.
+        let at_ms = match fault {
+            sim::PlantError::NotFinite { time_s } | sim::PlantError::EnergyBlowUp { time_s, .. } => {
+                (time_s * 1e3).max(0.0) as u64
+            }
+            _ => 0,
+        };
+        let now = self.clock.now_ns();
+        self.supervisor.record(now, None, EventKind::Controller { name: "physics_unstable", value: Some(at_ms) });
+        self.physics_failed = true;
+        true
+    }
+
     /// Every period of the run, until its end, a stop, or the control law's [`Flow::Stop`].
     fn run_periods<T: TimeSource>(&mut self, lp: &mut PeriodicLoop<T>, start: u64, end: u64, total: u64) -> Ending {
         let hooks = self.hooks;
@@ -381,6 +418,9 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             }
             if self.cycle(lp, &tick, start) == Flow::Stop {
                 return Ending { interrupted: false, ended_by_controller: true };
+            }
+            if self.physics_failed() {
+                return Ending::default();
             }
         }
     }

@@ -75,6 +75,8 @@ pub enum RunError {
     CycleThreadStopped,
     /// The agent spine could not be set up (`rtloop run --agent`).
     Agent(crate::agent::AgentError),
+    /// The physics could not start: the model, its map, or the coupling.
+    Physics(crate::physics::AttachError),
 }
 
 impl std::fmt::Display for RunError {
@@ -103,6 +105,7 @@ impl std::fmt::Display for RunError {
             RunError::CycleThreadPanicked => f.write_str("the cycle thread panicked"),
             RunError::CycleThreadStopped => f.write_str("the cycle thread stopped"),
             RunError::Agent(e) => write!(f, "{e}"),
+            RunError::Physics(e) => write!(f, "{e}"),
         }
     }
 }
@@ -119,6 +122,7 @@ impl std::error::Error for RunError {
             RunError::FaultRate(e) => Some(e),
             RunError::Bus(e) => Some(e),
             RunError::Live(e) => Some(e),
+            RunError::Physics(e) => Some(e),
             _ => None,
         }
     }

@@ -102,6 +102,10 @@ fn open_robot<K: Clock + Clone + Send + 'static>(
             robot.cycler_mut().with_sim_bus(s.bus, |b| b.servo_mut(s.id).map(|servo| servo.set_position(p)));
         }
     }
+    // After the start position: with a body, the model's pose is where the joints are.
+    if let Some(physics) = &config.physics {
+        crate::physics::attach(&mut robot, physics, &robot_spec.buses).map_err(RunError::Physics)?;
+    }
     Ok(robot)
 }
 

@@ -294,10 +294,26 @@ pub struct RunSummary {
     pub live: Option<LiveSummary>,
     /// What the agent did, when the run followed one (`rtloop run --agent`).
     pub agent: Option<crate::agent::AgentSummary>,
+    /// The body at the end of the run, with physics (`--physics`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<BodySummary>,
     /// Final state per servo: keyed by its id (`"5"`), or by id and bus number (`"5@2"`) when
     /// the same id lives on several buses.
     #[serde(rename = "final")]
     pub final_state: BTreeMap<String, FinalServo>,
+}
+
+/// The simulated body at the end of a run with physics.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BodySummary {
+    /// Height of the body's origin above the ground, m.
+    pub height_m: f64,
+    /// Roll, degrees (right side down positive, as the IMU reads it).
+    pub roll_deg: f64,
+    /// Pitch, degrees (nose up positive).
+    pub pitch_deg: f64,
+    /// Plant steps taken.
+    pub steps: u64,
 }
 
 impl RunSummary {
@@ -516,7 +532,10 @@ pub(super) fn summarize<K: Clock>(
         });
     }
     events.sort_by(|a, b| a.time.total_cmp(&b.time));
-    let problems = problems_of(&events, &result, servos, bus_numbers, &config.safety.on_fault);
+    let mut problems = problems_of(&events, &result, servos, bus_numbers, &config.safety.on_fault);
+    if let Some(fault) = result.robot.cycler().world().and_then(sim::World::fault) {
+        problems.push(fault.to_string());
+    }
     let p = &result.periodic;
     let elapsed_s = p.last_wake_ns.saturating_sub(p.first_wake_ns) as f64 * 1e-9;
     RunSummary {
@@ -547,6 +566,16 @@ pub(super) fn summarize<K: Clock>(
         control_late: result.control_late,
         events,
         events_dropped: result.supervisor.dropped_events(),
+        body: result.robot.cycler().world().and_then(|w| {
+            let b = w.body()?;
+            let (roll, pitch) = b.roll_pitch();
+            Some(BodySummary {
+                height_m: b.height_m,
+                roll_deg: roll.to_degrees(),
+                pitch_deg: pitch.to_degrees(),
+                steps: w.steps(),
+            })
+        }),
         injected,
         realtime: RealtimeSummary {
             requested_policy: config.realtime.policy.clone(),

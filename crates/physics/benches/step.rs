@@ -1,0 +1,61 @@
+//! Steps per second of the built-in quadruped: MuJoCo's own `mj_step` (the limit anything
+//! built on it can reach) beside the plant rtloop steps (the same step, the joint torques
+//! written in and the stability checks after), and beside twelve servos coupled to it through
+//! `sim::World` (their controllers evaluated every step). One line each:
+//! `cargo bench -p rtloop-physics --features mujoco --bench step`.
+use std::time::Instant;
+
+use mujoco_rs::prelude::*;
+use rtloop_physics::{load, PhysicsSpec, QUADRUPED_MJCF};
+use sim::{Servo, ServoConfig, World};
+
+const SECONDS: f64 = 2.0;
+
+fn rate(label: &str, mut step: impl FnMut()) -> f64 {
+    for _ in 0..2000 {
+        step();
+    }
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed().as_secs_f64() < SECONDS {
+        for _ in 0..1000 {
+            step();
+        }
+        n += 1000;
+    }
+    let per_s = n as f64 / start.elapsed().as_secs_f64();
+    println!("{label:<44} {per_s:>10.0} steps/s  {:>6.2} µs/step", 1e6 / per_s);
+    per_s
+}
+
+fn main() {
+    let model = MjModel::from_xml_string(QUADRUPED_MJCF).expect("the built-in model compiles");
+    let timestep = model.opt().timestep;
+    let mut data = MjData::new(Box::new(model));
+    data.reset_keyframe(0).expect("the lying keyframe");
+    println!("built-in quadruped, time step {:.2} ms", timestep * 1e3);
+    rate("mj_step (MuJoCo alone)", || data.step());
+
+    let mut loaded = load(&PhysicsSpec::quadruped()).expect("loads");
+    let torques = [0.0; 12];
+    rate("Plant::step (torques in, checks out)", || {
+        let _ = loaded.plant.step(&torques);
+    });
+
+    let loaded = load(&PhysicsSpec::quadruped()).expect("loads");
+    let mut world = World::new(loaded.plant, loaded.links).expect("couples");
+    let mut servos: Vec<Servo> = (1..=12).map(|id| Servo::new(ServoConfig::physical(id))).collect();
+    let mut visit = |f: &mut dyn FnMut(usize, &mut Servo)| {
+        for s in servos.iter_mut() {
+            f(usize::from((s.id() - 1) / 3), s)
+        }
+    };
+    world.couple(&mut visit).expect("couples");
+    let step_ns = world.step_ns();
+    let mut now = 0u64;
+    world.advance_to(now, &mut visit);
+    rate("World::advance_to (12 servos + plant)", || {
+        now += step_ns;
+        world.advance_to(now, &mut visit);
+    });
+}

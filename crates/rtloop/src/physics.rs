@@ -1,0 +1,283 @@
+//! Physics under the simulated servos: the run file's `[physics]` section, `--physics`, and
+//! pushes on the body (`--push`, `[faults] push`).
+//!
+//! What it is for: turning what a user wrote into an [`rtloop_physics::PhysicsSpec`] (bus
+//! numbers into bus indices, every number range-checked), and coupling the simulated robot's
+//! servos to the model it names ([`attach`]). The model itself, MuJoCo, and the built-in
+//! quadruped live in rtloop-physics; the servo ↔ plant coupling in `sim::World`.
+//! What it must never do: couple anything but simulated buses, or accept a number it has not
+//! checked.
+
+use std::path::PathBuf;
+
+use io::{Clock, Robot};
+use rtloop_physics::{BuiltInPose, ModelSource, PhysicsError, PhysicsSpec, ServoJoint};
+use serde::{Deserialize, Serialize};
+
+use crate::robot_spec::BusSpec;
+
+/// `[physics]`: a body under the simulated servos. Its presence (or `--physics`) turns it on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PhysicsConfig {
+    /// A model file (MJCF `.xml`, or URDF as MuJoCo compiles it); absent: the built-in
+    /// quadruped.
+    pub model: Option<PathBuf>,
+    /// Which servo turns which joint; required with `model`, absent for the built-in
+    /// quadruped (buses 1-4, ids 1-12: abduction, hip, knee of the front-left, front-right,
+    /// rear-left and rear-right legs).
+    pub joints: Vec<JointEntry>,
+    /// Slope of the ground, degrees: the roll (right side down positive) a robot standing
+    /// level on it would read (-30 to 30).
+    pub ground_roll_deg: f64,
+    /// Slope of the ground, degrees: the pitch (nose up positive) a robot standing level on
+    /// it would read (-30 to 30).
+    pub ground_pitch_deg: f64,
+    /// The model keyframe the run starts from (`lying` for the built-in quadruped); absent:
+    /// the built-in's `lying`, or a user model's reference pose.
+    pub pose: Option<String>,
+    /// Seconds the body settles with the joints limp before the run starts (0 to 10).
+    pub settle_s: f64,
+    /// The body the IMU is on; absent: the body of the model's free joint.
+    pub body: Option<String>,
+    /// Position gain of every coupled servo, N·m/rev (its `servo.pid_position.kp`; 0 to 10000).
+    pub kp: f64,
+    /// Velocity gain of every coupled servo, N·m·s/rev (0 to 1000).
+    pub kd: f64,
+}
+
+/// One `joints` entry: servo `id` on bus `bus` turns the model's joint `joint`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JointEntry {
+    /// Bus number, as in `[[bus]]`.
+    pub bus: u8,
+    /// Servo id.
+    pub id: u8,
+    /// Joint name in the model.
+    pub joint: String,
+}
+
+impl Default for PhysicsConfig {
+    fn default() -> Self {
+        PhysicsConfig {
+            model: None,
+            joints: Vec::new(),
+            ground_roll_deg: 0.0,
+            ground_pitch_deg: 0.0,
+            pose: None,
+            settle_s: 1.0,
+            body: None,
+            kp: sim::servo::PHYSICAL_KP_NM_PER_REV,
+            kd: sim::servo::PHYSICAL_KD_NMS_PER_REV,
+        }
+    }
+}
+
+/// Why `[physics]` or a push was refused. One sentence each.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PhysicsConfigError {
+    /// A number outside its range.
+    #[error("physics.{key} = {value} is out of range: give {give}")]
+    OutOfRange {
+        /// The key under `[physics]`.
+        key: &'static str,
+        /// The value.
+        value: f64,
+        /// What to give.
+        give: &'static str,
+    },
+    /// Physics on buses that are not simulated.
+    #[error(
+        "physics drives simulated servos only: bus {bus} is {uri}; use `sim` or `pi3hat:sim` buses with --physics"
+    )]
+    NotSimulated {
+        /// The bus number.
+        bus: u8,
+        /// Its address.
+        uri: String,
+    },
+    /// A joint entry names a servo the robot does not have.
+    #[error("physics.joints maps servo {id} on bus {bus}, which the robot does not have: name a servo of a [[bus]]")]
+    NoSuchServo {
+        /// Bus number.
+        bus: u8,
+        /// Servo id.
+        id: u8,
+    },
+    /// The spec or the model was refused.
+    #[error(transparent)]
+    Model(#[from] PhysicsError),
+    /// A push that does not parse.
+    #[error("push {text:?} (--push or [faults] push): expected SECONDS:FX,FY,FZ[:DURATION], forces in N (world frame: +x forward, +y left, +z up), e.g. 2:0,60,0:0.1")]
+    Push {
+        /// The push as given.
+        text: String,
+    },
+    /// A push without physics.
+    #[error("a push needs a body: add --physics (or a [physics] section)")]
+    PushWithoutPhysics,
+}
+
+/// One push on the body: `force_n` for `duration_s` from `at_s` after the start.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PushSpec {
+    /// Seconds after the start of the run.
+    pub at_s: f64,
+    /// Force, N, world frame (+x forward, +y left, +z up).
+    pub force_n: [f64; 3],
+    /// Seconds it lasts (0.1 when not given).
+    pub duration_s: f64,
+}
+
+/// Largest push force per axis, N.
+pub const MAX_PUSH_N: f64 = 1000.0;
+
+/// Parse `SECONDS:FX,FY,FZ[:DURATION]`.
+pub fn parse_push(text: &str) -> Result<PushSpec, PhysicsConfigError> {
+    let refused = || PhysicsConfigError::Push { text: text.to_string() };
+    let mut parts = text.split(':');
+    let number = |s: &str| s.trim().parse::<f64>().ok().filter(|v| v.is_finite());
+    let at_s = parts.next().and_then(number).filter(|t| (0.0..=crate::config::MAX_DURATION_S).contains(t));
+    let force: Option<Vec<f64>> =
+        parts.next().and_then(|f| f.split(',').map(number).collect::<Option<Vec<f64>>>());
+    let duration_s = match parts.next() {
+        None => Some(0.1),
+        Some(d) => number(d).filter(|d| *d > 0.0 && *d <= 10.0),
+    };
+    if parts.next().is_some() {
+        return Err(refused());
+    }
+    match (at_s, force, duration_s) {
+        (Some(at_s), Some(f), Some(duration_s)) if f.len() == 3 && f.iter().all(|v| v.abs() <= MAX_PUSH_N) => {
+            Ok(PushSpec { at_s, force_n: [f[0], f[1], f[2]], duration_s })
+        }
+        _ => Err(refused()),
+    }
+}
+
+impl PhysicsConfig {
+    /// Check every number and the map against the robot's buses, and make the spec
+    /// rtloop-physics loads (bus numbers become bus indices).
+    pub fn spec(&self, buses: &[BusSpec]) -> Result<PhysicsSpec, PhysicsConfigError> {
+        let range = |key: &'static str, value: f64, lo: f64, hi: f64, give: &'static str| {
+            if value.is_finite() && (lo..=hi).contains(&value) {
+                Ok(())
+            } else {
+                Err(PhysicsConfigError::OutOfRange { key, value, give })
+            }
+        };
+        range("ground_roll_deg", self.ground_roll_deg, -30.0, 30.0, "-30 to 30 degrees")?;
+        range("ground_pitch_deg", self.ground_pitch_deg, -30.0, 30.0, "-30 to 30 degrees")?;
+        range("settle_s", self.settle_s, 0.0, 10.0, "0 to 10 s")?;
+        range("kp", self.kp, 0.0, 10_000.0, "0 to 10000 N·m/rev")?;
+        range("kd", self.kd, 0.0, 1_000.0, "0 to 1000 N·m·s/rev")?;
+        for b in buses {
+            if !matches!(b.uri, io::BusUri::Sim | io::BusUri::Pi3hat { carrier: io::Pi3hatCarrier::Sim }) {
+                return Err(PhysicsConfigError::NotSimulated { bus: b.bus, uri: b.uri.to_string() });
+            }
+        }
+        let mut joints = Vec::new();
+        for j in &self.joints {
+            let index = buses.iter().position(|b| b.bus == j.bus && b.servos.contains(&j.id));
+            let Some(bus) = index else {
+                return Err(PhysicsConfigError::NoSuchServo { bus: j.bus, id: j.id });
+            };
+            joints.push(ServoJoint { bus, id: j.id, joint: j.joint.clone() });
+        }
+        let spec = PhysicsSpec {
+            model: self.model.clone().map_or(ModelSource::BuiltIn, ModelSource::File),
+            joints,
+            ground_tilt_deg: (self.ground_roll_deg, self.ground_pitch_deg),
+            pose: match (&self.pose, &self.model) {
+                (Some(name), _) => BuiltInPose::Keyframe(name.clone()),
+                (None, None) => PhysicsSpec::quadruped().pose,
+                (None, Some(_)) => BuiltInPose::Reference,
+            },
+            settle_s: self.settle_s,
+            body: self.body.clone(),
+        };
+        spec.validate()?;
+        // The built-in map names buses 1-4 with ids 1-12: they must be this robot's.
+        if self.joints.is_empty() {
+            for j in spec.joint_map() {
+                let ok = buses.get(j.bus).is_some_and(|b| b.servos.contains(&j.id));
+                if !ok {
+                    return Err(PhysicsConfigError::NoSuchServo { bus: j.bus as u8 + 1, id: j.id });
+                }
+            }
+        }
+        Ok(spec)
+    }
+}
+
+/// Why a run's physics could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AttachError {
+    /// The configuration or the model.
+    #[error(transparent)]
+    Config(#[from] PhysicsConfigError),
+    /// The servos and the model do not fit together.
+    #[error(transparent)]
+    Coupling(#[from] sim::WorldError),
+}
+
+/// Load the model `config` names and couple the simulated servos of `robot` to it.
+pub fn attach<K: Clock>(robot: &mut Robot<K>, config: &PhysicsConfig, buses: &[BusSpec]) -> Result<(), AttachError> {
+    let spec = config.spec(buses)?;
+    let loaded = rtloop_physics::load(&spec).map_err(PhysicsConfigError::Model)?;
+    let world = sim::World::new(loaded.plant, loaded.links)?.with_gains(config.kp, config.kd);
+    robot.cycler_mut().attach_world(world)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pushes_parse_and_bad_ones_say_the_form() {
+        assert_eq!(parse_push("2:0,60,0").unwrap(), PushSpec { at_s: 2.0, force_n: [0.0, 60.0, 0.0], duration_s: 0.1 });
+        assert_eq!(parse_push("1.5:-10,0,5:0.3").unwrap().duration_s, 0.3);
+        for bad in ["", "2", "2:0,60", "2:0,60,0:0", "2:nan,0,0", "x:0,0,0", "2:0,0,1e9", "2:0,0,0:1:2", "-1:0,0,0"] {
+            let e = parse_push(bad).unwrap_err();
+            assert!(e.to_string().contains("expected SECONDS:FX,FY,FZ"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn numbers_and_the_map_are_checked_against_the_robot() {
+        let buses = crate::robot_spec::RobotSpec::default_quadruped().buses;
+        assert!(PhysicsConfig::default().spec(&buses).is_ok());
+        let tilt = PhysicsConfig { ground_pitch_deg: f64::NAN, ..Default::default() };
+        assert!(matches!(tilt.spec(&buses), Err(PhysicsConfigError::OutOfRange { key: "ground_pitch_deg", .. })));
+        let kp = PhysicsConfig { kp: f64::INFINITY, ..Default::default() };
+        assert!(kp.spec(&buses).unwrap_err().to_string().starts_with("physics.kp = inf is out of range"));
+        let stray = PhysicsConfig {
+            model: Some("robot.xml".into()),
+            joints: vec![JointEntry { bus: 2, id: 1, joint: "hip".into() }],
+            ..Default::default()
+        };
+        assert_eq!(stray.spec(&buses).unwrap_err(), PhysicsConfigError::NoSuchServo { bus: 2, id: 1 });
+        let twice = PhysicsConfig {
+            model: Some("robot.xml".into()),
+            joints: vec![
+                JointEntry { bus: 1, id: 1, joint: "hip".into() },
+                JointEntry { bus: 1, id: 2, joint: "hip".into() },
+            ],
+            ..Default::default()
+        };
+        let e = twice.spec(&buses).unwrap_err();
+        assert!(e.to_string().contains("are both mapped to joint `hip`"), "{e}");
+        let unmapped = PhysicsConfig { model: Some("robot.xml".into()), ..Default::default() };
+        assert!(matches!(unmapped.spec(&buses), Err(PhysicsConfigError::Model(PhysicsError::NoMap))));
+        let mut small = buses.clone();
+        small.truncate(2);
+        assert_eq!(
+            PhysicsConfig::default().spec(&small).unwrap_err(),
+            PhysicsConfigError::NoSuchServo { bus: 3, id: 7 }
+        );
+    }
+}

@@ -1,0 +1,390 @@
+//! Simulated servos coupled to one plant: a robot with a body.
+//!
+//! What it is for: stepping every coupled servo and the [`Plant`] under them together, in
+//! fixed steps of the plant's time step — each step every servo's controller turns its joint's
+//! state into a torque ([`Servo::drive`]), the plant advances under all the torques at once,
+//! and every servo is handed its joint's new state ([`Servo::set_joint_state`]) — and giving
+//! the IMU the body's state. The servos live on their buses; the world reaches them through a
+//! visitor the caller supplies (it owns the buses), and finds each one's joint from its bus
+//! index and id.
+//! What it must never do: allocate or panic after construction, read a clock (time comes in
+//! as `now_ns`), or hand a servo a state the plant could not compute: after a
+//! [`PlantError`] the plant is not stepped again, the servos keep their last finite joint
+//! state, and the error is kept for the caller ([`World::fault`]).
+
+use core::f64::consts::TAU;
+
+use crate::imu::ImuSample;
+use crate::plant::{BodyState, Plant, PlantError};
+use crate::servo::Servo;
+
+/// Reaches every simulated servo: called with a function, it calls that function once per
+/// servo with the servo's bus index. The buses' owner supplies it.
+pub type ServoVisitor<'a> = dyn FnMut(&mut dyn FnMut(usize, &mut Servo)) + 'a;
+
+/// A servo's joint: the servo on bus index `bus` with CAN id `id` turns plant joint `joint`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JointLink {
+    /// Bus index (position in the robot's bus list, from 0).
+    pub bus: usize,
+    /// Servo CAN id.
+    pub id: u8,
+    /// Plant joint index.
+    pub joint: usize,
+}
+
+/// Why servos and a plant cannot be coupled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WorldError {
+    /// A link names a joint the plant does not have.
+    NoSuchJoint {
+        /// The link.
+        link: JointLink,
+        /// Joints the plant has.
+        joints: usize,
+    },
+    /// Two servos drive one joint.
+    SharedJoint {
+        /// The joint.
+        joint: usize,
+        /// The first servo.
+        first: (usize, u8),
+        /// The second.
+        second: (usize, u8),
+    },
+    /// One servo is linked twice.
+    ServoTwice {
+        /// Bus index and id.
+        servo: (usize, u8),
+    },
+    /// A linked servo is not on the robot.
+    MissingServo {
+        /// Bus index and id.
+        servo: (usize, u8),
+    },
+}
+
+impl core::fmt::Display for WorldError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            WorldError::NoSuchJoint { link, joints } => write!(
+                f,
+                "servo {} on bus {} is mapped to joint {}, but the model has {joints} joints: map it to one of 0 to {}",
+                link.id,
+                link.bus + 1,
+                link.joint,
+                joints.saturating_sub(1)
+            ),
+            WorldError::SharedJoint { joint, first, second } => write!(
+                f,
+                "servos {} (bus {}) and {} (bus {}) are both mapped to joint {joint}: give each servo its own joint",
+                first.1,
+                first.0 + 1,
+                second.1,
+                second.0 + 1
+            ),
+            WorldError::ServoTwice { servo } => {
+                write!(f, "servo {} on bus {} is mapped twice: map each servo once", servo.1, servo.0 + 1)
+            }
+            WorldError::MissingServo { servo } => write!(
+                f,
+                "servo {} on bus {} is mapped to a joint but is not on the robot: add it to the bus or drop it from \
+                 the map",
+                servo.1,
+                servo.0 + 1
+            ),
+        }
+    }
+}
+
+impl core::error::Error for WorldError {}
+
+/// Longest stretch of time one [`World::advance_to`] integrates (1 s): after a longer gap
+/// (a stalled host in a real-time run) the world skips the rest rather than spend seconds
+/// catching up; the servos' watchdogs have long fired by then.
+pub const MAX_CATCH_UP_NS: u64 = 1_000_000_000;
+
+/// Servos coupled to a plant. See the module docs.
+pub struct World {
+    plant: Box<dyn Plant>,
+    links: Vec<JointLink>,
+    torque: Vec<f64>,
+    step_ns: u64,
+    time_ns: Option<u64>,
+    fault: Option<PlantError>,
+    steps: u64,
+    push: Option<Push>,
+    gains: Option<(f64, f64)>,
+}
+
+/// A push on the body: `force_n` (world frame) from `from_ns` for `duration_ns`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Push {
+    /// Force, N, in the world frame (+x forward, +y left, +z up).
+    pub force_n: [f64; 3],
+    /// When it starts, ns on the world's timeline.
+    pub from_ns: u64,
+    /// How long it lasts, ns.
+    pub duration_ns: u64,
+}
+
+impl World {
+    /// Couple the servos `links` names to `plant`. Checks the links against the plant; the
+    /// servos themselves are checked by [`World::couple`].
+    pub fn new(plant: Box<dyn Plant>, links: Vec<JointLink>) -> Result<Self, WorldError> {
+        let joints = plant.joint_count();
+        for (i, link) in links.iter().enumerate() {
+            if link.joint >= joints {
+                return Err(WorldError::NoSuchJoint { link: *link, joints });
+            }
+            for other in &links[..i] {
+                if (other.bus, other.id) == (link.bus, link.id) {
+                    return Err(WorldError::ServoTwice { servo: (link.bus, link.id) });
+                }
+                if other.joint == link.joint {
+                    return Err(WorldError::SharedJoint {
+                        joint: link.joint,
+                        first: (other.bus, other.id),
+                        second: (link.bus, link.id),
+                    });
+                }
+            }
+        }
+        let step_ns = plant.timestep_ns().max(1);
+        Ok(World {
+            plant,
+            torque: vec![0.0; joints],
+            links,
+            step_ns,
+            time_ns: None,
+            fault: None,
+            steps: 0,
+            push: None,
+            gains: None,
+        })
+    }
+
+    /// Give every servo [`World::couple`] couples these position gains (`kp` N·m/rev, `kd`
+    /// N·m·s/rev) in its stored configuration: the plant's joints need stiffer servos than
+    /// the default's free joints.
+    pub fn with_gains(mut self, kp: f64, kd: f64) -> Self {
+        self.gains = Some((kp, kd));
+        self
+    }
+
+    /// The links.
+    pub fn links(&self) -> &[JointLink] {
+        &self.links
+    }
+
+    /// The plant's time step, ns.
+    pub fn step_ns(&self) -> u64 {
+        self.step_ns
+    }
+
+    /// Plant steps taken.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// The plant.
+    pub fn plant(&self) -> &dyn Plant {
+        &*self.plant
+    }
+
+    /// Mutable access to the plant.
+    pub fn plant_mut(&mut self) -> &mut dyn Plant {
+        &mut *self.plant
+    }
+
+    /// Why the plant stopped, if it did.
+    pub fn fault(&self) -> Option<PlantError> {
+        self.fault
+    }
+
+    /// Couple every linked servo `visit` reaches (it calls its argument once per simulated
+    /// servo with the servo's bus index) and hand it its joint's state. Fails on the first
+    /// linked servo `visit` did not reach.
+    pub fn couple(&mut self, visit: &mut ServoVisitor<'_>) -> Result<(), WorldError> {
+        let mut reached = [false; 256];
+        let (links, plant, gains) = (&self.links, &self.plant, self.gains);
+        visit(&mut |bus, servo| {
+            if let Some(i) = links.iter().position(|l| l.bus == bus && l.id == servo.id()) {
+                reached[i.min(255)] = true;
+                servo.set_coupled(true);
+                if let Some((kp, kd)) = gains {
+                    servo.set_stored_gains(kp, kd);
+                }
+                let (pos, vel) = plant.joint_state(links[i].joint);
+                servo.set_joint_state(pos / TAU, vel / TAU);
+            }
+        });
+        match self.links.iter().enumerate().find(|(i, _)| !reached[(*i).min(255)]) {
+            Some((_, l)) => Err(WorldError::MissingServo { servo: (l.bus, l.id) }),
+            None => Ok(()),
+        }
+    }
+
+    /// Push the body (see [`Push`]); replaces any push not finished yet.
+    pub fn push(&mut self, push: Push) {
+        self.push = Some(push);
+    }
+
+    /// Step servos and plant to `now_ns` (see the module docs). The first call sets the time
+    /// origin. `visit` as for [`World::couple`].
+    pub fn advance_to(&mut self, now_ns: u64, visit: &mut ServoVisitor<'_>) {
+        let Some(mut t) = self.time_ns else {
+            self.time_ns = Some(now_ns);
+            return;
+        };
+        if now_ns <= t {
+            return;
+        }
+        if now_ns - t > MAX_CATCH_UP_NS {
+            t = now_ns - MAX_CATCH_UP_NS;
+        }
+        let dt = self.step_ns as f64 * 1e-9;
+        while now_ns - t >= self.step_ns {
+            t += self.step_ns;
+            if self.fault.is_some() {
+                continue;
+            }
+            self.apply_push(t);
+            let (links, torque) = (&self.links, &mut self.torque);
+            torque.fill(0.0);
+            visit(&mut |bus, servo| {
+                if let Some(l) = links.iter().find(|l| l.bus == bus && l.id == servo.id()) {
+                    torque[l.joint] = servo.drive(t, dt);
+                }
+            });
+            if let Err(e) = self.plant.step(&self.torque) {
+                self.fault = Some(e);
+                continue;
+            }
+            self.steps += 1;
+            let (links, plant) = (&self.links, &self.plant);
+            visit(&mut |bus, servo| {
+                if let Some(l) = links.iter().find(|l| l.bus == bus && l.id == servo.id()) {
+                    let (pos, vel) = plant.joint_state(l.joint);
+                    servo.set_joint_state(pos / TAU, vel / TAU);
+                }
+            });
+        }
+        self.time_ns = Some(t);
+    }
+
+    fn apply_push(&mut self, t: u64) {
+        if let Some(p) = self.push {
+            if t >= p.from_ns.saturating_add(p.duration_ns) {
+                self.plant.set_push([0.0; 3]);
+                self.push = None;
+            } else if t >= p.from_ns {
+                self.plant.set_push(p.force_n);
+            }
+        }
+    }
+
+    /// The body's state, when the plant has a body.
+    pub fn body(&self) -> Option<BodyState> {
+        self.plant.body()
+    }
+
+    /// What the IMU reads: the body's state in the pi3hat's frame; `None` without a body.
+    pub fn imu(&self) -> Option<ImuSample> {
+        self.plant.body().map(|b| b.to_imu())
+    }
+
+    /// Back to the plant's initial state (perturbed as `seed` says), handing every coupled
+    /// servo its joint's state. False when the plant cannot reset.
+    pub fn reset(&mut self, seed: u64, visit: &mut ServoVisitor<'_>) -> bool {
+        if !self.plant.reset(seed) {
+            return false;
+        }
+        self.fault = None;
+        self.push = None;
+        let (links, plant) = (&self.links, &self.plant);
+        visit(&mut |bus, servo| {
+            if let Some(l) = links.iter().find(|l| l.bus == bus && l.id == servo.id()) {
+                let (pos, vel) = plant.joint_state(l.joint);
+                servo.set_joint_state(pos / TAU, vel / TAU);
+            }
+        });
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plant::{IndependentJoints, JointParams};
+    use crate::servo::ServoConfig;
+
+    fn params(cfg: &ServoConfig) -> JointParams {
+        JointParams {
+            inertia_kgm2: cfg.inertia_kgm2,
+            damping_nms_per_rad: cfg.damping_nms_per_rad,
+            load_torque_nm: cfg.load_torque_nm,
+            friction_nm: cfg.friction_nm,
+        }
+    }
+
+    fn visit_all(servos: &mut [Servo]) -> Box<ServoVisitor<'_>> {
+        Box::new(move |f| {
+            for s in servos.iter_mut() {
+                f(0, s)
+            }
+        })
+    }
+
+    #[test]
+    fn links_are_checked_with_one_sentence_each() {
+        let plant = || -> Box<dyn Plant> {
+            Box::new(IndependentJoints::new(vec![params(&ServoConfig::new(1)); 2], &[], 100_000))
+        };
+        let e = World::new(plant(), vec![JointLink { bus: 0, id: 1, joint: 2 }]).err().unwrap();
+        assert_eq!(e, WorldError::NoSuchJoint { link: JointLink { bus: 0, id: 1, joint: 2 }, joints: 2 });
+        assert!(e.to_string().contains("map it to one of 0 to 1"), "{e}");
+        let e = World::new(plant(), vec![JointLink { bus: 0, id: 1, joint: 0 }, JointLink { bus: 1, id: 2, joint: 0 }]);
+        assert!(matches!(e, Err(WorldError::SharedJoint { joint: 0, .. })));
+        let e = World::new(plant(), vec![JointLink { bus: 0, id: 1, joint: 0 }, JointLink { bus: 0, id: 1, joint: 1 }]);
+        assert!(matches!(e, Err(WorldError::ServoTwice { servo: (0, 1) })));
+        let mut w = World::new(plant(), vec![JointLink { bus: 0, id: 9, joint: 0 }]).unwrap();
+        let mut servos = vec![Servo::new(ServoConfig::new(1))];
+        assert_eq!(w.couple(&mut *visit_all(&mut servos)), Err(WorldError::MissingServo { servo: (0, 9) }));
+    }
+
+    /// A servo coupled to the default plant moves exactly as the same servo on its own: the
+    /// world is only a different owner of the same equation.
+    #[test]
+    fn the_default_plant_through_the_world_matches_a_free_servo() {
+        use proto::frame::CanFdFrame;
+        let cfg = ServoConfig { initial_position_rev: 0.05, ..ServoConfig::new(1) };
+        let mut free = Servo::new(cfg);
+        let mut coupled = vec![Servo::new(cfg)];
+        let plant = IndependentJoints::new(vec![params(&cfg)], &[0.05], cfg.step_ns);
+        let mut world = World::new(Box::new(plant), vec![JointLink { bus: 0, id: 1, joint: 0 }]).unwrap();
+        world.couple(&mut *visit_all(&mut coupled)).unwrap();
+        // Position mode, target 0.2 rev, through a real command frame at t = 0.
+        let mut buf = [0u8; proto::frame::MAX_DATA];
+        let mut w = proto::writer::FrameWriter::new(&mut buf);
+        let cmd = proto::host::PositionCommand { position: Some(0.2), ..Default::default() };
+        proto::host::encode_position(&mut w, &cmd, &Default::default(), None).unwrap();
+        let frame: CanFdFrame = w.to_frame(0x8001).unwrap();
+        let mut reply = CanFdFrame::default();
+        world.advance_to(0, &mut *visit_all(&mut coupled));
+        free.advance_to(0);
+        free.handle_frame(&frame, 0, &mut reply);
+        coupled[0].handle_frame(&frame, 0, &mut reply);
+        for k in 1..=50u64 {
+            let t = k * 1_000_000;
+            free.advance_to(t);
+            world.advance_to(t, &mut *visit_all(&mut coupled));
+            coupled[0].advance_to(t);
+        }
+        let (a, b) = (free.position(), coupled[0].position());
+        assert!((a - b).abs() < 1e-9, "free {a} coupled {b}");
+        assert!(a > 0.08, "the joint moved toward its target from 0.05: {a}");
+        assert_eq!(world.steps(), 500);
+    }
+}
