@@ -66,6 +66,18 @@ pub fn load(spec: &PhysicsSpec) -> Result<Loaded, PhysicsError> {
     }
 }
 
+/// MuJoCo's warnings in this process so far (MuJoCo's own messages are not printed).
+pub fn mujoco_warnings() -> u64 {
+    #[cfg(feature = "mujoco")]
+    {
+        mujoco_plant::warnings()
+    }
+    #[cfg(not(feature = "mujoco"))]
+    {
+        0
+    }
+}
+
 /// Whether this build has MuJoCo (the `mujoco` feature).
 pub const fn available() -> bool {
     cfg!(feature = "mujoco")

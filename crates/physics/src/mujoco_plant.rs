@@ -1,5 +1,8 @@
 //! The MuJoCo plant: a compiled model, its data, and the joints servos turn.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Once;
+
 use mujoco_rs::prelude::*;
 use sim::plant::GRAVITY_MPS2;
 use sim::rng::XorShift64;
@@ -23,9 +26,9 @@ pub(crate) struct MujocoPlant {
     data: MjData<Box<MjModel>>,
     /// Per plant joint: (qpos address, dof address).
     joints: Vec<(usize, usize)>,
-    /// The IMU's body and its free joint's (qpos, dof) addresses.
+    /// The IMU's body, and its free joint's qpos address when it floats.
     body: usize,
-    body_qpos: usize,
+    body_qpos: Option<usize>,
     /// Rotates the model's frame (ground horizontal) into the gravity-aligned frame.
     tilt: [f64; 4],
     /// The pose a reset returns to, and the settle time.
@@ -39,10 +42,56 @@ pub(crate) struct MujocoPlant {
     push: [f64; 3],
 }
 
+/// MuJoCo's warnings since the process started (it would otherwise print them and write
+/// them to MUJOCO_LOG.TXT in the working directory).
+static WARNINGS: AtomicU64 = AtomicU64::new(0);
+
+/// MuJoCo's messages go to [`quiet_handler`], once per process, before any model is loaded.
+fn quiet_mujoco() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: this runs before the first model is loaded in the process (every load
+        // comes through here first, and `Once` makes any other thread's load wait until it
+        // returns), so no other thread uses MuJoCo while the handler is replaced.
+        unsafe { mujoco_rs::prelude::set_log_handler(quiet_handler) };
+    });
+}
+
+/// Counts warnings (instability shows as NaN state, checked after every step, not as text).
+/// An error is the one thing MuJoCo does not survive (the process ends after this returns,
+/// and the only causes are out-of-memory conditions): say so on stderr rather than vanish.
+fn quiet_handler(message: &MjLogMessage) {
+    match message.level() {
+        MjtLogLevel::mjLOG_ERROR => {
+            eprintln!("rtloop: MuJoCo failed and ends the process: {}", message.subject());
+        }
+        MjtLogLevel::mjLOG_WARNING => {
+            WARNINGS.fetch_add(1, Ordering::Relaxed);
+        }
+        _ => {}
+    }
+}
+
+/// MuJoCo warnings seen in this process.
+pub(crate) fn warnings() -> u64 {
+    WARNINGS.load(Ordering::Relaxed)
+}
+
 pub(crate) fn load(spec: &PhysicsSpec) -> Result<Loaded, PhysicsError> {
+    quiet_mujoco();
     let (name, model) = match &spec.model {
         ModelSource::BuiltIn => ("the built-in quadruped".to_string(), MjModel::from_xml_string(QUADRUPED_MJCF)),
-        ModelSource::File(path) => (path.display().to_string(), MjModel::from_xml(path)),
+        ModelSource::File(path) => {
+            let name = path.display().to_string();
+            // Read here first: a file that cannot be read gets the system's reason, and a NaN
+            // written in it is refused before MuJoCo would replace it with a default.
+            let text = std::fs::read(path)
+                .map_err(|e| PhysicsError::Model { model: name.clone(), reason: e.to_string().to_lowercase() })?;
+            if let Some(e) = crate::spec::non_finite_attribute(&String::from_utf8_lossy(&text)) {
+                return Err(e);
+            }
+            (name, MjModel::from_xml(path))
+        }
     };
     let model = model.map_err(|e| PhysicsError::Model { model: name.clone(), reason: mujoco_reason(&e) })?;
     check_finite(&model)?;
@@ -72,17 +121,20 @@ pub(crate) fn load(spec: &PhysicsSpec) -> Result<Loaded, PhysicsError> {
         links.push(JointLink { bus: sj.bus, id: sj.id, joint: index });
         joint_names.push(sj.joint);
     }
+    let free_joint_of = |b: usize| {
+        (0..model.ffi().njnt as usize)
+            .find(|&j| model.jnt_type()[j] == MjtJoint::mjJNT_FREE && model.jnt_bodyid()[j] as usize == b)
+    };
     let body = match &spec.body {
         Some(b) => model.name_to_id(MjtObjBase::mjOBJ_BODY, b).ok_or(PhysicsError::NoSuchBody { body: b.clone() })?,
+        // The floating base; a fixed-base model's first body (a robot arm's base).
         None => (0..model.ffi().njnt as usize)
             .find(|&j| model.jnt_type()[j] == MjtJoint::mjJNT_FREE)
             .map(|j| model.jnt_bodyid()[j] as usize)
+            .or((model.ffi().nbody > 1).then_some(1))
             .ok_or(PhysicsError::NoBody)?,
     };
-    let free = (0..model.ffi().njnt as usize)
-        .find(|&j| model.jnt_type()[j] == MjtJoint::mjJNT_FREE && model.jnt_bodyid()[j] as usize == body)
-        .ok_or(PhysicsError::NoBody)?;
-    let body_qpos = model.jnt_qposadr()[free] as usize;
+    let body_qpos = free_joint_of(body).map(|j| model.jnt_qposadr()[j] as usize);
     let nq = model.ffi().nq as usize;
     let start_qpos = match &spec.pose {
         BuiltInPose::Reference => model.qpos0().to_vec(),
@@ -230,13 +282,20 @@ impl Plant for MujocoPlant {
     }
 
     fn body(&self) -> Option<BodyState> {
-        let q = &self.data.qpos()[self.body_qpos..self.body_qpos + 7];
-        let attitude_model = [q[3], q[4], q[5], q[6]];
+        // A floating body's state is its free joint's, as of this step; a fixed-base model's
+        // body pose comes from the kinematics MuJoCo computed at the start of the step.
+        let (attitude_model, height_m) = match self.body_qpos {
+            Some(a) => {
+                let q = &self.data.qpos()[a..a + 7];
+                ([q[3], q[4], q[5], q[6]], q[2])
+            }
+            None => (self.data.xquat()[self.body], self.data.xpos()[self.body][2]),
+        };
         let attitude = normalize(multiply(self.tilt, attitude_model));
         // Body rates in the body's own frame; acceleration turned into it.
         let v = self.data.object_velocity(MjtObjBase::mjOBJ_BODY, self.body, true);
         let accel = rotate(conjugate(attitude_model), self.accel_world);
-        Some(BodyState { quaternion: attitude, rate_rps: [v[0], v[1], v[2]], accel_mps2: accel, height_m: q[2] })
+        Some(BodyState { quaternion: attitude, rate_rps: [v[0], v[1], v[2]], accel_mps2: accel, height_m })
     }
 
     fn set_push(&mut self, force_n: [f64; 3]) {

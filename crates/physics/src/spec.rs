@@ -159,7 +159,7 @@ pub enum PhysicsError {
     },
     /// A user model without a map.
     NoMap,
-    /// The model has no free-floating body for the IMU.
+    /// The model has no body for the IMU (nothing but the world).
     NoBody,
     /// A named body is not in the model.
     NoSuchBody {
@@ -171,7 +171,16 @@ pub enum PhysicsError {
         /// The keyframe name.
         pose: String,
     },
-    /// A number in the model is NaN or infinite.
+    /// A number written in the model file is NaN or infinite.
+    NotFiniteAttribute {
+        /// The element, e.g. `geom`.
+        element: String,
+        /// The attribute, e.g. `mass`.
+        attribute: String,
+        /// The value as written.
+        value: String,
+    },
+    /// A number in the compiled model is NaN or infinite.
     NotFinite {
         /// Which model field.
         field: &'static str,
@@ -228,17 +237,20 @@ impl core::fmt::Display for PhysicsError {
                 "a model of your own needs its servo map: list `joints = [{{ bus = 1, id = 1, joint = \"name\" }}, ...]` \
                  under [physics]"
             ),
-            PhysicsError::NoBody => write!(
-                f,
-                "the model has no free-floating body for the IMU: give its base a <freejoint/>, or name the IMU's body \
-                 with `body = \"...\"` under [physics]"
-            ),
+            PhysicsError::NoBody => {
+                write!(f, "the model has no body besides the world: give the robot a body (its base with a <freejoint/>)")
+            }
             PhysicsError::NoSuchBody { body } => {
                 write!(f, "the model has no body named `{body}`: name one of its bodies as `body` under [physics]")
             }
             PhysicsError::NoSuchPose { pose } => write!(
                 f,
                 "the model has no keyframe named `{pose}`: add <key name=\"{pose}\" .../> to it or leave `pose` out"
+            ),
+            PhysicsError::NotFiniteAttribute { element, attribute, value } => write!(
+                f,
+                "the model's <{element} {attribute}=\"{value}\"> is not a finite number: give it one (MuJoCo would \
+                 silently use a default instead)"
             ),
             PhysicsError::NotFinite { field } => {
                 write!(f, "the model's {field} holds a NaN or an infinity: give it finite numbers")
@@ -253,3 +265,136 @@ impl core::fmt::Display for PhysicsError {
 }
 
 impl std::error::Error for PhysicsError {}
+
+/// Attributes that hold names or words, never numbers (a body may be called `inf`).
+const WORD_ATTRIBUTES: &[&str] = &[
+    "name",
+    "class",
+    "childclass",
+    "joint",
+    "joint1",
+    "joint2",
+    "body",
+    "body1",
+    "body2",
+    "site",
+    "mesh",
+    "material",
+    "texture",
+    "file",
+    "type",
+    "model",
+    "link",
+    "parent",
+    "child",
+    "filename",
+    "prefix",
+    "target",
+    "objname",
+    "objtype",
+    "tendon",
+    "actuator",
+    "geom",
+    "geom1",
+    "geom2",
+    "camera",
+    "light",
+    "hfield",
+    "plugin",
+    "instance",
+    "mode",
+    "integrator",
+    "cone",
+    "jacobian",
+    "solver",
+    "angle",
+    "coordinate",
+    "eulerseq",
+    "meshdir",
+    "texturedir",
+    "assetdir",
+    "content_type",
+    "builtin",
+    "mark",
+    "key",
+    "user",
+    "dyntype",
+    "gaintype",
+    "biastype",
+    "trntype",
+    "inheritrange",
+];
+
+/// The first number written as NaN or infinity in an MJCF or URDF text: MuJoCo's parser reads
+/// `nan` as "not given" and quietly uses a default, so such a model has to be refused before
+/// MuJoCo sees it. A light scan of `attribute="value"` pairs (comments skipped), not an XML
+/// parser: MuJoCo parses the file; this only looks at numbers.
+pub fn non_finite_attribute(text: &str) -> Option<PhysicsError> {
+    let mut rest = text;
+    let mut element = String::new();
+    while let Some(i) = rest.find(['<', '=']) {
+        let (head, tail) = rest.split_at(i);
+        if tail.starts_with("<!--") {
+            rest = tail.find("-->").map_or("", |e| &tail[e + 3..]);
+            continue;
+        }
+        if let Some(after) = tail.strip_prefix('<') {
+            element = after.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            rest = after;
+            continue;
+        }
+        let attribute: String = head
+            .chars()
+            .rev()
+            .skip_while(|c| c.is_whitespace())
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        let after = tail[1..].trim_start();
+        let Some(quote) = after.chars().next().filter(|c| *c == '"' || *c == '\'') else {
+            rest = &tail[1..];
+            continue;
+        };
+        let body = &after[1..];
+        let end = body.find(quote).unwrap_or(body.len());
+        let value = &body[..end];
+        if !WORD_ATTRIBUTES.contains(&attribute.as_str()) {
+            for token in value.split(|c: char| c.is_whitespace() || c == ',') {
+                if token.parse::<f64>().is_ok_and(|v| !v.is_finite()) {
+                    return Some(PhysicsError::NotFiniteAttribute {
+                        element: element.clone(),
+                        attribute,
+                        value: value.to_string(),
+                    });
+                }
+            }
+        }
+        rest = body.get(end + 1..).unwrap_or("");
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_finite_numbers_are_found_and_names_and_comments_are_not() {
+        let found = |t: &str| non_finite_attribute(t).map(|e| e.to_string());
+        assert_eq!(found(r#"<geom name="inf" size="0.1 0.2"/>"#), None);
+        assert_eq!(found(r#"<!-- mass="nan" --><geom mass='1'/>"#), None);
+        let e = non_finite_attribute(r#"<body pos="0 0 1"><geom size="0.1 NaN"/></body>"#).unwrap();
+        assert_eq!(
+            e,
+            PhysicsError::NotFiniteAttribute {
+                element: "geom".into(),
+                attribute: "size".into(),
+                value: "0.1 NaN".into()
+            }
+        );
+        assert!(found(r#"<origin xyz="0,0,-inf"/>"#).is_some());
+        assert_eq!(found("no attributes at all < = \" '"), None);
+    }
+}

@@ -61,6 +61,7 @@ impl Robot {
 fn visit(servos: &mut [Servo]) -> Box<sim::ServoVisitor<'_>> {
     Box::new(move |f| {
         for s in servos.iter_mut() {
+            // The quadruped's layout: three servos per bus (one servo alone is on bus 0).
             let bus = usize::from((s.id() - 1) / 3);
             f(bus, s)
         }

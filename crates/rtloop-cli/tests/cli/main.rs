@@ -20,6 +20,8 @@ mod moteus_cpp;
 mod moteus_python;
 mod moteus_rs;
 mod moteus_tool;
+#[cfg(feature = "physics")]
+mod physics;
 mod python;
 mod readme_tour;
 mod run_trust;
