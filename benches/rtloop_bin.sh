@@ -12,3 +12,18 @@ for line in sys.stdin:
   [ -x "$bin" ] || { echo "cargo did not report an rtloop binary" >&2; exit 1; }
   echo "$bin"
 }
+
+# The same with physics (MuJoCo, `tools/features`): fetches MuJoCo's library first (tools/mujoco).
+rtloop_physics_release_bin() {
+  local bin
+  MUJOCO_DYNAMIC_LINK_DIR=$(tools/mujoco) || exit 1
+  export MUJOCO_DYNAMIC_LINK_DIR
+  bin=$(cargo build --release -q -p rtloop-cli --features "$(tools/features)" --message-format=json-render-diagnostics | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "rtloop" and m.get("executable"):
+        print(m["executable"])')
+  [ -x "$bin" ] || { echo "cargo did not report an rtloop binary" >&2; exit 1; }
+  echo "$bin"
+}
