@@ -117,7 +117,12 @@ class Robot:
         start_position: Optional[float] = None,
         drop_rate: float = 0.0,
         seed: int = 0,
+        physics: Optional[bool] = None,
+        ground_tilt: Optional[Tuple[float, float]] = None,
     ) -> None: ...
+    @property
+    def body(self) -> Optional[Dict[str, Any]]: ...
+    def push(self, force: Tuple[float, float, float], duration: float = 0.1) -> None: ...
     def cycle(
         self,
         *,

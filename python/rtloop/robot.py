@@ -63,6 +63,12 @@ class Robot(_NativeRobot):
       the watchdog's 0.01-10 s may only be narrowed).
     * ``start_position`` (rev), ``drop_rate`` (probability a frame is lost), ``seed`` --
       simulated buses only.
+    * ``physics`` -- True: a body under the simulated servos (MuJoCo; the built-in quadruped,
+      or the robot file's ``[physics]`` model), so the joints carry its weight and touch the
+      ground and the IMU reads its attitude; :attr:`body` says where it is, :meth:`push`
+      pushes it. Needs a package built with physics (``MATURIN_PEP517_ARGS="--features
+      physics"``, docs/physics.md). ``ground_tilt=(roll, pitch)`` (degrees) slopes the ground.
+      With ``clock="virtual"`` a run is the same on every repeat.
 
     Use a robot from one thread at a time: a cycle started while another thread's cycle
     runs raises ``RuntimeError``. ``with Robot(...) as robot:`` closes the buses at the end.

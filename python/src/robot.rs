@@ -658,6 +658,10 @@ trait Driver: Send {
     fn now_ns(&self) -> u64;
     /// Wait (or, on the virtual clock, move time) until `t_ns`.
     fn wait_until_ns(&self, t_ns: u64);
+    /// The simulated body, with physics.
+    fn body(&self) -> Option<(sim::BodyState, u64)>;
+    /// Push the body; false without physics.
+    fn push(&mut self, push: sim::Push) -> bool;
 }
 
 impl<C: Clock + Send> Driver for io::Robot<C> {
@@ -669,6 +673,13 @@ impl<C: Clock + Send> Driver for io::Robot<C> {
     }
     fn wait_until_ns(&self, t_ns: u64) {
         self.cycler().clock().wait_until_ns(t_ns)
+    }
+    fn body(&self) -> Option<(sim::BodyState, u64)> {
+        let world = self.cycler().world()?;
+        Some((world.body()?, world.steps()))
+    }
+    fn push(&mut self, push: sim::Push) -> bool {
+        self.cycler_mut().with_world(|w, _| w.push(push)).is_some()
     }
 }
 
@@ -830,7 +841,7 @@ impl From<OpenFailure> for PyErr {
 }
 
 /// How the buses are opened.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct OpenPlan {
     /// Resolution of position commands and of the main query fields.
     config_resolution: Resolution,
@@ -844,6 +855,8 @@ struct OpenPlan {
     reply_wait_ns: u64,
     /// Where simulated joints start, rev.
     start_position: Option<f64>,
+    /// A body under the simulated servos (`physics=`, or the file's `[physics]`).
+    physics: Option<rtloop::physics::PhysicsConfig>,
 }
 
 impl OpenPlan {
@@ -898,6 +911,9 @@ fn open_robot<C: Clock + Clone + Send + 'static>(
             robot.cycler_mut().with_sim_bus(s.bus, |b| b.servo_mut(s.id).map(|servo| servo.set_position(p)));
         }
     }
+    if let Some(physics) = &plan.physics {
+        rtloop::physics::attach(&mut robot, physics, &spec.buses).map_err(|e| OpenFailure::Setup(e.to_string()))?;
+    }
     Ok(Box::new(robot))
 }
 
@@ -930,7 +946,7 @@ fn robot_spec(
     config: Option<&Bound<'_, PyAny>>,
     buses: Option<&Bound<'_, PyDict>>,
     servos: Option<&Bound<'_, PyDict>>,
-) -> PyResult<RobotSpec> {
+) -> PyResult<(RobotSpec, Option<rtloop::physics::PhysicsConfig>)> {
     if let Some(config) = config {
         if buses.is_some() || servos.is_some() {
             return Err(PyValueError::new_err("give either config= (a robot file) or buses=/servos=, not both"));
@@ -962,7 +978,7 @@ fn robot_spec(
                  wire_time=, clock=\"virtual\", start_position=, drop_rate= or seed= to Robot instead"
             )));
         }
-        return Ok(run.robot());
+        return Ok((run.robot(), run.physics.clone()));
     }
     let Some(servos) = servos else {
         if buses.is_some() {
@@ -970,7 +986,7 @@ fn robot_spec(
                 "buses= needs servos= too, e.g. servos={1: [1, 2, 3]}: the ids on each bus",
             ));
         }
-        return Ok(RobotSpec::default_quadruped());
+        return Ok((RobotSpec::default_quadruped(), None));
     };
     let mut spec = RobotSpec { buses: Vec::new() };
     let mut numbers: Vec<u8> = Vec::new();
@@ -1026,7 +1042,7 @@ fn robot_spec(
     }
     spec.buses.sort_by_key(|b| b.bus);
     spec.validate().map_err(|e| PyValueError::new_err(e.to_string()))?;
-    Ok(spec)
+    Ok((spec, None))
 }
 
 /// A bus number key of `buses`/`servos`.
@@ -1237,7 +1253,8 @@ impl Robot {
 impl Robot {
     #[new]
     #[pyo3(signature = (config=None, *, buses=None, servos=None, wire_time=true, clock="realtime", period=None,
-        resolution="int16", timeout=None, limits=None, start_position=None, drop_rate=0.0, seed=0))]
+        resolution="int16", timeout=None, limits=None, start_position=None, drop_rate=0.0, seed=0, physics=None,
+        ground_tilt=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -1253,8 +1270,26 @@ impl Robot {
         start_position: Option<f64>,
         drop_rate: f64,
         seed: u64,
+        physics: Option<bool>,
+        ground_tilt: Option<(f64, f64)>,
     ) -> PyResult<Self> {
-        let spec = robot_spec(py, config, buses, servos)?;
+        let (spec, file_physics) = robot_spec(py, config, buses, servos)?;
+        // `physics=True` or a file's [physics]: a body under the simulated servos;
+        // `physics=False` switches a file's off.
+        let mut physics = match physics {
+            Some(true) => Some(file_physics.unwrap_or_default()),
+            Some(false) => None,
+            None => file_physics,
+        };
+        if let Some((roll, pitch)) = ground_tilt {
+            let Some(p) = physics.as_mut() else {
+                return Err(PyValueError::new_err("ground_tilt tilts the ground under a body: add physics=True"));
+            };
+            (p.ground_roll_deg, p.ground_pitch_deg) = (roll, pitch);
+        }
+        if let Some(p) = &physics {
+            p.spec(&spec.buses).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        }
         let simulated = spec.all_simulated();
         let any_simulated = spec.buses.iter().any(|b| b.uri == BusUri::Sim);
         let virtual_clock = match clock {
@@ -1353,7 +1388,15 @@ impl Robot {
                 io::CycleOptions::default().rx_baseline_wait_ns,
             ),
         };
-        let plan = OpenPlan { config_resolution: resolution, sim_bus, seed, timeout_ns, reply_wait_ns, start_position };
+        let plan = OpenPlan {
+            config_resolution: resolution,
+            sim_bus,
+            seed,
+            timeout_ns,
+            reply_wait_ns,
+            start_position,
+            physics,
+        };
         let dtype = state_dtype(py)?;
 
         let (driver, handle) = if virtual_clock {
@@ -1625,6 +1668,47 @@ impl Robot {
         match self.clock {
             ClockHandle::Real => "realtime",
             ClockHandle::Virtual(_) => "virtual",
+        }
+    }
+
+    /// The simulated body (``physics=True``): a dict of ``height_m`` (its origin above the
+    /// ground), ``roll_deg`` and ``pitch_deg`` (as the IMU reads them), ``quaternion`` (the
+    /// IMU's, ``[w, x, y, z]``) and ``steps`` (physics steps so far); None without physics.
+    #[getter]
+    fn body<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let guard = self.lock()?;
+        let Some((b, steps)) = guard.as_ref().and_then(|inner| inner.driver.body()) else { return Ok(None) };
+        let (roll, pitch) = b.roll_pitch();
+        let d = PyDict::new(py);
+        d.set_item("height_m", b.height_m)?;
+        d.set_item("roll_deg", roll.to_degrees())?;
+        d.set_item("pitch_deg", pitch.to_degrees())?;
+        d.set_item("quaternion", b.to_imu().quaternion.to_vec())?;
+        d.set_item("steps", steps)?;
+        Ok(Some(d))
+    }
+
+    /// Push the body with ``force`` = (fx, fy, fz) newtons (world frame: +x forward, +y left,
+    /// +z up) from now for ``duration`` seconds (physics only; each axis within ±1000 N,
+    /// duration above 0 and at most 10 s).
+    #[pyo3(signature = (force, duration=0.1))]
+    fn push(&self, force: (f64, f64, f64), duration: f64) -> PyResult<()> {
+        let force_n = [force.0, force.1, force.2];
+        if !force_n.iter().all(|f| f.is_finite() && f.abs() <= rtloop::physics::MAX_PUSH_N) {
+            return Err(PyValueError::new_err(format!(
+                "force {force:?} is out of range; give three finite numbers within ±{} N",
+                rtloop::physics::MAX_PUSH_N
+            )));
+        }
+        let duration = checked_arg("duration", duration, 1e-6, 10.0, " s")?;
+        let from_ns = self.clock.now_ns();
+        let push = sim::Push { force_n, from_ns, duration_ns: (duration * 1e9).round() as u64 };
+        let mut guard = self.lock()?;
+        let inner = guard.as_mut().ok_or_else(|| PyRuntimeError::new_err("the robot is closed"))?;
+        if inner.driver.push(push) {
+            Ok(())
+        } else {
+            Err(PyValueError::new_err("a push needs a body: make the Robot with physics=True"))
         }
     }
 

@@ -52,26 +52,20 @@ fn installed_python() -> &'static Path {
         let python = python_venv(&format!("rtloop-python-venv-{digest:016x}"), PACKAGES);
         // Build outputs go to the workspace's target directory (maturin asks cargo), so a
         // second run rebuilds only what changed.
-        let ran = run_limited(
-            Command::new(&python)
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "--force-reinstall",
-                    "--no-deps",
-                ])
-                .arg(repo_root().join("python"))
-                // The wheel as a user's `pip install` builds it, without the release
-                // profile's debug info (kept for `perf` on the benches): a faster link and
-                // 300 MB less of target/.
-                .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
-                .current_dir(repo_root()),
-            b"",
-            Duration::from_secs(1200),
-        );
+        let mut pip = Command::new(&python);
+        pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--force-reinstall", "--no-deps"])
+            .arg(repo_root().join("python"))
+            // The wheel as a user's `pip install` builds it, without the release profile's
+            // debug info (kept for `perf` on the benches): a faster link and 300 MB less of
+            // target/.
+            .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
+            .current_dir(repo_root());
+        if cfg!(feature = "physics") {
+            // With a body under the servos (`Robot(physics=True)`), as this suite is built
+            // (tools/test: MuJoCo's library is there, and MUJOCO_DYNAMIC_LINK_DIR names it).
+            pip.env("MATURIN_PEP517_ARGS", "--features physics");
+        }
+        let ran = run_limited(&mut pip, b"", Duration::from_secs(1200));
         assert!(ran.success(), "pip install ./python failed: {}", tail(&ran.describe(), 60));
         python
     })
