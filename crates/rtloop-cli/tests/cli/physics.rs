@@ -180,3 +180,39 @@ fn a_real_time_run_with_a_body_keeps_its_books() {
     assert!(s["body"]["steps"].as_u64().unwrap() > 0);
     assert_eq!(s["imu_samples"], s["cycles"]);
 }
+
+/// The body under a simulated pi3hat's four buses, as under four `sim` buses: the servos'
+/// frames go through the board's SPI registers, the IMU reads the body.
+#[test]
+fn the_body_stands_on_a_simulated_pi3hat_too() {
+    let o = rtloop(&[
+        "run",
+        "--physics",
+        "--lockstep",
+        "--duration",
+        "3",
+        "--json",
+        "--bus",
+        "1=pi3hat:sim",
+        "--bus",
+        "2=pi3hat:sim",
+        "--bus",
+        "3=pi3hat:sim",
+        "--bus",
+        "4=pi3hat:sim",
+        "--ids",
+        "1=1-3",
+        "--ids",
+        "2=4-6",
+        "--ids",
+        "3=7-9",
+        "--ids",
+        "4=10-12",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let s = json_of(&o);
+    assert_eq!(s["missing_replies"], 0);
+    assert_eq!(s["imu_samples"], s["cycles"]);
+    let (height, _, _) = body_of(&s);
+    assert!(height > 0.28, "standing: {height:.3} m");
+}

@@ -55,16 +55,16 @@ fn installed_python() -> &'static Path {
         let mut pip = Command::new(&python);
         pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--force-reinstall", "--no-deps"])
             .arg(repo_root().join("python"))
-            // The wheel as a user's `pip install` builds it, without the release profile's
-            // debug info (kept for `perf` on the benches): a faster link and 300 MB less of
-            // target/.
-            .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
             .current_dir(repo_root());
-        if cfg!(feature = "physics") {
-            // With a body under the servos (`Robot(physics=True)`), as this suite is built
-            // (tools/test: MuJoCo's library is there, and MUJOCO_DYNAMIC_LINK_DIR names it).
-            pip.env("MATURIN_PEP517_ARGS", "--features physics");
-        }
+        // Built as pip builds it for a user (maturin's PEP 517 backend), but in the profile
+        // this test suite was built in, not release: the package's dependencies are then the
+        // ones `cargo test --workspace` already compiled (same profile, same features through
+        // the workspace-hack crate), so only the extension and the library crates with other
+        // features are compiled again — minutes less than a release build from scratch.
+        // With physics when this suite has it (tools/test: MuJoCo's library is there, and
+        // MUJOCO_DYNAMIC_LINK_DIR names it), for `Robot(physics=True)`.
+        let physics = if cfg!(feature = "physics") { " --features physics" } else { "" };
+        pip.env("MATURIN_PEP517_ARGS", format!("--profile dev{physics}"));
         let ran = run_limited(&mut pip, b"", Duration::from_secs(1200));
         assert!(ran.success(), "pip install ./python failed: {}", tail(&ran.describe(), 60));
         python
