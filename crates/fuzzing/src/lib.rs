@@ -34,6 +34,7 @@ pub type Target = fn(&[u8]);
 /// `fuzz/corpus/<name>/` and its crash files `fuzz/artifacts/<name>/`.
 pub const TARGETS: &[(&str, Target)] = &[
     ("subframes", subframes),
+    ("physics_text", physics_text),
     ("reply", reply),
     ("servo", servo),
     ("fdcanusb_host", fdcanusb_host),
@@ -312,9 +313,29 @@ pub fn run_config(data: &[u8]) {
     let _ = config.validate();
     let _ = config.robot();
     let _ = config.overheats();
+    let _ = config.pushes();
+    if let Some(physics) = &config.physics {
+        let _ = physics.spec(&config.buses);
+    }
     let printed = config.to_toml();
     if let Err(e) = rtloop::config::RunConfig::from_toml(&printed) {
         panic!("a loaded config prints as text that does not load: {e}\n--- input\n{text}\n--- printed\n{printed}");
+    }
+}
+
+/// A model file's text as the physics reads it before MuJoCo does (the scan for numbers written
+/// as NaN or infinity), and the push syntax (`--push`, `[faults] push`): a finding is a
+/// panic, or a refusal that is not one line.
+pub fn physics_text(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Some(e) = rtloop_physics::non_finite_attribute(&text) {
+        let line = e.to_string();
+        assert!(!line.contains('\n') || text.contains('\n'), "one line unless the value spans lines: {line}");
+    }
+    for part in text.split('\n').take(64) {
+        if let Ok(p) = rtloop::physics::parse_push(part) {
+            assert!(p.at_s >= 0.0 && p.duration_s > 0.0 && p.force_n.iter().all(|f| f.is_finite()), "{part:?} → {p:?}");
+        }
     }
 }
 

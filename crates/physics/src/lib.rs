@@ -27,7 +27,7 @@
 mod mujoco_plant;
 mod spec;
 
-pub use spec::{BuiltInPose, ModelSource, PhysicsError, PhysicsSpec, ServoJoint};
+pub use spec::{non_finite_attribute, BuiltInPose, ModelSource, PhysicsError, PhysicsSpec, ServoJoint};
 
 use sim::{JointLink, Plant};
 

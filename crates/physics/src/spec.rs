@@ -363,10 +363,15 @@ pub fn non_finite_attribute(text: &str) -> Option<PhysicsError> {
         if !WORD_ATTRIBUTES.contains(&attribute.as_str()) {
             for token in value.split(|c: char| c.is_whitespace() || c == ',') {
                 if token.parse::<f64>().is_ok_and(|v| !v.is_finite()) {
+                    // On one line, and short: a keyframe's value can be hundreds of numbers.
+                    let mut shown = value.split_whitespace().collect::<Vec<_>>().join(" ");
+                    if shown.chars().count() > 48 {
+                        shown = shown.chars().take(47).collect::<String>() + "…";
+                    }
                     return Some(PhysicsError::NotFiniteAttribute {
                         element: element.clone(),
                         attribute,
-                        value: value.to_string(),
+                        value: shown,
                     });
                 }
             }
@@ -396,5 +401,8 @@ mod tests {
         );
         assert!(found(r#"<origin xyz="0,0,-inf"/>"#).is_some());
         assert_eq!(found("no attributes at all < = \" '"), None);
+        let long = format!("<key qpos=\"0 0\n  {}inf\"/>", "1 ".repeat(40));
+        let e = found(&long).unwrap();
+        assert!(!e.contains('\n') && e.contains("qpos=\"0 0 1 1") && e.contains('…'), "{e}");
     }
 }

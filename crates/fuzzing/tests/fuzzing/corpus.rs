@@ -78,6 +78,7 @@ macro_rules! replay_tests {
 
 replay_tests!(
     subframes,
+    physics_text,
     reply,
     servo,
     fdcanusb_host,

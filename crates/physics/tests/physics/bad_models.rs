@@ -36,7 +36,7 @@ const PENDULUM: &str = r#"<mujoco>
 </mujoco>"#;
 
 fn error_of(spec: &PhysicsSpec) -> PhysicsError {
-    load(spec).err().expect("refused")
+    load(spec).expect_err("refused")
 }
 
 #[test]
@@ -154,4 +154,70 @@ fn an_unstable_plant_stops_with_an_error_and_no_nan_reaches_a_servo() {
     let steps = world.steps();
     world.advance_to(now + 10_000_000, &mut *visit(&mut servos));
     assert_eq!(world.steps(), steps, "an unstable plant is not stepped again");
+}
+
+/// The built-in model with one number at a time replaced by something hostile (NaN, an
+/// infinity, a huge or negative value, a word, nothing), 300 times from a fixed seed: every
+/// load is a model or one sentence, and a model that loads steps without handing a servo a
+/// non-finite state (it may stop with a PlantError).
+#[test]
+fn hostile_numbers_in_a_model_never_panic_or_reach_a_servo() {
+    let text = rtloop_physics::QUADRUPED_MJCF;
+    // Byte ranges of every number in an attribute value.
+    let mut numbers = Vec::new();
+    let bytes = text.as_bytes();
+    let mut in_value = false;
+    let mut start = None;
+    for (i, &b) in bytes.iter().enumerate() {
+        if b == b'"' {
+            in_value = !in_value;
+        }
+        let numeric = in_value && (b.is_ascii_digit() || b == b'.' || b == b'-');
+        match (numeric, start) {
+            (true, None) => start = Some(i),
+            (false, Some(s)) => {
+                numbers.push(s..i);
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    assert!(numbers.len() > 100, "the model has numbers to replace: {}", numbers.len());
+    let hostile = ["nan", "inf", "-inf", "1e300", "-1e300", "-1", "0", "1e9", "abc", ""];
+    let mut rng = sim::rng::XorShift64::new(24);
+    let (mut loaded, mut refused) = (0, 0);
+    for _ in 0..300 {
+        let range = numbers[(rng.next_u64() % numbers.len() as u64) as usize].clone();
+        let with = hostile[(rng.next_u64() % hostile.len() as u64) as usize];
+        let mutated = format!("{}{with}{}", &text[..range.start], &text[range.end..]);
+        let f = file(&mutated, ".xml");
+        let spec = PhysicsSpec {
+            model: ModelSource::File(f.path().to_path_buf()),
+            joints: PhysicsSpec::quadruped().joint_map(),
+            settle_s: 0.05,
+            ..PhysicsSpec::quadruped()
+        };
+        match load(&spec) {
+            Err(e) => {
+                refused += 1;
+                assert!(!e.to_string().contains('\n'), "one line: {e}");
+            }
+            Ok(l) => {
+                loaded += 1;
+                let mut world = World::new(l.plant, l.links).unwrap();
+                let mut servos: Vec<Servo> = (1..=12).map(|id| Servo::new(ServoConfig::physical(id))).collect();
+                world.couple(&mut *visit(&mut servos)).unwrap();
+                for k in 0..=100u64 {
+                    world.advance_to(k * 1_000_000, &mut *visit(&mut servos));
+                }
+                for s in &servos {
+                    assert!(s.position().is_finite() && s.velocity().is_finite(), "{with} at {range:?}");
+                }
+                if let Some(imu) = world.imu() {
+                    assert!(imu.quaternion.iter().all(|q| q.is_finite()), "{with} at {range:?}");
+                }
+            }
+        }
+    }
+    assert!(loaded > 0 && refused > 0, "both outcomes seen: {loaded} loaded, {refused} refused");
 }
