@@ -46,6 +46,8 @@
 //! * [`cycle_model`]: what one cycle of a robot costs, from the frames a run really sends.
 //! * [`frame`]: one moteus frame built from registers, or taken apart into JSON.
 //! * [`sim_buses`]: simulated servos served behind real devices (a pty, a UDP port).
+//! * [`physics`]: a body under the simulated servos (MuJoCo, feature `physics`): `[physics]`,
+//!   pushes, and coupling a robot's simulated servos to the model (docs/physics.md).
 //! * [`devices`]: what a bus failure or a device's refusal means, in one sentence.
 //! * [`numbers`]: range checks for numbers users give; [`signals`]: Ctrl-C as a flag.
 //! * The layers below, for those who want them: the protocol codec ([`proto`]), the
