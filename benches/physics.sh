@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 SECONDS_RUN=${SECONDS_RUN:-20}
 . benches/rtloop_bin.sh
-RTLOOP=${RTLOOP:-$(rtloop_physics_release_bin)}
+RTLOOP=${RTLOOP:-$(rtloop_release_bin physics)}
 
 echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(uname -r), $(uptime | sed 's/.*load/load/')"
 echo

@@ -1,24 +1,16 @@
 # Sourced by the bench scripts: build rtloop in release and print the path of the binary cargo
 # says it built — where CARGO_TARGET_DIR, a cargo config's build.target-dir or --target put
 # it (target/release is only the default). Exits the script when there is none.
+# `rtloop_release_bin physics` builds it with physics (MuJoCo, the features `tools/features`
+# lists), fetching MuJoCo's library first (tools/mujoco).
 rtloop_release_bin() {
-  local bin
-  bin=$(cargo build --release -q -p rtloop-cli --message-format=json-render-diagnostics | python3 -c '
-import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "rtloop" and m.get("executable"):
-        print(m["executable"])')
-  [ -x "$bin" ] || { echo "cargo did not report an rtloop binary" >&2; exit 1; }
-  echo "$bin"
-}
-
-# The same with physics (MuJoCo, `tools/features`): fetches MuJoCo's library first (tools/mujoco).
-rtloop_physics_release_bin() {
-  local bin
-  MUJOCO_DYNAMIC_LINK_DIR=$(tools/mujoco) || exit 1
-  export MUJOCO_DYNAMIC_LINK_DIR
-  bin=$(cargo build --release -q -p rtloop-cli --features "$(tools/features)" --message-format=json-render-diagnostics | python3 -c '
+  local bin features=()
+  if [ "${1:-}" = physics ]; then
+    MUJOCO_DYNAMIC_LINK_DIR=$(tools/mujoco) || exit 1
+    export MUJOCO_DYNAMIC_LINK_DIR
+    features=(--features "$(tools/features)")
+  fi
+  bin=$(cargo build --release -q -p rtloop-cli "${features[@]}" --message-format=json-render-diagnostics | python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
