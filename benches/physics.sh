@@ -34,7 +34,7 @@ print("%-22s %8d %8.2f %12.0f" % (label, j["cycles"], j["wall_s"], j["cycles"] /
 done
 echo
 echo "== 3. Python: rtloop.gym env.step() per second"
-PY=${RTLOOP_PYTHON:-$(ls -d target/rtloop-python-venv-*/bin/python 2>/dev/null | head -1)}
+PY=${RTLOOP_PYTHON:-$(ls -d target/tmp/rtloop-python-venv-*/bin/python 2>/dev/null | head -1 || true)}
 if [ -n "$PY" ] && [ -e python/bench/bench_gym.py ] && "$PY" -c "import rtloop.gym" 2>/dev/null; then
   RTLOOP_BIN="$RTLOOP" "$PY" python/bench/bench_gym.py
 else
