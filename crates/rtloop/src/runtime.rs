@@ -132,9 +132,79 @@ impl Runtime {
         self
     }
 
-    /// Simulated-bus physics (wire time, where the joints start).
+    /// Simulated-bus physics (wire time, where the joints start, lockstep).
     pub fn sim(mut self, sim: SimConfig) -> Self {
         self.options.config.sim = sim;
+        self
+    }
+
+    /// Lockstep (simulated buses only): simulated time advances by exactly one period per
+    /// cycle, as fast as the controller allows, and the same run gives the same results on
+    /// repeat (`rtloop run --lockstep`; [`SimConfig::lockstep`]).
+    ///
+    /// ```
+    /// let summary = rtloop::Runtime::new().lockstep(true).duration_s(0.05).run(rtloop::motion::Motion::default())?;
+    /// assert_eq!(summary.cycles, 50);
+    /// # Ok::<(), rtloop::RunError>(())
+    /// ```
+    pub fn lockstep(mut self, on: bool) -> Self {
+        self.options.config.sim.lockstep = on;
+        self
+    }
+
+    /// A body under the simulated servos: MuJoCo physics, the built-in quadruped unless
+    /// `physics.model` names another (`rtloop run --physics`, the run file's `[physics]`).
+    ///
+    /// ```no_run
+    /// use rtloop::physics::PhysicsConfig;
+    /// use rtloop::Runtime;
+    ///
+    /// // The built-in quadruped, lying on ground that slopes 8° nose up, stood up by the demo motion.
+    /// let summary = Runtime::new()
+    ///     .physics(PhysicsConfig { ground_pitch_deg: 8.0, ..PhysicsConfig::default() })
+    ///     .lockstep(true)
+    ///     .duration_s(3.0)
+    ///     .run(rtloop::motion::Motion::default())?;
+    /// let body = summary.body.expect("a run with physics reports the body");
+    /// println!("height {:.3} m, roll {:+.1}°, pitch {:+.1}°", body.height_m, body.roll_deg, body.pitch_deg);
+    /// # Ok::<(), rtloop::RunError>(())
+    /// ```
+    ///
+    /// The servos' joints are then the model's: they start in its pose (the built-in
+    /// quadruped's keyframe `lying`, whatever [`SimConfig::start_position_rev`] says), the
+    /// IMU reads its body, and [`RunSummary::body`] reports where the body ended. Every
+    /// number is range-checked when the run starts; a build without the `physics` feature
+    /// refuses the run in one sentence ([`RunError::Physics`]: "this rtloop was built without
+    /// physics: …").
+    pub fn physics(mut self, physics: crate::physics::PhysicsConfig) -> Self {
+        self.options.config.physics = Some(physics);
+        self
+    }
+
+    /// Push the body (with [`physics`](Self::physics)): an external force on it, as a
+    /// fault injection (`rtloop run --push`, `[faults] push`); call it again for more
+    /// pushes. Set it after [`faults`](Self::faults), which replaces every fault, pushes
+    /// included.
+    ///
+    /// ```no_run
+    /// use rtloop::physics::{PhysicsConfig, PushSpec};
+    /// use rtloop::Runtime;
+    ///
+    /// // 40 N to the robot's left for 0.1 s, 2 s after the start.
+    /// let push = PushSpec { at_s: 2.0, force_n: [0.0, 40.0, 0.0], duration_s: 0.1 };
+    /// let runtime = Runtime::new().physics(PhysicsConfig::default()).push(push).lockstep(true).duration_s(4.0);
+    /// let summary = runtime.run(rtloop::motion::Motion::default())?;
+    /// # Ok::<(), rtloop::RunError>(())
+    /// ```
+    ///
+    /// Forces are in the world frame (+x forward, +y left, +z up), N, at most
+    /// [`MAX_PUSH_N`](crate::physics::MAX_PUSH_N) per axis; the run refuses a push without
+    /// physics in one sentence.
+    pub fn push(mut self, push: crate::physics::PushSpec) -> Self {
+        let crate::physics::PushSpec { at_s, force_n: [x, y, z], duration_s } = push;
+        // The form `--push` takes (a float's Display reads back to the same value), checked
+        // with every other fault when the run starts.
+        self.options.config.faults.push.push(format!("{at_s}:{x},{y},{z}:{duration_s}"));
         self
     }
 
