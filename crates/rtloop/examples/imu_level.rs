@@ -27,15 +27,19 @@
 //!   slope it stands up pitched about 8.5° nose up; from 1.3 s the rear legs lengthen and the
 //!   front legs shorten (by 0.03 knee rev) until the IMU reads level: the `body:` line ends
 //!   within half a degree of level, against 8.5° with `--gain 0`. Nose down (`--tilt -8`)
-//!   takes larger offsets (0.05 rev); the clamp (0.08 rev) reaches about 15°.
+//!   takes larger offsets (0.05 rev) and matters more: without levelling the front legs give
+//!   under the load and the robot tips forward to about -31°. Steeper than about 8° nose
+//!   down it tips over while standing up, before the levelling starts; nose up, the clamp
+//!   (0.08 rev) reaches about 15°.
 //! * Without it, the simulated IMU sways by a few degrees on its own and does not respond
 //!   to the legs: the offsets follow the sway, within their clamp.
 //!
 //! `status: ok` exits 0, `degraded` exits 1.
 
-#[allow(dead_code)]
+// Its command line, shared with `stand` and `push_recover` (the latter through this module).
+#[allow(dead_code, clippy::duplicate_mod)]
 #[path = "common/mod.rs"]
-mod common;
+pub mod common;
 
 use rtloop::motion::Motion;
 use rtloop::{Controller, Flow, Output, ServoCommand, State};
@@ -136,8 +140,8 @@ impl Controller for Level {
 
     fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Flow {
         self.base.cycle(state, out); // stand-up ramp, then hold
-                                     // The time since the previous cycle (0 on the first: `max` drops the NaN).
-        let dt = (state.time_s - self.last_t).max(0.0).min(0.1);
+                                     // The time since the previous cycle (0 on the first).
+        let dt = if self.last_t.is_nan() { 0.0 } else { (state.time_s - self.last_t).clamp(0.0, 0.1) };
         self.last_t = state.time_s;
         let Some((roll, pitch)) = roll_pitch(state.imu.quaternion) else { return Flow::Continue };
         self.roll.add(roll.to_degrees());

@@ -155,19 +155,25 @@ impl Runtime {
     /// A body under the simulated servos: MuJoCo physics, the built-in quadruped unless
     /// `physics.model` names another (`rtloop run --physics`, the run file's `[physics]`).
     ///
-    /// ```no_run
+    /// ```
     /// use rtloop::physics::PhysicsConfig;
-    /// use rtloop::Runtime;
+    /// use rtloop::{Runtime, RunError};
     ///
     /// // The built-in quadruped, lying on ground that slopes 8° nose up, stood up by the demo motion.
-    /// let summary = Runtime::new()
+    /// let runtime = Runtime::new()
     ///     .physics(PhysicsConfig { ground_pitch_deg: 8.0, ..PhysicsConfig::default() })
     ///     .lockstep(true)
-    ///     .duration_s(3.0)
-    ///     .run(rtloop::motion::Motion::default())?;
-    /// let body = summary.body.expect("a run with physics reports the body");
-    /// println!("height {:.3} m, roll {:+.1}°, pitch {:+.1}°", body.height_m, body.roll_deg, body.pitch_deg);
-    /// # Ok::<(), rtloop::RunError>(())
+    ///     .duration_s(3.0);
+    /// match runtime.run(rtloop::motion::Motion::default()) {
+    ///     Ok(summary) => {
+    ///         let body = summary.body.expect("a run with physics reports the body");
+    ///         assert!(body.height_m > 0.28, "standing");
+    ///         assert!(body.pitch_deg > 5.0, "nose up, as the slope: the IMU's sign");
+    ///     }
+    ///     // Built without the `physics` feature: one sentence says how to build it.
+    ///     Err(RunError::Physics(e)) => assert!(e.to_string().starts_with("this rtloop was built without physics")),
+    ///     Err(e) => panic!("{e}"),
+    /// }
     /// ```
     ///
     /// The servos' joints are then the model's: they start in its pose (the built-in
@@ -182,19 +188,22 @@ impl Runtime {
     }
 
     /// Push the body (with [`physics`](Self::physics)): an external force on it, as a
-    /// fault injection (`rtloop run --push`, `[faults] push`); call it again for more
-    /// pushes. Set it after [`faults`](Self::faults), which replaces every fault, pushes
-    /// included.
+    /// fault injection (`rtloop run --push`, `[faults] push`). Set it after
+    /// [`faults`](Self::faults), which replaces every fault, pushes included. The body takes
+    /// one push per run: of several, the run applies the last one given.
     ///
-    /// ```no_run
+    /// ```
     /// use rtloop::physics::{PhysicsConfig, PushSpec};
-    /// use rtloop::Runtime;
+    /// use rtloop::{Runtime, RunError};
     ///
-    /// // 40 N to the robot's left for 0.1 s, 2 s after the start.
+    /// // 40 N to the robot's left for 0.1 s, 2 s after the start: it sways, and stands on.
     /// let push = PushSpec { at_s: 2.0, force_n: [0.0, 40.0, 0.0], duration_s: 0.1 };
     /// let runtime = Runtime::new().physics(PhysicsConfig::default()).push(push).lockstep(true).duration_s(4.0);
-    /// let summary = runtime.run(rtloop::motion::Motion::default())?;
-    /// # Ok::<(), rtloop::RunError>(())
+    /// match runtime.run(rtloop::motion::Motion::default()) {
+    ///     Ok(summary) => assert!(summary.body.expect("the body").height_m > 0.28, "still standing"),
+    ///     Err(RunError::Physics(e)) => assert!(e.to_string().starts_with("this rtloop was built without physics")),
+    ///     Err(e) => panic!("{e}"),
+    /// }
     /// ```
     ///
     /// Forces are in the world frame (+x forward, +y left, +z up), N, at most

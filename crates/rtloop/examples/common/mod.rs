@@ -11,7 +11,8 @@
 //! * `--tilt DEGREES` (with `--physics`): the ground slopes nose up by that much (-30 … 30);
 //! * `--push SECONDS:FX,FY,FZ[:DURATION]` (with `--physics`): push the body with that force,
 //!   N, world frame (+x forward, +y left, +z up), as `rtloop run --push`;
-//! * `--gain G` (finite, 0 … 100): the example's feedback gain; 0 switches its feedback off.
+//! * `--gain G`, `--damping D` (finite, 0 … 100): the levelling's integral and rate gains
+//!   (`imu_level`'s `Level`); 0 switches that term off.
 
 use rtloop::physics::{parse_push, PhysicsConfig, PushSpec};
 use rtloop::{RunSummary, Runtime};

@@ -261,6 +261,21 @@ mod with_a_body {
     }
 
     #[test]
+    fn push_recover_on_a_body_never_allocates_in_the_real_time_section() {
+        // Standing, levelling and pushed: every path of the controller, with the physics.
+        let push = rtloop::physics::PushSpec { at_s: 1.0, force_n: [0.0, 60.0, 0.0], duration_s: 0.1 };
+        let runtime = rtloop::Runtime::new()
+            .physics(rtloop::physics::PhysicsConfig::default())
+            .push(push)
+            .lockstep(true)
+            .duration_s(2.0);
+        let controller = super::push_recover::PushRecover::default();
+        let (allocations, summary) = super::allocations_in_real_time(runtime, controller);
+        assert!(summary.body.is_some_and(|b| b.height_m > 0.28), "{:?}", summary.body);
+        assert_eq!(allocations, 0);
+    }
+
+    #[test]
     fn push_recover_sees_the_push_in_the_imu_and_stands_again() {
         let out = physics("push_recover", &[]);
         assert!(out.contains("push_recover: push seen at 2.5"), "{out}");
