@@ -240,6 +240,10 @@ mod with_a_body {
         assert!(height > 0.28, "standing: {out}");
         assert!(roll.abs() < 3.0 && pitch.abs() < 3.0, "level: {out}");
         assert!(out.contains("12 of 12 joints ramped"), "{out}");
+        // Lockstep: the same run ends with the same body, to the last digit printed.
+        let again = physics("stand", &["--duration", "3"]);
+        let line = |o: &str| o.lines().find(|l| l.starts_with("body:")).map(str::to_string);
+        assert_eq!(line(&out), line(&again));
     }
 
     #[test]
