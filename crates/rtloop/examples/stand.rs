@@ -1,21 +1,35 @@
 //! # stand — from wherever the joints are to a standing pose, then hold
 //!
-//! What it shows: the smallest useful [`Controller`]. `start` learns where every joint is
-//! (the simulated joints start at 0.05 rev here, as a real robot never starts at zero);
+//! What it shows: the smallest useful [`Controller`]. `start` learns where every joint is;
 //! `cycle` ramps each joint to [`STAND_POSE`] over one second with a smoothstep — position
 //! *and* velocity feed-forward, so the servos track without lag — then holds. Every command
 //! carries its gains, torque limit and watchdog.
 //!
-//! Run it: `cargo run --release --example stand` (add `-- --duration 10` to hold longer).
+//! Run it: `cargo run --release --example stand` (add `-- --duration 10` to hold longer), or
+//! on a robot with a body:
+//! `cargo run --release -p rtloop --features physics --example stand -- --physics --lockstep`.
+//!
+//! * Without `--physics` the simulated joints start at 0.05 rev (a real robot never starts at
+//!   zero) and carry a gravity-like load of their own.
+//! * With `--physics` they are the joints of the built-in quadruped (7.4 kg, MuJoCo), which
+//!   starts lying on the ground, legs folded, its body 0.05 m up: the ramp lifts the body
+//!   to about 0.32 m and the legs then carry it. That takes torque: each command allows
+//!   8 N·m (4 N·m does not carry the robot). `--lockstep` runs in simulated time, as fast as
+//!   the machine allows, with the same result every time.
 //!
 //! What to look for: `holding within … rev`, the worst tracking error once standing: about
-//! 0.015 rev, because the simulated joints carry a gravity-like load and a position loop
-//! droops under load (`feedforward_torque` is where a gravity model would go). Then
-//! `status: ok` (exit 0; 1 if degraded).
+//! 0.015 rev (0.023 rev with `--physics`), because a position loop droops under load
+//! (`feedforward_torque` is where a gravity model would go). With `--physics`, the `body:`
+//! line: the height (0.324 m), roll (0°) and pitch (-1.2°: the legs droop a little more at
+//! the front) the body ended at. Then `status: ok` (exit 0; 1 if degraded).
 
-use rtloop::config::SimConfig;
+// Its command line, shared with `imu_level` and `push_recover`.
+#[allow(dead_code, clippy::duplicate_mod)]
+#[path = "common/mod.rs"]
+mod common;
+
 use rtloop::motion::STAND_POSE;
-use rtloop::{Controller, Flow, Output, PositionCommand, RunSummary, Runtime, ServoCommand, State};
+use rtloop::{Controller, Flow, Output, PositionCommand, ServoCommand, State};
 use std::process::ExitCode;
 
 /// The most joints this controller drives (the runtime drives at most 32 servos).
@@ -43,7 +57,7 @@ impl Default for Stand {
             ramp_s: 1.0,
             kp_scale: 1.0,
             kd_scale: 1.0,
-            maximum_torque: 4.0,
+            maximum_torque: 8.0,
             watchdog_s: 0.1,
             from: [f64::NAN; MAX_JOINTS],
             from_t: [0.0; MAX_JOINTS],
@@ -111,48 +125,15 @@ impl Controller for Stand {
 }
 
 fn main() -> ExitCode {
-    let duration_s = match duration_from_args(3.0) {
-        Ok(d) => d,
-        Err(e) => return usage_error(&e),
+    let args = match common::args("stand", common::Args::new(3.0), &[]) {
+        Ok(args) => args,
+        Err(code) => return code,
     };
-    let runtime =
-        Runtime::new().duration_s(duration_s).sim(SimConfig { start_position_rev: 0.05, ..Default::default() });
+    let mut runtime = args.runtime();
+    // Without a body: where the simulated joints start (with one, the model's pose says).
+    runtime.config_mut().sim.start_position_rev = 0.05;
     match runtime.run(Stand::default()) {
-        Ok(summary) => finish(&summary),
-        Err(e) => usage_error(&e.to_string()),
+        Ok(summary) => common::finish(&summary),
+        Err(e) => common::usage_error("stand", &e.to_string()),
     }
-}
-
-/// `--duration SECONDS` (finite, above 0, at most 3600), or `default_s`.
-fn duration_from_args(default_s: f64) -> Result<f64, String> {
-    let mut args = std::env::args().skip(1);
-    let mut duration = default_s;
-    while let Some(arg) = args.next() {
-        if arg != "--duration" {
-            return Err(format!("unexpected argument {arg:?}: the only option is --duration SECONDS"));
-        }
-        let value = args.next().ok_or("--duration needs a number of seconds: try --duration 5")?;
-        duration = value.parse().ok().filter(|s: &f64| s.is_finite() && *s > 0.0 && *s <= 3600.0).ok_or_else(|| {
-            format!("--duration {value:?} is not a number of seconds above 0 and at most 3600: try --duration 5")
-        })?;
-    }
-    Ok(duration)
-}
-
-fn usage_error(message: &str) -> ExitCode {
-    eprintln!("stand: {message}");
-    ExitCode::from(2)
-}
-
-/// Print a short summary and the run's status; exit 0 when "ok", 1 when "degraded".
-fn finish(summary: &RunSummary) -> ExitCode {
-    println!(
-        "run: {} cycles at {:.1} Hz on {} servos, {} missing replies, cycle p99 {:.0} µs",
-        summary.cycles, summary.rate_hz, summary.servos, summary.missing_replies, summary.cycle_us.p99
-    );
-    for problem in &summary.problems {
-        println!("problem: {problem}");
-    }
-    println!("status: {}", summary.status);
-    ExitCode::from(summary.exit_code())
 }

@@ -132,9 +132,88 @@ impl Runtime {
         self
     }
 
-    /// Simulated-bus physics (wire time, where the joints start).
+    /// Simulated-bus physics (wire time, where the joints start, lockstep).
     pub fn sim(mut self, sim: SimConfig) -> Self {
         self.options.config.sim = sim;
+        self
+    }
+
+    /// Lockstep (simulated buses only): simulated time advances by exactly one period per
+    /// cycle, as fast as the controller allows, and the same run gives the same results on
+    /// repeat (`rtloop run --lockstep`; [`SimConfig::lockstep`]).
+    ///
+    /// ```
+    /// let summary = rtloop::Runtime::new().lockstep(true).duration_s(0.05).run(rtloop::motion::Motion::default())?;
+    /// assert_eq!(summary.cycles, 50);
+    /// # Ok::<(), rtloop::RunError>(())
+    /// ```
+    pub fn lockstep(mut self, on: bool) -> Self {
+        self.options.config.sim.lockstep = on;
+        self
+    }
+
+    /// A body under the simulated servos: MuJoCo physics, the built-in quadruped unless
+    /// `physics.model` names another (`rtloop run --physics`, the run file's `[physics]`).
+    ///
+    /// ```
+    /// use rtloop::physics::PhysicsConfig;
+    /// use rtloop::{Runtime, RunError};
+    ///
+    /// // The built-in quadruped, lying on ground that slopes 8° nose up, stood up by the demo motion.
+    /// let runtime = Runtime::new()
+    ///     .physics(PhysicsConfig { ground_pitch_deg: 8.0, ..PhysicsConfig::default() })
+    ///     .lockstep(true)
+    ///     .duration_s(3.0);
+    /// match runtime.run(rtloop::motion::Motion::default()) {
+    ///     Ok(summary) => {
+    ///         let body = summary.body.expect("a run with physics reports the body");
+    ///         assert!(body.height_m > 0.28, "standing");
+    ///         assert!(body.pitch_deg > 5.0, "nose up, as the slope: the IMU's sign");
+    ///     }
+    ///     // Built without the `physics` feature: one sentence says how to build it.
+    ///     Err(RunError::Physics(e)) => assert!(e.to_string().starts_with("this rtloop was built without physics")),
+    ///     Err(e) => panic!("{e}"),
+    /// }
+    /// ```
+    ///
+    /// The servos' joints are then the model's: they start in its pose (the built-in
+    /// quadruped's keyframe `lying`, whatever [`SimConfig::start_position_rev`] says), the
+    /// IMU reads its body, and [`RunSummary::body`] reports where the body ended. Every
+    /// number is range-checked when the run starts; a build without the `physics` feature
+    /// refuses the run in one sentence ([`RunError::Physics`]: "this rtloop was built without
+    /// physics: …").
+    pub fn physics(mut self, physics: crate::physics::PhysicsConfig) -> Self {
+        self.options.config.physics = Some(physics);
+        self
+    }
+
+    /// Push the body (with [`physics`](Self::physics)): an external force on it, as a
+    /// fault injection (`rtloop run --push`, `[faults] push`). Set it after
+    /// [`faults`](Self::faults), which replaces every fault, pushes included. The body takes
+    /// one push per run: of several, the run applies the last one given.
+    ///
+    /// ```
+    /// use rtloop::physics::{PhysicsConfig, PushSpec};
+    /// use rtloop::{Runtime, RunError};
+    ///
+    /// // 40 N to the robot's left for 0.1 s, 2 s after the start: it sways, and stands on.
+    /// let push = PushSpec { at_s: 2.0, force_n: [0.0, 40.0, 0.0], duration_s: 0.1 };
+    /// let runtime = Runtime::new().physics(PhysicsConfig::default()).push(push).lockstep(true).duration_s(4.0);
+    /// match runtime.run(rtloop::motion::Motion::default()) {
+    ///     Ok(summary) => assert!(summary.body.expect("the body").height_m > 0.28, "still standing"),
+    ///     Err(RunError::Physics(e)) => assert!(e.to_string().starts_with("this rtloop was built without physics")),
+    ///     Err(e) => panic!("{e}"),
+    /// }
+    /// ```
+    ///
+    /// Forces are in the world frame (+x forward, +y left, +z up), N, at most
+    /// [`MAX_PUSH_N`](crate::physics::MAX_PUSH_N) per axis; the run refuses a push without
+    /// physics in one sentence.
+    pub fn push(mut self, push: crate::physics::PushSpec) -> Self {
+        let crate::physics::PushSpec { at_s, force_n: [x, y, z], duration_s } = push;
+        // The form `--push` takes (a float's Display reads back to the same value), checked
+        // with every other fault when the run starts.
+        self.options.config.faults.push.push(format!("{at_s}:{x},{y},{z}:{duration_s}"));
         self
     }
 

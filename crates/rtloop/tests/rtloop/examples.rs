@@ -1,6 +1,9 @@
 //! The examples in `crates/rtloop/examples/` as their users meet them: each runs on the
 //! simulated robot and says what it did, refuses a bad `--duration` in one sentence (exit 2),
-//! and its controller never allocates on the real-time thread.
+//! and its controller never allocates on the real-time thread. With the `physics` feature,
+//! `stand`, `imu_level` and `push_recover` close their loop on the body of the built-in
+//! quadruped in lockstep, and the tests assert where the body ended (the `body:` line, from
+//! `RunSummary::body`).
 
 use rtloop::config::{FaultsConfig, SafetyToml};
 use rtloop::{Controller, RunSummary, Runtime};
@@ -25,6 +28,10 @@ mod custom_telemetry;
 #[path = "../../examples/fault_tolerant.rs"]
 mod fault_tolerant;
 
+#[allow(dead_code)]
+#[path = "../../examples/push_recover.rs"]
+mod push_recover;
+
 /// Allocator calls the cycle thread made inside the real-time section.
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
@@ -32,10 +39,10 @@ static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 /// should not compete for its CPUs.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-const EXAMPLES: [&str; 4] = ["stand", "imu_level", "custom_telemetry", "fault_tolerant"];
+const EXAMPLES: [&str; 5] = ["stand", "imu_level", "custom_telemetry", "fault_tolerant", "push_recover"];
 
-/// `<target>/<profile>/examples`, with every example built (once per test binary; a no-op
-/// when `cargo test` has already built them).
+/// `<target>/<profile>/examples`, with every example built with this test binary's
+/// features (once per test binary; a no-op when `cargo test` has already built them).
 fn examples_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -49,6 +56,9 @@ fn examples_dir() -> &'static Path {
         }
         if profile_dir.file_name().is_some_and(|p| p == "release") {
             cargo.arg("--release");
+        }
+        if cfg!(feature = "physics") {
+            cargo.args(["--features", "physics"]);
         }
         let status = cargo.current_dir(env!("CARGO_MANIFEST_DIR")).status().expect("run cargo build --example");
         assert!(status.success(), "cargo build --example failed");
@@ -152,6 +162,139 @@ fn every_example_refuses_a_bad_duration_in_one_sentence() {
     }
 }
 
+#[test]
+fn push_recover_without_a_body_sees_no_push() {
+    let (code, out, err) = run_example("push_recover", &["--duration", "1.5"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("push_recover: no push seen: peak acceleration"), "{out}");
+    assert!(!out.contains("body:"), "no body without --physics: {out}");
+    assert!(out.contains("status: ok"), "{out}");
+}
+
+#[test]
+fn the_physics_options_are_checked_in_one_sentence() {
+    for (name, args, says) in [
+        ("imu_level", &["--tilt", "8"][..], "--tilt slopes the ground under a body: add --physics"),
+        ("imu_level", &["--physics", "--tilt", "31"], "--tilt \"31\" is not a slope from -30 to 30 degrees"),
+        ("imu_level", &["--gain", "-1"], "--gain \"-1\" is not a number from 0 to 100"),
+        ("stand", &["--tilt", "8"], "unexpected argument \"--tilt\""),
+        ("push_recover", &["--push", "2:0,60"], "expected SECONDS:FX,FY,FZ[:DURATION]"),
+        ("push_recover", &["--push", "1:0,10,0"], "a push needs a body: add --physics"),
+    ] {
+        let (code, out, err) = run_example(name, args);
+        assert_eq!(code, Some(2), "{name} {args:?}: {out}{err}");
+        assert!(err.contains(says) && err.lines().count() == 1, "{name} {args:?}: {err}");
+    }
+}
+
+/// Without the `physics` feature, `--physics` is refused with the sentence that says how to
+/// build it.
+#[cfg(not(feature = "physics"))]
+#[test]
+fn physics_in_a_build_without_it_is_one_sentence() {
+    for name in ["stand", "imu_level", "push_recover"] {
+        let (code, out, err) = run_example(name, &["--physics", "--lockstep", "--duration", "0.1"]);
+        assert_eq!(code, Some(2), "{name}: {out}{err}");
+        assert!(err.contains("built without physics") && err.lines().count() == 1, "{name}: {err}");
+    }
+}
+
+/// The examples on the built-in quadruped's body (MuJoCo), in lockstep: the same outcome on
+/// every run, whatever the machine's load.
+#[cfg(feature = "physics")]
+mod with_a_body {
+    use super::run_example;
+
+    /// The `body:` line: (height m, roll °, pitch °) where the body ended.
+    fn body(out: &str) -> (f64, f64, f64) {
+        let line = out.lines().find_map(|l| l.strip_prefix("body: height ")).unwrap_or_else(|| panic!("{out}"));
+        let number = |after: &str| -> f64 {
+            let rest =
+                if after.is_empty() { line } else { line.split(after).nth(1).unwrap_or_else(|| panic!("{line}")) };
+            rest.trim_start().split([' ', '°']).next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{line}"))
+        };
+        (number(""), number("roll "), number("pitch "))
+    }
+
+    /// The number right after `what` in `out`.
+    fn after(out: &str, what: &str) -> f64 {
+        let rest = out.split(what).nth(1).unwrap_or_else(|| panic!("{what:?} in {out}"));
+        rest.trim_start().split([' ', '°', 'm']).next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{out}"))
+    }
+
+    fn physics(name: &str, args: &[&str]) -> String {
+        let mut all = vec!["--physics", "--lockstep"];
+        all.extend_from_slice(args);
+        let (code, out, err) = run_example(name, &all);
+        assert_eq!(code, Some(0), "{name} {all:?}: {out}{err}");
+        assert!(out.contains("status: ok"), "{out}");
+        out
+    }
+
+    #[test]
+    fn stand_raises_the_quadruped_from_lying_to_standing_and_holds_it() {
+        let (height, _, _) = body(&physics("stand", &["--duration", "0.05"]));
+        assert!(height < 0.1, "it starts lying on the ground: {height} m");
+        let out = physics("stand", &["--duration", "3"]);
+        let (height, roll, pitch) = body(&out);
+        assert!(height > 0.28, "standing: {out}");
+        assert!(roll.abs() < 3.0 && pitch.abs() < 3.0, "level: {out}");
+        assert!(out.contains("12 of 12 joints ramped"), "{out}");
+        // Lockstep: the same run ends with the same body, to the last digit printed.
+        let again = physics("stand", &["--duration", "3"]);
+        let line = |o: &str| o.lines().find(|l| l.starts_with("body:")).map(str::to_string);
+        assert_eq!(line(&out), line(&again));
+    }
+
+    #[test]
+    fn imu_level_levels_the_body_on_a_slope_from_the_imu() {
+        let flat = physics("imu_level", &["--tilt", "8", "--gain", "0", "--duration", "4"]);
+        let (height, roll, pitch) = body(&flat);
+        // Nose up on ground sloping nose up, as the IMU reads it.
+        assert!(height > 0.28 && (6.5..9.5).contains(&pitch) && roll.abs() < 1.0, "without levelling: {flat}");
+        assert!((after(&flat, "the IMU read roll") - roll).abs() < 0.5, "{flat}");
+        assert!((after(&flat, "° pitch") - pitch).abs() < 0.5, "the IMU reads the body: {flat}");
+        let level = physics("imu_level", &["--tilt", "8", "--duration", "4"]);
+        let (height, roll, pitch) = body(&level);
+        assert!(height > 0.28 && pitch.abs() < 1.0 && roll.abs() < 1.0, "levelled: {level}");
+        // The rear legs lengthened, the front ones shortened.
+        assert!(after(&level, "for pitch") > 0.02, "{level}");
+        let downhill = physics("imu_level", &["--tilt", "-8", "--duration", "4"]);
+        let (_, _, pitch) = body(&downhill);
+        assert!(pitch.abs() < 1.0 && after(&downhill, "for pitch") < -0.02, "nose down: {downhill}");
+    }
+
+    #[test]
+    fn push_recover_on_a_body_never_allocates_in_the_real_time_section() {
+        // Standing, levelling and pushed: every path of the controller, with the physics.
+        let push = rtloop::physics::PushSpec { at_s: 1.0, force_n: [0.0, 60.0, 0.0], duration_s: 0.1 };
+        let runtime = rtloop::Runtime::new()
+            .physics(rtloop::physics::PhysicsConfig::default())
+            .push(push)
+            .lockstep(true)
+            .duration_s(2.0);
+        let controller = super::push_recover::PushRecover::default();
+        let (allocations, summary) = super::allocations_in_real_time(runtime, controller);
+        assert!(summary.body.is_some_and(|b| b.height_m > 0.28), "{:?}", summary.body);
+        assert_eq!(allocations, 0);
+    }
+
+    #[test]
+    fn push_recover_sees_the_push_in_the_imu_and_stands_again() {
+        let out = physics("push_recover", &[]);
+        assert!(out.contains("push_recover: push seen at 2.5"), "{out}");
+        assert!(after(&out, "peak acceleration") > 4.0, "60 N on 7.4 kg: {out}");
+        assert!(after(&out, "peak tilt") > 1.0, "{out}");
+        assert!(out.contains("push_recover: recovered"), "{out}");
+        let (height, roll, pitch) = body(&out);
+        assert!(height > 0.28 && roll.abs() < 3.0 && pitch.abs() < 3.0, "standing and level again: {out}");
+        // No force, no push: the example says so and fails.
+        let (code, out, err) = run_example("push_recover", &["--physics", "--lockstep", "--push", "2.5:0,0,0"]);
+        assert_eq!(code, Some(1), "{out}{err}");
+        assert!(out.contains("no push seen") && out.contains("push not recovered from"), "{out}");
+    }
+}
+
 /// Run `controller` for `duration_s` at 1 kHz, counting the allocator calls the cycle thread
 /// makes in its real-time section.
 fn allocations_in_real_time<C: Controller + 'static>(runtime: Runtime, controller: C) -> (u64, RunSummary) {
@@ -202,6 +345,14 @@ fn imu_level_never_allocates_in_the_real_time_section() {
     let runtime = Runtime::new().duration_s(1.2);
     let (allocations, summary) = allocations_in_real_time(runtime, imu_level::Level::default());
     assert!(summary.imu_samples > 600, "{} IMU samples", summary.imu_samples);
+    assert_eq!(allocations, 0);
+}
+
+#[test]
+fn push_recover_never_allocates_in_the_real_time_section() {
+    let runtime = Runtime::new().duration_s(1.8);
+    let (allocations, summary) = allocations_in_real_time(runtime, push_recover::PushRecover::default());
+    assert!(summary.imu_samples > 900, "{} IMU samples", summary.imu_samples);
     assert_eq!(allocations, 0);
 }
 
