@@ -660,8 +660,9 @@ trait Driver: Send {
     fn wait_until_ns(&self, t_ns: u64);
     /// The simulated body, with physics.
     fn body(&self) -> Option<(sim::BodyState, u64)>;
-    /// Push the body; false without physics.
-    fn push(&mut self, push: sim::Push) -> bool;
+    /// Push the body: `None` without physics, `Some(false)` when the world holds as many
+    /// pushes as it can.
+    fn push(&mut self, push: sim::Push) -> Option<bool>;
 }
 
 impl<C: Clock + Send> Driver for io::Robot<C> {
@@ -678,8 +679,8 @@ impl<C: Clock + Send> Driver for io::Robot<C> {
         let world = self.cycler().world()?;
         Some((world.body()?, world.steps()))
     }
-    fn push(&mut self, push: sim::Push) -> bool {
-        self.cycler_mut().with_world(|w, _| w.push(push)).is_some()
+    fn push(&mut self, push: sim::Push) -> Option<bool> {
+        self.cycler_mut().with_world(|w, _| w.push(push))
     }
 }
 
@@ -1705,10 +1706,13 @@ impl Robot {
         let push = sim::Push { force_n, from_ns, duration_ns: (duration * 1e9).round() as u64 };
         let mut guard = self.lock()?;
         let inner = guard.as_mut().ok_or_else(|| PyRuntimeError::new_err("the robot is closed"))?;
-        if inner.driver.push(push) {
-            Ok(())
-        } else {
-            Err(PyValueError::new_err("a push needs a body: make the Robot with physics=True"))
+        match inner.driver.push(push) {
+            Some(true) => Ok(()),
+            Some(false) => Err(PyValueError::new_err(format!(
+                "{} pushes are scheduled or under way already; wait for one to end",
+                sim::world::MAX_PUSHES
+            ))),
+            None => Err(PyValueError::new_err("a push needs a body: make the Robot with physics=True")),
         }
     }
 

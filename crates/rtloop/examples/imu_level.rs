@@ -24,13 +24,11 @@
 //! What to look for: the roll and pitch it saw, the attitude at the end and the leg offsets
 //! it commanded.
 //! * With `--physics` the IMU reads the body of the built-in quadruped (MuJoCo): on the 8°
-//!   slope it stands up pitched about 8.5° nose up; from 1.3 s the rear legs lengthen and the
-//!   front legs shorten (by 0.03 knee rev) until the IMU reads level: the `body:` line ends
-//!   within half a degree of level, against 8.5° with `--gain 0`. Nose down (`--tilt -8`)
-//!   takes larger offsets (0.05 rev) and matters more: without levelling the front legs give
-//!   under the load and the robot tips forward to about -31°. Steeper than about 8° nose
-//!   down it tips over while standing up, before the levelling starts; nose up, the clamp
-//!   (0.08 rev) reaches about 15°.
+//!   slope it stands up pitched about 8.3° nose up; from 1.3 s the rear legs lengthen and the
+//!   front legs shorten (by 0.035 knee rev) until the IMU reads level: the `body:` line ends
+//!   within a tenth of a degree of level, against 8.3° with `--gain 0`. Nose down
+//!   (`--tilt -8`) it levels as well (-9.1° without levelling: the front legs give a little
+//!   under the load); it levels -12° too, and nose up the clamp (0.08 rev) reaches about 15°.
 //! * Without it, the simulated IMU sways by a few degrees on its own and does not respond
 //!   to the legs: the offsets follow the sway, within their clamp.
 //!

@@ -18,10 +18,10 @@
 //! none). Without `--physics` it runs on the simulated IMU, which only sways: it sees no
 //! push, and says so.
 //!
-//! What to look for: `push seen at 2.50 s: peak acceleration 8.8 m/s², peak tilt 2.6°`,
-//! then `recovered 0.95 s after the push`, and the `body:` line: back at standing height
-//! (0.33 m) and level. With `--damping 0` the body still rocks at the end, with `--gain 0
-//! --damping 0` it comes to rest 2.9° nose down: `not recovered`. Exit 0 when the run's
+//! What to look for: `push seen at 2.50 s: peak acceleration 18.4 m/s², peak tilt 3.3°`,
+//! then `recovered 0.78 s after the push`, and the `body:` line: back at standing height
+//! (0.34 m) and level. With `--damping 0` the body still rocks at the end: `not recovered`;
+//! the legs' own stiffness (`--gain 0 --damping 0`) brings it back more slowly (1.02 s). Exit 0 when the run's
 //! status is `ok` and the push it was given was seen and recovered from; 1 otherwise; 2 for
 //! a usage mistake.
 

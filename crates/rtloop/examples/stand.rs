@@ -18,9 +18,9 @@
 //!   the machine allows, with the same result every time.
 //!
 //! What to look for: `holding within … rev`, the worst tracking error once standing: about
-//! 0.015 rev (0.023 rev with `--physics`), because a position loop droops under load
+//! 0.015 rev (0.010 rev with `--physics`), because a position loop droops under load
 //! (`feedforward_torque` is where a gravity model would go). With `--physics`, the `body:`
-//! line: the height (0.324 m), roll (0°) and pitch (-1.2°: the legs droop a little more at
+//! line: the height (0.335 m), roll (0°) and pitch (-0.3°: the legs droop a little more at
 //! the front) the body ended at. Then `status: ok` (exit 0; 1 if degraded).
 
 // Its command line, shared with `imu_level` and `push_recover`.

@@ -758,6 +758,9 @@ impl RunConfig {
         if !pushes.is_empty() && self.physics.is_none() {
             return Err(crate::physics::PhysicsConfigError::PushWithoutPhysics.into());
         }
+        if pushes.len() > sim::world::MAX_PUSHES {
+            return Err(crate::physics::PhysicsConfigError::TooManyPushes { given: pushes.len() }.into());
+        }
         Ok(())
     }
 

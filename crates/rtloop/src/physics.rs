@@ -118,6 +118,12 @@ pub enum PhysicsConfigError {
     /// A push without physics.
     #[error("a push needs a body: add --physics (or a [physics] section)")]
     PushWithoutPhysics,
+    /// More pushes than a run holds.
+    #[error("{given} pushes given; a run takes at most {max}: combine pushes that happen together", max = sim::world::MAX_PUSHES)]
+    TooManyPushes {
+        /// How many were given.
+        given: usize,
+    },
 }
 
 /// One push on the body: `force_n` for `duration_s` from `at_s` after the start.

@@ -338,8 +338,9 @@ impl ServoConfig {
 
 impl ServoConfig {
     /// Servo `id` for a joint of a physical plant (rtloop-physics): position gains stiff
-    /// enough to carry a small quadruped's leg (kp 150 N·m/rev, kd 3 N·m·s/rev, as a
-    /// moteus-class leg actuator is tuned), the rest as [`ServoConfig::new`]. The joint's
+    /// enough to carry a small quadruped's leg, on a slope too (kp 300 N·m/rev, kd 5
+    /// N·m·s/rev: with 150 the built-in quadruped folds over its front legs on an 8° downhill),
+    /// the rest as [`ServoConfig::new`]. The joint's
     /// inertia, damping and load come from the plant, not from here.
     pub fn physical(id: u8) -> Self {
         ServoConfig {
@@ -351,10 +352,10 @@ impl ServoConfig {
 }
 
 /// Position gain of a servo on a physical plant ([`ServoConfig::physical`]), N·m/rev.
-pub const PHYSICAL_KP_NM_PER_REV: f64 = 150.0;
+pub const PHYSICAL_KP_NM_PER_REV: f64 = 300.0;
 
 /// Velocity gain of a servo on a physical plant ([`ServoConfig::physical`]), N·m·s/rev.
-pub const PHYSICAL_KD_NMS_PER_REV: f64 = 3.0;
+pub const PHYSICAL_KD_NMS_PER_REV: f64 = 5.0;
 
 impl Default for ServoConfig {
     fn default() -> Self {

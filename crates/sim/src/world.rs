@@ -114,9 +114,15 @@ pub struct World {
     time_ns: Option<u64>,
     fault: Option<PlantError>,
     steps: u64,
-    push: Option<Push>,
+    /// Pushes scheduled or under way (fixed capacity: no allocation while stepping).
+    pushes: [Option<Push>; MAX_PUSHES],
+    /// The force last handed to the plant, N.
+    pushing: [f64; 3],
     gains: Option<(f64, f64)>,
 }
+
+/// Pushes a world holds at once (scheduled or under way).
+pub const MAX_PUSHES: usize = 16;
 
 /// A push on the body: `force_n` (world frame) from `from_ns` for `duration_ns`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -160,7 +166,8 @@ impl World {
             time_ns: None,
             fault: None,
             steps: 0,
-            push: None,
+            pushes: [None; MAX_PUSHES],
+            pushing: [0.0; 3],
             gains: None,
         })
     }
@@ -226,9 +233,16 @@ impl World {
         }
     }
 
-    /// Push the body (see [`Push`]); replaces any push not finished yet.
-    pub fn push(&mut self, push: Push) {
-        self.push = Some(push);
+    /// Schedule a push on the body (see [`Push`]); pushes that overlap add up. False, and
+    /// nothing scheduled, when [`MAX_PUSHES`] are already scheduled or under way.
+    pub fn push(&mut self, push: Push) -> bool {
+        match self.pushes.iter_mut().find(|p| p.is_none()) {
+            Some(slot) => {
+                *slot = Some(push);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Step servos and plant to `now_ns` (see the module docs). The first call sets the time
@@ -274,14 +288,23 @@ impl World {
         self.time_ns = Some(t);
     }
 
+    /// The sum of the pushes under way at `t`, handed to the plant when it changes; finished
+    /// ones are dropped.
     fn apply_push(&mut self, t: u64) {
-        if let Some(p) = self.push {
+        let mut force = [0.0; 3];
+        for slot in &mut self.pushes {
+            let Some(p) = *slot else { continue };
             if t >= p.from_ns.saturating_add(p.duration_ns) {
-                self.plant.set_push([0.0; 3]);
-                self.push = None;
+                *slot = None;
             } else if t >= p.from_ns {
-                self.plant.set_push(p.force_n);
+                for (f, q) in force.iter_mut().zip(p.force_n) {
+                    *f += q;
+                }
             }
+        }
+        if force != self.pushing {
+            self.pushing = force;
+            self.plant.set_push(force);
         }
     }
 
@@ -302,7 +325,8 @@ impl World {
             return false;
         }
         self.fault = None;
-        self.push = None;
+        self.pushes = [None; MAX_PUSHES];
+        self.pushing = [0.0; 3];
         let (links, plant) = (&self.links, &self.plant);
         visit(&mut |bus, servo| {
             if let Some(l) = links.iter().find(|l| l.bus == bus && l.id == servo.id()) {
@@ -352,6 +376,62 @@ mod tests {
         let mut w = World::new(plant(), vec![JointLink { bus: 0, id: 9, joint: 0 }]).unwrap();
         let mut servos = vec![Servo::new(ServoConfig::new(1))];
         assert_eq!(w.couple(&mut *visit_all(&mut servos)), Err(WorldError::MissingServo { servo: (0, 9) }));
+    }
+
+    /// A plant that records the push it is handed each step.
+    struct Recorder {
+        pushes: std::sync::Arc<std::sync::Mutex<Vec<[f64; 3]>>>,
+        current: [f64; 3],
+    }
+
+    impl Plant for Recorder {
+        fn joint_count(&self) -> usize {
+            0
+        }
+        fn timestep_ns(&self) -> u64 {
+            1_000_000
+        }
+        fn step(&mut self, _torque_nm: &[f64]) -> Result<(), PlantError> {
+            self.pushes.lock().unwrap().push(self.current);
+            Ok(())
+        }
+        fn joint_state(&self, _j: usize) -> (f64, f64) {
+            (0.0, 0.0)
+        }
+        fn set_push(&mut self, force_n: [f64; 3]) {
+            self.current = force_n;
+        }
+    }
+
+    #[test]
+    fn pushes_add_up_while_they_overlap_and_end_on_time() {
+        let recorded = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let recorder = Recorder { pushes: recorded.clone(), current: [0.0; 3] };
+        let mut w = World::new(Box::new(recorder), Vec::new()).unwrap();
+        let ms = 1_000_000;
+        assert!(w.push(Push { force_n: [10.0, 0.0, 0.0], from_ns: 2 * ms, duration_ns: 3 * ms }));
+        assert!(w.push(Push { force_n: [0.0, 5.0, 0.0], from_ns: 4 * ms, duration_ns: 2 * ms }));
+        let mut none = |_: &mut dyn FnMut(usize, &mut Servo)| {};
+        w.advance_to(0, &mut none);
+        w.advance_to(8 * ms, &mut none);
+        // Steps end at 1..=8 ms; a push acts in the steps that end within [from, from + duration).
+        assert_eq!(
+            *recorded.lock().unwrap(),
+            [
+                [0.0; 3],
+                [10.0, 0.0, 0.0],
+                [10.0, 0.0, 0.0],
+                [10.0, 5.0, 0.0],
+                [0.0, 5.0, 0.0],
+                [0.0; 3],
+                [0.0; 3],
+                [0.0; 3]
+            ]
+        );
+        for k in 0..MAX_PUSHES {
+            assert!(w.push(Push { force_n: [1.0; 3], from_ns: 100 * ms, duration_ns: ms }), "{k}");
+        }
+        assert!(!w.push(Push { force_n: [1.0; 3], from_ns: 100 * ms, duration_ns: ms }), "full");
     }
 
     /// A servo coupled to the default plant moves exactly as the same servo on its own: the

@@ -116,7 +116,7 @@ fn a_tilted_ground_shows_in_the_imu_and_a_push_moves_the_body() {
     assert!(roll.to_degrees().abs() < 2.0, "roll {}", roll.to_degrees());
     // Push sideways (to the robot's left) for 0.1 s: the IMU sees the acceleration.
     let from = r.now_ns;
-    r.world.push(Push { force_n: [0.0, 60.0, 0.0], from_ns: from, duration_ns: 100_000_000 });
+    assert!(r.world.push(Push { force_n: [0.0, 60.0, 0.0], from_ns: from, duration_ns: 100_000_000 }));
     let mut peak = 0.0f64;
     for _ in 0..100 {
         r.run(0.001, |i, _| STAND[i % 3]);
@@ -154,9 +154,9 @@ fn the_built_in_map_is_buses_one_to_four_abduction_hip_knee() {
 }
 
 /// The servo controllers run once per plant step (0.5 ms, 2 kHz). A moteus runs its position
-/// loop at tens of kHz; at this model's gains and inertias (ω·dt ≈ 0.03, see docs/physics.md)
+/// loop at tens of kHz; at this model's gains and inertias (ω·dt ≈ 0.05, see docs/physics.md)
 /// the discrete loop already behaves as a continuous one: halving the step changes where the
-/// robot stands by micrometres (measured: 0.2 µm, 0.0002°, 4e-6 rev).
+/// robot stands by micrometres (measured: 0.3 µm, 0.0001°, 2e-6 rev).
 #[test]
 fn halving_the_step_does_not_change_the_stand() {
     use std::io::Write;

@@ -375,6 +375,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
                 from_ns: start.saturating_add(secs_to_ns(p.at_s)),
                 duration_ns: secs_to_ns(p.duration_s),
             };
+            // At most sim::world::MAX_PUSHES: RunConfig::validate checks it.
             self.robot.cycler_mut().with_world(|world, _| world.push(push));
         }
     }
