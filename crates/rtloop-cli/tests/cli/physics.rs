@@ -55,6 +55,23 @@ fn a_tilted_ground_shows_in_the_body_and_a_push_moves_it() {
 }
 
 #[test]
+fn every_push_of_a_run_acts() {
+    let body = |pushes: &[&str]| {
+        let mut args = vec!["run", "--physics", "--lockstep", "--duration", "3.5", "--json"];
+        for p in pushes {
+            args.extend(["--push", p]);
+        }
+        json_of(&rtloop(&args))["body"].clone()
+    };
+    let first = body(&["2:0,120,0:0.15"]);
+    let both = body(&["2:0,120,0:0.15", "3:0,0,0:0.1"]);
+    let none = body(&[]);
+    // A zero push changes nothing, and a second push does not cancel the first.
+    assert_eq!(first, both);
+    assert_ne!(first, none);
+}
+
+#[test]
 fn injected_faults_work_on_the_body_as_without_it() {
     let o = rtloop(&["run", "--physics", "--lockstep", "--duration", "2", "--json", "--fault", "3@1"]);
     assert_eq!(o.status.code(), Some(1), "a servo faulted: degraded");
@@ -146,6 +163,11 @@ fn bad_models_and_maps_get_one_sentence_and_exit_2() {
     assert_one_clear_message(&["run", "--physics", "--ground-tilt", "level"], "is out of range");
     assert_one_clear_message(&["run", "--lockstep", "--push", "1:0,0,0"], "a push needs a body");
     assert_one_clear_message(&["run", "--physics", "--push", "soon"], "expected SECONDS:FX,FY,FZ");
+    let mut many = vec!["run", "--physics"];
+    for _ in 0..17 {
+        many.extend(["--push", "1:0,1,0"]);
+    }
+    assert_one_clear_message(&many, "17 pushes given; a run takes at most 16");
 }
 
 #[test]
