@@ -286,6 +286,18 @@ impl<C: Clock> Cycler<C> {
         Ok(())
     }
 
+    /// Step the attached world to `t_ns` now, ahead of the cycle that starts then: a loop
+    /// calls it with its next deadline after a cycle, so that the physics is computed in the
+    /// slack between cycles, not at the start of the next one, before its frames go out. The
+    /// result is the same either way (the world steps at fixed times); without a world it
+    /// does nothing.
+    pub fn advance_world_to(&mut self, t_ns: u64) {
+        if let Some(world) = self.world.as_mut() {
+            let buses = &mut self.buses;
+            world.advance_to(t_ns, &mut |f| crate::simulated::visit_sim_servos(buses, f));
+        }
+    }
+
     /// The attached world.
     pub fn world(&self) -> Option<&sim::World> {
         self.world.as_ref()

@@ -437,6 +437,9 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         self.hand_off(tick, dt, &report);
         self.count(&report, dt);
         lp.end_cycle();
+        // With physics: the body's next steps now, in the slack before the next period, rather
+        // than on the next cycle's critical path (the same steps either way).
+        self.robot.cycler_mut().advance_world_to(lp.next_deadline_ns());
         self.progress.overruns.store(lp.overruns(), Ordering::Relaxed);
         answer.flow
     }
