@@ -140,8 +140,7 @@ pub fn parse_push(text: &str) -> Result<PushSpec, PhysicsConfigError> {
     let mut parts = text.split(':');
     let number = |s: &str| s.trim().parse::<f64>().ok().filter(|v| v.is_finite());
     let at_s = parts.next().and_then(number).filter(|t| (0.0..=crate::config::MAX_DURATION_S).contains(t));
-    let force: Option<Vec<f64>> =
-        parts.next().and_then(|f| f.split(',').map(number).collect::<Option<Vec<f64>>>());
+    let force: Option<Vec<f64>> = parts.next().and_then(|f| f.split(',').map(number).collect::<Option<Vec<f64>>>());
     let duration_s = match parts.next() {
         None => Some(0.1),
         Some(d) => number(d).filter(|d| *d > 0.0 && *d <= 10.0),
