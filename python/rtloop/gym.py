@@ -54,8 +54,11 @@ of its parents (:func:`find_program`).
 
 highest when the body is level at the standing height of 0.30 m with little effort.
 
-**Episode end.** ``terminated`` when the body fell: ``|roll|`` or ``|pitch|`` beyond 45°, or
-its height under 0.05 m. ``truncated`` after ``max_episode_steps`` steps (default 1000).
+**Episode end.** ``terminated`` when the body fell over: ``|roll|`` or ``|pitch|`` beyond 45°
+(lying on its belly, the starting pose, is not a fall: the body's origin is then 0.05 m up).
+``truncated`` after ``max_episode_steps`` steps: 1000 as registered, ``gym.make(ENV_ID,
+max_episode_steps=N)`` for another (Gymnasium's ``TimeLimit``; a :class:`QuadrupedEnv` made
+directly never truncates — wrap it in ``gymnasium.wrappers.TimeLimit``).
 
 **Closing.** :meth:`~QuadrupedEnv.close` detaches and stops the spine (SIGTERM; SIGKILL
 if it has not ended within 5 s); an environment that is never closed stops its spine when
@@ -118,9 +121,6 @@ STAND_HEIGHT_M = 0.30
 
 #: Beyond this roll or pitch the body has fallen over (terminated), degrees.
 FALL_TILT_DEG = 45.0
-
-#: Under this height the body has collapsed (terminated), m.
-FALL_HEIGHT_M = 0.05
 
 #: What each observation element is.
 OBSERVATION_NAMES = (
@@ -187,8 +187,7 @@ def _stop_spine(process: subprocess.Popen, log) -> None:
 class QuadrupedEnv(gym.Env):
     """The built-in quadruped on MuJoCo, stepped through a lockstep spine (see the module).
 
-    ``QuadrupedEnv(*, program=None, cycles_per_step=1, max_episode_steps=1000,
-    kp_scale=1.0, kd_scale=1.0, maximum_torque=8.0, watchdog_timeout=0.1,
+    ``QuadrupedEnv(*, program=None, cycles_per_step=1, kp_scale=1.0, kd_scale=1.0, maximum_torque=8.0, watchdog_timeout=0.1,
     spine_args=(), start_timeout=60.0, render_mode=None)``
 
     ``spine_args`` are added to the ``rtloop run`` command line (e.g.
@@ -209,7 +208,6 @@ class QuadrupedEnv(gym.Env):
         *,
         program: Optional[str] = None,
         cycles_per_step: int = 1,
-        max_episode_steps: int = 1000,
         kp_scale: float = 1.0,
         kd_scale: float = 1.0,
         maximum_torque: float = 8.0,
@@ -222,13 +220,10 @@ class QuadrupedEnv(gym.Env):
             raise ValueError(f"render_mode {render_mode!r} is not supported; leave it None")
         if not (isinstance(cycles_per_step, int) and 1 <= cycles_per_step <= 1000):
             raise ValueError(f"cycles_per_step = {cycles_per_step!r}: give an integer from 1 to 1000")
-        if not (isinstance(max_episode_steps, int) and max_episode_steps >= 1):
-            raise ValueError(f"max_episode_steps = {max_episode_steps!r}: give an integer of 1 or more")
         if not (math.isfinite(start_timeout) and 0.0 < start_timeout <= 3600.0):
             raise ValueError(f"start_timeout = {start_timeout!r} s: give 0 to 3600 seconds")
         self.render_mode = None
         self.cycles_per_step = cycles_per_step
-        self.max_episode_steps = max_episode_steps
         self._gains = dict(
             velocity=0.0,
             kp_scale=float(kp_scale),
@@ -347,11 +342,9 @@ class QuadrupedEnv(gym.Env):
 
     @staticmethod
     def fell(state: AgentState) -> bool:
-        """Whether the body fell (the episode is terminated)."""
+        """Whether the body fell over (the episode is terminated)."""
         body = state.body
-        return (
-            abs(body.roll_deg) > FALL_TILT_DEG or abs(body.pitch_deg) > FALL_TILT_DEG or body.height_m < FALL_HEIGHT_M
-        )
+        return abs(body.roll_deg) > FALL_TILT_DEG or abs(body.pitch_deg) > FALL_TILT_DEG
 
     def reset(
         self, *, seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None
@@ -391,12 +384,11 @@ class QuadrupedEnv(gym.Env):
         self._state = state
         self._steps += 1
         terminated = self.fell(state)
-        truncated = self._steps >= self.max_episode_steps
         return (
             self._observation(state),
             self.reward(state),
             terminated,
-            truncated,
+            False,
             self._info(state, self._steps),
         )
 
@@ -411,4 +403,4 @@ class QuadrupedEnv(gym.Env):
 
 
 if ENV_ID not in gym.registry:
-    gym.register(id=ENV_ID, entry_point="rtloop.gym:QuadrupedEnv")
+    gym.register(id=ENV_ID, entry_point="rtloop.gym:QuadrupedEnv", max_episode_steps=1000)

@@ -29,12 +29,17 @@ def rollout(env, seed, actions):
     return np.array(out), info
 
 
-def test_the_environment_passes_gymnasiums_checker(env):
+def test_the_environment_passes_gymnasiums_checker(rtloop_bin):
+    # Its own environment: the checker closes it at the end.
+    env = gym.make("rtloop/Quadruped-v0", program=rtloop_bin)
     with warnings.catch_warnings():
         # Gymnasium recommends a [-1, 1] action space; ours is joint targets in rev, as
         # documented.
-        warnings.filterwarnings("ignore", message=".*symmetric and normalized Box action space.*")
+        warnings.filterwarnings("ignore", message=".*symmetric and normalized space.*")
+        # Observations are unbounded readings (velocities, rates, accelerations).
+        warnings.filterwarnings("ignore", message=".*Box observation space m.*")
         check_env(env.unwrapped, skip_render_check=True)
+    env.close()
 
 
 def test_spaces_are_as_documented(env):
@@ -98,6 +103,10 @@ def test_a_ramp_to_the_stand_pose_stands_the_quadruped_up(rtloop_bin):
         assert abs(info["roll_deg"]) < 3 and abs(info["pitch_deg"]) < 3, info
         assert reward > 0.8, reward
         assert not truncated
+        # Truncated at max_episode_steps (gym.make's TimeLimit).
+        for _ in range(1500):
+            *_, truncated, info = env.step(stand)
+        assert truncated and info["steps"] == 3000
     finally:
         env.close()
 
