@@ -10,6 +10,8 @@ Runs each benchmark of this directory and prints one table:
 * ``bench_moteus``: the moteus package's own transport vs the same moteus code routed
   through rtloop's transport;
 * ``bench_agent``: the agent round trip from Python (state published → command seen);
+* ``bench_gym``: ``env.step()`` of ``rtloop/Quadruped-v0`` (needs gymnasium and an rtloop
+  built with physics);
 * ``bench_tlog``: ``rtloop.tlog`` reading a 1 M-record log vs mjlib's Python reader (with
   ``--mjlib DIR`` or ``RTLOOP_MJLIB``: a directory holding ``mjlib/telemetry/file_reader.py``).
 
@@ -49,13 +51,18 @@ def _parts(args: argparse.Namespace) -> Dict[str, Callable[[], List[dict]]]:
 
         return bench_agent.main(seconds + common)
 
+    def gym() -> List[dict]:
+        import bench_gym
+
+        return bench_gym.main(seconds + common)
+
     def tlog() -> List[dict]:
         import bench_tlog
 
         mjlib = ["--mjlib", args.mjlib] if args.mjlib else []
         return bench_tlog.main(["--records", str(args.records)] + common + mjlib)
 
-    return {"robot": robot, "moteus": moteus, "agent": agent, "tlog": tlog}
+    return {"robot": robot, "moteus": moteus, "agent": agent, "gym": gym, "tlog": tlog}
 
 
 def main(argv: Optional[List[str]] = None) -> List[dict]:
@@ -65,7 +72,7 @@ def main(argv: Optional[List[str]] = None) -> List[dict]:
     parser.add_argument("--records", type=int, default=1_000_000, help="records in the TLOG benchmark's log (default 1000000)")
     parser.add_argument("--rtloop-bin", default=None, help="the rtloop program (default: $RTLOOP_BIN, PATH, target/)")
     parser.add_argument("--mjlib", default=None, help="directory holding mjlib/telemetry/file_reader.py (default: $RTLOOP_MJLIB)")
-    parser.add_argument("--only", default=None, help="comma-separated parts to run: robot,moteus,agent,tlog")
+    parser.add_argument("--only", default=None, help="comma-separated parts to run: robot,moteus,agent,gym,tlog")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON lines instead of a table")
     args = parser.parse_args(argv)
     parts = _parts(args)

@@ -205,6 +205,22 @@ class ImuState:
     def accel_mps2(self) -> npt.NDArray[np.float64]:
         """Linear acceleration x, y, z, m/s², shape (3,)."""
 
+class BodyState:
+    """The simulated body's ground truth in a state (physics runs only)."""
+
+    @property
+    def height_m(self) -> float:
+        """Height of the body's origin above the ground, m."""
+    @property
+    def roll_deg(self) -> float:
+        """Roll, degrees (right side down positive)."""
+    @property
+    def pitch_deg(self) -> float:
+        """Pitch, degrees (nose up positive)."""
+    @property
+    def quaternion(self) -> npt.NDArray[np.float64]:
+        """Attitude w, x, y, z in the pi3hat's frame, shape (4,)."""
+
 class AgentState:
     """One published state, copied out of shared memory (never a view of it)."""
 
@@ -283,6 +299,18 @@ class AgentState:
     @property
     def imu(self) -> Optional[ImuState]:
         """The IMU, or None when the robot has none."""
+    @property
+    def reset_ack(self) -> int:
+        """The last reset request the spine answered, 0 before any."""
+    @property
+    def reset_result(self) -> str:
+        """ "none", "done", "no_physics" or "not_lockstep"."""
+    @property
+    def resets(self) -> int:
+        """Resets of the simulated world done so far."""
+    @property
+    def body(self) -> Optional[BodyState]:
+        """The simulated body's ground truth, or None without physics."""
 
 class Agent:
     """The native agent (``rtloop.Agent`` subclasses it)."""
@@ -349,6 +377,8 @@ class Agent:
         """Send the last command again (proof of life); returns its heartbeat number."""
     def arm(self) -> bool:
         """Echo the spine's arm token if it waits to be armed; True if it did."""
+    def request_reset(self, seed: int = 0) -> int:
+        """Ask for a reset of the simulated world with the next command; returns the request number."""
     def close(self) -> None:
         """Detach from the spine."""
 

@@ -25,12 +25,13 @@ from collections.abc import Mapping
 from typing import Any, Callable, Iterator, Optional
 
 from . import _rtloop
-from ._rtloop import AgentBusy, AgentState, ImuState, ProtocolVersionError, SpineGone, SpineNotFound
+from ._rtloop import AgentBusy, AgentState, BodyState, ImuState, ProtocolVersionError, SpineGone, SpineNotFound
 
 __all__ = [
     "Agent",
     "AgentState",
     "ImuState",
+    "BodyState",
     "SpineNotFound",
     "ProtocolVersionError",
     "AgentBusy",

@@ -16,7 +16,7 @@
 //! Must never: expose shared memory to Python, panic on user input, or hold the GIL while it
 //! waits.
 
-use agent::layout::{kind, status, RawServoCommand, RawServoState, StateBlock, MAX_SERVOS};
+use agent::layout::{kind, reset, status, RawServoCommand, RawServoState, StateBlock, MAX_SERVOS};
 use agent::{AttachError, CommandError, Limits};
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyTypeError, PyValueError};
@@ -719,6 +719,25 @@ impl PyAgent {
         })
     }
 
+    /// Ask the spine to reset the simulated world (lockstep runs with physics: `rtloop run
+    /// --physics --lockstep --agent NAME`), sent with the next `command()` or
+    /// `heartbeat()`: the body back at its starting pose, the joints perturbed as `seed`
+    /// says (0: not at all; the same seed, the same pose), every servo stopped (mode 0) so
+    /// the next position commands start afresh — without restarting the spine. Returns the
+    /// request number: the answer is the first state whose `reset_ack` equals it, with
+    /// `reset_result` "done", or "no_physics" / "not_lockstep" when the spine refused (it
+    /// also counts and reports the refusal). `seed`: 0 to 2**64 - 1 (`OverflowError`
+    /// otherwise). The spine must be armed (following) to act on it.
+    #[pyo3(signature = (seed = 0))]
+    fn request_reset(&self, seed: u64) -> PyResult<u64> {
+        self.with(|inner| {
+            if inner.seen_seq.is_none() {
+                let _ = inner.read_now();
+            }
+            inner.agent.request_reset(seed)
+        })
+    }
+
     /// Arm explicitly: if the last state read says the spine waits to be armed (status
     /// "waiting" or "safe") with a token the commands do not echo yet, echo it — the next
     /// `command()` or `heartbeat()` arms the spine — and return True; else return False.
@@ -963,6 +982,43 @@ impl AgentState {
         self.column(py, &self.voltage, |s| s.voltage)
     }
 
+    /// The last reset request the spine answered (`Agent.request_reset`), 0 before any.
+    #[getter]
+    fn reset_ack(&self) -> u64 {
+        self.block.reset_ack
+    }
+
+    /// How the spine answered it: "none" (no request yet), "done", "no_physics" (refused:
+    /// the run has no physics world) or "not_lockstep" (refused: the run is not lockstep).
+    #[getter]
+    fn reset_result(&self) -> &'static str {
+        match self.block.reset_result {
+            reset::NONE => "none",
+            reset::DONE => "done",
+            reset::NO_PHYSICS => "no_physics",
+            reset::NOT_LOCKSTEP => "not_lockstep",
+            _ => "unknown",
+        }
+    }
+
+    /// Resets of the simulated world done so far.
+    #[getter]
+    fn resets(&self) -> u64 {
+        self.block.resets
+    }
+
+    /// The simulated body's ground truth (a `BodyState`), or None without physics.
+    #[getter]
+    fn body(&self, py: Python<'_>) -> Option<BodyState> {
+        let b = &self.block.body;
+        (b.present != 0).then(|| BodyState {
+            height_m: b.height_m,
+            roll_deg: b.roll_deg,
+            pitch_deg: b.pitch_deg,
+            quaternion: PyArray1::from_slice(py, &b.quaternion).unbind(),
+        })
+    }
+
     /// The IMU, or None when the robot has none.
     #[getter]
     fn imu(&self, py: Python<'_>) -> Option<ImuState> {
@@ -1007,12 +1063,41 @@ impl ImuState {
     }
 }
 
+/// The simulated body's ground truth in a state (physics runs only): what the physics
+/// computed, not a sensor reading.
+#[pyclass(frozen, module = "rtloop._rtloop", name = "BodyState")]
+pub struct BodyState {
+    /// Height of the body's origin above the ground under it, m.
+    #[pyo3(get)]
+    height_m: f64,
+    /// Roll, degrees (right side down positive).
+    #[pyo3(get)]
+    roll_deg: f64,
+    /// Pitch, degrees (nose up positive).
+    #[pyo3(get)]
+    pitch_deg: f64,
+    /// Attitude quaternion w, x, y, z in the pi3hat's frame (float64, shape (4,)).
+    #[pyo3(get)]
+    quaternion: Py<PyArray1<f64>>,
+}
+
+#[pymethods]
+impl BodyState {
+    fn __repr__(&self) -> String {
+        format!(
+            "rtloop.BodyState(height_m={:.4}, roll_deg={:.3}, pitch_deg={:.3})",
+            self.height_m, self.roll_deg, self.pitch_deg
+        )
+    }
+}
+
 /// Add the agent classes and exceptions to the extension module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyAgent>()?;
     m.add_class::<AgentState>()?;
     m.add_class::<ImuState>()?;
+    m.add_class::<BodyState>()?;
     m.add("SpineNotFound", py.get_type::<SpineNotFound>())?;
     m.add("ProtocolVersionError", py.get_type::<ProtocolVersionError>())?;
     m.add("AgentBusy", py.get_type::<AgentBusy>())?;

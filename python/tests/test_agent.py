@@ -347,7 +347,7 @@ def test_one_agent_at_a_time_and_close_lets_the_next_attach(rtloop_bin):
 def fake_segment(name: str, magic: bytes, version: int) -> pathlib.Path:
     """A segment file as a spine of another version (or not a spine) would leave it."""
     path = segment(name)
-    data = bytearray(7552)
+    data = bytearray(7616)
     data[0:8] = magic
     struct.pack_into("<I", data, 8, version)
     struct.pack_into("<i", data, 76, os.getpid())  # a live "spine"
@@ -360,20 +360,20 @@ def fake_segment(name: str, magic: bytes, version: int) -> pathlib.Path:
 
 
 def test_another_protocol_version_or_a_foreign_file_is_refused():
-    name = unique("v2")
-    path = fake_segment(name, b"RTLOOPAG", 2)
+    name = unique("v3")
+    path = fake_segment(name, b"RTLOOPAG", 3)
     try:
         with pytest.raises(rtloop.ProtocolVersionError) as info:
             rtloop.Agent(name, wait=0)
-        assert (info.value.spine_version, info.value.agent_version) == (2, 1)
-        assert "version 2" in str(info.value) and "this agent 1" in str(info.value)
+        assert (info.value.spine_version, info.value.agent_version) == (3, 2)
+        assert "version 3" in str(info.value) and "this agent 2" in str(info.value)
         # The agent wrote its version where the spine looks for it (offset 84).
         with open(path, "rb") as f:
-            assert struct.unpack_from("<I", mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ), 84)[0] == 1
+            assert struct.unpack_from("<I", mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ), 84)[0] == 2
     finally:
         path.unlink(missing_ok=True)
     name = unique("foreign")
-    path = fake_segment(name, b"NOTOURS!", 1)
+    path = fake_segment(name, b"NOTOURS!", 2)
     try:
         with pytest.raises(RuntimeError, match="not an rtloop agent segment"):
             rtloop.Agent(name, wait=0)

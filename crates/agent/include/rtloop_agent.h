@@ -39,7 +39,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#define RTLOOP_AGENT_VERSION 1u
+#define RTLOOP_AGENT_VERSION 2u
 #define RTLOOP_MAX_SERVOS 32
 #define RTLOOP_FIELD_COUNT 14
 /* "RTLOOPAG" read as a little-endian uint64. */
@@ -54,6 +54,14 @@ enum {
     RTLOOP_STATUS_SAFE = 3,      /* agent timed out: echo the new arm_token to re-arm */
     RTLOOP_STATUS_SHUTTING_DOWN = 4,
     RTLOOP_STATUS_ENDED = 5 /* the spine is gone: exit */
+};
+
+/* state.reset_result */
+enum {
+    RTLOOP_RESET_NONE = 0,        /* no reset asked for yet */
+    RTLOOP_RESET_DONE = 1,        /* world back at its start pose, every servo stopped */
+    RTLOOP_RESET_NO_PHYSICS = 2,  /* refused: the run has no physics world */
+    RTLOOP_RESET_NOT_LOCKSTEP = 3 /* refused: the run is not lockstep */
 };
 
 /* servo command kind */
@@ -119,6 +127,15 @@ typedef struct {
 } rtloop_imu;
 
 typedef struct {
+    uint32_t present; /* 1: a simulated body (rtloop run --physics) */
+    uint32_t reserved;
+    double height_m;      /* above the ground, m */
+    double roll_deg;      /* right side down positive */
+    double pitch_deg;     /* nose up positive */
+    double quaternion[4]; /* w, x, y, z, pi3hat frame */
+} rtloop_body;
+
+typedef struct {
     int32_t mode;  /* -1: absent */
     int32_t fault; /* -1: absent */
     uint8_t fresh;
@@ -148,7 +165,11 @@ typedef struct {
     uint64_t rejected;
     uint64_t torn;
     rtloop_imu imu;
-    uint8_t reserved[24];
+    uint64_t reset_ack;    /* the last command reset_request answered */
+    uint32_t reset_result; /* RTLOOP_RESET_* */
+    uint32_t reserved;
+    uint64_t resets; /* resets done so far */
+    rtloop_body body;
     rtloop_servo_state servos[RTLOOP_MAX_SERVOS];
 } rtloop_state;
 
@@ -178,19 +199,22 @@ typedef struct {
     uint64_t arm_token;
     uint32_t servo_count;
     uint32_t reserved0;
-    uint8_t reserved[24];
+    uint64_t reset_request; /* differs from state.reset_ack: reset the simulated world */
+    uint64_t reset_seed;    /* 0: the start pose exactly */
+    uint8_t reserved[8];
     rtloop_servo_command servos[RTLOOP_MAX_SERVOS];
 } rtloop_command;
 
 #define RTLOOP_STATE_OFFSET 384
-#define RTLOOP_COMMAND_OFFSET 3648
-#define RTLOOP_TOTAL_SIZE 7552
+#define RTLOOP_COMMAND_OFFSET 3712
+#define RTLOOP_TOTAL_SIZE 7616
 
 _Static_assert(sizeof(rtloop_servo_info) == 8, "layout");
 _Static_assert(sizeof(rtloop_header) == 384, "layout");
 _Static_assert(sizeof(rtloop_imu) == 88, "layout");
+_Static_assert(sizeof(rtloop_body) == 64, "layout");
 _Static_assert(sizeof(rtloop_servo_state) == 96, "layout");
-_Static_assert(sizeof(rtloop_state) == 3264, "layout");
+_Static_assert(sizeof(rtloop_state) == 3328, "layout");
 _Static_assert(sizeof(rtloop_servo_command) == 120, "layout");
 _Static_assert(sizeof(rtloop_command) == 3904, "layout");
 _Static_assert(sizeof(_Atomic uint64_t) == 8 && alignof(_Atomic uint64_t) == 8, "64-bit atomics");
@@ -223,6 +247,12 @@ _Static_assert(offsetof(rtloop_imu, reserved) == 4, "layout");
 _Static_assert(offsetof(rtloop_imu, quaternion) == 8, "layout");
 _Static_assert(offsetof(rtloop_imu, rate_dps) == 40, "layout");
 _Static_assert(offsetof(rtloop_imu, accel_mps2) == 64, "layout");
+_Static_assert(offsetof(rtloop_body, present) == 0, "layout");
+_Static_assert(offsetof(rtloop_body, reserved) == 4, "layout");
+_Static_assert(offsetof(rtloop_body, height_m) == 8, "layout");
+_Static_assert(offsetof(rtloop_body, roll_deg) == 16, "layout");
+_Static_assert(offsetof(rtloop_body, pitch_deg) == 24, "layout");
+_Static_assert(offsetof(rtloop_body, quaternion) == 32, "layout");
 _Static_assert(offsetof(rtloop_servo_state, mode) == 0, "layout");
 _Static_assert(offsetof(rtloop_servo_state, fault) == 4, "layout");
 _Static_assert(offsetof(rtloop_servo_state, fresh) == 8, "layout");
@@ -249,8 +279,12 @@ _Static_assert(offsetof(rtloop_state, arm_token) == 56, "layout");
 _Static_assert(offsetof(rtloop_state, rejected) == 64, "layout");
 _Static_assert(offsetof(rtloop_state, torn) == 72, "layout");
 _Static_assert(offsetof(rtloop_state, imu) == 80, "layout");
-_Static_assert(offsetof(rtloop_state, reserved) == 168, "layout");
-_Static_assert(offsetof(rtloop_state, servos) == 192, "layout");
+_Static_assert(offsetof(rtloop_state, reset_ack) == 168, "layout");
+_Static_assert(offsetof(rtloop_state, reset_result) == 176, "layout");
+_Static_assert(offsetof(rtloop_state, reserved) == 180, "layout");
+_Static_assert(offsetof(rtloop_state, resets) == 184, "layout");
+_Static_assert(offsetof(rtloop_state, body) == 192, "layout");
+_Static_assert(offsetof(rtloop_state, servos) == 256, "layout");
 _Static_assert(offsetof(rtloop_servo_command, kind) == 0, "layout");
 _Static_assert(offsetof(rtloop_servo_command, present) == 4, "layout");
 _Static_assert(offsetof(rtloop_servo_command, position) == 8, "layout");
@@ -273,7 +307,9 @@ _Static_assert(offsetof(rtloop_command, heartbeat) == 16, "layout");
 _Static_assert(offsetof(rtloop_command, arm_token) == 24, "layout");
 _Static_assert(offsetof(rtloop_command, servo_count) == 32, "layout");
 _Static_assert(offsetof(rtloop_command, reserved0) == 36, "layout");
-_Static_assert(offsetof(rtloop_command, reserved) == 40, "layout");
+_Static_assert(offsetof(rtloop_command, reset_request) == 40, "layout");
+_Static_assert(offsetof(rtloop_command, reset_seed) == 48, "layout");
+_Static_assert(offsetof(rtloop_command, reserved) == 56, "layout");
 _Static_assert(offsetof(rtloop_command, servos) == 64, "layout");
 
 /* An attached agent. `command` is the agent's own copy: fill it, then write it. */
@@ -507,6 +543,13 @@ static inline int rtloop_agent_attach(rtloop_agent *a, const char *name, char *e
         } else {
             uint64_t s = atomic_load_explicit(rtloop__seq(a->map + RTLOOP_COMMAND_OFFSET), memory_order_relaxed);
             a->command_seq = (s + 1) & ~(uint64_t)1;
+        }
+    }
+    /* No reset pending: start from the last request the spine answered. */
+    {
+        rtloop_state state;
+        if (rtloop__read(a->map + RTLOOP_STATE_OFFSET, &state, sizeof state / 8, RTLOOP_READ_TRIES) == 0) {
+            a->command.reset_request = state.reset_ack;
         }
     }
     a->command.servo_count = a->header.servo_count;

@@ -252,6 +252,12 @@ impl Agent {
             let seq = unsafe { &*agent.map.ptr().add(COMMAND_OFFSET).cast::<AtomicU64>() }.load(Ordering::Relaxed);
             agent.command_seq = seq.wrapping_add(1) & !1;
         }
+        // No reset pending: start from the last request the spine answered (a request a
+        // previous agent left unanswered is not this agent's to make).
+        if let Ok(state) = agent.read_state() {
+            let ack = state.reset_ack;
+            agent.command.reset_request = ack;
+        }
         agent.command.servo_count = agent.header.servo_count;
         Ok(agent)
     }
@@ -302,6 +308,17 @@ impl Agent {
         // writer (attach refused a second live agent).
         unsafe { seqlock::write(self.map.ptr().add(COMMAND_OFFSET), &*self.command, &mut self.command_seq) };
         self.command.heartbeat
+    }
+
+    /// Ask for a reset of the simulated world with the next [`Agent::send`]: the next
+    /// request number after both this agent's last one and the last one the spine answered
+    /// (the state's `reset_ack`), with `seed`. Returns the request number: the reset is
+    /// answered in the first state whose `reset_ack` equals it (`reset_result` says how).
+    pub fn request_reset(&mut self, seed: u64) -> u64 {
+        let next = self.command.reset_request.max(self.state.reset_ack).wrapping_add(1);
+        self.command.reset_request = next;
+        self.command.reset_seed = seed;
+        next
     }
 
     /// Echo `token` in the commands from now on (arming is explicit: pass the

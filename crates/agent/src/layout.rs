@@ -14,7 +14,7 @@
 compile_error!("the rtloop agent segment is little-endian; this target is big-endian");
 
 /// Protocol version: bumped on any change to the layout or the meaning of a field.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// The first 8 bytes of every segment.
 pub const MAGIC_BYTES: [u8; 8] = *b"RTLOOPAG";
@@ -53,6 +53,19 @@ pub mod status {
     pub const SHUTTING_DOWN: u32 = 4;
     /// The spine has ended and removed the segment; the agent should exit.
     pub const ENDED: u32 = 5;
+}
+
+/// What became of the last reset request, [`StateBlock::reset_result`].
+pub mod reset {
+    /// No reset was asked for yet.
+    pub const NONE: u32 = 0;
+    /// Done: the simulated world is back at its starting pose (perturbed by the seed) and
+    /// every servo is stopped (mode 0).
+    pub const DONE: u32 = 1;
+    /// Refused: the run has no physics world to reset (`rtloop run` without `--physics`).
+    pub const NO_PHYSICS: u32 = 2;
+    /// Refused: the run is not lockstep (a reset is reproducible only in simulated time).
+    pub const NOT_LOCKSTEP: u32 = 3;
 }
 
 /// Command kinds, [`RawServoCommand::kind`].
@@ -165,6 +178,27 @@ pub struct ImuBlock {
     pub accel_mps2: [f64; 3],
 }
 
+/// The simulated body's ground truth in a [`StateBlock`] (physics runs only): what the
+/// physics computed, not what a sensor measured.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BodyBlock {
+    /// 1 when the run simulates a body (`rtloop run --physics`) and the fields below hold
+    /// its state at this cycle; 0 (and every float NaN) otherwise.
+    pub present: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// Height of the body's origin above the ground under it, m.
+    pub height_m: f64,
+    /// Roll, degrees: positive is the right side down (the pi3hat's sense).
+    pub roll_deg: f64,
+    /// Pitch, degrees: positive is the nose up (the pi3hat's sense).
+    pub pitch_deg: f64,
+    /// Attitude quaternion w, x, y, z in the pi3hat's frame (+x forward, +y right, +z down),
+    /// as a perfect IMU would report it.
+    pub quaternion: [f64; 4],
+}
+
 /// One servo in a [`StateBlock`]. Floats are NaN when absent.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -229,8 +263,16 @@ pub struct StateBlock {
     pub torn: u64,
     /// The IMU.
     pub imu: ImuBlock,
+    /// The last [`CommandBlock::reset_request`] the spine answered (0: none yet).
+    pub reset_ack: u64,
+    /// What became of it: [`reset`].
+    pub reset_result: u32,
     /// Zero.
-    pub reserved: [u8; 24],
+    pub reserved: u32,
+    /// Resets done so far.
+    pub resets: u64,
+    /// The simulated body's ground truth.
+    pub body: BodyBlock,
     /// Slots `0..servo_count` in use.
     pub servos: [RawServoState; MAX_SERVOS],
 }
@@ -290,8 +332,15 @@ pub struct CommandBlock {
     pub servo_count: u32,
     /// Zero.
     pub reserved0: u32,
+    /// Ask for a reset of the simulated world: a value different from the state's
+    /// `reset_ack` is a new request (add 1 for each). Continued from the block's value when
+    /// an agent attaches, like `heartbeat`.
+    pub reset_request: u64,
+    /// The seed of the requested reset (0: the starting pose exactly; otherwise the joints
+    /// are perturbed as the seed says).
+    pub reset_seed: u64,
     /// Zero.
-    pub reserved: [u8; 24],
+    pub reserved: [u8; 8],
     /// Slots `0..servo_count` in use.
     pub servos: [RawServoCommand; MAX_SERVOS],
 }
@@ -310,15 +359,17 @@ const _: () = {
     assert!(size_of::<Header>() == 384);
     assert!(size_of::<ImuBlock>() == 88);
     assert!(size_of::<RawServoState>() == 96);
-    assert!(size_of::<StateBlock>() == 3264);
+    assert!(size_of::<BodyBlock>() == 64);
+    assert!(size_of::<StateBlock>() == 3328);
     assert!(size_of::<RawServoCommand>() == 120);
     assert!(size_of::<CommandBlock>() == 3904);
     assert!(STATE_OFFSET == 384);
-    assert!(COMMAND_OFFSET == 3648);
-    assert!(TOTAL_SIZE == 7552);
+    assert!(COMMAND_OFFSET == 3712);
+    assert!(TOTAL_SIZE == 7616);
     assert!(core::mem::offset_of!(Header, agent_version) + 4 == FROZEN_PREFIX);
     assert!(core::mem::offset_of!(Header, spine_pid) == 76);
-    assert!(core::mem::offset_of!(StateBlock, servos) == 192);
+    assert!(core::mem::offset_of!(StateBlock, body) == 192);
+    assert!(core::mem::offset_of!(StateBlock, servos) == 256);
     assert!(core::mem::offset_of!(CommandBlock, servos) == 64);
     // Blocks start on cache lines, so the spine's and the agent's writes never share one.
     assert!(STATE_OFFSET.is_multiple_of(64) && COMMAND_OFFSET.is_multiple_of(64));
@@ -343,7 +394,7 @@ pub unsafe trait Plain: Copy + 'static {
 
 // SAFETY: integers only, explicit padding (`reserved`), size 384, align 8 (asserted above).
 unsafe impl Plain for Header {}
-// SAFETY: integers and floats, explicit padding, size 3264, align 8 (asserted above).
+// SAFETY: integers and floats, explicit padding, size 3328, align 8 (asserted above).
 unsafe impl Plain for StateBlock {}
 // SAFETY: integers and floats, explicit padding, size 3904, align 8 (asserted above).
 unsafe impl Plain for CommandBlock {}
@@ -380,6 +431,18 @@ impl ImuBlock {
         quaternion: [f64::NAN; 4],
         rate_dps: [f64::NAN; 3],
         accel_mps2: [f64::NAN; 3],
+    };
+}
+
+impl BodyBlock {
+    /// No body: `present` 0, every value NaN.
+    pub const ABSENT: BodyBlock = BodyBlock {
+        present: 0,
+        reserved: 0,
+        height_m: f64::NAN,
+        roll_deg: f64::NAN,
+        pitch_deg: f64::NAN,
+        quaternion: [f64::NAN; 4],
     };
 }
 
@@ -461,10 +524,12 @@ impl Default for RawServoCommand {
 }
 
 impl StateBlock {
-    /// A block with nothing published: status [`status::NONE`], every servo and the IMU absent.
+    /// A block with nothing published: status [`status::NONE`], every servo, the IMU and
+    /// the body absent.
     pub fn empty() -> StateBlock {
         let mut s = StateBlock::zeroed();
         s.imu = ImuBlock::ABSENT;
+        s.body = BodyBlock::ABSENT;
         s.servos = [RawServoState::ABSENT; MAX_SERVOS];
         s
     }

@@ -215,6 +215,10 @@ pub struct Counters {
     pub commands: u64,
     /// New commands ignored because the header's `agent_version` was not this spine's.
     pub wrong_version: u64,
+    /// Resets of the simulated world done ([`Spine::answer_reset`] with `reset::DONE`).
+    pub resets: u64,
+    /// Reset requests refused ([`Spine::answer_reset`] with a refusal).
+    pub resets_refused: u64,
 }
 
 /// The spine's side of one segment. Dropping it publishes status `ENDED` and removes the
@@ -248,6 +252,9 @@ pub struct Spine {
     /// Foreign versions already reported (each once).
     reported_versions: [u32; REPORTED_VERSIONS],
     reported_len: usize,
+    /// The last reset request answered, and how (`layout::reset`).
+    reset_ack: u64,
+    reset_result: u32,
 }
 
 // SAFETY: the mapping is owned by the Spine (unmapped only in its drop) and all accesses to
@@ -355,6 +362,8 @@ impl Spine {
             ignored_version: None,
             reported_versions: [0; REPORTED_VERSIONS],
             reported_len: 0,
+            reset_ack: 0,
+            reset_result: crate::layout::reset::NONE,
         };
         spine.arm_token = next_token(&mut rng, 0);
         spine.rng = rng;
@@ -422,6 +431,9 @@ impl Spine {
         s.arm_token = self.arm_token;
         s.rejected = self.counters.rejected;
         s.torn = self.counters.torn;
+        s.reset_ack = self.reset_ack;
+        s.reset_result = self.reset_result;
+        s.resets = self.counters.resets;
         // SAFETY: the state block is inside our mapping, 64-byte aligned, and the spine is
         // its only writer (agents only read it; a hostile agent's writes there race only
         // with atomics, never with a plain access).
@@ -519,6 +531,26 @@ impl Spine {
     /// The last command followed, while the spine follows the agent (`None` otherwise).
     pub fn command(&self) -> Option<&CommandBlock> {
         self.following().then_some(&*self.command)
+    }
+
+    /// A reset the followed command asks for, not answered yet: `(request, seed)` when its
+    /// `reset_request` differs from the last one answered (the state's `reset_ack`). Answer
+    /// it with [`Spine::answer_reset`] before the next state is published.
+    pub fn reset_request(&self) -> Option<(u64, u64)> {
+        let cmd = self.command()?;
+        (cmd.reset_request != self.reset_ack).then_some((cmd.reset_request, cmd.reset_seed))
+    }
+
+    /// Answer reset request `request` with `result` (`layout::reset`: `DONE` or a
+    /// refusal), published with the next state and counted.
+    pub fn answer_reset(&mut self, request: u64, result: u32) {
+        self.reset_ack = request;
+        self.reset_result = result;
+        if result == crate::layout::reset::DONE {
+            self.counters.resets += 1;
+        } else {
+            self.counters.resets_refused += 1;
+        }
     }
 
     /// Servo slot `servo`'s command, validated against `limits`, while the spine follows the

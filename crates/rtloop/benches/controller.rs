@@ -111,6 +111,7 @@ fn call_alone<C: Controller>(mut controller: C) -> f64 {
         last_cycle: &figures,
         safe_mode: false,
         events: &[],
+        body: None,
     });
     let started = Instant::now();
     for k in 0..CALLS {
@@ -122,6 +123,7 @@ fn call_alone<C: Controller>(mut controller: C) -> f64 {
             last_cycle: &figures,
             safe_mode: false,
             events: &[],
+            body: None,
         };
         let mut out = Output::new(&mut wanted, &mut telemetry);
         black_box(controller.cycle(&state, &mut out));

@@ -139,6 +139,11 @@ pub struct AgentSummary {
     /// New commands ignored because the header's `agent_version` was not this spine's
     /// protocol version.
     pub wrong_version: u64,
+    /// Resets of the simulated world the agent asked for and got (the shared state's
+    /// `resets`).
+    pub resets: u64,
+    /// Reset requests refused: the run has no physics world, or is not lockstep.
+    pub resets_refused: u64,
 }
 
 /// Counters the cycle thread updates and the caller reads after the run (atomics: no lock).
@@ -151,6 +156,8 @@ struct Figures {
     refused: AtomicU64,
     torn: AtomicU64,
     wrong_version: AtomicU64,
+    resets: AtomicU64,
+    resets_refused: AtomicU64,
 }
 
 /// A handle to the spine's figures, valid after the run.
@@ -173,6 +180,8 @@ impl AgentFigures {
             refused: f.refused.load(Ordering::Relaxed),
             torn: f.torn.load(Ordering::Relaxed),
             wrong_version: f.wrong_version.load(Ordering::Relaxed),
+            resets: f.resets.load(Ordering::Relaxed),
+            resets_refused: f.resets_refused.load(Ordering::Relaxed),
         }
     }
 }
@@ -198,6 +207,8 @@ pub struct AgentSpine {
     measured: bool,
     /// Called when the run starts ([`AgentSpine::on_start`]).
     on_start: Option<Box<dyn FnOnce() + Send>>,
+    /// Reset refusal reasons already reported as an event (bit `reason`).
+    reset_refusals_reported: u32,
 }
 
 /// Why an agent spine could not be set up: `Display` is the one sentence `rtloop run --agent`
@@ -280,6 +291,7 @@ impl AgentSpine {
                 measuring: 0,
                 measured: false,
                 on_start: None,
+                reset_refusals_reported: 0,
             },
             handle,
             warning,
@@ -306,6 +318,21 @@ impl AgentSpine {
         block.imu.quaternion = state.imu.quaternion;
         block.imu.rate_dps = state.imu.rate_dps;
         block.imu.accel_mps2 = state.imu.accel_mps2;
+        block.body = match &state.body {
+            Some(b) => {
+                let imu = b.to_imu();
+                let (roll, pitch) = sim::plant::roll_pitch_of(imu.quaternion);
+                agent::layout::BodyBlock {
+                    present: 1,
+                    reserved: 0,
+                    height_m: b.height_m,
+                    roll_deg: roll.to_degrees(),
+                    pitch_deg: pitch.to_degrees(),
+                    quaternion: imu.quaternion,
+                }
+            }
+            None => agent::layout::BodyBlock::ABSENT,
+        };
         for (raw, s) in block.servos.iter_mut().zip(state.servos) {
             let st = &s.state;
             raw.mode = st.mode.map_or(-1, i32::from);
@@ -323,6 +350,32 @@ impl AgentSpine {
             raw.voltage = st.voltage;
         }
         self.spine.publish(agent::monotonic_ns());
+    }
+
+    /// A reset the followed command asks for: done (the world reset before this cycle's
+    /// commands go out, every servo stopped) in a lockstep run with physics, else refused
+    /// with its reason (an `agent_reset_refused` event, once per reason, valued with it).
+    /// Answered in the next state either way. Returns whether the world resets.
+    fn answer_reset(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> bool {
+        use agent::layout::reset;
+        let Some((request, seed)) = self.spine.reset_request() else { return false };
+        let result = if !self.options.lockstep {
+            reset::NOT_LOCKSTEP
+        } else if state.body.is_none() {
+            reset::NO_PHYSICS
+        } else {
+            reset::DONE
+        };
+        self.spine.answer_reset(request, result);
+        if result == reset::DONE {
+            out.reset_world(seed);
+            return true;
+        }
+        if self.reset_refusals_reported & (1 << result) == 0 {
+            self.reset_refusals_reported |= 1 << result;
+            out.event_value(None, "agent_reset_refused", u64::from(result));
+        }
+        false
     }
 
     /// The command a validated agent command becomes.
@@ -412,6 +465,7 @@ impl Controller for AgentSpine {
         let following = self.spine.following();
         let waiting = self.spine.status() == status::WAITING;
         self.cycles_run += 1;
+        let resetting = self.answer_reset(state, out);
         for i in 0..state.servos.len() {
             let command = match self.spine.command_for(i, &self.options.limits) {
                 Some(Ok(valid)) => self.command_of(valid),
@@ -428,8 +482,10 @@ impl Controller for AgentSpine {
                 // Timed out (SAFE) or stopping: the safe command.
                 None => self.options.on_timeout,
             };
-            out.set(i, command);
+            // A reset stops every servo: the agent's next commands start afresh.
+            out.set(i, if resetting { ServoCommand::Stop } else { command });
         }
+        let f = &self.figures;
         if following && fresh_command {
             f.applied.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -437,6 +493,8 @@ impl Controller for AgentSpine {
         }
         self.seen = self.spine.counters();
         f.refused.store(self.seen.rejected, Ordering::Relaxed);
+        f.resets.store(self.seen.resets, Ordering::Relaxed);
+        f.resets_refused.store(self.seen.resets_refused, Ordering::Relaxed);
         flow
     }
 

@@ -32,7 +32,7 @@
 pub use io::safety::{Event, EventKind};
 pub use io::ServoCommand;
 pub use proto::host::{PositionCommand, ServoState};
-pub use sim::ImuSample;
+pub use sim::{BodyState, ImuSample};
 
 use serde::Serialize;
 
@@ -110,6 +110,11 @@ pub struct State<'a> {
     /// Events recorded since the previous call (faults, servos that stopped answering, the
     /// safe mode engaging or recovering, …), oldest first.
     pub events: &'a [Event],
+    /// The simulated body's ground truth (height, attitude, rates) at the start of this
+    /// cycle, in a run with physics (`rtloop run --physics`); `None` otherwise. What the
+    /// physics computed, not a sensor: for rewards, tests and checks, not for control (a
+    /// real robot has only its IMU).
+    pub body: Option<BodyState>,
 }
 
 impl State<'_> {
@@ -126,6 +131,7 @@ pub struct Output<'a, T> {
     commands: &'a mut [ServoCommand],
     telemetry: &'a mut Option<T>,
     rearm: bool,
+    reset_world: Option<u64>,
     events: [Reported; MAX_EVENTS_PER_CYCLE],
     events_len: usize,
 }
@@ -148,7 +154,14 @@ impl<'a, T> Output<'a, T> {
     /// Build an output over `commands` (one per servo) and a telemetry slot; the runtime does
     /// this for you, tests of a controller may too.
     pub fn new(commands: &'a mut [ServoCommand], telemetry: &'a mut Option<T>) -> Self {
-        Output { commands, telemetry, rearm: false, events: [Reported::default(); MAX_EVENTS_PER_CYCLE], events_len: 0 }
+        Output {
+            commands,
+            telemetry,
+            rearm: false,
+            reset_world: None,
+            events: [Reported::default(); MAX_EVENTS_PER_CYCLE],
+            events_len: 0,
+        }
     }
 
     /// The commands, one per servo in [`State::servos`] order. They hold the previous
@@ -184,6 +197,22 @@ impl<'a, T> Output<'a, T> {
     /// Whether [`rearm_safety`](Self::rearm_safety) was called.
     pub fn rearm_requested(&self) -> bool {
         self.rearm
+    }
+
+    /// Put the simulated world back at its starting pose (the joints perturbed as `seed`
+    /// says; 0: exactly) before this cycle's commands go out, and stop every servo (mode 0,
+    /// as `d stop` does) — this cycle sends every servo a stop, whatever was written. The
+    /// next state shows the reset body and servos. Without physics it does nothing
+    /// ([`State::body`] is `None`); a plant that cannot reset ends the run with a
+    /// `physics_reset_failed` event. Meant for simulated episodes (lockstep): a real robot
+    /// cannot be reset.
+    pub fn reset_world(&mut self, seed: u64) {
+        self.reset_world = Some(seed);
+    }
+
+    /// The seed of the reset [`reset_world`](Self::reset_world) asked for this cycle.
+    pub fn reset_requested(&self) -> Option<u64> {
+        self.reset_world
     }
 
     /// Report an event (`name` like `"agent_timeout"`), about servo `servo` (an index into

@@ -2,7 +2,9 @@
 //! `docs/agent-protocol.md` and the `_Static_assert(offsetof(...))` lines of the C header
 //! are compared with the crate's structures, field by field.
 
-use agent::layout::{CommandBlock, Header, ImuBlock, Plain, RawServoCommand, RawServoState, ServoInfo, StateBlock};
+use agent::layout::{
+    BodyBlock, CommandBlock, Header, ImuBlock, Plain, RawServoCommand, RawServoState, ServoInfo, StateBlock,
+};
 use std::collections::BTreeMap;
 use std::mem::{offset_of, size_of_val};
 use std::path::Path;
@@ -21,12 +23,13 @@ fn layout() -> BTreeMap<(String, String), (usize, usize)> {
         agent_pid, agent_version, reserved, servos);
     fields!(ServoInfo, ServoInfo::default(); id, bus);
     fields!(StateBlock, StateBlock::empty(); seq, cycle, time_ns, stamp_ns, status, servo_count, timeouts, rearms,
-        arm_token, rejected, torn, imu, reserved, servos);
+        arm_token, rejected, torn, imu, reset_ack, reset_result, reserved, resets, body, servos);
+    fields!(BodyBlock, BodyBlock::ABSENT; present, reserved, height_m, roll_deg, pitch_deg, quaternion);
     fields!(ImuBlock, ImuBlock::ABSENT; present, reserved, quaternion, rate_dps, accel_mps2);
     fields!(RawServoState, RawServoState::ABSENT; mode, fault, fresh, reserved, request_cycle, age_cycles, position,
         velocity, torque, q_current, d_current, motor_temperature, temperature, voltage);
     fields!(CommandBlock, CommandBlock::empty(); seq, for_cycle, heartbeat, arm_token, servo_count, reserved0,
-        reserved, servos);
+        reset_request, reset_seed, reserved, servos);
     fields!(RawServoCommand, RawServoCommand::QUERY; kind, present, position, velocity, feedforward_torque, kp_scale,
         kd_scale, maximum_torque, stop_position, watchdog_timeout, velocity_limit, accel_limit,
         fixed_voltage_override, ilimit_scale, fixed_current_override, ignore_position_bounds);
@@ -39,6 +42,7 @@ fn sizes() -> BTreeMap<&'static str, usize> {
         ("ServoInfo", size_of::<ServoInfo>()),
         ("StateBlock", size_of::<StateBlock>()),
         ("ImuBlock", size_of::<ImuBlock>()),
+        ("BodyBlock", size_of::<BodyBlock>()),
         ("RawServoState", size_of::<RawServoState>()),
         ("CommandBlock", size_of::<CommandBlock>()),
         ("RawServoCommand", size_of::<RawServoCommand>()),
@@ -98,6 +102,7 @@ fn the_c_header_asserts_the_same_offsets() {
         ("rtloop_servo_info", "ServoInfo"),
         ("rtloop_state", "StateBlock"),
         ("rtloop_imu", "ImuBlock"),
+        ("rtloop_body", "BodyBlock"),
         ("rtloop_servo_state", "RawServoState"),
         ("rtloop_command", "CommandBlock"),
         ("rtloop_servo_command", "RawServoCommand"),

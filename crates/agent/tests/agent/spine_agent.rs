@@ -437,14 +437,14 @@ fn commands_are_followed_only_from_an_agent_of_this_version() {
         block.servo_count = 1;
         common::write_command_raw(&name, &block);
     };
-    // An agent of version 2 that ignored its refusal and echoes the token: ignored.
-    write(&spine, 2, 1);
+    // An agent of version 1 that ignored its refusal and echoes the token: ignored.
+    write(&spine, 1, 1);
     assert_eq!(spine.poll_command(MS), Poll::Ignored);
     assert!(!spine.following());
     let m = spine.version_mismatch().unwrap();
     assert_eq!(
         m.to_string(),
-        "agent speaks protocol version 2, this spine 1; the spine ignores its commands: rebuild the agent against \
+        "agent speaks protocol version 1, this spine 2; the spine ignores its commands: rebuild the agent against \
          this rtloop's rtloop_agent.h"
     );
     assert_eq!(spine.version_mismatch(), None, "reported once");
@@ -454,8 +454,8 @@ fn commands_are_followed_only_from_an_agent_of_this_version() {
     let m = spine.version_mismatch().unwrap();
     assert_eq!(m.agent, 0);
     assert!(m.to_string().starts_with("an agent wrote commands without stating its protocol version"), "{m}");
-    // Version 2 again: ignored, and already reported.
-    write(&spine, 2, 3);
+    // Version 1 again: ignored, and already reported.
+    write(&spine, 1, 3);
     assert_eq!(spine.poll_command(3 * MS), Poll::Ignored);
     assert_eq!(spine.version_mismatch(), None);
     assert_eq!((spine.counters().wrong_version, spine.counters().rearms), (3, 0));
@@ -480,7 +480,7 @@ fn a_wrong_version_agent_is_reported_once_by_the_spine() {
     let m = spine.version_mismatch().unwrap();
     assert_eq!(
         m.to_string(),
-        "agent speaks protocol version 7, this spine 1; the spine ignores its commands: rebuild the agent against \
+        "agent speaks protocol version 7, this spine 2; the spine ignores its commands: rebuild the agent against \
          this rtloop's rtloop_agent.h"
     );
     assert_eq!(spine.version_mismatch(), None, "reported once");

@@ -472,14 +472,14 @@ fn foreign_agent(name: String, version: Option<u32>) -> std::thread::JoinHandle<
 fn commands_of_another_protocol_version_or_none_are_never_applied_and_the_run_names_both_versions() {
     for (version, tag, want) in [
         (
-            Some(2),
-            "v2",
-            "an agent of protocol version 2, this spine 1, tried to attach; the spine ignored its commands",
+            Some(1),
+            "v1",
+            "an agent of protocol version 1, this spine 2, tried to attach; the spine ignored its commands",
         ),
         (
             None,
             "v0",
-            "an agent wrote commands without stating its protocol version (agent_version 0), this spine speaks 1; \
+            "an agent wrote commands without stating its protocol version (agent_version 0), this spine speaks 2; \
              the spine ignored them",
         ),
     ] {
@@ -522,5 +522,183 @@ fn a_mistake_is_the_only_line_printed_before_an_agent_run() {
         assert_eq!(o.status.code(), Some(2), "{wait}: {}", stderr(&o));
         assert!(stderr(&o).contains("--agent-wait"), "{wait}: {}", stderr(&o));
         assert_eq!(stderr(&o).trim().lines().count(), 1, "{wait}: {}", stderr(&o));
+    }
+}
+
+/// What a lockstep agent saw in the first state after a reset it asked for.
+#[derive(Debug, Clone, PartialEq)]
+struct AfterReset {
+    result: u32,
+    resets: u64,
+    modes: Vec<i32>,
+    positions: Vec<f64>,
+    imu: [f64; 4],
+    body: agent::layout::BodyBlock,
+}
+
+/// Write the command answering `cycle`: every servo to `targets[i]` rev, stiff enough to
+/// carry the quadruped.
+fn answer_pose(a: &mut agent::Agent, cycle: u64, targets: &[f64]) {
+    let count = a.header().servo_count as usize;
+    let c = a.command_mut();
+    c.for_cycle = cycle;
+    for (i, s) in c.servos[..count].iter_mut().enumerate() {
+        *s = agent::RawServoCommand::QUERY;
+        s.kind = agent::layout::kind::POSITION;
+        s.present = agent::layout::field::POSITION
+            | agent::layout::field::VELOCITY
+            | agent::layout::field::MAXIMUM_TORQUE
+            | agent::layout::field::WATCHDOG_TIMEOUT;
+        s.position = targets[i];
+        s.velocity = 0.0;
+        s.maximum_torque = 8.0;
+        s.watchdog_timeout = 0.1;
+    }
+    a.send();
+}
+
+/// A lockstep agent that, from the first measured state, answers every state with
+/// `pose(k, start, i)` for servo `i` (k: states answered since the episode began, `start`:
+/// the servo's position then) and asks for a reset with each seed of `seeds` every `every`
+/// states; returns what it saw right after each reset, and the last state it read before
+/// the spine ended.
+fn resetting_agent(
+    name: String,
+    seeds: Vec<u64>,
+    every: u64,
+    pose: fn(u64, f64, usize) -> f64,
+) -> std::thread::JoinHandle<(Vec<AfterReset>, agent::StateBlock)> {
+    std::thread::spawn(move || {
+        let mut a = attach(&name);
+        let mut last = u64::MAX;
+        let mut seen = Vec::new();
+        let mut pending: Option<u64> = None;
+        let mut seeds = seeds.into_iter();
+        let mut k = 0u64;
+        let mut start = Vec::new();
+        let mut final_state = agent::StateBlock::empty();
+        while a.spine_gone().is_none() {
+            let Ok(s) = a.read_state().copied() else { continue };
+            if s.status == agent::layout::status::ENDED {
+                break;
+            }
+            if s.cycle == last || s.servos[0].request_cycle < 0 {
+                std::hint::spin_loop();
+                continue;
+            }
+            last = s.cycle;
+            final_state = s;
+            if let Some(request) = pending {
+                if s.reset_ack == request {
+                    let n = s.servo_count as usize;
+                    seen.push(AfterReset {
+                        result: s.reset_result,
+                        resets: s.resets,
+                        modes: s.servos[..n].iter().map(|v| v.mode).collect(),
+                        positions: s.servos[..n].iter().map(|v| v.position).collect(),
+                        imu: s.imu.quaternion,
+                        body: s.body,
+                    });
+                    pending = None;
+                    k = 0;
+                }
+            }
+            a.rearm_if_needed();
+            if pending.is_none() && k >= every && s.status == agent::layout::status::FOLLOWING {
+                if let Some(seed) = seeds.next() {
+                    pending = Some(a.request_reset(seed));
+                }
+            }
+            let n = s.servo_count as usize;
+            if k == 0 {
+                start = s.servos[..n].iter().map(|v| v.position).collect();
+            }
+            let targets: Vec<f64> = (0..n).map(|i| pose(k, start[i], i)).collect();
+            answer_pose(&mut a, s.cycle, &targets);
+            k += 1;
+        }
+        (seen, final_state)
+    })
+}
+
+/// From `start` to the stand pose (abduction 0, hip -0.1, knee 0.2 rev) over 300 states.
+fn stand_ramp(k: u64, start: f64, i: usize) -> f64 {
+    let x = (k as f64 / 300.0).min(1.0);
+    let s = x * x * (3.0 - 2.0 * x);
+    start + ([0.0, -0.1, 0.2][i % 3] - start) * s
+}
+
+#[test]
+fn a_lockstep_agent_resets_the_physical_robot_to_the_same_pose_for_the_same_seed() {
+    if !cfg!(feature = "physics") {
+        testkit::skip("rtloop-cli built without the physics feature (build with --features \"$(tools/features)\")");
+        return;
+    }
+    let name = name("reset");
+    // Reset after 350 states of standing up each time: seeds 7, 7 (the episode before it
+    // started from another pose: nothing of it survives the reset), 8; then stand up and
+    // hold.
+    let agent = resetting_agent(name.clone(), vec![7, 7, 8], 350, stand_ramp);
+    let args = ["--agent", &name, "--lockstep", "--physics", "--duration", "2.4"];
+    let o = finish(spine(&args), Duration::from_secs(240));
+    let (seen, last) = agent.join().unwrap();
+    let j = summary_of(&o);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(j["agent"]["resets"], 3, "{j}");
+    assert_eq!(j["agent"]["resets_refused"], 0, "{j}");
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    for (i, r) in seen.iter().enumerate() {
+        assert_eq!(r.result, agent::layout::reset::DONE, "{r:?}");
+        assert_eq!(r.resets, i as u64 + 1);
+        // Every servo stopped: the agent's next commands start afresh.
+        assert!(r.modes.iter().all(|&m| m == 0), "modes after a reset: {:?}", r.modes);
+        assert_eq!(r.body.present, 1);
+        // Lying on the ground (the start keyframe), level.
+        assert!(r.body.height_m > 0.0 && r.body.height_m < 0.2, "{:?}", r.body);
+        assert!(r.body.roll_deg.abs() < 10.0 && r.body.pitch_deg.abs() < 10.0, "{:?}", r.body);
+        // The ground truth's attitude is the one the (noise-free) simulated IMU reports.
+        for (b, m) in r.body.quaternion.iter().zip(r.imu) {
+            assert!((b - m).abs() < 1e-9, "body {:?} vs imu {:?}", r.body.quaternion, r.imu);
+        }
+    }
+    // The same seed, the same world, bit for bit; another seed, another pose.
+    assert_eq!(seen[0], AfterReset { resets: 1, ..seen[1].clone() }, "seed 7 twice");
+    assert_ne!(seen[0].positions, seen[2].positions, "seeds 7 and 8 gave the same pose");
+    // After the last reset the agent stood the robot up: the body says so, and agrees with
+    // the summary's (computed from the world at the end of the run, a few cycles later).
+    assert_eq!(last.body.present, 1);
+    assert!(last.body.height_m > 0.28, "{:?}", last.body);
+    assert!(last.body.roll_deg.abs() < 3.0 && last.body.pitch_deg.abs() < 3.0, "{:?}", last.body);
+    let body = &j["body"];
+    assert!((body["height_m"].as_f64().unwrap() - last.body.height_m).abs() < 0.005, "{body} vs {:?}", last.body);
+    assert!((body["roll_deg"].as_f64().unwrap() - last.body.roll_deg).abs() < 0.5, "{body} vs {:?}", last.body);
+    assert!((body["pitch_deg"].as_f64().unwrap() - last.body.pitch_deg).abs() < 0.5, "{body} vs {:?}", last.body);
+}
+
+#[test]
+fn a_reset_without_physics_or_outside_lockstep_is_refused_with_its_reason_and_counted() {
+    for (extra, reason, sentence) in [
+        (&["--lockstep"][..], agent::layout::reset::NO_PHYSICS, "run with --physics"),
+        (&[][..], agent::layout::reset::NOT_LOCKSTEP, "run with --lockstep"),
+    ] {
+        let name = name(&format!("refused{reason}"));
+        let agent = resetting_agent(name.clone(), vec![5], 20, |_, _, _| 0.0);
+        let mut args = vec!["--agent", &name, "--duration", "0.3"];
+        args.extend_from_slice(extra);
+        let o = finish(spine(&args), Duration::from_secs(60));
+        let (seen, last) = agent.join().unwrap();
+        let j = summary_of(&o);
+        assert_eq!(seen.len(), 1, "{seen:?} / {}", stderr(&o));
+        assert_eq!(seen[0].result, reason);
+        assert_eq!(seen[0].resets, 0);
+        assert_eq!(seen[0].body.present, 0, "no body without physics");
+        assert!(seen[0].body.height_m.is_nan());
+        assert_eq!(last.resets, 0);
+        assert_eq!(j["agent"]["resets"], 0, "{j}");
+        assert_eq!(j["agent"]["resets_refused"], 1, "{j}");
+        assert!(event_kinds(&j).contains(&"agent_reset_refused".to_string()), "{j}");
+        assert_eq!(o.status.code(), Some(1), "a refused reset is a problem of the run");
+        let problems = j["problems"].to_string();
+        assert!(problems.contains(sentence), "{problems}");
     }
 }

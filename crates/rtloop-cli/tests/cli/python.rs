@@ -22,7 +22,8 @@ use support::*;
 /// check that the pure-Python side runs on the oldest Python the wheel claims (3.9),
 /// eclipse-zenoh for `rtloop run --zenoh` (1.10.2: the protocol of the `zenoh` crate rtloop
 /// uses), websockets and jsonschema for the Foxglove client of `test_foxglove.py`, duckdb to
-/// query what `rtloop log export --parquet` writes (test_parquet.py).
+/// query what `rtloop log export --parquet` writes (test_parquet.py), gymnasium for
+/// `rtloop.gym` (test_gym.py).
 const PACKAGES: &[&str] = &[
     "pytest==9.2.0",
     "numpy==2.4.6",
@@ -34,6 +35,7 @@ const PACKAGES: &[&str] = &[
     "websockets==17.4",
     "jsonschema==4.26.0",
     "duckdb==2.0.0",
+    "gymnasium==1.4.0",
 ];
 
 fn repo_root() -> &'static Path {

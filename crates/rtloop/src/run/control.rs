@@ -20,6 +20,7 @@ pub(super) struct StateMsg {
     pub(super) safe_mode: bool,
     pub(super) events_len: usize,
     pub(super) events: [io::safety::Event; EVENTS_PER_MESSAGE],
+    pub(super) body: Option<sim::BodyState>,
 }
 
 impl StateMsg {
@@ -35,6 +36,7 @@ impl StateMsg {
             safe_mode: false,
             events_len: 0,
             events: [none; EVENTS_PER_MESSAGE],
+            body: None,
         }
     }
 
@@ -48,6 +50,7 @@ impl StateMsg {
         self.safe_mode = state.safe_mode;
         self.events_len = state.events.len().min(EVENTS_PER_MESSAGE);
         self.events[..self.events_len].copy_from_slice(&state.events[..self.events_len]);
+        self.body = state.body;
     }
 
     pub(super) fn state(&self) -> State<'_> {
@@ -59,6 +62,7 @@ impl StateMsg {
             last_cycle: &self.last_cycle,
             safe_mode: self.safe_mode,
             events: &self.events[..self.events_len],
+            body: self.body,
         }
     }
 }
@@ -70,6 +74,7 @@ pub(super) struct CommandMsg<T> {
     pub(super) commands: [ServoCommand; MAX_SERVOS],
     pub(super) telemetry: Option<T>,
     pub(super) rearm: bool,
+    pub(super) reset_world: Option<u64>,
     pub(super) flow: Flow,
     pub(super) events_len: usize,
     pub(super) events: [Reported; MAX_EVENTS_PER_CYCLE],
@@ -111,6 +116,7 @@ pub(super) fn control_thread<C: Controller>(
         commands: [ServoCommand::Query; MAX_SERVOS],
         telemetry: None,
         rearm: false,
+        reset_world: None,
         flow: Flow::Continue,
         events_len: 0,
         events: [Reported::default(); MAX_EVENTS_PER_CYCLE],
@@ -121,6 +127,7 @@ pub(super) fn control_thread<C: Controller>(
         let mut output = Output::new(&mut out.commands[..n], &mut out.telemetry);
         out.flow = controller.cycle(state, &mut output);
         out.rearm = output.rearm_requested();
+        out.reset_world = output.reset_requested();
         out.events_len = output.events().len();
         out.events[..out.events_len].copy_from_slice(output.events());
         let _ = to_cycle.push(out);

@@ -180,14 +180,17 @@ struct Counts {
 struct Answer {
     flow: Flow,
     rearm: bool,
+    /// The control law asked for a reset of the simulated world, with this seed.
+    reset_world: Option<u64>,
     reported: [Reported; MAX_EVENTS_PER_CYCLE],
     reported_len: usize,
 }
 
 impl Answer {
     #[inline]
-    fn new(flow: Flow, rearm: bool, events: &[Reported]) -> Self {
-        let mut answer = Answer { flow, rearm, reported: [Reported::default(); MAX_EVENTS_PER_CYCLE], reported_len: 0 };
+    fn new(flow: Flow, rearm: bool, reset_world: Option<u64>, events: &[Reported]) -> Self {
+        let mut answer =
+            Answer { flow, rearm, reset_world, reported: [Reported::default(); MAX_EVENTS_PER_CYCLE], reported_len: 0 };
         answer.reported_len = events.len();
         answer.reported[..events.len()].copy_from_slice(events);
         answer
@@ -344,6 +347,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             last_cycle: &self.figures,
             safe_mode: self.supervisor.tripped_at().is_some(),
             events,
+            body: self.robot.cycler().world().and_then(sim::World::body),
         };
         match &mut self.law {
             ControlLaw::Inline(controller) => controller.start(&first),
@@ -401,6 +405,30 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         true
     }
 
+    /// The control law asked for a reset of the simulated world ([`Output::reset_world`]):
+    /// the plant back at its starting pose (perturbed by `seed`), every servo stopped as
+    /// `d stop` does (so the next command starts it afresh) and sent a stop this cycle. A
+    /// plant that cannot reset ends the run (a `physics_reset_failed` event, a problem of
+    /// the run). Nothing without a world.
+    #[inline]
+    fn reset_world(&mut self, seed: u64) {
+        let done = self.robot.cycler_mut().with_world(|world, visit| {
+            let done = world.reset(seed, visit);
+            visit(&mut |_, servo| servo.console_command(sim::servo::ConsoleCommand::Stop));
+            done
+        });
+        match done {
+            None => {}
+            Some(true) => self.commands.fill(ServoCommand::Stop),
+            Some(false) => {
+                let now = self.clock.now_ns();
+                let kind = EventKind::Controller { name: "physics_reset_failed", value: None };
+                self.supervisor.record(now, None, kind);
+                self.physics_failed = true;
+            }
+        }
+    }
+
     /// Every period of the run, until its end, a stop, or the control law's [`Flow::Stop`].
     fn run_periods<T: TimeSource>(&mut self, lp: &mut PeriodicLoop<T>, start: u64, end: u64, total: u64) -> Ending {
         let hooks = self.hooks;
@@ -432,6 +460,9 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
     fn cycle<T: TimeSource>(&mut self, lp: &mut PeriodicLoop<T>, tick: &Tick, start: u64) -> Flow {
         let answer = self.control(tick, start);
         self.supervise(&answer);
+        if let Some(seed) = answer.reset_world {
+            self.reset_world(seed);
+        }
         let report = self.robot.cycle(&self.commands, &mut self.replies, &mut self.imu);
         let dt = self.read_replies(tick, &report);
         self.hand_off(tick, dt, &report);
@@ -457,13 +488,14 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             last_cycle: &self.figures,
             safe_mode: self.supervisor.tripped_at().is_some(),
             events: events.get(self.events_seen..).unwrap_or(&[]),
+            body: self.robot.cycler().world().and_then(sim::World::body),
         };
         self.events_seen = events.len();
         match &mut self.law {
             ControlLaw::Inline(controller) => {
                 let mut out = Output::new(&mut self.wanted, &mut self.telemetry);
                 let flow = controller.cycle(&state, &mut out);
-                Answer::new(flow, out.rearm_requested(), out.events())
+                Answer::new(flow, out.rearm_requested(), out.reset_requested(), out.events())
             }
             ControlLaw::Thread { to_control, from_control } => {
                 let first = std::mem::replace(&mut self.first_command_pending, false);
@@ -473,13 +505,13 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
                         let n = self.wanted.len();
                         self.wanted.copy_from_slice(&msg.commands[..n]);
                         self.telemetry = msg.telemetry;
-                        Answer::new(msg.flow, msg.rearm, &msg.events[..msg.events_len])
+                        Answer::new(msg.flow, msg.rearm, msg.reset_world, &msg.events[..msg.events_len])
                     }
                     None => {
                         if tick.index > 0 {
                             self.counts.control_late += 1;
                         }
-                        Answer::new(Flow::Continue, false, &[])
+                        Answer::new(Flow::Continue, false, None, &[])
                     }
                 };
                 let mut msg = StateMsg::new();
@@ -644,6 +676,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             last_cycle: &self.figures,
             safe_mode: self.supervisor.tripped_at().is_some(),
             events: events.get(self.events_seen..).unwrap_or(&[]),
+            body: self.robot.cycler().world().and_then(sim::World::body),
         };
         match &mut self.law {
             ControlLaw::Inline(controller) => controller.stop(&last),
@@ -704,7 +737,11 @@ fn newest_commands<T, K: Clock>(
             std::hint::spin_loop();
         }
     }
-    while let Ok(msg) = from_control.pop() {
+    while let Ok(mut msg) = from_control.pop() {
+        // Older commands are stale, but a reset one of them asked for still happens.
+        if msg.reset_world.is_none() {
+            msg.reset_world = got.as_ref().and_then(|g: &CommandMsg<T>| g.reset_world);
+        }
         got = Some(msg);
     }
     got

@@ -423,6 +423,21 @@ pub(super) fn problems_of<K: Clock>(
                     agent::layout::VERSION
                 ),
             },
+            "physics_reset_failed" => format!(
+                "the simulated world could not be reset at {:.3} s (the plant went unstable while it settled); the \
+                 run ended there",
+                e.time
+            ),
+            "agent_reset_refused" => format!(
+                "the spine refused the agent's reset at {:.3} s: {}",
+                e.time,
+                match e.value.and_then(|v| u32::try_from(v).ok()) {
+                    Some(agent::layout::reset::NOT_LOCKSTEP) => {
+                        "a reset is reproducible only in simulated time; run with --lockstep"
+                    }
+                    _ => "the run has no physics world to reset; run with --physics",
+                }
+            ),
             "safe_mode_engaged" => {
                 format!("the safety policy engaged at {:.3} s and commanded {on_fault} to the healthy servos", e.time)
             }
