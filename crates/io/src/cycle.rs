@@ -152,6 +152,8 @@ pub struct Cycler<C: Clock> {
     /// Physics under the simulated servos ([`Cycler::attach_world`]): stepped to the start
     /// of every cycle, and the IMU's source when its plant has a body.
     world: Option<sim::World>,
+    /// The world's body as the last cycle's IMU read it.
+    body: Option<sim::BodyState>,
     clock: C,
     /// Per-bus scratch, sized at construction so a cycle never allocates.
     expected: Vec<u32>,
@@ -239,6 +241,7 @@ impl<C: Clock> Cycler<C> {
             buses,
             imu,
             world: None,
+            body: None,
             clock,
             expected: vec![0; n],
             received: vec![0; n],
@@ -296,6 +299,12 @@ impl<C: Clock> Cycler<C> {
             let buses = &mut self.buses;
             world.advance_to(t_ns, &mut |f| crate::simulated::visit_sim_servos(buses, f));
         }
+    }
+
+    /// The attached world's body as the last cycle read it (when its IMU was read): what
+    /// goes with that cycle's IMU sample. `None` before the first cycle or without a body.
+    pub fn body(&self) -> Option<sim::BodyState> {
+        self.body
     }
 
     /// The attached world.
@@ -484,8 +493,9 @@ impl<C: Clock> Cycler<C> {
         }
 
         // 4. The IMU, while replies are in flight.
-        if let Some(sample) = self.world.as_ref().and_then(sim::World::imu) {
-            *imu = sample;
+        if let Some(body) = self.world.as_ref().and_then(sim::World::body) {
+            *imu = body.to_imu();
+            self.body = Some(body);
             st.imu_present = true;
         } else if let Some(src) = self.imu.as_mut() {
             st.imu_present = matches!(src.read(st.tx_done_ns, imu), Ok(true));

@@ -621,9 +621,10 @@ fn resetting_agent(
     })
 }
 
-/// From `start` to the stand pose (abduction 0, hip -0.1, knee 0.2 rev) over 300 states.
+/// From `start` to the stand pose (abduction 0, hip -0.1, knee 0.2 rev) over 800 states
+/// (faster, and the stiff legs pitch the body over as it rises).
 fn stand_ramp(k: u64, start: f64, i: usize) -> f64 {
-    let x = (k as f64 / 300.0).min(1.0);
+    let x = (k as f64 / 800.0).min(1.0);
     let s = x * x * (3.0 - 2.0 * x);
     start + ([0.0, -0.1, 0.2][i % 3] - start) * s
 }
@@ -639,7 +640,7 @@ fn a_lockstep_agent_resets_the_physical_robot_to_the_same_pose_for_the_same_seed
     // started from another pose: nothing of it survives the reset), 8; then stand up and
     // hold.
     let agent = resetting_agent(name.clone(), vec![7, 7, 8], 350, stand_ramp);
-    let args = ["--agent", &name, "--lockstep", "--physics", "--duration", "2.4"];
+    let args = ["--agent", &name, "--lockstep", "--physics", "--duration", "2.5"];
     let o = finish(spine(&args), Duration::from_secs(240));
     let (seen, last) = agent.join().unwrap();
     let j = summary_of(&o);

@@ -347,7 +347,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             last_cycle: &self.figures,
             safe_mode: self.supervisor.tripped_at().is_some(),
             events,
-            body: self.robot.cycler().world().and_then(sim::World::body),
+            body: self.robot.cycler().body(),
         };
         match &mut self.law {
             ControlLaw::Inline(controller) => controller.start(&first),
@@ -488,7 +488,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             last_cycle: &self.figures,
             safe_mode: self.supervisor.tripped_at().is_some(),
             events: events.get(self.events_seen..).unwrap_or(&[]),
-            body: self.robot.cycler().world().and_then(sim::World::body),
+            body: self.robot.cycler().body(),
         };
         self.events_seen = events.len();
         match &mut self.law {
@@ -676,7 +676,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             last_cycle: &self.figures,
             safe_mode: self.supervisor.tripped_at().is_some(),
             events: events.get(self.events_seen..).unwrap_or(&[]),
-            body: self.robot.cycler().world().and_then(sim::World::body),
+            body: self.robot.cycler().body(),
         };
         match &mut self.law {
             ControlLaw::Inline(controller) => controller.stop(&last),
