@@ -50,9 +50,10 @@ of its parents (:func:`find_program`).
 
 **Reward** (the default; subclass and override :meth:`QuadrupedEnv.reward` for another)::
 
-    1 - 5·|height_m - 0.30| - (|roll| + |pitch|, rad) - 0.001·Σ torque²  (N·m, per servo)
+    1 - 5·|height_m - 0.335| - (|roll| + |pitch|, rad) - 0.001·Σ torque²  (N·m, per servo)
 
-highest when the body is level at the standing height of 0.30 m with little effort.
+highest when the body is level at the standing height of 0.335 m (the stand pose: abduction 0,
+hip -0.1, knee 0.2 rev) with little effort.
 
 **Episode end.** ``terminated`` when the body fell over: ``|roll|`` or ``|pitch|`` beyond 45°
 (lying on its belly, the starting pose, is not a fall: the body's origin is then 0.05 m up).
@@ -113,11 +114,11 @@ ACTION_LOW = np.tile(np.array([-0.14, -0.4, -0.03], dtype=np.float32), 4)
 ACTION_HIGH = np.tile(np.array([0.14, 0.4, 0.46], dtype=np.float32), 4)
 
 #: The stand pose of one leg, rev (abduction, hip, knee): the demo motion's
-#: (``rtloop::motion::STAND_POSE``); the quadruped stands at about 0.31 m on it.
+#: (``rtloop::motion::STAND_POSE``); the quadruped stands at about 0.335 m on it.
 STAND_POSE = (0.0, -0.1, 0.2)
 
 #: The standing height the default reward aims at, m.
-STAND_HEIGHT_M = 0.30
+STAND_HEIGHT_M = 0.335
 
 #: Beyond this roll or pitch the body has fallen over (terminated), degrees.
 FALL_TILT_DEG = 45.0
