@@ -46,13 +46,13 @@ if [ "$(id -u)" != 0 ]; then
   echo "(skipped: SCHED_FIFO needs root)"
   exit 0
 fi
-printf '%-12s %7s %9s %8s %8s %8s %8s %8s %8s\n' "run" "cycles" "overruns" "cyc p50" "cyc p99" "cyc max" "wake p50" "wake p99" "wake max"
+printf '%-12s %7s %9s %8s %8s %8s %8s %8s %8s %8s\n' "run" "cycles" "overruns" "missing" "cyc p50" "cyc p99" "cyc max" "wake p50" "wake p99" "wake max"
 for physics in "" "--physics"; do
   "$RTLOOP" run $physics --policy fifo --priority 80 --duration "$SECONDS_RUN" --json --quiet | tail -1 | python3 -c '
 import json, sys
 j = json.load(sys.stdin)
 c, w = j["cycle_us"], j["wakeup_us"]
-print("%-12s %7d %9d %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f" % ("physics" if sys.argv[1] else "no physics", j["cycles"], j["overruns"],
+print("%-12s %7d %9d %8d %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f" % ("physics" if sys.argv[1] else "no physics", j["cycles"], j["overruns"], j["missing_replies"],
       c["p50"], c["p99"], c["max"], w["p50"], w["p99"], w["max"]))' "$physics"
 done
 echo "(µs; the cycle includes the simulated buses' wire time, ~750 µs of the 1000)"
