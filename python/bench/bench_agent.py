@@ -32,7 +32,6 @@ import json
 import os
 import pathlib
 import subprocess
-import sys
 import time
 from typing import Any, Optional
 
@@ -40,6 +39,7 @@ import numpy as np
 
 import rtloop
 
+import bench_support
 from bench_support import find_rtloop_bin, stop
 
 HOLD: dict[str, Any] = dict(position=0.0, velocity=0.0, kp_scale=1.0, kd_scale=1.0, watchdog_timeout=0.1)
@@ -185,11 +185,4 @@ def main(argv: Optional[list[str]] = None) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    result = main()
-    if "--json" in sys.argv[1:]:
-        for row in result:
-            print(json.dumps(row, ensure_ascii=False))
-    else:
-        width = max(len(r["what"]) for r in result)
-        for row in result:
-            print(f"{row['what']:<{width}}  {row['value']:>10.2f} {row['unit']:<8} {row['detail']}")
+    bench_support.print_rows(main())

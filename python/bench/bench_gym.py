@@ -25,14 +25,13 @@ The spine runs on CPU 0 (``--cpu 0``) and this process on CPU 1 when there are t
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 import time
 from typing import Any, Optional
 
 import numpy as np
 
+import bench_support
 from bench_support import find_rtloop_bin
 
 
@@ -117,11 +116,4 @@ def main(argv: Optional[list[str]] = None) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    result = main()
-    if "--json" in sys.argv[1:]:
-        for row in result:
-            print(json.dumps(row, ensure_ascii=False))
-    else:
-        width = max(len(r["what"]) for r in result)
-        for row in result:
-            print(f"{row['what']:<{width}}  {row['value']:>10.2f} {row['unit']:<8} {row['detail']}")
+    bench_support.print_rows(main())

@@ -5,26 +5,35 @@ imports with) this folder on ``sys.path``, as ``bench.py`` imports the scripts t
 
 from __future__ import annotations
 
-import os
+import json
 import pathlib
-import shutil
 import subprocess
+import sys
 from typing import Optional
+
+from rtloop.program import find_program
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def find_rtloop_bin(given: Optional[str] = None) -> Optional[str]:
-    """The ``rtloop`` program: ``given``, else ``$RTLOOP_BIN``, ``rtloop`` on PATH, or the
-    workspace's target/{release,debug}; None when there is none."""
-    for candidate in (given, os.environ.get("RTLOOP_BIN"), shutil.which("rtloop")):
-        if candidate:
-            return candidate
-    for profile in ("release", "debug"):
-        path = REPO / "target" / profile / "rtloop"
-        if path.exists():
-            return str(path)
-    return None
+    """The ``rtloop`` program (:func:`rtloop.program.find_program`, from the workspace);
+    None when there is none."""
+    try:
+        return find_program(given, start=REPO)
+    except FileNotFoundError:
+        return None
+
+
+def print_rows(rows) -> None:
+    """A script's result rows: one JSON object per line with ``--json``, else a table."""
+    if "--json" in sys.argv[1:]:
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=False))
+    else:
+        width = max(len(r["what"]) for r in rows)
+        for row in rows:
+            print(f"{row['what']:<{width}}  {row['value']:>10.2f} {row['unit']:<8} {row['detail']}")
 
 
 def stop(proc: subprocess.Popen, timeout: float = 5.0) -> None:

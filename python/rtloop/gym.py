@@ -70,8 +70,6 @@ from __future__ import annotations
 
 import math
 import os
-import pathlib
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -90,6 +88,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     ) from e
 
 from .agent import Agent, AgentState, SpineGone
+from .program import find_program
 
 __all__ = [
     "QuadrupedEnv",
@@ -136,34 +135,6 @@ SPINE_DURATION_S = 31_536_000
 
 #: How long close() waits for the spine to end after SIGTERM before it kills it, s.
 CLOSE_WAIT_S = 5.0
-
-
-def find_program(program: Optional[str] = None) -> str:
-    """The ``rtloop`` program to start: ``program`` if given, else ``$RTLOOP_BIN``, else
-    ``rtloop`` on ``PATH``, else ``target/release/rtloop`` or ``target/debug/rtloop`` in the
-    current directory or one of its parents.
-
-    Raises:
-        FileNotFoundError: none of them exists.
-    """
-    if program:
-        return program
-    env = os.environ.get("RTLOOP_BIN")
-    if env:
-        return env
-    on_path = shutil.which("rtloop")
-    if on_path:
-        return on_path
-    here = pathlib.Path.cwd().resolve()
-    for d in (here, *here.parents):
-        for profile in ("release", "debug"):
-            candidate = d / "target" / profile / "rtloop"
-            if candidate.is_file() and os.access(candidate, os.X_OK):
-                return str(candidate)
-    raise FileNotFoundError(
-        "cannot find the rtloop program: set RTLOOP_BIN, put rtloop on PATH, or build it with "
-        "cargo build --release -p rtloop-cli --features \"$(tools/features)\""
-    )
 
 
 def _stop_spine(process: subprocess.Popen, log) -> None:

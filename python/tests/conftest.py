@@ -2,27 +2,20 @@
 (``pip install ./python``); ``RTLOOP_BIN`` names the ``rtloop`` command-line program
 (the Rust test harness sets it; otherwise ``rtloop`` on PATH or target/{debug,release})."""
 
-import os
 import pathlib
-import shutil
 
 import pytest
+
+from rtloop.program import find_program
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _find_rtloop_bin():
-    env = os.environ.get("RTLOOP_BIN")
-    if env:
-        return env
-    on_path = shutil.which("rtloop")
-    if on_path:
-        return on_path
-    for profile in ("release", "debug"):
-        candidate = REPO / "target" / profile / "rtloop"
-        if candidate.exists():
-            return str(candidate)
-    return None
+    try:
+        return find_program(start=REPO)
+    except FileNotFoundError:
+        return None
 
 
 @pytest.fixture(scope="session")
