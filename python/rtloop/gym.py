@@ -11,7 +11,7 @@ Importing this module registers ``rtloop/Quadruped-v0``::
     env.close()
 
 It needs Gymnasium (``pip install 'rtloop[gym]'``) and the ``rtloop`` program built with
-physics (``cargo build --release -p rtloop-cli --features "$(tools/features)"``).
+physics (``tools/mujoco``, then ``cargo build --release -p rtloop-cli --features physics``).
 
 **One spine, many episodes.** The environment starts ONE process,
 ``rtloop run --physics --lockstep --agent NAME --duration 31536000`` (the built-in

@@ -31,5 +31,5 @@ def find_program(program: Optional[str] = None, start: Union[str, os.PathLike, N
                 return str(candidate)
     raise FileNotFoundError(
         "cannot find the rtloop program: set RTLOOP_BIN, put rtloop on PATH, or build it with "
-        'cargo build --release -p rtloop-cli --features "$(tools/features)"'
+        "tools/mujoco, then cargo build --release -p rtloop-cli --features physics"
     )
