@@ -632,7 +632,9 @@ fn stand_ramp(k: u64, start: f64, i: usize) -> f64 {
 #[test]
 fn a_lockstep_agent_resets_the_physical_robot_to_the_same_pose_for_the_same_seed() {
     if !cfg!(feature = "physics") {
-        testkit::skip("rtloop-cli built without the physics feature (tools/test builds it with --features \"$(tools/features)\")");
+        testkit::skip(
+            "rtloop-cli built without the physics feature (tools/test builds it with --features \"$(tools/features)\")",
+        );
         return;
     }
     let name = name("reset");
