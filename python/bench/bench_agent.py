@@ -27,7 +27,6 @@ The spine runs on CPU 0 (``--cpu 0``) and this process on CPU 1 when there are t
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
@@ -40,7 +39,7 @@ import numpy as np
 import rtloop
 
 import bench_support
-from bench_support import find_rtloop_bin, stop
+from bench_support import stop
 
 HOLD: dict[str, Any] = dict(position=0.0, velocity=0.0, kp_scale=1.0, kd_scale=1.0, watchdog_timeout=0.1)
 # States left out at the start of each run (attaching, arming, caches warming up).
@@ -91,19 +90,7 @@ def _pct(values: np.ndarray, q: float) -> float:
 
 def main(argv: Optional[list[str]] = None) -> list[dict[str, Any]]:
     """Run the measurements; return (and, as a script, print) the rows."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rtloop-bin", default=None, help="the rtloop program (default: $RTLOOP_BIN, PATH, target/)")
-    parser.add_argument(
-        "--seconds", type=float, default=2.0, help="wall seconds per free-running measurement (default 2)"
-    )
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON lines")
-    parser.add_argument("--no-pin", action="store_true", help="leave the spine and this process on any CPU")
-    args = parser.parse_args(argv)
-    bin_path = find_rtloop_bin(args.rtloop_bin)
-    if not bin_path:
-        parser.error("cannot find the rtloop program: pass --rtloop-bin PATH or set RTLOOP_BIN")
-    if not (0.1 <= args.seconds <= 600):
-        parser.error(f"--seconds {args.seconds} is out of range: give 0.1 to 600")
+    args, bin_path = bench_support.spine_bench_args(__doc__, argv, "wall seconds per free-running measurement (default 2)")
     seconds = f"{args.seconds:g}"
     pin = not args.no_pin and (os.cpu_count() or 1) >= 2 and hasattr(os, "sched_setaffinity")
     saved = os.sched_getaffinity(0) if pin else None

@@ -24,7 +24,6 @@ The spine runs on CPU 0 (``--cpu 0``) and this process on CPU 1 when there are t
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from typing import Any, Optional
@@ -32,22 +31,11 @@ from typing import Any, Optional
 import numpy as np
 
 import bench_support
-from bench_support import find_rtloop_bin
 
 
 def main(argv: Optional[list[str]] = None) -> list[dict[str, Any]]:
     """Run the measurements; return (and, as a script, print) the rows."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rtloop-bin", default=None, help="the rtloop program (default: $RTLOOP_BIN, PATH, target/)")
-    parser.add_argument("--seconds", type=float, default=2.0, help="wall seconds of stepping (default 2)")
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON lines")
-    parser.add_argument("--no-pin", action="store_true", help="leave the spine and this process on any CPU")
-    args = parser.parse_args(argv)
-    bin_path = find_rtloop_bin(args.rtloop_bin)
-    if not bin_path:
-        parser.error("cannot find the rtloop program: pass --rtloop-bin PATH or set RTLOOP_BIN")
-    if not (0.1 <= args.seconds <= 600):
-        parser.error(f"--seconds {args.seconds} is out of range: give 0.1 to 600")
+    args, bin_path = bench_support.spine_bench_args(__doc__, argv, "wall seconds of stepping (default 2)")
     try:
         import gymnasium as gym
 

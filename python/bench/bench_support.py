@@ -5,6 +5,7 @@ imports with) this folder on ``sys.path``, as ``bench.py`` imports the scripts t
 
 from __future__ import annotations
 
+import argparse
 import json
 import pathlib
 import subprocess
@@ -23,6 +24,23 @@ def find_rtloop_bin(given: Optional[str] = None) -> Optional[str]:
         return find_program(given, start=REPO)
     except FileNotFoundError:
         return None
+
+
+def spine_bench_args(doc: str, argv, seconds_help: str):
+    """The command line every spine benchmark takes (``--rtloop-bin``, ``--seconds`` 0.1 to
+    600, ``--json``, ``--no-pin``), checked: ``(args, the rtloop program)``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--rtloop-bin", default=None, help="the rtloop program (default: $RTLOOP_BIN, PATH, target/)")
+    parser.add_argument("--seconds", type=float, default=2.0, help=seconds_help)
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON lines")
+    parser.add_argument("--no-pin", action="store_true", help="leave the spine and this process on any CPU")
+    args = parser.parse_args(argv)
+    bin_path = find_rtloop_bin(args.rtloop_bin)
+    if not bin_path:
+        parser.error("cannot find the rtloop program: pass --rtloop-bin PATH or set RTLOOP_BIN")
+    if not (0.1 <= args.seconds <= 600):
+        parser.error(f"--seconds {args.seconds} is out of range: give 0.1 to 600")
+    return args, bin_path
 
 
 def print_rows(rows) -> None:
