@@ -364,10 +364,7 @@ impl<C: Clock> Cycler<C> {
         let mut st = CycleStats { started_ns: self.clock.now_ns(), ..Default::default() };
         // 0. The physics catches up with the servos' time: what they answer this cycle is the
         //    plant's state now.
-        if let Some(world) = self.world.as_mut() {
-            let buses = &mut self.buses;
-            world.advance_to(st.started_ns, &mut |f| crate::simulated::visit_sim_servos(buses, f));
-        }
+        self.advance_world_to(st.started_ns);
 
         // 1. Per-bus wire estimate: each frame and (if answered) a reply of similar size,
         //    plus one exposed turnaround.

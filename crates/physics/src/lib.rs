@@ -27,7 +27,10 @@
 mod mujoco_plant;
 mod spec;
 
-pub use spec::{non_finite_attribute, BuiltInPose, ModelSource, PhysicsError, PhysicsSpec, ServoJoint};
+pub use spec::{
+    non_finite_attribute, BuiltInPose, ModelSource, PhysicsError, PhysicsSpec, ServoJoint, MAX_GROUND_TILT_DEG,
+    MAX_SETTLE_S,
+};
 
 use sim::{JointLink, Plant};
 

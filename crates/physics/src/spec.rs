@@ -33,6 +33,12 @@ pub enum BuiltInPose {
     Reference,
 }
 
+/// Steepest ground slope, degrees, either way about either axis.
+pub const MAX_GROUND_TILT_DEG: f64 = 30.0;
+
+/// Longest settle before a run, s.
+pub const MAX_SETTLE_S: f64 = 10.0;
+
 /// Everything [`crate::load`] needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PhysicsSpec {
@@ -86,11 +92,11 @@ impl PhysicsSpec {
     pub fn validate(&self) -> Result<(), PhysicsError> {
         let (roll, pitch) = self.ground_tilt_deg;
         for (what, value) in [("ground roll", roll), ("ground pitch", pitch)] {
-            if !value.is_finite() || value.abs() > 30.0 {
+            if !value.is_finite() || value.abs() > MAX_GROUND_TILT_DEG {
                 return Err(PhysicsError::BadNumber { what, value, range: "-30 to 30 degrees" });
             }
         }
-        if !self.settle_s.is_finite() || !(0.0..=10.0).contains(&self.settle_s) {
+        if !self.settle_s.is_finite() || !(0.0..=MAX_SETTLE_S).contains(&self.settle_s) {
             return Err(PhysicsError::BadNumber { what: "settle time", value: self.settle_s, range: "0 to 10 s" });
         }
         if self.joints.is_empty() && self.model != ModelSource::BuiltIn {

@@ -120,13 +120,11 @@ impl Level {
 
 /// Roll and pitch (radians) of a `[w, x, y, z]` quaternion, z-y-x order; `None` when there
 /// is no IMU (all zeros).
-pub fn roll_pitch([w, x, y, z]: [f64; 4]) -> Option<(f64, f64)> {
-    if w * w + x * x + y * y + z * z < 0.5 {
+pub fn roll_pitch(q: [f64; 4]) -> Option<(f64, f64)> {
+    if q.iter().map(|c| c * c).sum::<f64>() < 0.5 {
         return None;
     }
-    let roll = (2.0 * (w * x + y * z)).atan2(1.0 - 2.0 * (x * x + y * y));
-    let pitch = (2.0 * (w * y - z * x)).clamp(-1.0, 1.0).asin();
-    Some((roll, pitch))
+    Some(rtloop::controller::roll_pitch(q))
 }
 
 impl Controller for Level {

@@ -321,7 +321,7 @@ impl AgentSpine {
         block.body = match &state.body {
             Some(b) => {
                 let imu = b.to_imu();
-                let (roll, pitch) = sim::plant::roll_pitch_of(imu.quaternion);
+                let (roll, pitch) = sim::imu::roll_pitch(imu.quaternion);
                 agent::layout::BodyBlock {
                     present: 1,
                     reserved: 0,

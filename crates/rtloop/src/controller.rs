@@ -32,6 +32,7 @@
 pub use io::safety::{Event, EventKind};
 pub use io::ServoCommand;
 pub use proto::host::{PositionCommand, ServoState};
+pub use sim::imu::roll_pitch;
 pub use sim::{BodyState, ImuSample};
 
 use serde::Serialize;

@@ -173,9 +173,12 @@ impl PhysicsConfig {
                 Err(PhysicsConfigError::OutOfRange { key, value, give })
             }
         };
-        range("ground_roll_deg", self.ground_roll_deg, -30.0, 30.0, "-30 to 30 degrees")?;
-        range("ground_pitch_deg", self.ground_pitch_deg, -30.0, 30.0, "-30 to 30 degrees")?;
-        range("settle_s", self.settle_s, 0.0, 10.0, "0 to 10 s")?;
+        // The spec's own limits (PhysicsSpec::validate checks them again for users of
+        // rtloop-physics alone), named here by their keys.
+        let tilt = rtloop_physics::MAX_GROUND_TILT_DEG;
+        range("ground_roll_deg", self.ground_roll_deg, -tilt, tilt, "-30 to 30 degrees")?;
+        range("ground_pitch_deg", self.ground_pitch_deg, -tilt, tilt, "-30 to 30 degrees")?;
+        range("settle_s", self.settle_s, 0.0, rtloop_physics::MAX_SETTLE_S, "0 to 10 s")?;
         range("kp", self.kp, 0.0, 10_000.0, "0 to 10000 N·m/rev")?;
         range("kd", self.kd, 0.0, 1_000.0, "0 to 1000 N·m·s/rev")?;
         for b in buses {

@@ -21,6 +21,15 @@ use core::f64::consts::{PI, TAU};
 /// One attitude report: the content of the pi3hat's attitude register.
 pub use proto::pi3hat::ImuSample;
 
+/// Roll and pitch (radians, z-y-x order) of an attitude quaternion `[w, x, y, z]` in the
+/// pi3hat's frame: positive roll is the right side down, positive pitch the nose up.
+pub fn roll_pitch(q: [f64; 4]) -> (f64, f64) {
+    let [w, x, y, z] = q;
+    let roll = (2.0 * (w * x + y * z)).atan2(1.0 - 2.0 * (x * x + y * y));
+    let pitch = (2.0 * (w * y - z * x)).clamp(-1.0, 1.0).asin();
+    (roll, pitch)
+}
+
 /// Magnitudes of the motion and of the sensor imperfections.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ImuConfig {
@@ -168,14 +177,6 @@ impl Imu {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Roll and pitch back from a quaternion (z-y-x order).
-    fn roll_pitch(q: [f64; 4]) -> (f64, f64) {
-        let [w, x, y, z] = q;
-        let roll = (2.0 * (w * x + y * z)).atan2(1.0 - 2.0 * (x * x + y * y));
-        let pitch = (2.0 * (w * y - z * x)).clamp(-1.0, 1.0).asin();
-        (roll, pitch)
-    }
 
     #[test]
     fn quaternion_is_unit_and_sway_is_a_few_degrees() {

@@ -41,7 +41,7 @@ impl BodyState {
     /// Roll and pitch, radians, in the pi3hat's sense: positive roll is the right side down,
     /// positive pitch the nose up.
     pub fn roll_pitch(&self) -> (f64, f64) {
-        roll_pitch_of(self.to_imu().quaternion)
+        crate::imu::roll_pitch(self.to_imu().quaternion)
     }
 
     /// The same state as the pi3hat reports it: +x forward, +y right, +z down, rates in °/s,
@@ -57,14 +57,6 @@ impl BodyState {
             accel_mps2: [self.accel_mps2[0], -self.accel_mps2[1], -self.accel_mps2[2]],
         }
     }
-}
-
-/// Roll and pitch (radians, z-y-x order) of a pi3hat-frame attitude quaternion.
-pub fn roll_pitch_of(q: [f64; 4]) -> (f64, f64) {
-    let [w, x, y, z] = q;
-    let roll = (2.0 * (w * x + y * z)).atan2(1.0 - 2.0 * (x * x + y * y));
-    let pitch = (2.0 * (w * y - z * x)).clamp(-1.0, 1.0).asin();
-    (roll, pitch)
 }
 
 /// Why a plant stopped: its state is no longer something a servo could report.
@@ -98,6 +90,15 @@ impl core::fmt::Display for PlantError {
                 "the physics went unstable at {time_s:.3} s (its energy reached {energy_j:.3e} J): the model's \
                  masses, inertias or time step do not fit the gains; the run stops the servos"
             ),
+        }
+    }
+}
+
+impl PlantError {
+    /// Simulated time of the step that failed, s.
+    pub fn time_s(&self) -> f64 {
+        match *self {
+            PlantError::NotFinite { time_s } | PlantError::EnergyBlowUp { time_s, .. } => time_s,
         }
     }
 }

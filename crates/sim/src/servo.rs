@@ -334,9 +334,7 @@ impl ServoConfig {
             overheat_at_ns: None,
         }
     }
-}
 
-impl ServoConfig {
     /// Servo `id` for a joint of a physical plant (rtloop-physics): position gains stiff
     /// enough to carry a small quadruped's leg, on a slope too (kp 300 N·m/rev, kd 5
     /// N·m·s/rev: with 150 the built-in quadruped folds over its front legs on an 8° downhill),
@@ -1176,11 +1174,6 @@ impl Servo {
         }
     }
 
-    /// Coupled to a plant.
-    pub fn is_coupled(&self) -> bool {
-        self.coupled
-    }
-
     /// The joint's state as the plant computed it: position (rev, before the output sign and
     /// offset) and velocity (rev/s). Non-finite values are ignored (the joint keeps its last
     /// state), so a servo never reports a NaN it was handed.
@@ -1189,11 +1182,6 @@ impl Servo {
             self.phys_pos_rev = pos_rev;
             self.velocity_rev_s = vel_rev_s;
         }
-    }
-
-    /// The joint's position before the output sign and offset, rev (what a plant reports).
-    pub fn joint_position_rev(&self) -> f64 {
-        self.phys_pos_rev
     }
 
     /// Electrical and thermal state after a step that put `joint_torque` on the joint, and

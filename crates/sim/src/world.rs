@@ -100,6 +100,21 @@ impl core::fmt::Display for WorldError {
 
 impl core::error::Error for WorldError {}
 
+/// The link of the servo with CAN id `id` on bus index `bus`.
+fn link_of(links: &[JointLink], bus: usize, id: u8) -> Option<&JointLink> {
+    links.iter().find(|l| l.bus == bus && l.id == id)
+}
+
+/// Hand every linked servo `visit` reaches its joint's state as the plant has it.
+fn hand_joint_states(links: &[JointLink], plant: &dyn Plant, visit: &mut ServoVisitor<'_>) {
+    visit(&mut |bus, servo| {
+        if let Some(l) = link_of(links, bus, servo.id()) {
+            let (pos, vel) = plant.joint_state(l.joint);
+            servo.set_joint_state(pos / TAU, vel / TAU);
+        }
+    });
+}
+
 /// Longest stretch of time one [`World::advance_to`] integrates (1 s): after a longer gap
 /// (a stalled host in a real-time run) the world skips the rest rather than spend seconds
 /// catching up; the servos' watchdogs have long fired by then.
@@ -180,11 +195,6 @@ impl World {
         self
     }
 
-    /// The links.
-    pub fn links(&self) -> &[JointLink] {
-        &self.links
-    }
-
     /// The plant's time step, ns.
     pub fn step_ns(&self) -> u64 {
         self.step_ns
@@ -200,11 +210,6 @@ impl World {
         &*self.plant
     }
 
-    /// Mutable access to the plant.
-    pub fn plant_mut(&mut self) -> &mut dyn Plant {
-        &mut *self.plant
-    }
-
     /// Why the plant stopped, if it did.
     pub fn fault(&self) -> Option<PlantError> {
         self.fault
@@ -215,7 +220,7 @@ impl World {
     /// linked servo `visit` did not reach.
     pub fn couple(&mut self, visit: &mut ServoVisitor<'_>) -> Result<(), WorldError> {
         let mut reached = [false; 256];
-        let (links, plant, gains) = (&self.links, &self.plant, self.gains);
+        let (links, gains) = (&self.links, self.gains);
         visit(&mut |bus, servo| {
             if let Some(i) = links.iter().position(|l| l.bus == bus && l.id == servo.id()) {
                 reached[i.min(255)] = true;
@@ -223,10 +228,9 @@ impl World {
                 if let Some((kp, kd)) = gains {
                     servo.set_stored_gains(kp, kd);
                 }
-                let (pos, vel) = plant.joint_state(links[i].joint);
-                servo.set_joint_state(pos / TAU, vel / TAU);
             }
         });
+        hand_joint_states(&self.links, &*self.plant, visit);
         match self.links.iter().enumerate().find(|(i, _)| !reached[(*i).min(255)]) {
             Some((_, l)) => Err(WorldError::MissingServo { servo: (l.bus, l.id) }),
             None => Ok(()),
@@ -268,7 +272,7 @@ impl World {
             let (links, torque) = (&self.links, &mut self.torque);
             torque.fill(0.0);
             visit(&mut |bus, servo| {
-                if let Some(l) = links.iter().find(|l| l.bus == bus && l.id == servo.id()) {
+                if let Some(l) = link_of(links, bus, servo.id()) {
                     torque[l.joint] = servo.drive(t, dt);
                 }
             });
@@ -277,13 +281,7 @@ impl World {
                 continue;
             }
             self.steps += 1;
-            let (links, plant) = (&self.links, &self.plant);
-            visit(&mut |bus, servo| {
-                if let Some(l) = links.iter().find(|l| l.bus == bus && l.id == servo.id()) {
-                    let (pos, vel) = plant.joint_state(l.joint);
-                    servo.set_joint_state(pos / TAU, vel / TAU);
-                }
-            });
+            hand_joint_states(&self.links, &*self.plant, visit);
         }
         self.time_ns = Some(t);
     }
@@ -327,13 +325,7 @@ impl World {
         self.fault = None;
         self.pushes = [None; MAX_PUSHES];
         self.pushing = [0.0; 3];
-        let (links, plant) = (&self.links, &self.plant);
-        visit(&mut |bus, servo| {
-            if let Some(l) = links.iter().find(|l| l.bus == bus && l.id == servo.id()) {
-                let (pos, vel) = plant.joint_state(l.joint);
-                servo.set_joint_state(pos / TAU, vel / TAU);
-            }
-        });
+        hand_joint_states(&self.links, &*self.plant, visit);
         true
     }
 }

@@ -111,7 +111,7 @@ fn a_tilted_ground_shows_in_the_imu_and_a_push_moves_the_body() {
     let mut r = Robot::new(&spec);
     stand_up(&mut r, 1.0, 0.5);
     let imu = r.world.imu().unwrap();
-    let (roll, pitch) = sim::plant::roll_pitch_of(imu.quaternion);
+    let (roll, pitch) = sim::imu::roll_pitch(imu.quaternion);
     assert!((pitch.to_degrees() - 8.0).abs() < 2.5, "standing on an 8° slope, nose up: pitch {}", pitch.to_degrees());
     assert!(roll.to_degrees().abs() < 2.0, "roll {}", roll.to_degrees());
     // Push sideways (to the robot's left) for 0.1 s: the IMU sees the acceleration.

@@ -393,12 +393,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         }
         let Some(fault) = self.robot.cycler().world().and_then(sim::World::fault) else { return false };
         // The event's value: the plant's time when it failed, in ms.
-        let at_ms = match fault {
-            sim::PlantError::NotFinite { time_s } | sim::PlantError::EnergyBlowUp { time_s, .. } => {
-                (time_s * 1e3).max(0.0) as u64
-            }
-            _ => 0,
-        };
+        let at_ms = (fault.time_s() * 1e3).max(0.0) as u64;
         let now = self.clock.now_ns();
         self.supervisor.record(now, None, EventKind::Controller { name: "physics_unstable", value: Some(at_ms) });
         self.physics_failed = true;
