@@ -189,8 +189,8 @@ impl Runtime {
 
     /// Push the body (with [`physics`](Self::physics)): an external force on it, as a
     /// fault injection (`rtloop run --push`, `[faults] push`). Set it after
-    /// [`faults`](Self::faults), which replaces every fault, pushes included. The body takes
-    /// one push per run: of several, the run applies the last one given.
+    /// [`faults`](Self::faults), which replaces every fault, pushes included. Call it once per
+    /// push: pushes that overlap add up, at most [`sim::world::MAX_PUSHES`] per run.
     ///
     /// ```
     /// use rtloop::physics::{PhysicsConfig, PushSpec};
