@@ -29,7 +29,7 @@ for round in $(seq "$ROUNDS"); do
 import json, sys
 j = json.load(sys.stdin)
 label = ("physics " if sys.argv[1] else "no physics ") + sys.argv[2]
-print("%-22s %8d %8.2f %12.0f" % (label, j["cycles"], j["wall_s"], j["cycles"] / j["wall_s"]))' "$physics" "$round"
+print("%-22s %8d %8.2f %12.0f" % (label, j["cycles"], j["loop_wall_s"], j["cycles"] / j["loop_wall_s"]))' "$physics" "$round"
   done
 done
 echo

@@ -187,6 +187,7 @@ fn main() {
     }
     columns_seeds();
     agent_seeds();
+    foxglove_seeds();
     println!("seeds written under {}", corpus("").display());
 }
 
@@ -367,4 +368,43 @@ fn agent_seeds() {
     }
     put("agent_command", "hostile_mix", bytes_of(&block));
     put("agent_command", "empty", &[]);
+}
+
+/// Client sessions for the Foxglove server (see `fuzzing::foxglove_client` for the format).
+fn foxglove_seeds() {
+    fn session(offer: u8, frames: &[(u8, &[u8])]) -> Vec<u8> {
+        let mut out = vec![offer];
+        for (flags, payload) in frames {
+            out.push(*flags);
+            out.extend_from_slice(&(payload.len() as u16).to_le_bytes());
+            out.extend_from_slice(payload);
+        }
+        out
+    }
+    const TEXT: u8 = 0x1;
+    const BINARY: u8 = 0x2;
+    let subscribe = br#"{"op":"subscribe","subscriptions":[{"id":1,"channelId":1},{"id":2,"channelId":99}]}"#;
+    let unsubscribe = br#"{"op":"unsubscribe","subscriptionIds":[1,7]}"#;
+    put("foxglove_client", "legacy_subscribe", &session(1, &[(TEXT, subscribe), (TEXT, unsubscribe)]));
+    put("foxglove_client", "no_subprotocol", &session(0, &[(TEXT, subscribe)]));
+    put("foxglove_client", "near_miss_subprotocol", &session(3, &[(TEXT, subscribe)]));
+    put(
+        "foxglove_client",
+        "refused_messages",
+        &session(
+            2,
+            &[
+                (TEXT, b"not json"),
+                (TEXT, br#"{"op":"setParameters","parameters":[]}"#),
+                (BINARY, &[2, 1, 0, 0, 0]),
+                (BINARY, &[3, 0, 0, 0, 128, 63, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, b'i', b'd']),
+                (BINARY, &[9]),
+            ],
+        ),
+    );
+    // A frame header claiming more than the message limit; an unmasked frame; fragments.
+    put("foxglove_client", "over_the_limit", &session(2, &[(TEXT | 0x40, b"{}")]));
+    put("foxglove_client", "unmasked", &session(2, &[(TEXT | 0x20, b"{}")]));
+    put("foxglove_client", "fragments", &session(2, &[(TEXT | 0x10, br#"{"op":"#), (0x0, br#""subscribe"}"#)]));
+    put("foxglove_client", "cut", &session(2, &[(TEXT, subscribe), (0x80, b"")]));
 }

@@ -49,6 +49,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("console", console),
     ("pi3hat_board", pi3hat_board),
     ("pi3hat_host", pi3hat_host),
+    ("foxglove_client", foxglove_client),
 ];
 
 /// The simulated servo's diagnostic console: the input is split into chunks of console
@@ -742,4 +743,111 @@ pub fn pi3hat_host(data: &[u8]) {
         }
         let _ = hat.processor_info(1 + (round % 3) as u8);
     }
+}
+
+/// The Foxglove server (`rtloop run --foxglove`, `rtloop log serve`) as a hostile client
+/// drives it, over a real loopback connection: byte 0 picks the subprotocol offer (none, the
+/// old name, the new one, a near miss); the rest is a sequence of client frames `[flags,
+/// len_lo, len_hi, payload…]` (flags: bits 0-3 the opcode, bit 4 not final, bit 5 unmasked,
+/// bit 6 a length header claiming more than the server's message limit, bit 7 cut the
+/// connection here). Whatever was sent, the server stays up (a second, well-behaved client
+/// gets its `serverInfo`), `finish` returns, every connected client is counted gone, and
+/// `refused` is never below the refusals counted in `detail`.
+pub fn foxglove_client(data: &[u8]) {
+    use rtloop::live::foxglove::{server::CLIENT_MESSAGE_MAX, FoxgloveSink, ServeOptions};
+    use rtloop::live::{LiveRobot, LiveSink};
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Duration;
+
+    let Some((&offer, mut rest)) = data.split_first() else { return };
+    let mut sink = FoxgloveSink::bind("127.0.0.1:0".parse().expect("an address"), ServeOptions::default())
+        .expect("a loopback port");
+    sink.start(&LiveRobot { name: "fuzz".into(), rate_hz: 1000.0, servos: vec![(1, 1), (1, 2)], imu: true });
+    let addr = sink.addr();
+    let handshake = |offer: &str| {
+        let mut s = TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_millis(200))).expect("a timeout");
+        s.set_write_timeout(Some(Duration::from_secs(2))).expect("a timeout");
+        let protocol = if offer.is_empty() { String::new() } else { format!("Sec-WebSocket-Protocol: {offer}\r\n") };
+        let request = format!(
+            "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{protocol}\r\n"
+        );
+        let _ = s.write_all(request.as_bytes());
+        s
+    };
+    let offers = ["", "foxglove.websocket.v1", "foxglove.sdk.v1", "foxglove.sdk.v1.1"];
+    let mut s = handshake(offers[usize::from(offer) % offers.len()]);
+    // Frames, bounded by the input.
+    let mut frames = 0;
+    while rest.len() >= 3 && frames < 64 {
+        let (flags, len) = (rest[0], usize::from(u16::from_le_bytes([rest[1], rest[2]])));
+        let payload = &rest[3..3 + len.min(rest.len() - 3)];
+        rest = &rest[3 + payload.len()..];
+        frames += 1;
+        if flags & 0x80 != 0 {
+            break;
+        }
+        let mut f = vec![if flags & 0x10 != 0 { flags & 0x0f } else { 0x80 | (flags & 0x0f) }];
+        let masked = flags & 0x20 == 0;
+        let claimed =
+            if flags & 0x40 != 0 { CLIENT_MESSAGE_MAX as u64 + 1 + payload.len() as u64 } else { payload.len() as u64 };
+        let mask_bit = if masked { 0x80 } else { 0 };
+        if claimed < 126 {
+            f.push(mask_bit | claimed as u8);
+        } else if claimed <= 0xffff {
+            f.push(mask_bit | 126);
+            f.extend_from_slice(&(claimed as u16).to_be_bytes());
+        } else {
+            f.push(mask_bit | 127);
+            f.extend_from_slice(&claimed.to_be_bytes());
+        }
+        let key = [0x37, 0xfa, 0x21, 0x3d];
+        if masked {
+            f.extend_from_slice(&key);
+        }
+        f.extend(payload.iter().enumerate().map(|(i, b)| if masked { b ^ key[i % 4] } else { *b }));
+        if s.write_all(&f).is_err() {
+            break;
+        }
+    }
+    // Read what the server says until it closes or is quiet.
+    let mut buf = [0u8; 4096];
+    for _ in 0..64 {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    // A well-behaved client is still served.
+    let mut good = handshake("foxglove.sdk.v1");
+    good.set_read_timeout(Some(Duration::from_secs(10))).expect("a timeout");
+    let mut got = Vec::new();
+    while !String::from_utf8_lossy(&got).contains("serverInfo") {
+        match good.read(&mut buf) {
+            Ok(0) | Err(_) => panic!("the server stopped serving: {}", String::from_utf8_lossy(&got)),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    assert!(got.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&got));
+    sink.finish();
+    let stats = sink.stats();
+    let d = |k: &str| stats.detail.get(k).copied().unwrap_or(0);
+    assert_eq!(d("clients_connected"), d("clients_disconnected"), "{stats:?}");
+    let counted: u64 = [
+        "refused_malformed",
+        "refused_unknown_channel",
+        "refused_unsupported",
+        "refused_too_large",
+        "refused_other",
+        "receive_errors",
+        "handshakes_refused",
+        "handshakes_timed_out",
+    ]
+    .iter()
+    .map(|k| d(k))
+    .sum();
+    assert!(stats.refused >= counted, "{stats:?}");
+    assert_eq!(stats.errors, 0, "{stats:?}");
 }

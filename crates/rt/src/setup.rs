@@ -446,10 +446,14 @@ pub fn apply_to_current_thread(settings: &RtSettings) -> Result<Applied, RtError
     };
     if settings.mlock && settings.mlock_if_unbounded && !unbounded() {
         let limit = describe_limit(read_rlimit(libc::RLIMIT_MEMLOCK).map(|l| l.soft), 1024, " KiB");
+        let cap = match read_capability(CAP_IPC_LOCK) {
+            Some(_) => "no CAP_IPC_LOCK",
+            None => "CAP_IPC_LOCK unknown: capget failed",
+        };
         refusals.check(
             Setting::MemoryLock,
             Err(format!(
-                "mlockall not tried (no CAP_IPC_LOCK, RLIMIT_MEMLOCK {limit}): every later allocation would have to fit \
+                "mlockall not tried ({cap}, RLIMIT_MEMLOCK {limit}): every later allocation would have to fit \
                  under the limit; grant CAP_IPC_LOCK or raise it (ulimit -l unlimited)"
             )),
         );
@@ -1072,6 +1076,58 @@ pub struct ResourceLimit {
     pub hard: Option<u64>,
 }
 
+/// The process may open fewer files (file descriptors) than a command needs, even with its
+/// soft limit raised to the hard one. The Display is the sentence the user reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenFilesError {
+    /// What needs them ("this run").
+    pub what: &'static str,
+    /// Descriptors the command needs.
+    pub needed: u64,
+    /// The hard limit (`ulimit -Hn`).
+    pub limit: u64,
+}
+
+impl std::fmt::Display for OpenFilesError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} needs up to {} open files (file descriptors) but the process may open only {} (ulimit -n); raise \
+             the limit, e.g. `ulimit -n 1024`",
+            self.what, self.needed, self.limit
+        )
+    }
+}
+
+impl std::error::Error for OpenFilesError {}
+
+/// Make sure the process may open `needed` files (for `what`, as the error says it): the soft RLIMIT_NOFILE is raised to
+/// `needed` when below it (up to the hard limit; no privilege needed, and never lowered).
+/// Returns the soft limit now in force; `Err` when even the hard limit is below `needed`.
+/// A command calls this before it opens anything, so that running out of descriptors is one
+/// sentence at start rather than a failure (or a library's panic) half-way through.
+pub fn ensure_open_files(what: &'static str, needed: u64) -> Result<u64, OpenFilesError> {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `r` is a writable rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        // Unknown: nothing to check against; whatever fails later says so itself.
+        return Ok(needed);
+    }
+    let soft = r.rlim_cur;
+    if soft == libc::RLIM_INFINITY || soft >= needed {
+        return Ok(soft);
+    }
+    if r.rlim_max != libc::RLIM_INFINITY && r.rlim_max < needed {
+        return Err(OpenFilesError { what, needed, limit: r.rlim_max });
+    }
+    let raised = libc::rlimit { rlim_cur: needed, rlim_max: r.rlim_max };
+    // SAFETY: `raised` is a valid rlimit (soft at most hard).
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+        return Err(OpenFilesError { what, needed, limit: soft });
+    }
+    Ok(needed)
+}
+
 fn read_rlimit(resource: libc::__rlimit_resource_t) -> Option<ResourceLimit> {
     let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: `r` is a writable rlimit.
@@ -1221,12 +1277,33 @@ pub fn current_conditions() -> Conditions {
 const CAP_IPC_LOCK: u32 = 14;
 const CAP_SYS_NICE: u32 = 23;
 
-/// Whether the calling thread has `cap` in its effective set (CapEff in /proc/thread-self/status).
+/// Whether the calling thread has `cap` in its effective set: `capget(2)`, which needs no
+/// file descriptor (reading /proc/thread-self/status failed when the process had none left,
+/// and a capability it held was then reported missing). `None` only if the call fails.
 fn read_capability(cap: u32) -> Option<bool> {
-    let status = std::fs::read_to_string("/proc/thread-self/status").ok()?;
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
-    let bits = u64::from_str_radix(hex, 16).ok()?;
-    Some(bits & (1 << cap) != 0)
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    // _LINUX_CAPABILITY_VERSION_3: two 32-bit words per set.
+    let mut header = Header { version: 0x2008_0522, pid: 0 };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget reads the header and writes two `Data` (version 3's layout) into
+    // memory we own for the duration of the call.
+    let r = unsafe { libc::syscall(libc::SYS_capget, &mut header as *mut Header, data.as_mut_ptr()) };
+    if r != 0 {
+        return None;
+    }
+    let word = data.get((cap / 32) as usize)?;
+    Some(word.effective & (1 << (cap % 32)) != 0)
 }
 
 /// A "Name:   123 kB" field of /proc/self/status.

@@ -126,7 +126,7 @@ fn lockstep_steps_per_s(args: &[&str], agent_bin: Option<&Path>, agent_cpu: Opti
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let j: serde_json::Value = serde_json::from_str(text.lines().last().unwrap_or("")).expect("the run's JSON");
-    j["cycles"].as_f64().unwrap() / j["wall_s"].as_f64().unwrap()
+    j["cycles"].as_f64().unwrap() / j["loop_wall_s"].as_f64().unwrap()
 }
 
 fn main() {

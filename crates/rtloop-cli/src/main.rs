@@ -496,7 +496,7 @@ struct RunArgs {
     physics: bool,
     /// With --physics: slope of the ground, degrees, as the roll and pitch a robot standing
     /// level on it reads (positive roll: right side down; positive pitch: nose up; -30 … 30).
-    #[arg(long, value_name = "ROLL,PITCH")]
+    #[arg(long, value_name = "ROLL,PITCH", allow_hyphen_values = true)]
     ground_tilt: Option<String>,
     /// With --physics: push the body with FX,FY,FZ newtons (world frame: +x forward, +y
     /// left, +z up) SECONDS after the start, for DURATION seconds (0.1 when not given;
@@ -747,8 +747,47 @@ struct EncodeArgs {
     resolution: Option<Res>,
 }
 
+/// The command line, every option that takes a number accepting a negative one as the docs
+/// write it (`--position -0.1`, not only `--position=-0.1`): clap otherwise reads `-0.1` as a
+/// flag, and says "unexpected argument".
+fn cli_command() -> clap::Command {
+    signed_numbers(<Cli as clap::CommandFactory>::command())
+}
+
+fn signed_numbers(cmd: clap::Command) -> clap::Command {
+    use std::any::TypeId;
+    let numeric = [
+        TypeId::of::<f64>(),
+        TypeId::of::<f32>(),
+        TypeId::of::<i64>(),
+        TypeId::of::<i32>(),
+        TypeId::of::<i16>(),
+        TypeId::of::<i8>(),
+    ];
+    let ids: Vec<clap::Id> = cmd
+        .get_arguments()
+        .filter(|a| {
+            let t = a.get_value_parser().type_id();
+            a.get_action().takes_values() && numeric.iter().any(|n| t == *n)
+        })
+        .map(|a| a.get_id().clone())
+        .collect();
+    let names: Vec<String> = cmd.get_subcommands().map(|c| c.get_name().to_string()).collect();
+    let mut cmd = cmd;
+    for id in ids {
+        cmd = cmd.mut_arg(id, |a| a.allow_negative_numbers(true));
+    }
+    for name in names {
+        cmd = cmd.mut_subcommand(name, signed_numbers);
+    }
+    cmd
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&cli_command().get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     match dispatch(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
@@ -835,6 +874,9 @@ fn dispatch(cmd: Command) -> Result<(), String> {
 
 /// `rtloop run`: the demonstration motion or an agent, then the summary.
 fn run_command(a: &RunArgs) -> Result<(), String> {
+    // Before anything is created (an agent segment, a physics model): a signal from now on
+    // ends the run cleanly, with its summary.
+    rtloop::signals::install();
     let config = a.config()?;
     if a.print_config {
         return console::text(config.to_toml());
@@ -1109,4 +1151,49 @@ fn log_command(cmd: LogCommand) -> Result<(), String> {
     }
     // A failure that still printed its report (export --json): exit 2 all the same.
     outcome.failure.map_or(Ok(()), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every option of every command that takes a signed number accepts a negative one as
+    /// the docs write it, separated by a space (issue 29 §9: `--ground-tilt -5,0` said
+    /// "unexpected argument '-5'").
+    #[test]
+    fn every_signed_number_option_takes_a_negative_value() {
+        use std::any::TypeId;
+        fn walk(cmd: &clap::Command, path: &mut Vec<String>, checked: &mut usize) {
+            let signed = [TypeId::of::<f64>(), TypeId::of::<f32>(), TypeId::of::<i64>(), TypeId::of::<i32>()];
+            for a in cmd.get_arguments() {
+                let Some(long) = a.get_long() else { continue };
+                let t = a.get_value_parser().type_id();
+                if !a.get_action().takes_values() || !signed.iter().any(|s| t == *s) {
+                    continue;
+                }
+                let mut argv: Vec<String> = vec!["rtloop".into()];
+                argv.extend(path.iter().cloned());
+                argv.push(format!("--{long}"));
+                argv.push("-5".into());
+                let r = cli_command().try_get_matches_from(&argv);
+                if let Err(e) = &r {
+                    assert!(!matches!(e.kind(), clap::error::ErrorKind::UnknownArgument), "{}: {e}", argv.join(" "));
+                }
+                *checked += 1;
+            }
+            for sub in cmd.get_subcommands() {
+                path.push(sub.get_name().to_string());
+                walk(sub, path, checked);
+                path.pop();
+            }
+        }
+        let mut checked = 0;
+        walk(&cli_command(), &mut Vec::new(), &mut checked);
+        assert!(checked > 20, "only {checked} signed options found");
+        // Lists of signed numbers.
+        let m = cli_command().try_get_matches_from(["rtloop", "run", "--ground-tilt", "-5,0", "--duration", "1"]);
+        assert!(m.is_ok(), "{:?}", m.err().map(|e| e.to_string()));
+        let m = cli_command().try_get_matches_from(["rtloop", "run", "--push", "1:-100,0,0", "--lockstep"]);
+        assert!(m.is_ok(), "{:?}", m.err().map(|e| e.to_string()));
+    }
 }

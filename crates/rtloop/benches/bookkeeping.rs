@@ -77,7 +77,7 @@ fn lockstep_loop() -> f64 {
         .run(QueryOnly)
         .expect("the run starts");
     assert_eq!(summary.cycles, (RATE_HZ * LOCKSTEP_S) as u64, "lockstep runs every period");
-    summary.wall_s * 1e6 / summary.cycles as f64
+    summary.loop_wall_s * 1e6 / summary.cycles as f64
 }
 
 /// µs per cycle of the same robot's `Robot::cycle` alone (queries, simulated wire time), on

@@ -11,8 +11,8 @@
 use crate::config::{FaultsConfig, RealtimeConfig, RunConfig, SafetyToml, SimConfig};
 use crate::controller::Controller;
 use crate::robot_spec::RobotSpec;
-pub use crate::run::RunError;
 use crate::run::{Hooks, Notice, RunOptions, RunSummary};
+pub use crate::run::{RunError, RUN_OPEN_FILES};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;

@@ -93,4 +93,5 @@ replay_tests!(
     console,
     pi3hat_board,
     pi3hat_host,
+    foxglove_client,
 );

@@ -65,10 +65,6 @@ fn node_client() -> Option<&'static Path> {
     .as_deref()
 }
 
-fn free_tcp_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// Run the client against a lockstep run serving Foxglove; (the client's report, whether it
 /// passed its checks, the run's foxglove counts).
 fn client_against_a_run(offer: &str) -> Option<(Json, bool, Json)> {

@@ -9,6 +9,7 @@ mod cli;
 mod console_cli;
 mod devices;
 mod foxglove_node;
+mod hostile_peers;
 mod lab_children;
 mod lab_cli;
 mod lab_results;

@@ -29,8 +29,6 @@ pub mod address;
 pub mod foxglove;
 #[cfg(feature = "foxglove")]
 pub mod playback;
-#[cfg(feature = "foxglove")]
-pub mod subprotocol;
 #[cfg(feature = "zenoh")]
 pub mod zenoh;
 
@@ -38,6 +36,9 @@ pub mod zenoh;
 #[cfg(not(feature = "foxglove"))]
 pub mod foxglove {
     pub use super::address::{parse_address, AddressError, DEFAULT_ADDRESS};
+
+    /// Nothing is opened for Foxglove in this build.
+    pub const OPEN_FILES: u64 = 0;
 
     /// Refuses: this build has no Foxglove server.
     pub fn publisher(_config: &super::LiveConfig) -> Result<super::Publisher, super::LiveError> {
@@ -48,6 +49,9 @@ pub mod foxglove {
 /// This build has no zenoh (the `zenoh` feature is off).
 #[cfg(not(feature = "zenoh"))]
 pub mod zenoh {
+    /// Nothing is opened for zenoh in this build.
+    pub const OPEN_FILES: u64 = 0;
+
     /// Refuses: this build has no zenoh.
     pub fn publisher(
         _config: &super::LiveConfig,
@@ -98,6 +102,18 @@ impl Default for LiveConfig {
 pub const DEFAULT_LIVE_EVERY: u32 = 10;
 
 impl LiveConfig {
+    /// File descriptors a publisher of the caller's own ([`crate::Runtime::publish`]) is
+    /// budgeted.
+    pub const SINK_OPEN_FILES: u64 = 8;
+
+    /// File descriptors the publishers this configuration asks for may hold at once (what a
+    /// run makes sure it may open before it starts).
+    pub fn open_files(&self) -> u64 {
+        let foxglove = if self.foxglove.is_some() { foxglove::OPEN_FILES } else { 0 };
+        let zenoh = if self.zenoh.is_some() { zenoh::OPEN_FILES } else { 0 };
+        foxglove + zenoh
+    }
+
     /// Foxglove or zenoh is on.
     pub fn any(&self) -> bool {
         self.foxglove.is_some() || self.zenoh.is_some()
@@ -181,10 +197,6 @@ pub enum LiveError {
         /// Why.
         source: std::io::Error,
     },
-    /// The Foxglove SDK's server did not start.
-    #[cfg(feature = "foxglove")]
-    #[error("cannot start the Foxglove server on a loopback port: {0}")]
-    FoxgloveStart(#[source] ::foxglove::FoxgloveError),
     /// A channel's JSON schema cannot be encoded.
     #[error("{topic}: {source}")]
     Schema {
@@ -193,15 +205,9 @@ pub enum LiveError {
         /// Why.
         source: serde_json::Error,
     },
-    /// A Foxglove channel cannot be advertised.
-    #[cfg(feature = "foxglove")]
-    #[error("cannot advertise the Foxglove channel {topic}: {source}")]
-    Advertise {
-        /// The topic.
-        topic: String,
-        /// Why.
-        source: ::foxglove::FoxgloveError,
-    },
+    /// The Foxglove server has finished: nothing more can be advertised.
+    #[error("the Foxglove server has finished; nothing more can be advertised")]
+    Finished,
     /// zenoh refused the built-in peer configuration (`reason`: the first line of its error).
     #[error("the built-in zenoh peer configuration: {reason}")]
     PeerConfig {

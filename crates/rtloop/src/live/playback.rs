@@ -13,7 +13,7 @@
 //! time all start with the log's first item. A client that asks to play starts it at once.
 //! A subscription made after playback started gets the items from then on (seek back for
 //! the earlier ones). Playback is paced by the items' timestamps divided by the speed. The
-//! Foxglove app's playback bar (the SDK's `PlaybackControl` capability: play, pause, seek,
+//! Foxglove app's playback bar (the protocol's `playbackControl` capability: play, pause, seek,
 //! speed) drives it; so do `--speed`, `--start`, `--end` and `--loop`. A request with a
 //! speed out of range is answered, as every request is, with the playback state (the speed
 //! unchanged) and a warning status saying why.
@@ -23,10 +23,11 @@
 //! client's numbers (a speed that is not a finite number in range is refused and counted,
 //! a seek outside the log is clamped to it).
 
-use super::foxglove::{FoxgloveSink, PlaybackHandler, ServeOptions};
+use super::foxglove::{
+    FoxgloveSink, PlaybackCommand, PlaybackHandler, PlaybackState, PlaybackStatus, ServeOptions, Status,
+};
 use super::{live_cycle, EventMsg, LiveRobot, LiveSink, LiveStats};
 use crate::telemetry::{CycleLog, ServoLog};
-use foxglove::websocket::{PlaybackCommand, PlaybackState, PlaybackStatus};
 use serde_json::Value as Json;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -114,6 +115,9 @@ pub enum PlaybackError {
     /// The Foxglove server did not start, or a channel could not be advertised.
     #[error(transparent)]
     Live(#[from] super::LiveError),
+    /// The process may not open as many files as serving needs (`ulimit -n`).
+    #[error(transparent)]
+    OpenFiles(#[from] rt::setup::OpenFilesError),
 }
 
 /// Check `--speed`.
@@ -218,7 +222,7 @@ struct Control {
 /// Tell the clients why a request was refused (a warning status), once.
 fn answer_refusal(c: &mut Control, sink: &FoxgloveSink) {
     if let Some(why) = c.refused.take() {
-        sink.publish_status(foxglove::websocket::Status::warning(why));
+        sink.publish_status(Status::warning(why));
     }
 }
 
@@ -245,6 +249,8 @@ fn state(c: &Control, did_seek: bool) -> PlaybackState {
 /// Serve the log at `path` until its end (`exit_at_end`), or until Ctrl-C.
 pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, PlaybackError> {
     let speed = check_speed(opts.speed)?;
+    // The log, the standard streams, and the server's sockets.
+    rt::setup::ensure_open_files("rtloop log serve", 16 + super::foxglove::OPEN_FILES)?;
     let cannot_read = |source| PlaybackError::Read { path: path.to_path_buf(), source };
     let file = tlog::reader::open_file(path).map_err(cannot_read)?;
     let reader = FileReader::from_file(file).map_err(cannot_read)?;
@@ -329,7 +335,7 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Play
         },
     )?;
     sink.start(&robot);
-    let mut other: HashMap<u64, Arc<foxglove::RawChannel>> = HashMap::new();
+    let mut other: HashMap<u64, Arc<super::foxglove::server::Channel>> = HashMap::new();
     for r in &records {
         if Some(r.id) == cycle_id || Some(r.id) == event_id || r.name == tlog::realtime::STATS_RECORD {
             continue;
@@ -519,7 +525,7 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Play
     report.problems = problems.into_vec();
     report.refused_requests = refused_requests.load(Ordering::Relaxed);
     for _ in 0..report.refused_requests {
-        sink.note_refused();
+        sink.note_refused_playback();
     }
     report.foxglove = sink.stats();
     Ok(report)

@@ -56,6 +56,11 @@ use std::time::Duration;
 /// `tcp/127.0.0.1:7447`.
 pub const DEFAULT_PORT: u16 = 7447;
 
+/// File descriptors a zenoh session is budgeted: its runtime's threads and pollers, its
+/// listeners, a socket per peer or router (zenoh panics, rather than failing, when it runs out
+/// at start).
+pub const OPEN_FILES: u64 = 64;
+
 /// The longest command accepted on the command key, bytes (`{"command": "zero_velocity"}`
 /// is 29): anything longer is refused unread.
 pub const MAX_COMMAND_BYTES: usize = 256;

@@ -14,7 +14,10 @@ pub(super) struct LoopResult<K: Clock> {
     pub(super) control_late: u64,
     pub(super) interrupted: bool,
     pub(super) ended_by_controller: bool,
-    pub(super) wall_s: f64,
+    /// Wall-clock seconds of the loop (its periods and shutdown cycles).
+    pub(super) loop_wall_s: f64,
+    /// When the loop started (the summary's `wall_s` runs from here to the summary).
+    pub(super) loop_started: Instant,
     pub(super) shutdown_cycles: u64,
     pub(super) replies: Vec<ServoReply>,
     /// The last command each servo was sent.
@@ -138,13 +141,13 @@ pub(super) fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
     let shutdown_cycles = cl.shut_down(shutdown, lp.next_index());
     // --- end of real-time section ---
     (hooks.leave_rt)();
-    let wall_s = wall_start.elapsed().as_secs_f64();
+    let loop_wall_s = wall_start.elapsed().as_secs_f64();
     cl.stop_controller(start, lp.next_index());
     let mut periodic = lp.stats();
     // The last cycle's overrun may skip periods that lie past the end of the run: they were
     // never part of it, and `cycles + skipped_periods` is the run's period count at most.
     periodic.skipped_periods = periodic.skipped_periods.min(total_periods.saturating_sub(periodic.cycles));
-    cl.into_result(periodic, ending, wall_s, shutdown_cycles, start)
+    cl.into_result(periodic, ending, (wall_start, loop_wall_s), shutdown_cycles, start)
 }
 
 /// A stop asked for from outside the loop: a signal, the caller, the operator.
@@ -441,7 +444,13 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
                 return Ending::default();
             }
             if self.cycle(lp, &tick, start) == Flow::Stop {
-                return Ending { interrupted: false, ended_by_controller: true };
+                // A control law that stops because a stop was asked for (a lockstep agent
+                // spine, woken from its wait by Ctrl-C) did not end the run: the stop did.
+                return if stop() {
+                    Ending { interrupted: true, ended_by_controller: false }
+                } else {
+                    Ending { interrupted: false, ended_by_controller: true }
+                };
             }
             if self.physics_failed() {
                 return Ending::default();
@@ -688,7 +697,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         self,
         periodic: rt::periodic::LoopStats,
         ending: Ending,
-        wall_s: f64,
+        (loop_started, loop_wall_s): (Instant, f64),
         shutdown_cycles: u64,
         start_ns: u64,
     ) -> LoopResult<K> {
@@ -702,7 +711,8 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             control_late: self.counts.control_late,
             interrupted: ending.interrupted,
             ended_by_controller: ending.ended_by_controller,
-            wall_s,
+            loop_wall_s,
+            loop_started,
             shutdown_cycles,
             replies: self.replies,
             last_commands: self.commands,

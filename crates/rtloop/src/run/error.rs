@@ -77,6 +77,8 @@ pub enum RunError {
     Agent(crate::agent::AgentError),
     /// The physics could not start: the model, its map, or the coupling.
     Physics(crate::physics::AttachError),
+    /// The process may not open as many files as the run needs (`ulimit -n`).
+    OpenFiles(rt::setup::OpenFilesError),
 }
 
 impl std::fmt::Display for RunError {
@@ -106,6 +108,7 @@ impl std::fmt::Display for RunError {
             RunError::CycleThreadStopped => f.write_str("the cycle thread stopped"),
             RunError::Agent(e) => write!(f, "{e}"),
             RunError::Physics(e) => write!(f, "{e}"),
+            RunError::OpenFiles(e) => write!(f, "{e}"),
         }
     }
 }
@@ -123,6 +126,7 @@ impl std::error::Error for RunError {
             RunError::Bus(e) => Some(e),
             RunError::Live(e) => Some(e),
             RunError::Physics(e) => Some(e),
+            RunError::OpenFiles(e) => Some(e),
             _ => None,
         }
     }

@@ -55,6 +55,11 @@ pub use options::{Hooks, Notice, Progress, ProgressFigures, RunOptions};
 use setup::*;
 pub use summary::*;
 
+/// File descriptors a run holds besides its live publishers: the standard streams, the
+/// log, `/dev/cpu_dma_latency`, the buses (a pty, a socket or a spidev each), an agent
+/// segment, the runtime's own — with room to spare.
+pub const RUN_OPEN_FILES: u64 = 64;
+
 /// Query cycles at most before the first command, to measure where every joint is.
 const START_QUERIES: usize = 10;
 

@@ -241,6 +241,9 @@ where
     K: Clock + Clone + Send + 'static,
     T: TimeSource + Send + 'static,
 {
+    // First: a signal while the robot is opened (a physics model loading and settling for up
+    // to a second) is heard after it, and the run ends with its summary.
+    crate::signals::install();
     let lockstep = opts.config.sim.lockstep;
     let mut notify = std::mem::replace(&mut hooks.notice, Box::new(|_: &Notice| {}));
     let config = opts.config.clone();
@@ -253,6 +256,11 @@ where
     if robot_spec.servo_count() > MAX_SERVOS {
         return Err(RunError::TooManyServos { configured: robot_spec.servo_count() });
     }
+    // Before anything is opened: enough file descriptors for everything the run holds.
+    let files = RUN_OPEN_FILES
+        + config.live.open_files()
+        + crate::live::LiveConfig::SINK_OPEN_FILES * hooks.publishers.len() as u64;
+    rt::setup::ensure_open_files("this run", files).map_err(RunError::OpenFiles)?;
     let strict = config.realtime.strict;
     let mut warnings = Vec::new();
     if let Some(w) = model_warning(&config) {
@@ -273,7 +281,6 @@ where
     let bus_numbers: Vec<u8> = robot_spec.buses.iter().map(|b| b.bus).collect();
     let buses = robot.cycler().bus_count();
     let n = servos.len();
-    crate::signals::install();
 
     // `auto` outside lockstep: what it could not get is told in one warning, after the cycle
     // thread has tried the rest.
@@ -380,8 +387,10 @@ where
     let result = handle.join().map_err(|_| RunError::CycleThreadPanicked)?.ok_or(RunError::CycleThreadStopped)?;
     let cpu_dma_latency_held = cpu_dma_latency.is_some();
     drop(cpu_dma_latency);
+    let loop_started = result.loop_started;
     let (log, live) = finish_telemetry(log_thread, opts.log.as_ref(), &fanout, live_every, &hooks_remote)?;
     let mut summary = summarize(&config, &servos, &bus_numbers, buses, result, &applied, seed);
+    summary.wall_s = loop_started.elapsed().as_secs_f64();
     if let Some(problem) = log.as_ref().and_then(LogSummary::problem) {
         summary.problems.push(problem);
         summary.status = Status::Degraded;

@@ -269,9 +269,13 @@ pub struct RunSummary {
     /// Lockstep: time was simulated (one period per cycle, as fast as the controller
     /// allowed); `elapsed_s`, `rate_hz`, the latencies and the event times are simulated.
     pub lockstep: bool,
-    /// Wall-clock seconds the loop took (in lockstep, far less than `elapsed_s` when the
-    /// controller keeps up).
+    /// Wall-clock seconds from the start of the loop to this summary: the loop, its shutdown
+    /// cycles, and closing the log and the live publishers (bounded, whatever a viewer does).
     pub wall_s: f64,
+    /// Wall-clock seconds of the loop alone, its shutdown cycles included (in lockstep, far
+    /// less than `elapsed_s` when the controller keeps up): what a rate of simulated time per
+    /// wall second is computed from.
+    pub loop_wall_s: f64,
     /// The controller ended the run ([`crate::controller::Flow::Stop`]).
     pub ended_by_controller: bool,
     /// Cycles run after the loop (not in `cycles`, but logged like every cycle): the shutdown
@@ -575,7 +579,8 @@ pub(super) fn summarize<K: Clock>(
         model_cycle_us: sim::model::predict(&model_of_run(config)).total_ns as f64 / 1000.0,
         ended_by_controller: result.ended_by_controller,
         lockstep: config.sim.lockstep,
-        wall_s: result.wall_s,
+        wall_s: result.loop_wall_s,
+        loop_wall_s: result.loop_wall_s,
         interrupted: result.interrupted,
         shutdown_cycles: result.shutdown_cycles,
         control_late: result.control_late,

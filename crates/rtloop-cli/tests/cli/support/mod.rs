@@ -235,10 +235,22 @@ impl Session {
 
     /// Send it SIGINT (Ctrl-C): `rtloop run` ends its run as the user's Ctrl-C does.
     pub fn interrupt(&self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGINT,
-        );
+        self.signal(nix::sys::signal::Signal::SIGINT);
+    }
+
+    /// Send it `sig`.
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        let _ = nix::sys::signal::kill(self.pid(), sig);
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> nix::unistd::Pid {
+        nix::unistd::Pid::from_raw(self.child.id() as i32)
+    }
+
+    /// Its stderr so far, as text.
+    pub fn stderr_so_far(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
     }
 
     /// Wait for it to exit, at most `limit` more; kill its process group at the limit.
@@ -465,6 +477,11 @@ impl Drop for SimProcess {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A TCP port free on loopback now.
+pub fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Wait (bounded) until `cond` holds.

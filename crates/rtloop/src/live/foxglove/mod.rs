@@ -1,7 +1,7 @@
 //! The Foxglove WebSocket server of `rtloop run --foxglove` and `rtloop log serve`: the
-//! official `foxglove` SDK's server (subprotocols `foxglove.sdk.v1` / `.v1.1`), behind a
-//! front door of ours that also lets in clients offering the old name,
-//! `foxglove.websocket.v1` ([`super::subprotocol`]); JSON messages with JSON schemas, one
+//! Foxglove WebSocket protocol (subprotocols `foxglove.sdk.v1` and its original name
+//! `foxglove.websocket.v1`; [`protocol`]) served by a server of ours on `tokio-tungstenite`
+//! ([`server`], which says why not the Foxglove SDK's); JSON messages with JSON schemas, one
 //! channel per message kind and per servo.
 //!
 //! **Channels** (advertised at [`LiveSink::start`]): `/cycle` (`rtloop.CycleTiming`),
@@ -14,35 +14,31 @@
 //! **Threads and drops.** The telemetry thread (which also writes the log file) only moves
 //! each cycle into a bounded queue ([`QUEUE_LEN`] items; `try_send`, never waiting): a full
 //! queue drops the item and counts its messages in `dropped`. A publisher thread of ours
-//! serialises into reused buffers and hands each message to the SDK, which queues it per
-//! client (`message_backlog_size`) and, when a client does not read, drops that client's
-//! oldest message. The SDK 0.30 does not say how many it dropped there: what it does report
-//! (a "full outbox" line, at most one per 30 s for the whole process) is counted as
-//! `detail.slow_client_reports` — a sign that some client lost messages, not a count.
+//! serialises into reused buffers and queues each message for every client subscribed to its
+//! channel; a client whose queue is full ([`server::CLIENT_QUEUE_BYTES`]) loses that message,
+//! counted in `dropped` and `detail.client_queue_dropped` — exact counts, per message.
 //!
-//! **Refused input.** The SDK answers a malformed client message, a subscription to an
-//! unknown channel, a request for a capability we do not offer, … with an error status to
-//! that client and a `tracing` event; a failed handshake or a broken frame with a `tracing`
-//! event. Its listener reports none of these, so the server's own runtime threads (and the
-//! publisher thread) carry a thread-scoped `tracing` subscriber of ours that counts those
-//! events into `refused` and `detail` — per server, never process-wide.
+//! **Refused input** is answered with an error status to that client and counted in
+//! `refused` and `detail` (see [`server`] for every limit).
 //!
 //! Must never: listen beyond loopback unless asked (`allow_remote`); block the telemetry
 //! thread on a client or on the server (a full queue drops and counts); let a client's
-//! input panic anything or reach the loop.
+//! input panic anything or reach the loop; take longer than [`server::CLOSE_TIMEOUT`] (plus
+//! the linger asked for) to finish, whatever the clients do.
 
-use super::subprotocol::FrontCounts;
+pub mod protocol;
+pub mod server;
+
 use super::{
     CycleTiming, EventMsg, ImuMsg, LiveCycle, LiveError, LiveRobot, LiveSink, LiveStats, Publisher, Quat, Vec3,
 };
 use super::{ServoCommandMsg, ServoStateMsg};
 use crate::live::LiveConfig;
 use crate::telemetry::ServoLog;
-use foxglove::websocket::{Capability, ChannelView, Client, PlaybackControlRequest, PlaybackState, ServerListener};
-use foxglove::{ChannelBuilder, Context, PartialMetadata, RawChannel, Schema, WebSocketServerHandle};
+use protocol::Time;
 use serde::Serialize;
 use serde_json::Value as Json;
-use std::cell::RefCell;
+use server::{Channel, Server};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,13 +46,13 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 
 pub use super::address::{parse_address, AddressError, DEFAULT_ADDRESS};
+pub use protocol::{PlaybackCommand, PlaybackControlRequest, PlaybackState, PlaybackStatus, Status};
+pub use server::PlaybackHandler;
+pub use server::OPEN_FILES;
 
 /// Items (cycles, events) the telemetry thread may queue for the publisher thread before
 /// it drops: 256 cycles is a quarter second at every cycle of 1 kHz.
 pub const QUEUE_LEN: usize = 256;
-
-/// Messages the SDK queues per client before it drops that client's oldest (its default).
-pub const CLIENT_BACKLOG: usize = 1024;
 
 /// Start the server `config.foxglove` names (bound before the run starts, so a taken port
 /// is an error now rather than a silent run without a view).
@@ -123,18 +119,6 @@ pub mod wellknown {
     }
 }
 
-#[derive(Debug, Clone, Copy, Serialize)]
-struct Time {
-    sec: u64,
-    nsec: u32,
-}
-
-impl Time {
-    fn from_ns(ns: u64) -> Self {
-        Time { sec: ns / 1_000_000_000, nsec: (ns % 1_000_000_000) as u32 }
-    }
-}
-
 #[derive(Serialize)]
 struct FrameTransformMsg {
     timestamp: Time,
@@ -166,172 +150,117 @@ fn stamp_ns(stamp_us: i64) -> u64 {
     u64::try_from(stamp_us).unwrap_or(0).saturating_mul(1000)
 }
 
-/// Counters shared by the sink, the publisher thread, the listener and the tracing hook.
+/// Counters shared by the sink, the publisher thread and the server's tasks.
 #[derive(Debug, Default)]
-struct Counters {
+pub(crate) struct Counters {
     cycles: AtomicU64,
     events: AtomicU64,
     messages: AtomicU64,
     dropped: AtomicU64,
-    refused: AtomicU64,
     errors: AtomicU64,
     detail: [AtomicU64; DETAIL.len()],
 }
 
-/// The names of `LiveStats::detail`, in the order of `Counters::detail`.
-const DETAIL: [&str; 14] = [
-    "clients_connected",
-    "clients_disconnected",
-    "subscriptions",
-    "unsubscriptions",
-    "refused_malformed",
-    "refused_unknown_channel",
-    "refused_unsupported",
-    "refused_other",
-    "handshakes_failed",
-    "receive_errors",
-    "slow_client_reports",
-    "queue_dropped_items",
-    "playback_requests",
-    "clients_legacy_subprotocol",
+/// What each `detail` counter counts, by name, and whether it is a refusal (counted in
+/// `refused` too), in the order of [`Detail`].
+const DETAIL: [(&str, bool); 24] = [
+    ("clients_connected", false),
+    ("clients_disconnected", false),
+    ("clients_legacy_subprotocol", false),
+    ("clients_refused", true),
+    ("connections_refused", true),
+    ("connections_abandoned", false),
+    ("handshakes_timed_out", true),
+    ("handshakes_refused", true),
+    ("subscriptions", false),
+    ("unsubscriptions", false),
+    ("refused_malformed", true),
+    ("refused_unknown_channel", true),
+    ("refused_unsupported", true),
+    ("refused_too_large", true),
+    ("refused_other", true),
+    ("receive_errors", true),
+    ("connection_errors", false),
+    ("client_queue_dropped", false),
+    ("clients_dropped_slow", false),
+    ("clients_closed_hard", false),
+    ("queue_dropped_items", false),
+    ("playback_requests", false),
+    ("accept_errors", false),
+    ("refused_playback", true),
 ];
 
+/// The `detail` counters (see [`DETAIL`] for their names).
 #[derive(Clone, Copy)]
-enum Detail {
+pub(crate) enum Detail {
+    /// Clients whose handshake succeeded.
     ClientsConnected,
+    /// Clients gone (closed by them, by us, or at the end).
     ClientsDisconnected,
-    Subscriptions,
-    Unsubscriptions,
-    RefusedMalformed,
-    RefusedUnknownChannel,
-    RefusedUnsupported,
-    RefusedOther,
-    HandshakesFailed,
-    ReceiveErrors,
-    SlowClientReports,
-    QueueDroppedItems,
-    PlaybackRequests,
+    /// Clients that offered only `foxglove.websocket.v1`.
     ClientsLegacySubprotocol,
-}
-
-impl FrontCounts for Counters {
-    fn handshake_failed(&self) {
-        self.add(Detail::HandshakesFailed, 1);
-        self.refused.fetch_add(1, Ordering::Relaxed);
-    }
-    fn legacy_client(&self) {
-        self.add(Detail::ClientsLegacySubprotocol, 1);
-    }
+    /// Handshakes refused with HTTP 503: [`server::MAX_CLIENTS`] were connected.
+    ClientsRefused,
+    /// Connections closed at once: [`server::MAX_HANDSHAKING`] were in their handshake.
+    ConnectionsRefused,
+    /// Connections closed (or reset) by the peer before a whole handshake: not a refusal.
+    ConnectionsAbandoned,
+    /// Handshakes not complete within [`server::HANDSHAKE_TIMEOUT`].
+    HandshakesTimedOut,
+    /// Handshakes refused: not a WebSocket upgrade, no Foxglove subprotocol offered, a head
+    /// over 64 KiB.
+    HandshakesRefused,
+    /// Subscriptions made.
+    Subscriptions,
+    /// Subscriptions ended by the client.
+    Unsubscriptions,
+    /// Client messages that are not the protocol's.
+    RefusedMalformed,
+    /// Subscriptions to a channel that does not exist.
+    RefusedUnknownChannel,
+    /// Operations this server does not offer (publishing, services, parameters, …).
+    RefusedUnsupported,
+    /// Client messages over [`server::CLIENT_MESSAGE_MAX`] (the connection is closed).
+    RefusedTooLarge,
+    /// Anything else refused (a duplicate subscription, an unknown subscription id).
+    RefusedOther,
+    /// WebSocket protocol violations (the connection is closed).
+    ReceiveErrors,
+    /// Connections reset by the peer after the handshake.
+    ConnectionErrors,
+    /// Messages a client's full queue did not take (also in `dropped`).
+    ClientQueueDropped,
+    /// Clients closed because a control message did not fit their queue.
+    ClientsDroppedSlow,
+    /// Clients still connected [`server::CLOSE_TIMEOUT`] after the close frame: dropped.
+    ClientsClosedHard,
+    /// Items (cycles, events) the telemetry thread's full queue dropped.
+    QueueDroppedItems,
+    /// Playback control requests (`rtloop log serve`).
+    PlaybackRequests,
+    /// Failed accepts (out of file descriptors, …).
+    AcceptErrors,
+    /// Playback requests refused (a speed out of range: `rtloop log serve`).
+    RefusedPlayback,
 }
 
 impl Counters {
-    fn add(&self, d: Detail, n: u64) {
+    pub(crate) fn add(&self, d: Detail, n: u64) {
         self.detail[d as usize].fetch_add(n, Ordering::Relaxed);
     }
     fn get(&self, d: Detail) -> u64 {
         self.detail[d as usize].load(Ordering::Relaxed)
     }
-    /// Count what one SDK `tracing` event says (see the module doc).
-    fn note_sdk_event(&self, level: tracing::Level, text: &str) {
-        let refused = |d: Detail| {
-            self.add(d, 1);
-            self.refused.fetch_add(1, Ordering::Relaxed);
-        };
-        if let Some(rest) =
-            text.strip_prefix("Sending error to client ").or_else(|| text.strip_prefix("Sending warning to client "))
-        {
-            // "<addr>: <the status sent>"
-            let status = rest.split_once(": ").map_or(rest, |(_, s)| s);
-            if status.starts_with("Invalid message") {
-                refused(Detail::RefusedMalformed);
-            } else if status.starts_with("Unknown channel") {
-                refused(Detail::RefusedUnknownChannel);
-            } else if status.contains("does not support") || status.contains("didn't provide") {
-                refused(Detail::RefusedUnsupported);
-            } else {
-                refused(Detail::RefusedOther);
-            }
-        } else if text.starts_with("Dropping client") {
-            refused(Detail::HandshakesFailed);
-        } else if text.starts_with("Error receiving from client") {
-            refused(Detail::ReceiveErrors);
-        } else if text.starts_with("outbox for client") {
-            self.add(Detail::SlowClientReports, 1);
-        } else if level <= tracing::Level::WARN
-            && !text.starts_with("Client ")
-            && !text.starts_with("Received message for unknown channel")
-            && !text.starts_with("Invalid message from")
-            && !text.starts_with("Error sending message to client")
-        {
-            // The refusals above log an error line and then send the status counted above;
-            // a client gone mid-send is not our error. Anything else the SDK calls an error.
-            self.errors.fetch_add(1, Ordering::Relaxed);
-        }
+    /// Every refusal: the sum of the refusal counters.
+    fn refused(&self) -> u64 {
+        DETAIL
+            .iter()
+            .zip(&self.detail)
+            .filter(|((_, refusal), _)| *refusal)
+            .map(|(_, v)| v.load(Ordering::Relaxed))
+            .sum()
     }
 }
-
-/// A `tracing` subscriber that counts the SDK's events (installed per thread, see
-/// [`install_counting`]).
-struct SdkEventCounter(Arc<Counters>);
-
-struct MessageText(String);
-
-impl tracing::field::Visit for MessageText {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            use std::fmt::Write;
-            let _ = write!(self.0, "{value:?}");
-        }
-    }
-}
-
-impl tracing::Subscriber for SdkEventCounter {
-    fn register_callsite(&self, m: &'static tracing::Metadata<'static>) -> tracing::subscriber::Interest {
-        if self.wants(m) {
-            tracing::subscriber::Interest::sometimes()
-        } else {
-            tracing::subscriber::Interest::never()
-        }
-    }
-    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
-        self.wants(m)
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let mut text = MessageText(String::new());
-        event.record(&mut text);
-        self.0.note_sdk_event(*event.metadata().level(), &text.0);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
-impl SdkEventCounter {
-    fn wants(&self, m: &tracing::Metadata<'_>) -> bool {
-        m.is_event() && m.target().starts_with("foxglove")
-    }
-}
-
-thread_local! {
-    static COUNTING: RefCell<Option<tracing::dispatcher::DefaultGuard>> = const { RefCell::new(None) };
-}
-
-/// Count the SDK's events on this thread (until [`uninstall_counting`]).
-fn install_counting(dispatch: &tracing::Dispatch) {
-    let guard = tracing::dispatcher::set_default(dispatch);
-    COUNTING.with(|c| *c.borrow_mut() = Some(guard));
-}
-
-fn uninstall_counting() {
-    COUNTING.with(|c| c.borrow_mut().take());
-}
-
-/// What the app's playback controls ask `rtloop log serve` for.
-pub type PlaybackHandler = Arc<dyn Fn(PlaybackControlRequest) -> Option<PlaybackState> + Send + Sync>;
 
 /// How to start a server.
 #[derive(Default)]
@@ -339,78 +268,50 @@ pub struct ServeOptions {
     /// The name clients show.
     pub name: String,
     /// A log's time range, ns since the epoch, and what to do with the app's playback
-    /// requests: offers the `PlaybackControl` capability.
+    /// requests: offers the `playbackControl` capability.
     pub playback: Option<((u64, u64), PlaybackHandler)>,
-}
-
-struct Listener {
-    counters: Arc<Counters>,
-    playback: Option<PlaybackHandler>,
-}
-
-impl ServerListener for Listener {
-    fn on_subscribe(&self, _client: Client, _channel: ChannelView) {
-        self.counters.add(Detail::Subscriptions, 1);
-    }
-    fn on_unsubscribe(&self, _client: Client, _channel: ChannelView) {
-        self.counters.add(Detail::Unsubscriptions, 1);
-    }
-    fn on_client_connect(&self) {
-        self.counters.add(Detail::ClientsConnected, 1);
-    }
-    fn on_client_disconnect(&self) {
-        self.counters.add(Detail::ClientsDisconnected, 1);
-    }
-    fn on_playback_control_request(&self, request: PlaybackControlRequest) -> Option<PlaybackState> {
-        self.counters.add(Detail::PlaybackRequests, 1);
-        self.playback.as_ref().and_then(|p| p(request))
-    }
 }
 
 /// Every channel of a robot.
 struct Channels {
-    cycle: Arc<RawChannel>,
+    cycle: Arc<Channel>,
     /// (state, command) per servo, in cycle order.
-    servos: Vec<(Arc<RawChannel>, Arc<RawChannel>)>,
-    imu: Option<(Arc<RawChannel>, Arc<RawChannel>)>,
-    events: Arc<RawChannel>,
+    servos: Vec<(Arc<Channel>, Arc<Channel>)>,
+    imu: Option<(Arc<Channel>, Arc<Channel>)>,
+    events: Arc<Channel>,
 }
 
-/// One JSON channel with a JSON schema.
-fn json_channel(ctx: &Arc<Context>, topic: &str, schema: &Json) -> Result<Arc<RawChannel>, LiveError> {
+/// One JSON channel with a JSON schema (named by the schema's `title`).
+fn json_channel(server: &Server, topic: &str, schema: &Json) -> Result<Arc<Channel>, LiveError> {
     let name = schema["title"].as_str().unwrap_or(topic).to_string();
-    let bytes = serde_json::to_vec(schema).map_err(|source| LiveError::Schema { topic: topic.to_string(), source })?;
-    ChannelBuilder::new(topic)
-        .context(ctx)
-        .message_encoding("json")
-        .schema(Schema::new(name, "jsonschema", bytes))
-        .build_raw()
-        .map_err(|source| LiveError::Advertise { topic: topic.to_string(), source })
+    let text =
+        serde_json::to_string(schema).map_err(|source| LiveError::Schema { topic: topic.to_string(), source })?;
+    Ok(server.add_channel(topic, &name, text))
 }
 
 impl Channels {
-    fn advertise(ctx: &Arc<Context>, robot: &LiveRobot) -> Result<Self, LiveError> {
+    fn advertise(server: &Server, robot: &LiveRobot) -> Result<Self, LiveError> {
         use super::schemas;
         let mut servos = Vec::with_capacity(robot.servos.len());
         for &(bus, id) in &robot.servos {
             servos.push((
-                json_channel(ctx, &servo_topic(bus, id, "state"), &schemas::servo_state())?,
-                json_channel(ctx, &servo_topic(bus, id, "command"), &schemas::servo_command())?,
+                json_channel(server, &servo_topic(bus, id, "state"), &schemas::servo_state())?,
+                json_channel(server, &servo_topic(bus, id, "command"), &schemas::servo_command())?,
             ));
         }
         let imu = if robot.imu {
             Some((
-                json_channel(ctx, "/imu", &schemas::imu())?,
-                json_channel(ctx, "/imu/transform", &wellknown::frame_transform())?,
+                json_channel(server, "/imu", &schemas::imu())?,
+                json_channel(server, "/imu/transform", &wellknown::frame_transform())?,
             ))
         } else {
             None
         };
         Ok(Channels {
-            cycle: json_channel(ctx, "/cycle", &schemas::cycle_timing())?,
+            cycle: json_channel(server, "/cycle", &schemas::cycle_timing())?,
             servos,
             imu,
-            events: json_channel(ctx, "/events", &wellknown::log())?,
+            events: json_channel(server, "/events", &wellknown::log())?,
         })
     }
 }
@@ -437,26 +338,26 @@ enum Item {
     },
     /// A message on a channel of the caller's (`rtloop log serve`'s `/log/<record>`).
     Raw {
-        channel: Arc<RawChannel>,
+        channel: Arc<Channel>,
         stamp_us: i64,
         payload: Vec<u8>,
     },
 }
 
-/// The publisher thread: serialise each item into reused buffers, hand it to the SDK.
-fn publish_loop(rx: Receiver<Item>, channels: Channels, counters: Arc<Counters>, dispatch: tracing::Dispatch) {
-    install_counting(&dispatch);
+/// The publisher thread: serialise each item into reused buffers, queue it for the clients.
+fn publish_loop(rx: Receiver<Item>, channels: Channels, server: Arc<Server>, counters: Arc<Counters>) {
     let mut buf: Vec<u8> = Vec::with_capacity(1024);
     let mut text = String::with_capacity(128);
-    let mut send = |channel: &RawChannel, stamp_ns: u64, encode: &dyn Fn(&mut Vec<u8>) -> serde_json::Result<()>| {
+    let mut send = |channel: &Channel, stamp_ns: u64, encode: &dyn Fn(&mut Vec<u8>) -> serde_json::Result<()>| {
         if !channel.has_sinks() {
             return;
         }
         buf.clear();
         match encode(&mut buf) {
             Ok(()) => {
-                channel.log_with_meta(&buf, PartialMetadata::with_log_time(stamp_ns));
-                counters.messages.fetch_add(1, Ordering::Relaxed);
+                if server.publish(channel, stamp_ns, &buf) > 0 {
+                    counters.messages.fetch_add(1, Ordering::Relaxed);
+                }
             }
             Err(_) => {
                 counters.errors.fetch_add(1, Ordering::Relaxed);
@@ -497,16 +398,13 @@ fn publish_loop(rx: Receiver<Item>, channels: Channels, counters: Arc<Counters>,
             }
         }
     }
-    uninstall_counting();
 }
 
 /// The Foxglove server as a [`LiveSink`] (see the module doc).
 pub struct FoxgloveSink {
     addr: SocketAddr,
-    context: Arc<Context>,
     counters: Arc<Counters>,
-    dispatch: tracing::Dispatch,
-    handle: Option<WebSocketServerHandle>,
+    server: Option<Arc<Server>>,
     runtime: Option<tokio::runtime::Runtime>,
     tx: Option<SyncSender<Item>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -522,62 +420,41 @@ impl std::fmt::Debug for FoxgloveSink {
     }
 }
 
+/// Stack of the server's runtime threads: its tasks are small state machines, and under
+/// `mlockall` every byte of a thread's stack is resident.
+const RUNTIME_STACK: usize = 256 * 1024;
+
 impl FoxgloveSink {
-    /// Start serving on `addr` (port 0: any free port; see [`FoxgloveSink::addr`]) with its
-    /// own SDK context and runtime; channels come with [`LiveSink::start`].
+    /// Start serving on `addr` (port 0: any free port; see [`FoxgloveSink::addr`]) on a
+    /// runtime of its own (one worker thread); channels come with [`LiveSink::start`].
     pub fn bind(addr: SocketAddr, options: ServeOptions) -> Result<Self, LiveError> {
         let counters = Arc::new(Counters::default());
-        let dispatch = tracing::Dispatch::new(SdkEventCounter(Arc::clone(&counters)));
-        let on_start = dispatch.clone();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
+            .max_blocking_threads(1)
+            .thread_stack_size(RUNTIME_STACK)
             .thread_name("rtloop-foxglove")
             .enable_all()
-            .on_thread_start(move || install_counting(&on_start))
-            .on_thread_stop(uninstall_counting)
             .build()
             .map_err(LiveError::FoxgloveRuntime)?;
-        // The user's address is the front door's (see `super::subprotocol`): bound first, so a
-        // taken port is the error the user sees; the SDK listens behind it, on loopback only.
-        let front = std::net::TcpListener::bind(addr).map_err(|source| {
+        let listener = std::net::TcpListener::bind(addr).map_err(|source| {
             if source.kind() == std::io::ErrorKind::AddrInUse {
                 LiveError::PortTaken { addr }
             } else {
                 LiveError::CannotBind { addr, source }
             }
         })?;
-        let public = front.local_addr().map_err(|source| LiveError::CannotServe { addr, source })?;
-        let front = front
-            .set_nonblocking(true)
-            .and_then(|()| {
-                let _in_runtime = runtime.enter();
-                tokio::net::TcpListener::from_std(front)
-            })
-            .map_err(|source| LiveError::CannotServe { addr, source })?;
-        let context = Context::new();
-        let mut server = context
-            .websocket_server()
-            .bind("127.0.0.1", 0)
-            .name(options.name)
-            .message_backlog_size(CLIENT_BACKLOG)
-            .tokio_runtime(runtime.handle());
-        let mut playback = None;
-        if let Some(((start, end), handler)) = options.playback {
-            server = server.playback_time_range(start, end).capabilities([Capability::PlaybackControl]);
-            playback = Some(handler);
-        }
-        server = server.listener(Arc::new(Listener { counters: Arc::clone(&counters), playback }));
-        let handle = tracing::dispatcher::with_default(&dispatch, || runtime.block_on(server.start()))
-            .map_err(LiveError::FoxgloveStart)?;
-        let inner = SocketAddr::from(([127, 0, 0, 1], handle.port()));
-        runtime.spawn(super::subprotocol::serve(front, inner, Arc::clone(&counters) as Arc<dyn FrontCounts>));
-        let addr = public;
+        let server = Server::start(
+            &runtime,
+            listener,
+            server::Options { name: options.name, playback: options.playback },
+            Arc::clone(&counters),
+        )
+        .map_err(|source| LiveError::CannotServe { addr, source })?;
         Ok(FoxgloveSink {
-            addr,
-            context,
+            addr: server.addr(),
             counters,
-            dispatch,
-            handle: Some(handle),
+            server: Some(Arc::new(server)),
             runtime: Some(runtime),
             tx: None,
             thread: None,
@@ -593,7 +470,7 @@ impl FoxgloveSink {
 
     /// Clients connected now.
     pub fn client_count(&self) -> usize {
-        self.handle.as_ref().map_or(0, |h| h.client_count())
+        self.server.as_ref().map_or(0, |s| s.client_count())
     }
 
     /// Subscriptions made so far (never fewer than those active now).
@@ -609,20 +486,23 @@ impl FoxgloveSink {
 
     /// Send every client a status message (shown by the app; `rtloop log serve` explains a
     /// refused playback request with one).
-    pub fn publish_status(&self, status: foxglove::websocket::Status) {
-        if let Some(h) = &self.handle {
-            h.publish_status(status);
+    pub fn publish_status(&self, status: Status) {
+        if let Some(s) = &self.server {
+            s.broadcast_status(&status);
         }
     }
 
     /// Advertise a JSON channel of the caller's (`rtloop log serve`'s `/log/<record>`).
-    pub fn advertise_json(&self, topic: &str, schema: &Json) -> Result<Arc<RawChannel>, LiveError> {
-        json_channel(&self.context, topic, schema)
+    pub fn advertise_json(&self, topic: &str, schema: &Json) -> Result<Arc<Channel>, LiveError> {
+        match &self.server {
+            Some(s) => json_channel(s, topic, schema),
+            None => Err(LiveError::Finished),
+        }
     }
 
     /// Queue one JSON message on a channel of [`FoxgloveSink::advertise_json`]'s (counted
     /// as dropped when the queue is full).
-    pub fn publish_raw(&mut self, channel: &Arc<RawChannel>, stamp_us: i64, payload: Vec<u8>) {
+    pub fn publish_raw(&mut self, channel: &Arc<Channel>, stamp_us: i64, payload: Vec<u8>) {
         if !channel.has_sinks() {
             return;
         }
@@ -631,8 +511,8 @@ impl FoxgloveSink {
 
     /// Tell every client where playback is (`rtloop log serve`).
     pub fn broadcast_playback_state(&self, state: PlaybackState) {
-        if let Some(h) = &self.handle {
-            h.broadcast_playback_state(state);
+        if let Some(s) = &self.server {
+            s.broadcast_playback_state(&state);
         }
     }
 
@@ -642,10 +522,9 @@ impl FoxgloveSink {
         self.linger = linger;
     }
 
-    /// Count bad input found outside the SDK (a playback request out of range).
-    pub fn note_refused(&self) {
-        self.counters.refused.fetch_add(1, Ordering::Relaxed);
-        self.counters.add(Detail::RefusedOther, 1);
+    /// Count a playback request refused outside the server (a speed out of range).
+    pub fn note_refused_playback(&self) {
+        self.counters.add(Detail::RefusedPlayback, 1);
     }
 
     fn enqueue(&mut self, item: Item, messages: u64) {
@@ -665,7 +544,8 @@ impl FoxgloveSink {
 
 impl LiveSink for FoxgloveSink {
     fn start(&mut self, robot: &LiveRobot) {
-        let channels = match Channels::advertise(&self.context, robot) {
+        let Some(server) = &self.server else { return };
+        let channels = match Channels::advertise(server, robot) {
             Ok(c) => c,
             Err(_) => {
                 self.counters.errors.fetch_add(1, Ordering::Relaxed);
@@ -675,10 +555,11 @@ impl LiveSink for FoxgloveSink {
         self.per_cycle = 1 + 2 * robot.servos.len() as u64 + if robot.imu { 2 } else { 0 };
         let (tx, rx) = sync_channel(QUEUE_LEN);
         let counters = Arc::clone(&self.counters);
-        let dispatch = self.dispatch.clone();
+        let server = Arc::clone(server);
         match std::thread::Builder::new()
             .name("rtloop-foxglove-pub".into())
-            .spawn(move || publish_loop(rx, channels, counters, dispatch))
+            .stack_size(RUNTIME_STACK)
+            .spawn(move || publish_loop(rx, channels, server, counters))
         {
             Ok(t) => {
                 self.tx = Some(tx);
@@ -713,7 +594,7 @@ impl LiveSink for FoxgloveSink {
     fn stats(&self) -> LiveStats {
         let c = &self.counters;
         let detail: BTreeMap<String, u64> =
-            DETAIL.iter().zip(&c.detail).map(|(k, v)| (k.to_string(), v.load(Ordering::Relaxed))).collect();
+            DETAIL.iter().zip(&c.detail).map(|((k, _), v)| (k.to_string(), v.load(Ordering::Relaxed))).collect();
         LiveStats {
             sink: "foxglove".into(),
             endpoint: format!("ws://{}", self.addr),
@@ -721,12 +602,15 @@ impl LiveSink for FoxgloveSink {
             events: c.events.load(Ordering::Relaxed),
             messages: c.messages.load(Ordering::Relaxed),
             dropped: c.dropped.load(Ordering::Relaxed),
-            refused: c.refused.load(Ordering::Relaxed),
+            refused: c.refused(),
             errors: c.errors.load(Ordering::Relaxed),
             detail,
         }
     }
 
+    /// Bounded: the publisher thread drains a bounded queue without waiting on any client,
+    /// then the clients get the linger and [`server::CLOSE_TIMEOUT`], then every socket is
+    /// dropped.
     fn finish(&mut self) {
         // The publisher thread drains what is queued and ends when the queue closes.
         self.tx = None;
@@ -735,14 +619,16 @@ impl LiveSink for FoxgloveSink {
                 self.counters.errors.fetch_add(1, Ordering::Relaxed);
             }
         }
-        if let Some(h) = self.handle.take() {
-            if h.client_count() > 0 {
-                std::thread::sleep(self.linger);
+        if let (Some(server), Some(runtime)) = (self.server.take(), self.runtime.take()) {
+            if !self.linger.is_zero() {
+                server.drain(self.linger);
             }
-            h.stop().wait_blocking();
-        }
-        if let Some(rt) = self.runtime.take() {
-            rt.shutdown_timeout(std::time::Duration::from_secs(1));
+            // The publisher thread has ended, so this is the last handle.
+            if let Ok(mut server) = Arc::try_unwrap(server) {
+                server.stop(&runtime);
+            }
+            // Drops every task (and with them every socket) without waiting for any.
+            runtime.shutdown_background();
         }
     }
 }
@@ -814,26 +700,15 @@ mod tests {
     }
 
     #[test]
-    fn sdk_events_are_counted_by_what_they_refuse() {
+    fn refusals_add_up_in_refused() {
         let c = Counters::default();
-        use tracing::Level;
-        c.note_sdk_event(Level::DEBUG, "Sending error to client 127.0.0.1:5: Invalid message: expected value");
-        c.note_sdk_event(Level::DEBUG, "Sending error to client 127.0.0.1:5: Unknown channel ID: 99");
-        c.note_sdk_event(
-            Level::DEBUG,
-            "Sending error to client 127.0.0.1:5: Server does not support parameters capability",
-        );
-        c.note_sdk_event(Level::ERROR, "Client 127.0.0.1:5 attempted to subscribe to unknown channel: 99");
-        c.note_sdk_event(Level::ERROR, "Dropping client 127.0.0.1:5: handshake failed");
-        c.note_sdk_event(Level::INFO, "outbox for client 127.0.0.1:5 full");
-        c.note_sdk_event(Level::INFO, "Registered client 127.0.0.1:5");
-        assert_eq!(c.refused.load(Ordering::Relaxed), 4);
-        assert_eq!(c.get(Detail::RefusedMalformed), 1);
-        assert_eq!(c.get(Detail::RefusedUnknownChannel), 1);
-        assert_eq!(c.get(Detail::RefusedUnsupported), 1);
-        assert_eq!(c.get(Detail::HandshakesFailed), 1);
-        assert_eq!(c.get(Detail::SlowClientReports), 1);
-        assert_eq!(c.errors.load(Ordering::Relaxed), 0);
+        assert_eq!(DETAIL.len(), Detail::RefusedPlayback as usize + 1, "one name per counter");
+        c.add(Detail::RefusedMalformed, 2);
+        c.add(Detail::ClientsRefused, 1);
+        c.add(Detail::HandshakesTimedOut, 1);
+        c.add(Detail::ConnectionsAbandoned, 5);
+        c.add(Detail::ClientsConnected, 3);
+        assert_eq!(c.refused(), 4);
     }
 
     #[test]
