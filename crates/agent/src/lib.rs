@@ -27,6 +27,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod agent;
+mod guard;
 pub mod layout;
 pub mod seqlock;
 pub mod shm;
@@ -35,9 +36,10 @@ pub mod validate;
 
 pub use agent::{Agent, AttachError, SpineGone};
 pub use layout::{CommandBlock, Header, RawServoCommand, RawServoState, ServoInfo, StateBlock};
-pub use shm::{monotonic_ns, pid_dead, segment_path, validate_name, NameError};
+pub use shm::{describe_owner, euid, monotonic_ns, pid_dead, segment_path, user_name, validate_name, NameError};
 pub use spine::{
-    Counters, Lockstep, Poll, Spine, SpineConfig, SpineError, VersionMismatch, DEFAULT_ARM_WAIT_NS, DEFAULT_TIMEOUT_NS,
+    Counters, Lockstep, Poll, RefusalCause, Refusals, SegmentLoss, Spine, SpineConfig, SpineError, VersionMismatch,
+    DEFAULT_ARM_WAIT_NS, DEFAULT_TIMEOUT_NS, REFUSAL_CAUSES,
 };
 pub use validate::{validate, CommandError, Limits, PositionFields, ValidCommand};
 
@@ -67,13 +69,6 @@ mod header_atomics {
     pub(crate) unsafe fn version<'a>(base: *mut u8) -> &'a AtomicU32 {
         // SAFETY: in bounds and 4-aligned (offset 8).
         unsafe { AtomicU32::from_ptr(base.add(offset_of!(Header, version)).cast()) }
-    }
-
-    /// # Safety
-    /// As [`agent_pid`].
-    pub(crate) unsafe fn spine_pid<'a>(base: *mut u8) -> &'a AtomicI32 {
-        // SAFETY: in bounds and 4-aligned (offset 76).
-        unsafe { AtomicI32::from_ptr(base.add(offset_of!(Header, spine_pid)).cast()) }
     }
 
     /// Write the whole header with atomic word stores, the magic word last (release).

@@ -316,4 +316,15 @@ pub trait Controller: Send {
     fn stop(&mut self, state: &State<'_>) {
         let _ = state;
     }
+
+    /// What completes the run's summary with what only the control law knows, called once
+    /// on your thread before the run: [`crate::Runtime::run`] calls the function it returns
+    /// with the summary after the run (the agent spine adds what its agent did, and its
+    /// problems in its own words). `None` (the default): nothing to add.
+    fn summarizer(&self) -> Option<Summarizer> {
+        None
+    }
 }
+
+/// Completes a run's summary after the run ([`Controller::summarizer`]).
+pub type Summarizer = Box<dyn FnOnce(&mut crate::RunSummary) + Send>;
