@@ -884,8 +884,9 @@ fn next_token(rng: &mut u64, previous: u64) -> u64 {
     }
 }
 
-/// How long [`inspect_existing`] gives a segment that holds no header yet to get one (a
-/// spine creating it sizes it and writes its header within microseconds), ns.
+/// How long [`inspect_existing`] gives a segment that holds no header yet to get one, when
+/// it looks like a spine's mid-creation (empty, or full-size zeros: a spine sizes it and
+/// writes its header within microseconds), ns.
 const HEADERLESS_SETTLE_NS: u64 = 100_000_000;
 
 /// What an existing segment that may be replaced is.
@@ -935,11 +936,15 @@ fn inspect_existing(name: &str) -> Result<Leftover, SpineError> {
             }
         }
         if got < FROZEN_PREFIX || prefix.iter().all(|&b| b == 0) {
-            if shm::monotonic_ns().saturating_sub(start) < HEADERLESS_SETTLE_NS {
+            // A spine creating its segment shows it empty, then full-size zeros, for
+            // microseconds: give exactly those a moment to become a segment.
+            let size = st.st_size as u64;
+            let creating = size == 0 || size == TOTAL_SIZE as u64;
+            if creating && shm::monotonic_ns().saturating_sub(start) < HEADERLESS_SETTLE_NS {
                 std::thread::sleep(std::time::Duration::from_millis(5));
                 continue;
             }
-            return Ok(Leftover::Headerless(st.st_size as u64));
+            return Ok(Leftover::Headerless(size));
         }
         let word = |at: usize| u64::from_le_bytes(prefix[at..at + 8].try_into().unwrap_or([0; 8]));
         let magic = word(0);
