@@ -21,6 +21,12 @@
 //!   ([`validate()`]) before anything is sent to a servo.
 //! * **follow an agent implicitly**: arming is always an explicit echo of the published arm
 //!   token, the first time and after every timeout.
+//! * **die of a segment changed under it**: any process of the user can truncate the file;
+//!   every mapping is guarded against the SIGBUS that follows (`guard`: a process-wide
+//!   handler maps zero pages over a faulting segment and marks it lost), and
+//!   [`Spine::check_segment`] and [`Agent::segment_lost`] see it with two atomic loads.
+//! * **trust another user's file**: the spine and the agent refuse a segment their effective
+//!   user does not own, naming the owner.
 
 #![warn(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]

@@ -772,6 +772,55 @@ mod tests {
         assert_eq!(limits, Limits::default());
     }
 
+    /// The limits `rtloop run --agent` gives its spine (as `run_agent` in rtloop-cli's
+    /// main.rs sets them), narrowed as [`AgentSpine::create`] narrows them.
+    fn run_limits() -> Limits {
+        let config = crate::config::RunConfig::default();
+        let limits = Limits { max_torque: config.gains.maximum_torque, ..Limits::default() };
+        carried_limits(limits, &crate::cycle_model::command_resolution())
+    }
+
+    #[test]
+    fn the_protocol_doc_states_the_limits_rtloop_run_gives_its_spine() {
+        // docs/agent-protocol.md section 7 said maximum_torque 0 to 10 while every run
+        // refused anything above its [gains] maximum_torque, 8.
+        let doc = include_str!("../../../docs/agent-protocol.md");
+        let table = doc.split("| Field | `rtloop run --agent` accepts |").nth(1).expect("the limits table");
+        let limits = run_limits();
+        let mut checked = Vec::new();
+        for row in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let fields: Vec<&str> = cells[1].split('`').skip(1).step_by(2).collect();
+            let mut range = cells[2].split_whitespace();
+            let lo: f64 = range.next().unwrap().parse().unwrap();
+            assert_eq!(range.next(), Some("to"), "{row}");
+            let hi: f64 = range.next().unwrap().parse().unwrap();
+            for field in fields {
+                let bit = agent::layout::FIELD_NAMES.iter().position(|n| *n == field).unwrap();
+                let mut command = agent::RawServoCommand::QUERY;
+                command.kind = agent::layout::kind::POSITION;
+                command.present = 1 << bit;
+                command.set(bit, 1e12);
+                let Err(CommandError::OutOfRange { min, max, .. }) = agent::validate(&command, &limits) else {
+                    panic!("{field}: 1e12 was not out of range")
+                };
+                assert!(
+                    (min - lo).abs() < 1e-9 && (max - hi).abs() < 1e-9,
+                    "{field}: the doc says {lo} to {hi}, the spine {min} to {max}"
+                );
+                checked.push(field);
+            }
+        }
+        checked.sort_unstable();
+        let mut ranged: Vec<&str> = agent::layout::FIELD_NAMES
+            .iter()
+            .copied()
+            .filter(|f| !matches!(*f, "fixed_voltage_override" | "fixed_current_override" | "ignore_position_bounds"))
+            .collect();
+        ranged.sort_unstable();
+        assert_eq!(checked, ranged, "every field with a range has its row");
+    }
+
     #[test]
     fn a_spine_refuses_a_position_its_commands_cannot_carry() {
         let limits = carried_limits(Limits::default(), &crate::cycle_model::command_resolution());
