@@ -663,11 +663,12 @@ impl Controller for AgentSpine {
                         flow = Flow::Stop;
                     }
                     Lockstep::Stopped => flow = Flow::Stop,
+                    // Handled below, with a free-running poll's.
                     Lockstep::SegmentLost => {}
                 }
             }
         } else {
-            // `Poll::SegmentLost` is handled below, with the lockstep wait's.
+            // `Poll::SegmentLost` is handled below, with a lockstep wait's.
             self.spine.poll_command(agent::monotonic_ns());
         }
         if let Some(loss) = self.spine.check_segment() {

@@ -12,6 +12,7 @@
 //! | [`Controller::start`] | once, after the servos were first queried, before the first command | the cycle thread, before its real-time section | yes |
 //! | [`Controller::cycle`] | once per period, with this cycle's state; its commands go out in the same cycle | the cycle thread, real-time | **no**: no allocation, no lock, no I/O, no formatting |
 //! | [`Controller::stop`] | once, after the last cycle and the shutdown cycle | the cycle thread, after its real-time section | yes |
+//! | [`Controller::summarizer`] | once, before the run; what it returns, once after the run | yours | yes |
 //!
 //! Arming is explicit: before `start` no servo is commanded; a servo the controller leaves
 //! at [`ServoCommand::Query`] (the default each cycle starts from its previous command) is
