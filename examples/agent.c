@@ -18,7 +18,9 @@
  * sleeps 20 µs between looks.
  *
  * Exit status: 0 when the spine goes away (it ended, removed the segment, or died) or on
- * SIGINT/SIGTERM; 1 with a one-line message when it cannot attach; 2 for a usage error.
+ * SIGINT/SIGTERM; 1 with a one-line message when it cannot attach, or when another process
+ * truncated the segment under it (the header's SIGBUS guard keeps it alive to say so); 2
+ * for a usage error.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -111,6 +113,7 @@ int main(int argc, char **argv) {
     int have_state = 0;
     uint64_t last_cycle = 0;
     uint64_t last_gone_check = 0;
+    int gone = 0; /* why the spine is gone: rtloop_agent_spine_gone's answer */
     unsigned idle_looks = 0;
     while (!stop_requested) {
         /* Nothing new published since the last state read: look again (cheaply). */
@@ -122,7 +125,7 @@ int main(int argc, char **argv) {
             uint64_t now = now_ns();
             if (now - last_gone_check > 10000000ull) { /* every 10 ms: two system calls */
                 last_gone_check = now;
-                if (rtloop_agent_spine_gone(&agent, &state)) {
+                if ((gone = rtloop_agent_spine_gone(&agent, &state)) != 0) {
                     break;
                 }
             }
@@ -133,7 +136,7 @@ int main(int argc, char **argv) {
         }
         if (rtloop_agent_read_state(&agent, &state) != 0) {
             /* Only a spine that died mid-write leaves the block torn. */
-            if (rtloop_agent_spine_gone(&agent, &state)) {
+            if ((gone = rtloop_agent_spine_gone(&agent, &state)) != 0) {
                 break;
             }
             continue;
@@ -144,7 +147,7 @@ int main(int argc, char **argv) {
         uint64_t now = now_ns();
         if (now - last_gone_check > 10000000ull) { /* every 10 ms: two system calls */
             last_gone_check = now;
-            if (rtloop_agent_spine_gone(&agent, &state)) {
+            if ((gone = rtloop_agent_spine_gone(&agent, &state)) != 0) {
                 break;
             }
         }
@@ -164,11 +167,19 @@ int main(int argc, char **argv) {
             sleep_us(20);
         }
     }
+    int status = 0;
     if (stop_requested) {
         fprintf(stderr, "agent: stopped by a signal; exiting\n");
+    } else if (gone == 4) {
+        /* The guard kept the agent alive through the SIGBUS; the spine ends its run too. */
+        fprintf(stderr,
+                "agent: /dev/shm/rtloop-%s was truncated (or replaced) by another process, so the spine ends its run; "
+                "never write to /dev/shm/rtloop-%s while a spine runs\n",
+                name, name);
+        status = 1;
     } else {
         fprintf(stderr, "agent: the spine is gone after cycle %llu; exiting\n", (unsigned long long)state.cycle);
     }
     rtloop_agent_detach(&agent);
-    return 0;
+    return status;
 }

@@ -188,7 +188,8 @@ class AgentBusy(RuntimeError):
     pid: int
 
 class SpineGone(RuntimeError):
-    """The spine went away: ``reason`` is "ended", "unlinked" or "dead"."""
+    """The spine went away: ``reason`` is "ended", "unlinked", "dead" or "lost" (another
+    process truncated the segment under the agent; the spine ends its run too)."""
 
     reason: str
 

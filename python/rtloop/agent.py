@@ -61,8 +61,10 @@ class Agent(_rtloop.Agent):
         RuntimeError: ``/dev/shm/rtloop-NAME`` is not an rtloop agent segment (wrong magic
             or sizes), or not a regular file at all (e.g. a FIFO another user made there:
             refused at once, never waited on).
-        OSError: the segment cannot be opened or mapped (e.g. ``PermissionError`` when it
-            belongs to another user).
+        PermissionError: the segment belongs to another user than this process's effective
+            user (refused at once, whoever can read it: a spine of yours makes its segment
+            yours, mode 0600).
+        OSError: the segment cannot be opened or mapped.
 
     **Arming.** The spine follows an agent only after the agent echoes the arm token it
     publishes — at the start, and again after every timeout (the agent was silent for longer
@@ -84,6 +86,13 @@ class Agent(_rtloop.Agent):
     **Threads.** Every method may be called from any thread; a wait in one thread does not
     block a command from another (``await agent.next()`` runs in a worker thread).
 
+    **A segment truncated under the agent.** Any process of your user can truncate
+    ``/dev/shm/rtloop-NAME``; the next access past its new end would kill the process with
+    SIGBUS. The agent installs a SIGBUS guard (once per process, chained to any handler
+    installed before, Python's faulthandler included) that gives the mapping zero pages
+    instead: the agent survives, and :meth:`wait_next` raises :class:`SpineGone` with
+    ``.reason`` "lost".
+
     Closing (:meth:`close`, or leaving a ``with`` block) detaches: another agent may attach.
     """
 
@@ -100,11 +109,17 @@ class Agent(_rtloop.Agent):
 
         The iteration simply ends when the spine ends, removes its segment or dies; call
         :meth:`state` afterwards for the last state it published.
+
+        Raises:
+            SpineGone: with ``.reason`` "lost": another process truncated the segment under
+                the agent (the spine ends its run too) — not a run that ended as it should.
         """
         while True:
             try:
                 state = self.wait_next()
-            except SpineGone:
+            except SpineGone as gone:
+                if gone.reason == "lost":
+                    raise
                 return
             if state is not None:
                 yield state
@@ -161,7 +176,8 @@ class Agent(_rtloop.Agent):
         The callback returns a mapping of :meth:`command` keyword arguments (sent as one
         command for that state), or ``None`` to send only a heartbeat (the previous command
         again). The loop ends when the spine goes away, or after ``duration`` seconds
-        (``None``: no bound). Returns how many states were handled.
+        (``None``: no bound). Returns how many states were handled. A segment lost under the
+        agent (another process truncated it) raises :class:`SpineGone` (``.reason`` "lost").
 
         If the callback raises (or returns something :meth:`command` refuses), nothing more
         is sent and the exception propagates: the spine, no longer hearing from the agent,
@@ -188,7 +204,9 @@ class Agent(_rtloop.Agent):
                     return handled
             try:
                 state = self.wait_next(remaining)
-            except SpineGone:
+            except SpineGone as gone:
+                if gone.reason == "lost":
+                    raise
                 return handled
             if state is None:
                 return handled

@@ -280,7 +280,9 @@ class QuadrupedEnv(gym.Env):
         """The next state, within the timeout; a spine that ended or went silent raises."""
         try:
             state = self._agent.wait_next(self._timeout)
-        except SpineGone:
+        except SpineGone as gone:
+            if gone.reason == "lost":
+                raise self._failed(str(gone)) from None
             raise self._failed("the rtloop spine ended") from None
         if state is None:
             raise self._failed(f"the rtloop spine published nothing for {self._timeout} s")

@@ -53,7 +53,8 @@ pyo3::create_exception!(
     SpineGone,
     PyRuntimeError,
     "The spine went away: `.reason` is \"ended\" (its run ended), \"unlinked\" (its segment \
-     was removed) or \"dead\" (its process died without cleaning up)."
+     was removed), \"dead\" (its process died without cleaning up) or \"lost\" (another \
+     process truncated the segment under the agent, so the spine ends its run too)."
 );
 
 /// Between looks at the segment while waiting, when not busy-polling (as the C agent).
@@ -137,6 +138,12 @@ fn spine_gone_error(py: Python<'_>, name: &str, spine_pid: i32, gone: agent::Spi
                 "the spine of rtloop-{name} (pid {spine_pid}) died without ending its run (its servos stop on their watchdogs); start `rtloop run --agent {name}` again"
             ),
         ),
+        agent::SpineGone::SegmentLost => (
+            "lost",
+            format!(
+                "/dev/shm/rtloop-{name} was truncated (or replaced) by another process, so the spine ends its run; never write to /dev/shm/rtloop-{name} while a spine runs"
+            ),
+        ),
     };
     let err = SpineGone::new_err(message);
     // Setting an attribute on a fresh exception instance cannot fail in practice; if it did,
@@ -174,6 +181,11 @@ fn attach_error(py: Python<'_>, err: AttachError, name: &str, waited: f64) -> Py
             let e = AgentBusy::new_err(AttachError::Busy { name: n, pid }.to_string());
             let _ = e.value(py).setattr("pid", pid);
             e
+        }
+        AttachError::OtherUser { name: n, owner, euid } => {
+            // PermissionError: the segment is not this user's to attach to.
+            let message = AttachError::OtherUser { name: n, owner, euid }.to_string();
+            PyOSError::new_err((libc::EACCES, message, path))
         }
         AttachError::Io { name: n, op, err } => {
             // OSError(errno, message, path) becomes the errno's subclass (PermissionError, …).

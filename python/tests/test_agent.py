@@ -477,3 +477,69 @@ def test_without_auto_arm_commands_are_ignored_until_arm(rtloop_bin):
         assert kinds(summary) == ["agent_armed", "shutdown"], summary["events"]
     finally:
         stop_spine(spine, name)
+
+
+@pytest.mark.parametrize("regrow", [False, True], ids=["truncated", "regrown"])
+def test_a_segment_truncated_under_the_agent_is_spine_gone_lost_and_the_spine_ends_safe(rtloop_bin, regrow):
+    # Any process of the user can truncate /dev/shm/rtloop-NAME (`open(path, "w")` does):
+    # the agent's next access past the new end raised SIGBUS and killed this interpreter,
+    # and the spine died the same way. The guard keeps both alive, and both say so.
+    name = unique("trunc-regrown" if regrow else "trunc")
+    spine = start_spine(rtloop_bin, name, "--duration", "30")
+    try:
+        with rtloop.Agent(name) as agent:
+            seen = 0
+            with pytest.raises(rtloop.SpineGone) as info:
+                for state in agent:
+                    agent.command(**HOLD)
+                    seen += 1
+                    if seen == 50:
+                        open(segment(name), "w").close()
+                        if regrow:
+                            os.truncate(segment(name), 7616)
+            assert info.value.reason == "lost"
+            assert str(info.value) == (
+                f"/dev/shm/rtloop-{name} was truncated (or replaced) by another process, so the spine ends its run; "
+                f"never write to /dev/shm/rtloop-{name} while a spine runs"
+            )
+        code, summary, err = finish(spine)
+        assert code == 1, err
+        assert kinds(summary) == ["agent_armed", "agent_segment_lost", "shutdown"], summary["events"]
+        assert summary["agent"]["segment_lost"] == ("replaced" if regrow else "truncated")
+        assert summary["problems"][0].startswith(f"the agent segment /dev/shm/rtloop-{name} was truncated"), summary
+        assert all(s["commanded"] == "zero-velocity" for s in summary["final"].values()), summary["final"]
+        assert err.strip().splitlines()[-1] == f"rtloop run: {summary['problems'][0]}"
+        assert not segment(name).exists(), "the spine removes its file"
+    finally:
+        stop_spine(spine, name)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to give a segment to user nobody")
+def test_a_segment_of_another_user_is_refused_with_permission_error(rtloop_bin):
+    # Another user's /dev/shm/rtloop-NAME (here: a live spine's, given to nobody) is never a
+    # segment of a spine of ours: root could read and arm it, and did.
+    import pwd
+
+    try:
+        nobody = pwd.getpwnam("nobody")
+        uid, gid, owner = nobody.pw_uid, nobody.pw_gid, f"user nobody (uid {nobody.pw_uid})"
+    except KeyError:
+        uid, gid, owner = 65534, 65534, "uid 65534"
+    name = unique("nobody")
+    spine = start_spine(rtloop_bin, name, "--duration", "30")
+    try:
+        deadline = time.monotonic() + 30
+        while not (segment(name).exists() and segment(name).stat().st_size == 7616):
+            assert time.monotonic() < deadline, "the spine made no segment"
+            time.sleep(0.01)
+        os.chown(segment(name), uid, gid)
+        with pytest.raises(PermissionError) as info:
+            rtloop.Agent(name, wait=0)
+        assert str(info.value).startswith(
+            f"[Errno 13] /dev/shm/rtloop-{name} belongs to {owner}, not to this agent's user (uid 0); "
+            "attach only to a spine your own user runs, or use another agent name"
+        ), str(info.value)
+        with open(segment(name), "rb") as f:
+            assert struct.unpack_from("<i", f.read(88), 80)[0] == 0, "it never registered"
+    finally:
+        stop_spine(spine, name)

@@ -12,8 +12,22 @@
  *   rtloop_agent_state_sequence the state's sequence now: unchanged = nothing new to read
  *   rtloop_agent_write_command  write a.command with the next heartbeat (seqlock writer)
  *   rtloop_agent_rearm      echo the spine's arm token when it waits to be armed
- *   rtloop_agent_spine_gone whether the spine ended, removed the segment or died
+ *   rtloop_agent_spine_gone whether the spine ended, removed the segment or died, or the
+ *                           segment was lost (truncated under the agent)
+ *   rtloop_agent_segment_lost whether the segment was truncated (or replaced) under the agent
  *   rtloop_agent_detach     unregister and unmap
+ *
+ * The SIGBUS guard: any process of your user can truncate /dev/shm/rtloop-NAME while it is
+ * mapped, and the next access past its new end raises SIGBUS, whose default action kills
+ * the agent. rtloop_agent_attach therefore installs, once per process (per translation unit
+ * that includes this header), a SIGBUS handler (SA_SIGINFO | SA_ONSTACK) that, for a fault
+ * inside an attached segment, maps zero pages over that segment (one mmap, MAP_FIXED),
+ * marks it lost and returns: the access reads zeros, and rtloop_agent_segment_lost (and so
+ * rtloop_agent_spine_gone, which returns 4) says so. A fault anywhere else goes to the
+ * handler that was installed before (or gets the default action), as without the guard.
+ * Install your own SIGBUS handler before the first attach, if you have one, so the guard
+ * chains to it; define RTLOOP_AGENT_NO_GUARD before including this header to do without
+ * the guard (a truncated segment then kills the process with SIGBUS).
  *
  * Define _POSIX_C_SOURCE (200809L or later) before including any system header, or include
  * this header first. Needs glibc 2.34+ or -lrt for shm_open.
@@ -27,6 +41,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdalign.h>
 #include <stdatomic.h>
@@ -320,7 +335,139 @@ typedef struct {
     rtloop_command command;
     uint64_t command_seq; /* the writer's own sequence count (even) */
     int32_t pid;
+    int guard_slot; /* the segment's slot in the SIGBUS guard's table, -1 for none */
 } rtloop_agent;
+
+/* ---- The SIGBUS guard (see the top of this file) ---- */
+
+#if defined(MAP_ANONYMOUS)
+#define RTLOOP__MAP_ANONYMOUS MAP_ANONYMOUS
+#elif defined(__linux__) && (defined(__x86_64__) || defined(__i386__) || defined(__aarch64__) || defined(__arm__) || \
+                             defined(__riscv) || defined(__powerpc__) || defined(__s390__))
+/* Strict POSIX hides MAP_ANONYMOUS; this is Linux's value on these architectures. */
+#define RTLOOP__MAP_ANONYMOUS 0x20
+#else
+#error "define _DEFAULT_SOURCE before including rtloop_agent.h, so that <sys/mman.h> defines MAP_ANONYMOUS"
+#endif
+
+/* SA_ONSTACK is XSI: strict POSIX may hide it (the guard then runs on the faulting stack). */
+#if defined(SA_ONSTACK)
+#define RTLOOP__SA_ONSTACK SA_ONSTACK
+#else
+#define RTLOOP__SA_ONSTACK 0
+#endif
+
+/* Segments one process (translation unit) can have attached at once. */
+#define RTLOOP_GUARD_SLOTS 16
+
+typedef struct {
+    _Atomic uintptr_t start; /* 0: free; UINTPTR_MAX: being filled in */
+    _Atomic size_t len;
+    _Atomic int lost;
+} rtloop__guard_slot;
+
+static rtloop__guard_slot rtloop__guard_slots[RTLOOP_GUARD_SLOTS];
+static struct sigaction rtloop__guard_previous; /* written once, before the handler exists */
+static _Atomic int rtloop__guard_state;         /* 0 not yet, 1 installing, 2 installed, 3 failed */
+
+/* Hand a fault that is not a segment's to the handler installed before, or take the
+ * default action (the process ends with SIGBUS), as without the guard. */
+static inline void rtloop__guard_chain(int sig, siginfo_t *info, void *context) {
+    const struct sigaction *p = &rtloop__guard_previous;
+    if (p->sa_flags & SA_SIGINFO) {
+        p->sa_sigaction(sig, info, context);
+        return;
+    }
+    if (p->sa_handler == SIG_IGN && info->si_code <= 0) {
+        return; /* a SIGBUS someone sent (kill), ignored as before */
+    }
+    if (p->sa_handler == SIG_DFL || p->sa_handler == SIG_IGN) {
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigemptyset(&dfl.sa_mask);
+        sigaction(SIGBUS, &dfl, NULL);
+        raise(sig); /* blocked while the handler runs: delivered, by default, on return */
+        return;
+    }
+    p->sa_handler(sig);
+}
+
+/* The handler: async-signal-safe (atomics, mmap, sigaction, raise only). */
+static inline void rtloop__guard_on_sigbus(int sig, siginfo_t *info, void *context) {
+    uintptr_t addr = (uintptr_t)info->si_addr;
+    for (int i = 0; i < RTLOOP_GUARD_SLOTS; i++) {
+        rtloop__guard_slot *s = &rtloop__guard_slots[i];
+        uintptr_t start = atomic_load_explicit(&s->start, memory_order_acquire);
+        if (start == 0 || start == UINTPTR_MAX) {
+            continue;
+        }
+        size_t len = atomic_load_explicit(&s->len, memory_order_relaxed);
+        if (addr < start || addr - start >= len) {
+            continue;
+        }
+        int saved = errno;
+        void *p = mmap((void *)start, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | RTLOOP__MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        errno = saved;
+        if (p != MAP_FAILED) {
+            atomic_store_explicit(&s->lost, 1, memory_order_release);
+            return;
+        }
+        break;
+    }
+    rtloop__guard_chain(sig, info, context);
+}
+
+/* Install the handler once; 0 when it is in place. */
+static inline int rtloop__guard_install(void) {
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&rtloop__guard_state, &expected, 1)) {
+        struct sigaction action;
+        int ok = sigaction(SIGBUS, NULL, &rtloop__guard_previous) == 0;
+        if (ok) {
+            memset(&action, 0, sizeof action);
+            action.sa_sigaction = rtloop__guard_on_sigbus;
+            action.sa_flags = SA_SIGINFO | RTLOOP__SA_ONSTACK;
+            sigemptyset(&action.sa_mask);
+            ok = sigaction(SIGBUS, &action, NULL) == 0;
+        }
+        atomic_store(&rtloop__guard_state, ok ? 2 : 3);
+    }
+    int state;
+    while ((state = atomic_load(&rtloop__guard_state)) == 1) {
+    }
+    return state == 2 ? 0 : -1;
+}
+
+/* Guard [start, start + len): a slot index, or -1 (the table is full, or no handler). */
+static inline int rtloop__guard_register(void *start, size_t len) {
+#ifdef RTLOOP_AGENT_NO_GUARD
+    (void)start;
+    (void)len;
+    return -1;
+#else
+    if (rtloop__guard_install() != 0) {
+        return -1;
+    }
+    for (int i = 0; i < RTLOOP_GUARD_SLOTS; i++) {
+        rtloop__guard_slot *s = &rtloop__guard_slots[i];
+        uintptr_t expected = 0;
+        if (atomic_compare_exchange_strong(&s->start, &expected, UINTPTR_MAX)) {
+            atomic_store_explicit(&s->len, len, memory_order_relaxed);
+            atomic_store_explicit(&s->lost, 0, memory_order_relaxed);
+            atomic_store_explicit(&s->start, (uintptr_t)start, memory_order_release);
+            return i;
+        }
+    }
+    return -1;
+#endif
+}
+
+static inline void rtloop__guard_release(int slot) {
+    if (slot >= 0 && slot < RTLOOP_GUARD_SLOTS) {
+        atomic_store_explicit(&rtloop__guard_slots[slot].start, (uintptr_t)0, memory_order_release);
+    }
+}
 
 /* Return codes of rtloop_agent_attach. */
 enum {
@@ -398,6 +545,7 @@ static inline int rtloop__pid_dead(int32_t pid) {
 static inline int rtloop_agent_attach(rtloop_agent *a, const char *name, char *err, size_t errlen) {
     memset(a, 0, sizeof *a);
     a->fd = -1;
+    a->guard_slot = -1;
     if (!rtloop__name_ok(name)) {
         snprintf(err, errlen, "agent name \"%s\" is invalid: use 1 to 64 characters from A-Z, a-z, 0-9, '_' and '-'",
                  name);
@@ -436,6 +584,23 @@ static inline int rtloop_agent_attach(rtloop_agent *a, const char *name, char *e
         close(fd);
         return RTLOOP_ERROR;
     }
+    /* Another user's file is never a segment of a spine of ours (a spine makes its own, mode
+     * 0600): refused before anything is read from it or written into it. */
+    if (st.st_uid != geteuid()) {
+        char owner[96];
+        struct passwd pw, *found = NULL;
+        char buf[1024];
+        if (getpwuid_r(st.st_uid, &pw, buf, sizeof buf, &found) == 0 && found != NULL && pw.pw_name != NULL) {
+            snprintf(owner, sizeof owner, "user %.48s (uid %lu)", pw.pw_name, (unsigned long)st.st_uid);
+        } else {
+            snprintf(owner, sizeof owner, "uid %lu", (unsigned long)st.st_uid);
+        }
+        snprintf(err, errlen,
+                 "/dev/shm/rtloop-%s belongs to %s, not to this agent's user (uid %lu); attach only to a spine your own user runs, or use another agent name",
+                 name, owner, (unsigned long)geteuid());
+        close(fd);
+        return RTLOOP_ERROR;
+    }
     if (st.st_size == 0) {
         snprintf(err, errlen, "the spine is still creating /dev/shm/rtloop-%s; retry in a moment", name);
         close(fd);
@@ -454,6 +619,18 @@ static inline int rtloop_agent_attach(rtloop_agent *a, const char *name, char *e
         close(fd);
         return RTLOOP_ERROR;
     }
+    /* Guarded from here on: a file that shrinks under the mapping cannot kill the agent. */
+    a->guard_slot = rtloop__guard_register(map, len);
+#ifndef RTLOOP_AGENT_NO_GUARD
+    if (a->guard_slot < 0) {
+        snprintf(err, errlen,
+                 "cannot guard /dev/shm/rtloop-%s against SIGBUS: %d segments are attached already, or sigaction failed; detach one first",
+                 name, RTLOOP_GUARD_SLOTS);
+        munmap(map, len);
+        close(fd);
+        return RTLOOP_ERROR;
+    }
+#endif
     rtloop_header *h = (rtloop_header *)map;
     int rc = RTLOOP_ERROR;
     uint64_t magic = atomic_load_explicit((_Atomic uint64_t *)&h->magic, memory_order_acquire);
@@ -555,6 +732,8 @@ static inline int rtloop_agent_attach(rtloop_agent *a, const char *name, char *e
     a->command.servo_count = a->header.servo_count;
     return RTLOOP_OK;
 fail:
+    rtloop__guard_release(a->guard_slot);
+    a->guard_slot = -1;
     munmap(map, len);
     close(fd);
     return rc;
@@ -593,9 +772,25 @@ static inline int rtloop_agent_rearm(rtloop_agent *a, const rtloop_state *s) {
     return 0;
 }
 
-/* Nonzero when the spine is gone: 1 ended, 2 segment removed, 3 spine process dead. */
+/* Nonzero when the segment was lost under the agent: another process truncated it (the
+ * guard then gave this mapping zero pages instead of letting SIGBUS kill the agent), or
+ * truncated and grew it again (its magic word is gone). Two atomic loads, no system call. */
+static inline int rtloop_agent_segment_lost(const rtloop_agent *a) {
+    /* Touch the last word: a file that shrank below it faults here, and the guard takes it. */
+    (void)atomic_load_explicit((_Atomic uint64_t *)(void *)(a->map + RTLOOP_TOTAL_SIZE - 8), memory_order_relaxed);
+    if (a->guard_slot >= 0 && atomic_load_explicit(&rtloop__guard_slots[a->guard_slot].lost, memory_order_acquire)) {
+        return 1;
+    }
+    return atomic_load_explicit((_Atomic uint64_t *)(void *)a->map, memory_order_relaxed) != RTLOOP_MAGIC;
+}
+
+/* Nonzero when the spine is gone: 1 ended, 2 segment removed, 3 spine process dead, 4 the
+ * segment was lost (truncated or replaced under the agent; the spine ends its run too). */
 static inline int rtloop_agent_spine_gone(const rtloop_agent *a, const rtloop_state *s) {
     struct stat st;
+    if (rtloop_agent_segment_lost(a)) {
+        return 4;
+    }
     if (s->status == RTLOOP_STATUS_ENDED) {
         return 1;
     }
@@ -614,6 +809,8 @@ static inline void rtloop_agent_detach(rtloop_agent *a) {
         _Atomic int32_t *slot = (_Atomic int32_t *)&((rtloop_header *)a->map)->agent_pid;
         int32_t me = a->pid;
         atomic_compare_exchange_strong(slot, &me, 0);
+        rtloop__guard_release(a->guard_slot); /* before the range can be reused */
+        a->guard_slot = -1;
         munmap(a->map, RTLOOP_TOTAL_SIZE);
         a->map = NULL;
     }

@@ -35,6 +35,16 @@ pub enum AttachError {
         /// What it is instead ("is a FIFO (named pipe), not a regular file").
         what: &'static str,
     },
+    /// The segment belongs to another user than this agent's effective user: whoever made
+    /// it, it is not a spine of this user's (a spine makes its segment 0600, its own).
+    OtherUser {
+        /// The agent name.
+        name: String,
+        /// The owner, as [`crate::describe_owner`] names it ("user nobody (uid 65534)").
+        owner: String,
+        /// This agent's effective uid.
+        euid: u32,
+    },
     /// The segment is smaller than this agent's layout needs.
     TooSmall {
         /// The agent name.
@@ -97,6 +107,11 @@ impl fmt::Display for AttachError {
             AttachError::NotRegular { name, what } => {
                 write!(f, "/dev/shm/rtloop-{name} {what}; remove it if it is yours, or use another agent name")
             }
+            AttachError::OtherUser { name, owner, euid } => write!(
+                f,
+                "/dev/shm/rtloop-{name} belongs to {owner}, not to this agent's user (uid {euid}); attach only to a \
+                 spine your own user runs, or use another agent name"
+            ),
             AttachError::TooSmall { name, size } => write!(
                 f,
                 "/dev/shm/rtloop-{name} is {size} bytes, smaller than an rtloop agent segment ({TOTAL_SIZE}); check the agent name"
@@ -128,6 +143,10 @@ pub enum SpineGone {
     Unlinked,
     /// The spine's process is gone (killed: it could not clean up).
     Dead,
+    /// The segment was lost under the agent: another process truncated it (the guard then
+    /// gave the agent's mapping zero pages instead of letting SIGBUS kill it), or truncated
+    /// and grew it again (its magic word is gone). The spine sees the same and ends its run.
+    SegmentLost,
 }
 
 /// The agent's side of one segment. Dropping it detaches (clears `agent_pid`).
@@ -162,6 +181,12 @@ impl Agent {
         // otherwise read as "not ready", retried for ever.
         if let Some(what) = shm::not_regular(&st) {
             return Err(AttachError::NotRegular { name: name.to_string(), what });
+        }
+        // Another user's file is never a segment of a spine of ours (a spine makes its own,
+        // mode 0600): refused before anything is read from it or written into it.
+        let euid = shm::euid();
+        if st.st_uid != euid {
+            return Err(AttachError::OtherUser { name: name.to_string(), owner: shm::describe_owner(st.st_uid), euid });
         }
         let size = st.st_size as u64;
         if size == 0 {
@@ -339,9 +364,24 @@ impl Agent {
         false
     }
 
-    /// Whether the spine went away, judged from the last state read, the segment's link
-    /// count and the spine's pid (two system calls: call it at a modest rate).
+    /// Whether the segment was lost under the agent ([`SpineGone::SegmentLost`]): truncated
+    /// (an access past its new end faulted, and the guard gave the mapping zero pages) or
+    /// truncated and grown again (the magic word is gone). Two atomic loads, no system call.
+    pub fn segment_lost(&self) -> bool {
+        let truncated = self.map.probe();
+        // SAFETY: the header is mapped (the guard keeps it so); the magic word is only
+        // accessed atomically.
+        let magic = unsafe { &*self.map.ptr().cast::<AtomicU64>() }.load(Ordering::Relaxed);
+        truncated || magic != MAGIC
+    }
+
+    /// Whether the spine went away, judged from the segment ([`Agent::segment_lost`]), the
+    /// last state read, the segment's link count and the spine's pid (two system calls:
+    /// call it at a modest rate).
     pub fn spine_gone(&self) -> Option<SpineGone> {
+        if self.segment_lost() {
+            return Some(SpineGone::SegmentLost);
+        }
         if self.state.status == status::ENDED {
             return Some(SpineGone::Ended);
         }

@@ -21,12 +21,19 @@
 //!   ([`validate()`]) before anything is sent to a servo.
 //! * **follow an agent implicitly**: arming is always an explicit echo of the published arm
 //!   token, the first time and after every timeout.
+//! * **die of a segment changed under it**: any process of the user can truncate the file;
+//!   every mapping is guarded against the SIGBUS that follows (`guard`: a process-wide
+//!   handler maps zero pages over a faulting segment and marks it lost), and
+//!   [`Spine::check_segment`] and [`Agent::segment_lost`] see it with two atomic loads.
+//! * **trust another user's file**: the spine and the agent refuse a segment their effective
+//!   user does not own, naming the owner.
 
 #![warn(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod agent;
+mod guard;
 pub mod layout;
 pub mod seqlock;
 pub mod shm;
@@ -35,9 +42,10 @@ pub mod validate;
 
 pub use agent::{Agent, AttachError, SpineGone};
 pub use layout::{CommandBlock, Header, RawServoCommand, RawServoState, ServoInfo, StateBlock};
-pub use shm::{monotonic_ns, pid_dead, segment_path, validate_name, NameError};
+pub use shm::{describe_owner, euid, monotonic_ns, pid_dead, segment_path, user_name, validate_name, NameError};
 pub use spine::{
-    Counters, Lockstep, Poll, Spine, SpineConfig, SpineError, VersionMismatch, DEFAULT_ARM_WAIT_NS, DEFAULT_TIMEOUT_NS,
+    Counters, Lockstep, Poll, RefusalCause, Refusals, SegmentLoss, Spine, SpineConfig, SpineError, VersionMismatch,
+    DEFAULT_ARM_WAIT_NS, DEFAULT_TIMEOUT_NS, REFUSAL_CAUSES,
 };
 pub use validate::{validate, CommandError, Limits, PositionFields, ValidCommand};
 
@@ -67,13 +75,6 @@ mod header_atomics {
     pub(crate) unsafe fn version<'a>(base: *mut u8) -> &'a AtomicU32 {
         // SAFETY: in bounds and 4-aligned (offset 8).
         unsafe { AtomicU32::from_ptr(base.add(offset_of!(Header, version)).cast()) }
-    }
-
-    /// # Safety
-    /// As [`agent_pid`].
-    pub(crate) unsafe fn spine_pid<'a>(base: *mut u8) -> &'a AtomicI32 {
-        // SAFETY: in bounds and 4-aligned (offset 76).
-        unsafe { AtomicI32::from_ptr(base.add(offset_of!(Header, spine_pid)).cast()) }
     }
 
     /// Write the whole header with atomic word stores, the magic word last (release).

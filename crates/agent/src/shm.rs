@@ -1,5 +1,6 @@
 //! POSIX shared memory: names, opening, mapping, liveness of a pid.
 
+use core::sync::atomic::{AtomicU64, Ordering};
 use std::ffi::CString;
 use std::fmt;
 use std::io;
@@ -84,7 +85,7 @@ pub(crate) fn unlink(name: &str) -> io::Result<()> {
 }
 
 /// `fstat` of an open descriptor.
-pub(crate) fn fstat(fd: &OwnedFd) -> io::Result<libc::stat> {
+pub(crate) fn fstat(fd: &impl AsRawFd) -> io::Result<libc::stat> {
     // SAFETY: an all-zero `stat` is a valid value to overwrite.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
     // SAFETY: `fd` is open, `st` is a valid out-pointer.
@@ -134,14 +135,50 @@ pub fn monotonic_ns() -> u64 {
     (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
 }
 
-/// A shared mapping, unmapped on drop.
+/// This process's effective user id: the only owner an agent or a spine accepts for a
+/// segment.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The name of user `uid` from the user database, if it has one. Not for a hot path (it may
+/// read /etc/passwd or ask NSS).
+pub fn user_name(uid: u32) -> Option<String> {
+    // SAFETY: an all-zero `passwd` is a valid value to overwrite.
+    let mut pw: libc::passwd = unsafe { core::mem::zeroed() };
+    let mut result: *mut libc::passwd = core::ptr::null_mut();
+    let mut buf = vec![0 as libc::c_char; 4096];
+    // SAFETY: every pointer is valid for the call; `buf` outlives the use of `pw`'s strings.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut result) };
+    if rc != 0 || result.is_null() || pw.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: getpwuid_r succeeded: `pw_name` is a NUL-terminated string inside `buf`.
+    let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
+    Some(name.to_string_lossy().into_owned())
+}
+
+/// Who owns a segment, as the refusals name them: "user nobody (uid 65534)", or "uid 4242"
+/// when the user database has no name for it.
+pub fn describe_owner(uid: u32) -> String {
+    match user_name(uid) {
+        Some(user) => format!("user {user} (uid {uid})"),
+        None => format!("uid {uid}"),
+    }
+}
+
+/// A shared mapping of a segment, guarded against the file shrinking under it
+/// ([`crate::guard`]), unmapped on drop.
 pub(crate) struct Mapping {
     ptr: *mut u8,
     len: usize,
+    /// Its slot in the guard's table.
+    slot: usize,
 }
 
 impl Mapping {
-    /// Map `len` bytes of `fd` shared, read-write or read-only.
+    /// Map `len` bytes of `fd` shared, read-write or read-only, and guard them.
     pub(crate) fn new(fd: &OwnedFd, len: usize, writable: bool) -> io::Result<Mapping> {
         let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
         // SAFETY: a fresh mapping at an address of the kernel's choosing; nothing aliases it yet.
@@ -149,19 +186,44 @@ impl Mapping {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(Mapping { ptr: p.cast(), len })
+        match crate::guard::register(p.cast(), len) {
+            Ok(slot) => Ok(Mapping { ptr: p.cast(), len, slot }),
+            Err(e) => {
+                // SAFETY: just mapped, unused.
+                unsafe { libc::munmap(p, len) };
+                Err(e)
+            }
+        }
     }
 
     /// The first byte (page-aligned).
     pub(crate) fn ptr(&self) -> *mut u8 {
         self.ptr
     }
+
+    /// Whether the file shrank under the mapping: the guard replaced it with zero pages
+    /// after an access past the file's end. One atomic load.
+    pub(crate) fn lost(&self) -> bool {
+        crate::guard::lost(self.slot)
+    }
+
+    /// Touch the mapping's last word (a file that shrank below it faults here, and the
+    /// guard takes the fault), then [`Mapping::lost`]. Two atomic loads, no system call.
+    pub(crate) fn probe(&self) -> bool {
+        let last = (self.len / 8).saturating_sub(1) * 8;
+        // SAFETY: `last` is an 8-aligned offset inside the mapping (page-aligned, at least
+        // 8 bytes long); shared words are only accessed atomically.
+        unsafe { (*self.ptr.add(last).cast::<AtomicU64>()).load(Ordering::Relaxed) };
+        self.lost()
+    }
 }
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` are exactly what mmap returned; nothing uses the mapping after
-        // its owner drops it.
+        // Unguard before unmapping: the range may be reused by another mapping at once.
+        crate::guard::release(self.slot);
+        // SAFETY: `ptr`/`len` are exactly what mmap returned (the guard maps over the same
+        // range only); nothing uses the mapping after its owner drops it.
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }

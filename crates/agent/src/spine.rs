@@ -87,6 +87,14 @@ pub enum SpineError {
         /// The owner's pid.
         pid: i32,
     },
+    /// The name is taken by a file of another user: a spine only ever replaces its own
+    /// user's segments.
+    OtherUser {
+        /// The agent name.
+        name: String,
+        /// The owner, as [`shm::describe_owner`] names it ("user nobody (uid 65534)").
+        owner: String,
+    },
     /// Something that is not a live or stale rtloop segment has the name.
     Foreign {
         /// The agent name.
@@ -117,6 +125,11 @@ impl fmt::Display for SpineError {
             SpineError::Owned { name, pid } => {
                 write!(f, "another spine (pid {pid}) owns rtloop-{name}; stop it or pick another --agent name")
             }
+            SpineError::OtherUser { name, owner } => write!(
+                f,
+                "/dev/shm/rtloop-{name} belongs to {owner}, not to this spine's user; pick another --agent name, or \
+                 have {owner} remove it"
+            ),
             SpineError::Foreign { name, why } => write!(
                 f,
                 "/dev/shm/rtloop-{name} exists but {why}; remove it if it is yours, or pick another --agent name"
@@ -148,6 +161,9 @@ pub enum Poll {
     /// The agent's heartbeat stopped for longer than the timeout: the spine went safe just
     /// now and published a new arm token.
     TimedOut,
+    /// The segment was lost under the spine ([`Spine::check_segment`]): nothing was read,
+    /// and the spine no longer follows any command.
+    SegmentLost,
 }
 
 /// What [`Spine::wait_command_for`] ended with.
@@ -167,6 +183,110 @@ pub enum Lockstep {
     /// The spine was waiting to be armed (`WAITING` or `SAFE`) and nothing armed it within
     /// [`SpineConfig::arm_wait_ns`].
     NotArmed,
+    /// The segment was lost under the spine ([`Spine::check_segment`]).
+    SegmentLost,
+}
+
+/// How the segment was lost under the spine ([`Spine::check_segment`]): another process of
+/// the spine's user changed the file's size, which only the spine ever sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentLoss {
+    /// The file became shorter than the segment (truncated): an access past its new end
+    /// faulted, and the guard replaced the spine's mapping with zero pages.
+    Truncated,
+    /// The header's magic word is gone: the file was truncated and grown again (its bytes
+    /// are zeros now), or overwritten.
+    Replaced,
+}
+
+impl SegmentLoss {
+    /// The code an event carries for it: 1 truncated, 2 replaced.
+    pub fn code(self) -> u64 {
+        match self {
+            SegmentLoss::Truncated => 1,
+            SegmentLoss::Replaced => 2,
+        }
+    }
+
+    /// The loss of event code `code` ([`SegmentLoss::code`]).
+    pub fn from_code(code: u64) -> Option<SegmentLoss> {
+        match code {
+            1 => Some(SegmentLoss::Truncated),
+            2 => Some(SegmentLoss::Replaced),
+            _ => None,
+        }
+    }
+
+    /// What happened to `/dev/shm/rtloop-NAME`, to follow the path in a sentence.
+    pub fn what(self) -> &'static str {
+        match self {
+            SegmentLoss::Truncated => "was truncated",
+            SegmentLoss::Replaced => "was truncated and grown again, or overwritten,",
+        }
+    }
+}
+
+/// Distinct refusal causes [`Refusals`] keeps (the first of each); refusals of further
+/// causes are only counted, in [`Refusals::other`].
+pub const REFUSAL_CAUSES: usize = 4;
+
+/// One cause of refusals: the first refusal of its kind, and how many share it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RefusalCause {
+    /// The first refusal of this cause, typed: which field, its value, the limit.
+    pub first: CommandError,
+    /// The servo slot it was for.
+    pub servo: usize,
+    /// Refusals of this cause (same kind of error, same field), the first included.
+    pub count: u64,
+}
+
+/// What validation refused, kept in fixed-size storage as it happens (no allocation, no
+/// formatting): per servo slot, per cause, and in how many cycles.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Refusals {
+    /// Refused commands per servo slot.
+    pub per_servo: [u64; MAX_SERVOS],
+    /// Cycles with at least one refusal.
+    pub cycles: u64,
+    /// The distinct causes in the order first seen, at most [`REFUSAL_CAUSES`].
+    pub causes: [Option<RefusalCause>; REFUSAL_CAUSES],
+    /// Refusals whose cause did not fit in `causes`.
+    pub other: u64,
+}
+
+impl Default for Refusals {
+    fn default() -> Self {
+        Refusals { per_servo: [0; MAX_SERVOS], cycles: 0, causes: [None; REFUSAL_CAUSES], other: 0 }
+    }
+}
+
+impl Refusals {
+    /// Count one refusal of `error` for servo slot `servo`.
+    fn note(&mut self, servo: usize, error: &CommandError) {
+        if let Some(n) = self.per_servo.get_mut(servo) {
+            *n += 1;
+        }
+        for slot in &mut self.causes {
+            match slot {
+                Some(cause) if cause.first.same_cause(error) => {
+                    cause.count += 1;
+                    return;
+                }
+                Some(_) => {}
+                None => {
+                    *slot = Some(RefusalCause { first: *error, servo, count: 1 });
+                    return;
+                }
+            }
+        }
+        self.other += 1;
+    }
+
+    /// The causes recorded.
+    pub fn causes(&self) -> impl Iterator<Item = &RefusalCause> {
+        self.causes.iter().flatten()
+    }
 }
 
 /// The header's `agent_version` is not this spine's: an agent of another protocol version
@@ -243,6 +363,10 @@ pub struct Spine {
     rng: u64,
     counters: Counters,
     last_rejected_cycle: Option<u64>,
+    /// What validation refused, by servo and cause.
+    refusals: Refusals,
+    /// The segment was lost under the spine (sticky: once lost, always lost).
+    lost: Option<SegmentLoss>,
     /// Lockstep: how long to wait to be armed, ns.
     arm_wait_ns: u64,
     /// An agent registered its pid at some point (so `agent_pid` back at 0 means it left).
@@ -291,11 +415,18 @@ impl Spine {
             match shm::open(name, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, 0o600) {
                 Ok(fd) => break fd,
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) && warning.is_none() => {
-                    let pid = inspect_existing(name)?;
+                    let leftover = inspect_existing(name)?;
                     shm::unlink(name).map_err(|e| io_err("remove the stale segment", e))?;
-                    warning = Some(format!(
-                        "removed the stale agent segment rtloop-{name} left by spine pid {pid}, which is no longer running"
-                    ));
+                    warning = Some(match leftover {
+                        Leftover::Stale(pid) => format!(
+                            "removed the stale agent segment rtloop-{name} left by spine pid {pid}, which is no longer \
+                             running"
+                        ),
+                        Leftover::Headerless(size) => format!(
+                            "removed /dev/shm/rtloop-{name}, a leftover of {size} bytes that holds no segment header \
+                             (a segment truncated under a spine that could not clean up)"
+                        ),
+                    });
                 }
                 Err(e) => return Err(io_err("create", e)),
             }
@@ -357,6 +488,8 @@ impl Spine {
             rng: 0,
             counters: Counters::default(),
             last_rejected_cycle: None,
+            refusals: Refusals::default(),
+            lost: None,
             arm_wait_ns: config.arm_wait_ns,
             agent_seen: false,
             ignored_version: None,
@@ -448,6 +581,9 @@ impl Spine {
     /// Meant to be called once per cycle: each [`Poll::Torn`] it returns counts one torn
     /// cycle.
     pub fn poll_command(&mut self, now_ns: u64) -> Poll {
+        if self.check_segment().is_some() {
+            return Poll::SegmentLost;
+        }
         let outcome = self.look(now_ns);
         if outcome == Poll::Torn {
             self.counters.torn += 1;
@@ -485,6 +621,10 @@ impl Spine {
         // SAFETY: the command block is inside our mapping and 64-byte aligned; the agent
         // writes it with atomics only (or, if hostile, with anything: we only copy words out).
         let read = unsafe { seqlock::read(self.map.ptr().add(COMMAND_OFFSET), &mut *self.scratch, SPINE_READ_TRIES) };
+        // Zeros the guard put in place of a truncated segment are no command.
+        if self.check_segment().is_some() {
+            return Poll::SegmentLost;
+        }
         if let Ok(s) = read {
             self.seen_seq = Some(s);
         }
@@ -570,13 +710,54 @@ impl Spine {
         Some(validate(&cmd.servos[servo], limits))
     }
 
-    /// Count one refused servo command in `cycle`. Returns true when it starts a burst (no
-    /// refusal in the previous cycle): report an event then, once.
-    pub fn note_rejected(&mut self, cycle: u64) -> bool {
+    /// Count one refused servo command, `error` for servo slot `servo`, in `cycle`, and
+    /// record its cause ([`Spine::refusals`]: fixed-size, no allocation). Returns true when it
+    /// starts a burst (no refusal in the previous cycle): report an event then, once.
+    pub fn note_rejected(&mut self, servo: usize, cycle: u64, error: &CommandError) -> bool {
         self.counters.rejected += 1;
+        self.refusals.note(servo, error);
+        if self.last_rejected_cycle != Some(cycle) {
+            self.refusals.cycles += 1;
+        }
         let starts = !matches!(self.last_rejected_cycle, Some(c) if c == cycle || c.wrapping_add(1) == cycle);
         self.last_rejected_cycle = Some(cycle);
         starts
+    }
+
+    /// What validation refused so far: per servo slot, per cause (the first refusal of
+    /// each, typed), and in how many cycles.
+    pub fn refusals(&self) -> &Refusals {
+        &self.refusals
+    }
+
+    /// Whether the segment is still the one this spine made, checked with two atomic loads
+    /// (no system call: fit for every cycle): the mapping's last word — a file truncated
+    /// below it faults there, and the guard replaces the mapping with zero pages — and the
+    /// header's magic word, which a file truncated and grown again (or overwritten) no
+    /// longer has. Once lost, always lost: the spine stops following commands (status
+    /// `SHUTTING_DOWN`); its caller commands the servos safe and ends the run.
+    ///
+    /// A shrink that keeps the segment's last page and its magic word goes unseen here; it
+    /// only zeroes the bytes past the new end once, as an agent writing zeros there would,
+    /// and the spine still reads and writes only its own layout.
+    pub fn check_segment(&mut self) -> Option<SegmentLoss> {
+        if self.lost.is_none() {
+            let truncated = self.map.probe();
+            // SAFETY: the header is inside our mapping (the guard keeps it mapped); the
+            // magic word is only accessed atomically.
+            let magic = unsafe { &*self.map.ptr().cast::<AtomicU64>() }.load(Ordering::Relaxed);
+            self.lost = if truncated {
+                Some(SegmentLoss::Truncated)
+            } else if magic != MAGIC {
+                Some(SegmentLoss::Replaced)
+            } else {
+                None
+            };
+            if self.lost.is_some() {
+                self.status = status::SHUTTING_DOWN;
+            }
+        }
+        self.lost
     }
 
     /// The run is stopping: status `SHUTTING_DOWN`, commands no longer followed (published
@@ -638,6 +819,8 @@ impl Spine {
     /// * [`Lockstep::NotArmed`]: the spine was waiting to be armed (`WAITING` or `SAFE`) and
     ///   nothing armed it within [`SpineConfig::arm_wait_ns`];
     /// * [`Lockstep::AgentGone`]: the agent's registered pid is dead, or it detached;
+    /// * [`Lockstep::SegmentLost`]: the segment was lost under the spine
+    ///   ([`Spine::check_segment`]);
     /// * [`Lockstep::Stopped`]: `stop` returned true.
     ///
     /// A wait that ends without the command while the last read was torn counts one torn
@@ -653,7 +836,11 @@ impl Spine {
             if spins.is_multiple_of(64) || now.saturating_sub(start) >= LOCKSTEP_SPIN_NS {
                 now = shm::monotonic_ns();
             }
-            torn = self.look(now) == Poll::Torn;
+            let look = self.look(now);
+            torn = look == Poll::Torn;
+            if look == Poll::SegmentLost || self.check_segment().is_some() {
+                break Lockstep::SegmentLost;
+            }
             if self.following() && self.command.for_cycle == cycle {
                 break Lockstep::Command;
             }
@@ -697,49 +884,84 @@ fn next_token(rng: &mut u64, previous: u64) -> u64 {
     }
 }
 
-/// An existing segment blocks creation: return the pid of the dead spine that left it
-/// (stale: the caller removes it), or the error that refuses creation.
-fn inspect_existing(name: &str) -> Result<i32, SpineError> {
+/// How long [`inspect_existing`] gives a segment that holds no header yet to get one, when
+/// it looks like a spine's mid-creation (empty, or full-size zeros: a spine sizes it and
+/// writes its header within microseconds), ns.
+const HEADERLESS_SETTLE_NS: u64 = 100_000_000;
+
+/// What an existing segment that may be replaced is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leftover {
+    /// A segment of a spine that is no longer running (its pid).
+    Stale(i32),
+    /// A file of this user that holds no header (shorter than the frozen prefix, or that
+    /// prefix all zeros): what a segment truncated under a spine that was then killed
+    /// leaves; its size.
+    Headerless(u64),
+}
+
+/// An existing segment blocks creation: what it is when the caller may replace it (a dead
+/// spine's, or an empty leftover of this user), or the error that refuses creation. Never
+/// follows a symbolic link, never waits on a FIFO, never replaces another user's file.
+fn inspect_existing(name: &str) -> Result<Leftover, SpineError> {
+    use std::os::unix::fs::FileExt;
     let foreign = |why| SpineError::Foreign { name: name.to_string(), why };
+    let io_err = |err| SpineError::Io { name: name.to_string(), op: "inspect the existing", err };
     let fd = match shm::open(name, libc::O_RDONLY, 0) {
         Ok(fd) => fd,
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(foreign("is a symbolic link")),
-        Err(e) => return Err(SpineError::Io { name: name.to_string(), op: "inspect the existing", err: e }),
+        Err(e) => return Err(io_err(e)),
     };
-    let st =
-        shm::fstat(&fd).map_err(|err| SpineError::Io { name: name.to_string(), op: "inspect the existing", err })?;
-    // The open did not block (shm::open adds O_NONBLOCK): a FIFO someone planted here is
-    // refused now rather than waited on.
-    if let Some(why) = shm::not_regular(&st) {
-        return Err(foreign(why));
+    let file = std::fs::File::from(fd);
+    let start = shm::monotonic_ns();
+    loop {
+        let st = shm::fstat(&file).map_err(io_err)?;
+        // The open did not block (shm::open adds O_NONBLOCK): a FIFO someone planted here is
+        // refused now rather than waited on.
+        if let Some(why) = shm::not_regular(&st) {
+            return Err(foreign(why));
+        }
+        if st.st_uid != shm::euid() {
+            return Err(SpineError::OtherUser { name: name.to_string(), owner: shm::describe_owner(st.st_uid) });
+        }
+        // Read, not mapped: a file that shrinks meanwhile only makes the read short.
+        let mut prefix = [0u8; FROZEN_PREFIX];
+        let mut got = 0;
+        while got < FROZEN_PREFIX {
+            match file.read_at(&mut prefix[got..], got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_err(e)),
+            }
+        }
+        if got < FROZEN_PREFIX || prefix.iter().all(|&b| b == 0) {
+            // A spine creating its segment shows it empty, then full-size zeros, for
+            // microseconds: give exactly those a moment to become a segment.
+            let size = st.st_size as u64;
+            let creating = size == 0 || size == TOTAL_SIZE as u64;
+            if creating && shm::monotonic_ns().saturating_sub(start) < HEADERLESS_SETTLE_NS {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                continue;
+            }
+            return Ok(Leftover::Headerless(size));
+        }
+        let word = |at: usize| u64::from_le_bytes(prefix[at..at + 8].try_into().unwrap_or([0; 8]));
+        let magic = word(0);
+        let pid = word(core::mem::offset_of!(Header, spine_pid)) as u32 as i32;
+        if magic != MAGIC {
+            return Err(foreign("is not an rtloop agent segment (wrong magic)"));
+        }
+        // A spine writes its own (positive) pid; 0 or a negative one names no process (kill
+        // would address a process group or every process), so no live spine owns the file.
+        if pid <= 0 {
+            return Err(foreign("names no spine process (its spine_pid is 0 or negative)"));
+        }
+        if !shm::pid_dead(pid) {
+            return Err(SpineError::Owned { name: name.to_string(), pid });
+        }
+        return Ok(Leftover::Stale(pid));
     }
-    if (st.st_size as u64) < FROZEN_PREFIX as u64 {
-        return Err(foreign("is too small to be an rtloop agent segment"));
-    }
-    let map = Mapping::new(&fd, FROZEN_PREFIX, false).map_err(|err| SpineError::Io {
-        name: name.to_string(),
-        op: "inspect the existing",
-        err,
-    })?;
-    // SAFETY: FROZEN_PREFIX bytes are mapped; both words are accessed atomically only.
-    let (magic, pid) = unsafe {
-        (
-            (*map.ptr().cast::<AtomicU64>()).load(Ordering::Acquire),
-            header_atomics::spine_pid(map.ptr()).load(Ordering::Relaxed),
-        )
-    };
-    if magic != MAGIC {
-        return Err(foreign("is not an rtloop agent segment (wrong magic)"));
-    }
-    // A spine writes its own (positive) pid; 0 or a negative one names no process (kill
-    // would address a process group or every process), so no live spine owns the file.
-    if pid <= 0 {
-        return Err(foreign("names no spine process (its spine_pid is 0 or negative)"));
-    }
-    if !shm::pid_dead(pid) {
-        return Err(SpineError::Owned { name: name.to_string(), pid });
-    }
-    Ok(pid)
 }
 
 impl Drop for Spine {

@@ -146,38 +146,76 @@ pub enum CommandError {
 
 impl fmt::Display for CommandError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            CommandError::UnknownKind(k) => {
-                write!(f, "command kind {k} is unknown; use 0 (query), 1 (stop), 2 (zero velocity), 3 (brake) or 4 (position)")
+        write!(f, "{}; {}", self.what(), self.fix())
+    }
+}
+
+/// What is wrong with a refused command, without the fix ([`CommandError::what`]).
+#[derive(Debug, Clone, Copy)]
+pub struct What<'a>(&'a CommandError);
+
+impl fmt::Display for What<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self.0 {
+            CommandError::UnknownKind(k) => write!(f, "command kind {k} is unknown"),
+            CommandError::UnknownFieldBits(b) => write!(f, "present bits {b:#x} name no field"),
+            CommandError::FieldsWithoutPosition { kind, present } => {
+                write!(f, "present is {present:#x} on a command of kind {kind}")
             }
-            CommandError::UnknownFieldBits(b) => {
-                write!(f, "present bits {b:#x} name no field; only bits 0 to 13 are defined")
-            }
-            CommandError::FieldsWithoutPosition { kind, present } => write!(
-                f,
-                "present is {present:#x} on a command of kind {kind}; set fields only on position commands (kind 4)"
-            ),
-            CommandError::NonFinite { field, value } => {
-                write!(f, "{field} is {value}; send a finite value (NaN is allowed for position only, meaning hold)")
-            }
+            CommandError::NonFinite { field, value } => write!(f, "{field} is {value}"),
             CommandError::OutOfRange { field, value, min, max } => {
-                write!(f, "{field} {value} is outside the allowed range {min} to {max}; send a value within it")
+                write!(f, "{field} {value} is outside the allowed range {min} to {max}")
             }
-            CommandError::OverrideNotAllowed { field } => {
-                write!(f, "{field} is an override this spine does not allow; leave its present bit clear")
+            CommandError::OverrideNotAllowed { field } => write!(f, "{field} is an override this spine does not allow"),
+            CommandError::ServoCount { got, expected } => {
+                write!(f, "the command block's servo_count is {got} but the spine has {expected} servos")
             }
-            CommandError::ServoCount { got, expected } => write!(
-                f,
-                "the command block's servo_count is {got} but the spine has {expected} servos; write servo_count = header servo_count"
-            ),
             CommandError::NoSuchServo { index, count } => {
-                write!(f, "servo slot {index} does not exist; the spine has {count} servos")
+                write!(f, "servo slot {index} does not exist, the spine has {count} servos")
             }
         }
     }
 }
 
 impl std::error::Error for CommandError {}
+
+impl CommandError {
+    /// What is wrong, as the first half of its sentence ("maximum_torque 10 is outside the
+    /// allowed range 0 to 8"); [`CommandError::fix`] is the second.
+    pub fn what(&self) -> What<'_> {
+        What(self)
+    }
+
+    /// How to fix it, the second half of its sentence ("send a value within it").
+    pub fn fix(&self) -> &'static str {
+        match self {
+            CommandError::UnknownKind(_) => "use 0 (query), 1 (stop), 2 (zero velocity), 3 (brake) or 4 (position)",
+            CommandError::UnknownFieldBits(_) => "only bits 0 to 13 are defined",
+            CommandError::FieldsWithoutPosition { .. } => "set fields only on position commands (kind 4)",
+            CommandError::NonFinite { .. } => "send a finite value (NaN is allowed for position only, meaning hold)",
+            CommandError::OutOfRange { .. } => "send a value within it",
+            CommandError::OverrideNotAllowed { .. } => "leave its present bit clear",
+            CommandError::ServoCount { .. } => "write servo_count = header servo_count",
+            CommandError::NoSuchServo { .. } => "command only the slots below the header's servo_count",
+        }
+    }
+
+    /// The field it is about, when it is about one.
+    pub fn field(&self) -> Option<&'static str> {
+        match *self {
+            CommandError::NonFinite { field, .. }
+            | CommandError::OutOfRange { field, .. }
+            | CommandError::OverrideNotAllowed { field } => Some(field),
+            _ => None,
+        }
+    }
+
+    /// Whether `other` has the same cause: the same kind of error about the same field
+    /// (the values may differ).
+    pub fn same_cause(&self, other: &CommandError) -> bool {
+        core::mem::discriminant(self) == core::mem::discriminant(other) && self.field() == other.field()
+    }
+}
 
 /// Check one servo command against `limits`. Never panics, whatever the bytes.
 pub fn validate(raw: &RawServoCommand, limits: &Limits) -> Result<ValidCommand, CommandError> {

@@ -337,7 +337,8 @@ fn columns_seeds() {
 }
 
 /// Command blocks of the agent protocol: the C example agent's stand pose, every kind, and
-/// a hostile mix (NaN, infinities, out of range, unknown kind and bits, overrides).
+/// a hostile mix (NaN, infinities, out of range, unknown kind and bits, overrides); the mix
+/// with its segment resized under the spine; and files planted before a spine starts.
 fn agent_seeds() {
     use agent::layout::{bytes_of, field, kind, CommandBlock, RawServoCommand};
     let stand = |c: &mut RawServoCommand| {
@@ -368,6 +369,35 @@ fn agent_seeds() {
     }
     put("agent_command", "hostile_mix", bytes_of(&block));
     put("agent_command", "empty", &[]);
+
+    // After the block: [servos - 1, new size (3 bytes, little-endian), grow back]. The
+    // segment resized under a live spine and agent.
+    let resized = |servos: u8, size: u32, grow_back: u8| {
+        let mut v = bytes_of(&block).to_vec();
+        v.extend_from_slice(&[servos - 1, size as u8, (size >> 8) as u8, (size >> 16) as u8, grow_back]);
+        v
+    };
+    let total = agent::layout::TOTAL_SIZE as u32;
+    put("agent_command", "truncated_to_zero", &resized(12, 0, 0));
+    put("agent_command", "truncated_then_grown_back", &resized(12, 0, 1));
+    put("agent_command", "shrunk_to_a_byte", &resized(32, 1, 0));
+    put("agent_command", "shrunk_within_its_last_page", &resized(4, 5000, 0));
+    put("agent_command", "grown", &resized(1, 2 * total, 0));
+    // The same bytes planted as a file before a spine starts: a header (the block's `seq`
+    // is the magic word) naming a spine pid, owned by another user when the last byte is
+    // odd and the fuzzer runs as root.
+    let planted = |pid: i32, other_user: u8| {
+        let mut b = CommandBlock::empty();
+        b.seq = agent::layout::MAGIC;
+        let mut v = bytes_of(&b).to_vec();
+        v[76..80].copy_from_slice(&pid.to_le_bytes());
+        v.extend_from_slice(&[11, 0, 0, 0, 0, other_user]);
+        v
+    };
+    put("agent_command", "planted_by_a_live_spine", &planted(1, 0));
+    put("agent_command", "planted_by_a_dead_spine", &planted(i32::MAX, 0));
+    put("agent_command", "planted_by_another_user", &planted(1, 1));
+    put("agent_command", "planted_headerless", &[0x78]);
 }
 
 /// Client sessions for the Foxglove server (see `fuzzing::foxglove_client` for the format).

@@ -599,11 +599,25 @@ pub fn tlog_plot(data: &[u8]) {
     }
 }
 
-/// The agent protocol's command validation (`agent::validate`), as the spine applies it to
-/// a command block a hostile agent wrote: the input is the block's bytes (zero-padded or
-/// cut to its size), every servo slot is validated with the default limits and with the
-/// overrides allowed, and whatever is accepted must be finite (NaN only for `position`,
-/// meaning hold) and within the limits.
+/// The agent protocol, as a hostile agent or another process of the user can drive it.
+///
+/// * **Validation** (`agent::validate`): the input's first bytes are a command block
+///   (zero-padded or cut to its size); every servo slot is validated with the default
+///   limits and with the overrides allowed, and whatever is accepted must be finite (NaN
+///   only for `position`, meaning hold) and within the limits.
+/// * **The refusal record**: a real spine with 1 to 32 servos, armed by a real agent, reads
+///   that block; every refusal is noted, and the spine's record ([`agent::Refusals`]) must
+///   count each one for its servo and keep the first refusal of each cause, as it was.
+/// * **A segment that shrinks or grows under the spine** (the input's tail says to what
+///   size, and whether it grows back): nothing crashes (the SIGBUS guard takes the faults);
+///   a segment left without its magic word is always seen lost, by the spine and the
+///   agent; a grown one never is; a lost one is never followed; and the spine still removes
+///   its file.
+/// * **What the next spine finds** (a file planted under a fresh name: the input's bytes,
+///   and, when this runs as root, another user as its owner): the spine either creates its
+///   segment (replacing only this user's dead spine's segment or headerless leftover) or
+///   refuses in one sentence — another user's file always, naming its owner — and never
+///   removes another user's file.
 pub fn agent_command(data: &[u8]) {
     use agent::layout::{from_bytes, CommandBlock};
     use agent::{validate, Limits, ValidCommand};
@@ -632,6 +646,138 @@ pub fn agent_command(data: &[u8]) {
                 assert!(p.fixed_voltage_override.is_none() && p.fixed_current_override.is_none());
                 assert!(p.ignore_position_bounds.is_none());
             }
+        }
+    }
+    let tail = &data[n..];
+    agent_spine_under_fire(&block, tail);
+    agent_planted_segment(data);
+}
+
+/// A segment name of this process's own, fresh for every call.
+fn agent_fuzz_name(tag: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("fuzz{}-{tag}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The refusal record and a segment resized under a spine: see [`agent_command`]. `tail`:
+/// [servos, size (3 bytes, little-endian), grow back].
+fn agent_spine_under_fire(block: &agent::layout::CommandBlock, tail: &[u8]) {
+    use agent::layout::{MAX_SERVOS, TOTAL_SIZE};
+    use agent::{Agent, CommandError, Limits, Poll, RefusalCause, SegmentLoss, ServoInfo, Spine, SpineConfig};
+    let byte = |i: usize| tail.get(i).copied().unwrap_or(0);
+    let count = usize::from(byte(0)) % MAX_SERVOS + 1;
+    let servos: Vec<ServoInfo> = (0..count as u32).map(|i| ServoInfo { id: i + 1, bus: 1 }).collect();
+    let name = agent_fuzz_name("spine");
+    let path = agent::segment_path(&name);
+    let Ok((mut spine, _)) = Spine::create(&SpineConfig::new(&name, &servos, 1000.0)) else {
+        panic!("a spine could not create its segment under a fresh name")
+    };
+    let Ok(mut agent) = Agent::attach(&name) else { panic!("an agent could not attach to a fresh spine") };
+    let _ = agent.read_state();
+    agent.rearm_if_needed();
+    agent.send();
+    assert_eq!(spine.poll_command(1), Poll::Armed);
+    // The hostile block, written as a well-behaved writer would (so the spine reads it).
+    let command = agent.command_mut();
+    command.servos = block.servos;
+    agent.send();
+    assert_eq!(spine.poll_command(2), Poll::Command);
+    let limits = Limits::default();
+    let mut firsts: Vec<(CommandError, usize)> = Vec::new();
+    let mut per_servo = [0u64; MAX_SERVOS];
+    for cycle in 0..2u64 {
+        for (i, refused) in per_servo.iter_mut().enumerate().take(count) {
+            let Some(Err(e)) = spine.command_for(i, &limits) else { continue };
+            spine.note_rejected(i, cycle, &e);
+            *refused += 1;
+            if !firsts.iter().any(|(f, _)| f.same_cause(&e)) {
+                firsts.push((e, i));
+            }
+        }
+    }
+    let r = spine.refusals();
+    assert_eq!(r.per_servo, per_servo, "refusals per servo");
+    assert_eq!(r.per_servo.iter().sum::<u64>(), spine.counters().rejected);
+    let kept: Vec<&RefusalCause> = r.causes().collect();
+    assert_eq!(kept.len(), firsts.len().min(agent::REFUSAL_CAUSES));
+    for (cause, (first, servo)) in kept.iter().zip(&firsts) {
+        // NaN values compare unequal: compare the sentences, which say the value.
+        assert_eq!((cause.first.to_string(), cause.servo), (first.to_string(), *servo));
+    }
+    assert_eq!(kept.iter().map(|c| c.count).sum::<u64>() + r.other, spine.counters().rejected);
+
+    // The file resized under both sides.
+    let size = u64::from(byte(1)) | u64::from(byte(2)) << 8 | u64::from(byte(3)) << 16;
+    let size = size % (2 * TOTAL_SIZE as u64 + 1);
+    let grow_back = byte(4) & 1 == 1;
+    let Ok(file) = std::fs::OpenOptions::new().write(true).open(&path) else { panic!("the segment vanished") };
+    let _ = file.set_len(size);
+    if grow_back {
+        let _ = file.set_len(TOTAL_SIZE as u64);
+    }
+    spine.publish(3);
+    let lost = spine.check_segment();
+    let _ = agent.read_state();
+    agent.send();
+    let agent_lost = agent.segment_lost();
+    if size < 8 {
+        // The magic word went with the shrink: lost, whether an access faulted (truncated)
+        // or not (grown back: replaced).
+        assert!(lost.is_some(), "size {size}, grown back {grow_back}: not seen lost");
+        if grow_back {
+            assert_eq!(lost, Some(SegmentLoss::Replaced), "size {size}: grown back without a fault");
+        }
+        assert!(agent_lost, "the agent sees a segment without its magic word lost");
+    }
+    if size >= TOTAL_SIZE as u64 {
+        assert_eq!(lost, None, "a segment that grew is not lost");
+        assert!(!agent_lost);
+    }
+    if lost.is_some() {
+        assert_eq!(spine.poll_command(4), Poll::SegmentLost);
+        assert!(spine.command().is_none(), "a lost segment is never followed");
+    }
+    drop(agent);
+    drop(spine);
+    assert!(!path.exists(), "the spine removes its file, whatever became of it");
+}
+
+/// A file planted under a fresh name before a spine starts: see [`agent_command`].
+fn agent_planted_segment(data: &[u8]) {
+    use agent::layout::FROZEN_PREFIX;
+    use agent::{ServoInfo, Spine, SpineConfig, SpineError};
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let name = agent_fuzz_name("planted");
+    let path = agent::segment_path(&name);
+    // The file: the input's first bytes (at most a header's worth), owned by nobody when
+    // the input's last byte says so and this process may give files away.
+    let len = data.len().min(2 * FROZEN_PREFIX);
+    let other_user = agent::euid() == 0 && data.last().is_some_and(|b| b & 1 == 1);
+    let Ok(mut f) = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) else {
+        panic!("cannot plant a file under a fresh name")
+    };
+    let _ = std::io::Write::write_all(&mut f, &data[..len]);
+    drop(f);
+    if other_user {
+        let _ = std::os::unix::fs::chown(&path, Some(65534), Some(65534));
+    }
+    let owner = std::fs::metadata(&path).map(|m| m.uid()).unwrap_or(0);
+    match Spine::create(&SpineConfig::new(&name, &[ServoInfo { id: 1, bus: 1 }], 100.0)) {
+        Ok((spine, _)) => {
+            assert_eq!(owner, agent::euid(), "a spine replaced another user's file");
+            drop(spine);
+            assert!(!path.exists());
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(!msg.contains('\n') && msg.contains("; "), "not one sentence: {msg}");
+            if owner != agent::euid() {
+                assert!(matches!(e, SpineError::OtherUser { .. }), "{e:?}");
+                assert!(msg.contains(&agent::describe_owner(owner)), "{msg}");
+            }
+            assert!(path.exists(), "a refused file is left alone");
+            let _ = std::fs::remove_file(&path);
         }
     }
 }

@@ -17,7 +17,16 @@
 //!   (`agent_rearmed`).
 //! * Bad input: a command that fails validation (NaN, out of the limits, an unknown kind,
 //!   …) is refused for that servo and cycle — the servo keeps its safe command — counted,
-//!   and reported as one `agent_command_refused` event per burst.
+//!   and reported as one `agent_command_refused` event per burst. The spine records each
+//!   refusal's typed cause (field, value, limit) and the count per servo as it goes, in
+//!   fixed-size storage ([`agent::Refusals`]); the run's summary says, in one sentence, which
+//!   fields broke which limits, for which servos, how many times.
+//! * A segment lost under the spine (another process of the user truncated
+//!   `/dev/shm/rtloop-NAME`, or truncated and grew it again: the agent crate's SIGBUS guard
+//!   keeps the spine alive through it): every servo gets the safe command, the run ends
+//!   with an `agent_segment_lost` event (its `value`: 1 truncated, 2 replaced) and its
+//!   shutdown cycle, and the summary's first problem says what happened and how to avoid
+//!   it. The spine still removes its file.
 //! * Every position command carries a watchdog: the agent's if it sent one (within the
 //!   limits), else the run's `[gains] watchdog_timeout_s`.
 //! * The limits never exceed what the run's commands carry ([`carried_limits`]): an int16
@@ -35,12 +44,12 @@
 //! Must never: block the real-time loop on the agent outside lockstep, allocate in
 //! [`Controller::cycle`], or send a servo anything that was not validated.
 
-use crate::controller::{Controller, Flow, Output, PositionCommand, ServoCommand, State};
+use crate::controller::{Controller, Flow, Output, PositionCommand, ServoCommand, State, Summarizer};
 use agent::layout::status;
-use agent::{Limits, Lockstep, ServoInfo, Spine, SpineConfig, ValidCommand};
+use agent::{CommandError, Limits, Lockstep, Refusals, SegmentLoss, ServoInfo, Spine, SpineConfig, ValidCommand};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 pub use agent::{segment_path, DEFAULT_TIMEOUT_NS};
 
@@ -118,7 +127,7 @@ pub fn carried_limits(limits: Limits, resolution: &proto::host::PositionResoluti
 }
 
 /// What the agent did, in the run summary (`agent` in `rtloop run --json`).
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct AgentSummary {
     /// The agent name.
     pub name: String,
@@ -133,6 +142,20 @@ pub struct AgentSummary {
     pub rearms: u64,
     /// Servo commands refused by validation.
     pub refused: u64,
+    /// Cycles with at least one refused servo command.
+    pub refused_cycles: u64,
+    /// The servos whose commands were refused, each with how many (empty: none was).
+    pub refused_servos: Vec<RefusedServo>,
+    /// Why they were refused: each distinct cause (the same error about the same field),
+    /// typed, with its first refusal and how many refusals share it, in the order first
+    /// seen (at most [`agent::REFUSAL_CAUSES`]).
+    pub refusal_causes: Vec<RefusalReport>,
+    /// Refusals of further causes, counted only.
+    pub refusals_of_other_causes: u64,
+    /// How the segment was lost under the spine, which ended the run: `"truncated"` (the
+    /// file became shorter than the segment) or `"replaced"` (truncated and grown again, or
+    /// overwritten: the magic word is gone); `null` when it was not.
+    pub segment_lost: Option<&'static str>,
     /// Cycles whose command the spine could not read consistently (the agent was mid-write
     /// on every try), at most one per cycle: the shared state's `torn`.
     pub torn: u64,
@@ -146,7 +169,58 @@ pub struct AgentSummary {
     pub resets_refused: u64,
 }
 
-/// Counters the cycle thread updates and the caller reads after the run (atomics: no lock).
+/// One servo's refused commands (`agent.refused_servos` in `rtloop run --json`).
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct RefusedServo {
+    /// CAN id.
+    pub id: u8,
+    /// Bus number.
+    pub bus: u8,
+    /// Commands refused.
+    pub refused: u64,
+}
+
+/// One cause of refusals (`agent.refusal_causes` in `rtloop run --json`): the first
+/// refusal of that cause, typed, and how many share it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RefusalReport {
+    /// What kind of error: `out_of_range`, `non_finite`, `override_not_allowed`,
+    /// `unknown_kind`, `unknown_field_bits`, `fields_without_position`, `servo_count` or
+    /// `no_such_servo`.
+    pub kind: &'static str,
+    /// The field, when it is about one.
+    pub field: Option<&'static str>,
+    /// The value the agent sent (the first refused one; NaN shows as `null`).
+    pub value: Option<f64>,
+    /// The lowest value the limit accepts (out of range only).
+    pub min: Option<f64>,
+    /// The highest value the limit accepts (out of range only).
+    pub max: Option<f64>,
+    /// The servo of the first refusal.
+    pub servo: RefusedServo,
+    /// Refusals of this cause.
+    pub count: u64,
+    /// The first refusal, in one sentence.
+    pub message: String,
+}
+
+/// The name `--json` gives the kind of `e`.
+fn error_kind(e: &CommandError) -> &'static str {
+    match e {
+        CommandError::UnknownKind(_) => "unknown_kind",
+        CommandError::UnknownFieldBits(_) => "unknown_field_bits",
+        CommandError::FieldsWithoutPosition { .. } => "fields_without_position",
+        CommandError::NonFinite { .. } => "non_finite",
+        CommandError::OutOfRange { .. } => "out_of_range",
+        CommandError::OverrideNotAllowed { .. } => "override_not_allowed",
+        CommandError::ServoCount { .. } => "servo_count",
+        CommandError::NoSuchServo { .. } => "no_such_servo",
+        _ => "other",
+    }
+}
+
+/// Counters the cycle thread updates and the caller reads after the run (atomics: no lock;
+/// the refusal record is copied once, when the run stops).
 #[derive(Debug, Default)]
 struct Figures {
     applied: AtomicU64,
@@ -158,12 +232,18 @@ struct Figures {
     wrong_version: AtomicU64,
     resets: AtomicU64,
     resets_refused: AtomicU64,
+    /// The segment was lost: [`SegmentLoss::code`] (0: it was not).
+    segment_lost: AtomicU64,
+    /// What validation refused, copied from the spine when the run stops.
+    refusals: Mutex<Option<Refusals>>,
 }
 
 /// A handle to the spine's figures, valid after the run.
 #[derive(Debug, Clone)]
 pub struct AgentFigures {
     name: String,
+    /// (id, bus) per servo slot.
+    servos: Vec<(u8, u8)>,
     figures: Arc<Figures>,
 }
 
@@ -171,6 +251,34 @@ impl AgentFigures {
     /// The figures so far.
     pub fn summary(&self) -> AgentSummary {
         let f = &self.figures;
+        let refusals = f.refusals.lock().unwrap_or_else(|e| e.into_inner()).unwrap_or_default();
+        let servo = |slot: usize, refused: u64| {
+            let (id, bus) = self.servos.get(slot).copied().unwrap_or((0, 0));
+            RefusedServo { id, bus, refused }
+        };
+        let refused_servos =
+            refusals.per_servo.iter().enumerate().filter(|(_, &n)| n > 0).map(|(slot, &n)| servo(slot, n)).collect();
+        let refusal_causes = refusals
+            .causes()
+            .map(|c| {
+                let (value, min, max) = match c.first {
+                    CommandError::OutOfRange { value, min, max, .. } => (Some(value), Some(min), Some(max)),
+                    CommandError::NonFinite { value, .. } => (Some(value), None, None),
+                    CommandError::UnknownKind(k) => (Some(f64::from(k)), None, None),
+                    _ => (None, None, None),
+                };
+                RefusalReport {
+                    kind: error_kind(&c.first),
+                    field: c.first.field(),
+                    value,
+                    min,
+                    max,
+                    servo: servo(c.servo, refusals.per_servo.get(c.servo).copied().unwrap_or(0)),
+                    count: c.count,
+                    message: c.first.to_string(),
+                }
+            })
+            .collect();
         AgentSummary {
             name: self.name.clone(),
             commands_applied: f.applied.load(Ordering::Relaxed),
@@ -178,12 +286,103 @@ impl AgentFigures {
             timeouts: f.timeouts.load(Ordering::Relaxed),
             rearms: f.armings.load(Ordering::Relaxed),
             refused: f.refused.load(Ordering::Relaxed),
+            refused_cycles: refusals.cycles,
+            refused_servos,
+            refusal_causes,
+            refusals_of_other_causes: refusals.other,
+            segment_lost: SegmentLoss::from_code(f.segment_lost.load(Ordering::Relaxed)).map(loss_name),
             torn: f.torn.load(Ordering::Relaxed),
             wrong_version: f.wrong_version.load(Ordering::Relaxed),
             resets: f.resets.load(Ordering::Relaxed),
             resets_refused: f.resets_refused.load(Ordering::Relaxed),
         }
     }
+}
+
+impl AgentFigures {
+    /// Complete the run's summary after the run: what the agent did (`summary.agent`) and
+    /// its problems in the spine's words — a lost segment first (it ended the run), then the
+    /// refusals with their causes — each one sentence. [`AgentSpine::summarizer`] hands
+    /// this to [`crate::Runtime::run`].
+    pub fn complete(&self, summary: &mut crate::RunSummary) {
+        let agent = self.summary();
+        let first_time = |kind: &str| summary.events.iter().find(|e| e.kind == kind).map(|e| e.time);
+        if let Some(loss) = SegmentLoss::from_code(self.figures.segment_lost.load(Ordering::Relaxed)) {
+            let at = first_time("agent_segment_lost").map_or_else(String::new, |t| format!(" at {t:.3} s"));
+            let path = segment_path(&self.name).display().to_string();
+            summary.problems.insert(
+                0,
+                format!(
+                    "the agent segment {path} {} by another process{at}: the spine commanded the servos safe and \
+                     ended the run; never write to {path} while its spine runs (an agent only maps it)",
+                    loss.what()
+                ),
+            );
+        }
+        if agent.refused > 0 {
+            let refusals = self.refusals();
+            let from = first_time("agent_command_refused");
+            summary.problems.push(refusal_problem(&agent, &refusals, self.servos.len(), from));
+        }
+        summary.agent = Some(agent);
+        if !summary.problems.is_empty() {
+            summary.status = crate::run::Status::Degraded;
+        }
+    }
+}
+
+impl AgentFigures {
+    /// The refusal record the spine kept (empty before the run stopped).
+    fn refusals(&self) -> Refusals {
+        self.figures.refusals.lock().unwrap_or_else(|e| e.into_inner()).unwrap_or_default()
+    }
+}
+
+/// `"truncated"` or `"replaced"`: [`AgentSummary::segment_lost`].
+fn loss_name(loss: SegmentLoss) -> &'static str {
+    match loss {
+        SegmentLoss::Truncated => "truncated",
+        SegmentLoss::Replaced => "replaced",
+    }
+}
+
+/// The refusals of a run in one sentence: how many, for which servos, in how many cycles
+/// from when, each cause with its count, and the fix.
+fn refusal_problem(agent: &AgentSummary, refusals: &Refusals, servo_count: usize, from_s: Option<f64>) -> String {
+    let servos = match agent.refused_servos.as_slice() {
+        all if all.len() == servo_count && servo_count > 1 => format!("all {servo_count} servos"),
+        few if few.len() <= 4 => {
+            let names: Vec<String> = few.iter().map(|s| crate::run::servo_name(Some(s.id), Some(s.bus))).collect();
+            names.join(", ")
+        }
+        many => format!("{} of the {servo_count} servos", many.len()),
+    };
+    let from = from_s.map_or_else(String::new, |t| format!(" from {t:.3} s"));
+    let cycles = match agent.refused_cycles {
+        1 => "1 cycle".to_string(),
+        n => format!("{n} cycles"),
+    };
+    let mut causes: Vec<String> = refusals
+        .causes()
+        .map(|c| {
+            let times = if c.count == 1 { "once".to_string() } else { format!("{} times", c.count) };
+            format!("{} ({times})", c.first.what())
+        })
+        .collect();
+    if refusals.other > 0 {
+        causes.push(format!("{} of other causes", refusals.other));
+    }
+    let fix = refusals.causes().next().map_or("send valid commands", |c| c.first.fix());
+    let torque = refusals
+        .causes()
+        .any(|c| matches!(c.first, CommandError::OutOfRange { field: "maximum_torque" | "feedforward_torque", .. }));
+    let torque_note = if torque { " (for `rtloop run`, the torque limit is its [gains] maximum_torque)" } else { "" };
+    format!(
+        "the spine refused {} of the agent's servo commands ({servos}, in {cycles}{from}) and gave each its safe \
+         command instead: {}; {fix}, within the limits of docs/agent-protocol.md section 7{torque_note}",
+        agent.refused,
+        causes.join(", ")
+    )
 }
 
 /// The run is to stop: the spine's own flag, or Ctrl-C / SIGTERM.
@@ -196,6 +395,8 @@ pub struct AgentSpine {
     spine: Spine,
     options: AgentOptions,
     figures: Arc<Figures>,
+    /// The handle [`AgentSpine::create`] returned (for the summarizer).
+    handle: AgentFigures,
     seen: agent::Counters,
     stop: Arc<AtomicBool>,
     /// Cycles this spine has run: the cycle numbers the agent crate's burst rule counts in
@@ -278,13 +479,15 @@ impl AgentSpine {
         config.arm_wait_ns = (options.arm_wait_s * 1e9).round() as u64;
         let (spine, warning) = Spine::create(&config).map_err(AgentError::Spine)?;
         let figures = Arc::new(Figures::default());
-        let handle = AgentFigures { name: options.name.clone(), figures: Arc::clone(&figures) };
+        let handle =
+            AgentFigures { name: options.name.clone(), servos: servos.to_vec(), figures: Arc::clone(&figures) };
         let stop = Arc::new(AtomicBool::new(false));
         Ok((
             AgentSpine {
                 spine,
                 options,
                 figures,
+                handle: handle.clone(),
                 seen: agent::Counters::default(),
                 stop,
                 cycles_run: 0,
@@ -296,6 +499,25 @@ impl AgentSpine {
             handle,
             warning,
         ))
+    }
+
+    /// A handle on the spine's figures (the one [`AgentSpine::create`] returned).
+    pub fn figures(&self) -> AgentFigures {
+        self.handle.clone()
+    }
+
+    /// The segment was lost under the spine: the first time, an `agent_segment_lost` event
+    /// (valued with [`SegmentLoss::code`]); every servo gets the safe command, and the run
+    /// ends (its shutdown cycle commands the servos safe).
+    fn segment_lost(&mut self, loss: SegmentLoss, state: &State<'_>, out: &mut Output<'_, ()>) -> Flow {
+        if self.figures.segment_lost.swap(loss.code(), Ordering::Relaxed) == 0 {
+            out.event_value(None, "agent_segment_lost", loss.code());
+        }
+        for i in 0..state.servos.len() {
+            out.set(i, self.options.on_timeout);
+        }
+        self.figures.without.fetch_add(1, Ordering::Relaxed);
+        Flow::Stop
     }
 
     /// A flag that ends a lockstep wait for the agent (Ctrl-C does too).
@@ -406,6 +628,11 @@ impl Controller for AgentSpine {
 
     fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Flow {
         self.publish(state);
+        // Two atomic loads: the segment is still the one the spine made (publishing into a
+        // truncated one faulted, and the guard took the fault).
+        if let Some(loss) = self.spine.check_segment() {
+            return self.segment_lost(loss, state, out);
+        }
         let mut flow = Flow::Continue;
         // Why a lockstep wait ended the run, reported after what the wait saw.
         let mut ended = None;
@@ -436,10 +663,16 @@ impl Controller for AgentSpine {
                         flow = Flow::Stop;
                     }
                     Lockstep::Stopped => flow = Flow::Stop,
+                    // Handled below, with a free-running poll's.
+                    Lockstep::SegmentLost => {}
                 }
             }
         } else {
+            // `Poll::SegmentLost` is handled below, with a lockstep wait's.
             self.spine.poll_command(agent::monotonic_ns());
+        }
+        if let Some(loss) = self.spine.check_segment() {
+            return self.segment_lost(loss, state, out);
         }
         let now = self.spine.counters();
         let f = &self.figures;
@@ -469,9 +702,10 @@ impl Controller for AgentSpine {
         for i in 0..state.servos.len() {
             let command = match self.spine.command_for(i, &self.options.limits) {
                 Some(Ok(valid)) => self.command_of(valid),
-                Some(Err(_)) => {
+                Some(Err(e)) => {
                     // One event per burst: a burst ends with a cycle that refused nothing.
-                    if self.spine.note_rejected(self.cycles_run) {
+                    // The cause is recorded in fixed-size storage (no formatting here).
+                    if self.spine.note_rejected(i, self.cycles_run, &e) {
                         out.event(Some(i), "agent_command_refused");
                     }
                     // A refused command: the servo gets the safe command for this cycle.
@@ -503,6 +737,13 @@ impl Controller for AgentSpine {
         // is dropped with this controller.
         self.spine.begin_shutdown();
         self.publish(state);
+        // Off the real-time section: the refusal record, for the summary.
+        *self.figures.refusals.lock().unwrap_or_else(|e| e.into_inner()) = Some(*self.spine.refusals());
+    }
+
+    fn summarizer(&self) -> Option<Summarizer> {
+        let figures = self.figures();
+        Some(Box::new(move |summary| figures.complete(summary)))
     }
 }
 
@@ -530,6 +771,55 @@ mod tests {
     fn float_commands_keep_the_limits() {
         let limits = carried_limits(Limits::default(), &PositionResolution::all(Resolution::Float));
         assert_eq!(limits, Limits::default());
+    }
+
+    /// The limits `rtloop run --agent` gives its spine (as `run_agent` in rtloop-cli's
+    /// main.rs sets them), narrowed as [`AgentSpine::create`] narrows them.
+    fn run_limits() -> Limits {
+        let config = crate::config::RunConfig::default();
+        let limits = Limits { max_torque: config.gains.maximum_torque, ..Limits::default() };
+        carried_limits(limits, &crate::cycle_model::command_resolution())
+    }
+
+    #[test]
+    fn the_protocol_doc_states_the_limits_rtloop_run_gives_its_spine() {
+        // docs/agent-protocol.md section 7 said maximum_torque 0 to 10 while every run
+        // refused anything above its [gains] maximum_torque, 8.
+        let doc = include_str!("../../../docs/agent-protocol.md");
+        let table = doc.split("| Field | `rtloop run --agent` accepts |").nth(1).expect("the limits table");
+        let limits = run_limits();
+        let mut checked = Vec::new();
+        for row in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let fields: Vec<&str> = cells[1].split('`').skip(1).step_by(2).collect();
+            let mut range = cells[2].split_whitespace();
+            let lo: f64 = range.next().unwrap().parse().unwrap();
+            assert_eq!(range.next(), Some("to"), "{row}");
+            let hi: f64 = range.next().unwrap().parse().unwrap();
+            for field in fields {
+                let bit = agent::layout::FIELD_NAMES.iter().position(|n| *n == field).unwrap();
+                let mut command = agent::RawServoCommand::QUERY;
+                command.kind = agent::layout::kind::POSITION;
+                command.present = 1 << bit;
+                command.set(bit, 1e12);
+                let Err(CommandError::OutOfRange { min, max, .. }) = agent::validate(&command, &limits) else {
+                    panic!("{field}: 1e12 was not out of range")
+                };
+                assert!(
+                    (min - lo).abs() < 1e-9 && (max - hi).abs() < 1e-9,
+                    "{field}: the doc says {lo} to {hi}, the spine {min} to {max}"
+                );
+                checked.push(field);
+            }
+        }
+        checked.sort_unstable();
+        let mut ranged: Vec<&str> = agent::layout::FIELD_NAMES
+            .iter()
+            .copied()
+            .filter(|f| !matches!(*f, "fixed_voltage_override" | "fixed_current_override" | "ignore_position_bounds"))
+            .collect();
+        ranged.sort_unstable();
+        assert_eq!(checked, ranged, "every field with a range has its row");
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! | [`Controller::start`] | once, after the servos were first queried, before the first command | the cycle thread, before its real-time section | yes |
 //! | [`Controller::cycle`] | once per period, with this cycle's state; its commands go out in the same cycle | the cycle thread, real-time | **no**: no allocation, no lock, no I/O, no formatting |
 //! | [`Controller::stop`] | once, after the last cycle and the shutdown cycle | the cycle thread, after its real-time section | yes |
+//! | [`Controller::summarizer`] | once, before the run; what it returns, once after the run | yours | yes |
 //!
 //! Arming is explicit: before `start` no servo is commanded; a servo the controller leaves
 //! at [`ServoCommand::Query`] (the default each cycle starts from its previous command) is
@@ -316,4 +317,15 @@ pub trait Controller: Send {
     fn stop(&mut self, state: &State<'_>) {
         let _ = state;
     }
+
+    /// What completes the run's summary with what only the control law knows, called once
+    /// on your thread before the run: [`crate::Runtime::run`] calls the function it returns
+    /// with the summary after the run (the agent spine adds what its agent did, and its
+    /// problems in its own words). `None` (the default): nothing to add.
+    fn summarizer(&self) -> Option<Summarizer> {
+        None
+    }
 }
+
+/// Completes a run's summary after the run ([`Controller::summarizer`]).
+pub type Summarizer = Box<dyn FnOnce(&mut crate::RunSummary) + Send>;

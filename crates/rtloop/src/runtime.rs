@@ -288,7 +288,14 @@ impl Runtime {
     /// Run `controller` and return the summary `rtloop run` prints. Warnings (a refused
     /// real-time request, a rate the model says the buses cannot keep) go to the
     /// [notice callback](Self::on_notice) as they happen and are in [`RunSummary::warnings`].
+    ///
+    /// The control law's [`Controller::summarizer`], if it has one, completes the summary.
     pub fn run<C: Controller + 'static>(self, controller: C) -> Result<RunSummary, RunError> {
-        crate::run::execute(&self.options, self.hooks, controller)
+        let summarizer = controller.summarizer();
+        let mut summary = crate::run::execute(&self.options, self.hooks, controller)?;
+        if let Some(complete) = summarizer {
+            complete(&mut summary);
+        }
+        Ok(summary)
     }
 }

@@ -251,3 +251,86 @@ fn the_c_header_compiles_alone_without_warnings() {
         testkit::skip("needs a C compiler (cc)");
     }
 }
+
+#[test]
+fn the_c_agent_survives_its_segment_truncated_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = c_agent(dir.path()) else {
+        testkit::skip("needs a C compiler (cc)");
+        return;
+    };
+    // Truncated to 0, and truncated then grown again: the agent's next access faulted
+    // (SIGBUS killed it), or it read zeros and took them for states.
+    for regrow in [false, true] {
+        let name = common::unique_name(if regrow { "cregrow" } else { "ctrunc" });
+        let (mut spine, _) = Spine::create(&SpineConfig::new(&name, &common::servos(4), 1000.0)).unwrap();
+        let mut child = Command::new(&exe).arg(&name).stderr(Stdio::piped()).spawn().unwrap();
+        let mut run = Run { cycle: 0, armed: 0, commands: 0, timeouts: 0 };
+        run_until(&mut spine, &mut run, |_, r| r.armed >= 1 && r.commands >= 20);
+        let path = agent::segment_path(&name);
+        let f = std::fs::File::create(&path).unwrap();
+        if regrow {
+            f.set_len(agent::layout::TOTAL_SIZE as u64).unwrap();
+        }
+        let status = wait_exit(&mut child, Duration::from_secs(10));
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(1), "regrow {regrow}: {status}: {err}");
+        assert_eq!(
+            err.lines().last().unwrap(),
+            format!(
+                "agent: /dev/shm/rtloop-{name} was truncated (or replaced) by another process, so the spine ends its \
+                 run; never write to /dev/shm/rtloop-{name} while a spine runs"
+            )
+        );
+        spine.publish(agent::monotonic_ns());
+        let want = if regrow { agent::SegmentLoss::Replaced } else { agent::SegmentLoss::Truncated };
+        assert_eq!(spine.check_segment(), Some(want));
+        drop(spine);
+        assert!(!path.exists(), "the spine removes its file");
+    }
+}
+
+#[test]
+fn the_c_agent_refuses_a_segment_of_another_user() {
+    if !common::can_chown() {
+        testkit::skip("needs root, to give a segment to user nobody");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = c_agent(dir.path()) else {
+        testkit::skip("needs a C compiler (cc)");
+        return;
+    };
+    let name = common::unique_name("cnobody");
+    let (spine, _) = Spine::create(&SpineConfig::new(&name, &common::servos(2), 100.0)).unwrap();
+    common::give_to_nobody(&agent::segment_path(&name));
+    let out = Command::new(&exe).arg(&name).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "agent: /dev/shm/rtloop-{name} belongs to {}, not to this agent's user (uid {}); attach only to a spine \
+             your own user runs, or use another agent name",
+            agent::describe_owner(common::nobody().0),
+            agent::euid()
+        )
+    );
+    assert_eq!(spine.agent_pid(), None, "it never registered, let alone armed");
+    assert_eq!(spine.counters().rearms, 0);
+}
+
+#[test]
+fn the_c_header_compiles_without_its_guard_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("no_guard.c");
+    std::fs::write(
+        &src,
+        "#define RTLOOP_AGENT_NO_GUARD\n#include \"rtloop_agent.h\"\nint main(void) { return (int)sizeof(rtloop_agent) == 0; }\n",
+    )
+    .unwrap();
+    if compile(&src, dir.path(), "no_guard").is_none() {
+        testkit::skip("needs a C compiler (cc)");
+    }
+}

@@ -15,4 +15,5 @@ mod hostile;
 mod layout_docs;
 mod no_alloc;
 mod segment;
+mod shrink;
 mod spine_agent;

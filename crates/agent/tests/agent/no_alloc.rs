@@ -1,6 +1,6 @@
 //! The spine's hot path never touches the allocator: filling and publishing the state,
 //! polling commands (new, unchanged, ignored, torn, timed out, re-armed), validating them,
-//! counting refusals and checking the agent's version.
+//! counting and recording refusals, checking the agent's version and the segment.
 
 use crate::common;
 
@@ -24,7 +24,7 @@ fn publish_and_poll_never_allocate() {
     let mut agent = Agent::attach(&name).unwrap();
     let limits = Limits::default();
     let raw = std::fs::OpenOptions::new().write(true).open(agent::segment_path(&name)).unwrap();
-    let mut outcomes = [0u32; 6];
+    let mut outcomes = [0u32; 7];
     let mut accepted = 0u32;
 
     let (calls, ()) = testkit::count_allocations(|| {
@@ -65,20 +65,29 @@ fn publish_and_poll_never_allocate() {
                 Poll::Ignored => 3,
                 Poll::Torn => 4,
                 Poll::TimedOut => 5,
+                Poll::SegmentLost => 6,
             }] += 1;
             for i in 0..12 {
                 match spine.command_for(i, &limits) {
                     Some(Ok(_)) => accepted += 1,
-                    Some(Err(_)) => {
-                        spine.note_rejected(cycle);
+                    Some(Err(e)) => {
+                        spine.note_rejected(i, cycle, &e);
                     }
                     None => {}
                 }
             }
             let _ = spine.version_mismatch();
+            let _ = spine.check_segment();
+            let _ = agent.segment_lost();
         }
     });
     assert_eq!(calls, 0, "the hot path allocated; outcomes {outcomes:?}");
     assert!(outcomes[0] > 1000 && outcomes[1] >= 2 && outcomes[4] >= 1 && outcomes[5] >= 1, "{outcomes:?}");
     assert!(accepted > 10_000 && spine.counters().rejected > 1000);
+    assert_eq!(outcomes[6], 0, "the segment stayed whole");
+    // The refusals were recorded as they happened (fixed-size storage): every one counted
+    // per servo, one cause (position infinite).
+    let r = spine.refusals();
+    assert_eq!(r.per_servo.iter().sum::<u64>(), spine.counters().rejected);
+    assert_eq!(r.causes().count(), 1, "{r:?}");
 }

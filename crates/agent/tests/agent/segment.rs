@@ -292,3 +292,71 @@ fn a_segment_whose_spine_pid_names_no_process_is_foreign_not_a_live_spine() {
         std::fs::remove_file(agent::segment_path(&name)).unwrap();
     }
 }
+
+#[test]
+fn a_segment_planted_by_another_user_is_refused_by_the_spine_and_the_agent_naming_its_owner() {
+    if !common::can_chown() {
+        testkit::skip("needs root, to give a segment to user nobody");
+        return;
+    }
+    // Another user makes /dev/shm/rtloop-NAME first, naming a live pid (a whole, valid
+    // segment, made here and given away): the spine said "another spine (pid N) owns …",
+    // and the agents attached to it and armed it.
+    let name = common::unique_name("planted");
+    let path = agent::segment_path(&name);
+    let (planted, _) = Spine::create(&config(&name)).unwrap();
+    common::give_to_nobody(&path);
+    let (uid, _) = common::nobody();
+    let owner = agent::describe_owner(uid);
+    assert!(owner.ends_with(&format!("(uid {uid})")) || owner == format!("uid {uid}"), "{owner}");
+
+    let err = Spine::create(&config(&name)).err().unwrap();
+    assert!(matches!(err, SpineError::OtherUser { .. }), "{err:?}");
+    let msg = err.to_string();
+    one_sentence(&msg);
+    assert_eq!(
+        msg,
+        format!(
+            "/dev/shm/rtloop-{name} belongs to {owner}, not to this spine's user; pick another --agent name, or have \
+             {owner} remove it"
+        )
+    );
+
+    let err = Agent::attach(&name).err().unwrap();
+    assert!(!err.is_retryable());
+    assert!(matches!(err, AttachError::OtherUser { .. }), "{err:?}");
+    let msg = err.to_string();
+    one_sentence(&msg);
+    assert_eq!(
+        msg,
+        format!(
+            "/dev/shm/rtloop-{name} belongs to {owner}, not to this agent's user (uid {}); attach only to a spine your \
+             own user runs, or use another agent name",
+            agent::euid()
+        )
+    );
+    assert_eq!(planted.agent_pid(), None, "the agent never registered");
+    assert_eq!(common::read_raw(&name, 84, 4), [0; 4], "nor wrote its version");
+    drop(planted);
+    // The planted spine's drop removed it (its inode); nothing of ours is left either.
+    assert!(!path.exists());
+}
+
+#[test]
+fn another_users_empty_leftover_is_refused_not_replaced() {
+    if !common::can_chown() {
+        testkit::skip("needs root, to give a file to user nobody");
+        return;
+    }
+    let name = common::unique_name("theirs");
+    let path = agent::segment_path(&name);
+    std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).unwrap();
+    common::give_to_nobody(&path);
+    let err = Spine::create(&config(&name)).err().unwrap().to_string();
+    one_sentence(&err);
+    assert!(err.contains("belongs to") && err.contains("pick another --agent name"), "{err}");
+    assert!(path.exists(), "left alone");
+    let err = Agent::attach(&name).err().unwrap();
+    assert!(matches!(err, AttachError::OtherUser { .. }), "not 'still being created': {err:?}");
+    std::fs::remove_file(&path).unwrap();
+}

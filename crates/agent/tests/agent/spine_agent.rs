@@ -4,7 +4,7 @@
 use crate::common;
 
 use agent::layout::{field, kind, status, MAX_SERVOS};
-use agent::{Agent, Limits, Lockstep, Poll, Spine, SpineConfig, SpineGone, ValidCommand};
+use agent::{Agent, CommandError, Limits, Lockstep, Poll, Spine, SpineConfig, SpineGone, ValidCommand};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -159,15 +159,39 @@ fn liveness_timeout_and_rearm_on_an_injected_clock() {
 
 #[test]
 fn rejected_commands_are_counted_with_one_event_per_burst() {
-    let mut spine = spine("burst", 1);
-    assert!(spine.note_rejected(10));
-    assert!(!spine.note_rejected(10));
-    assert!(!spine.note_rejected(11));
-    assert!(spine.note_rejected(13));
+    let mut spine = spine("burst", 3);
+    let torque = |value| CommandError::OutOfRange { field: "maximum_torque", value, min: 0.0, max: 8.0 };
+    let nan = CommandError::NonFinite { field: "velocity", value: f64::NAN };
+    assert!(spine.note_rejected(0, 10, &torque(10.0)));
+    assert!(!spine.note_rejected(1, 10, &torque(12.0)));
+    assert!(!spine.note_rejected(0, 11, &nan));
+    assert!(spine.note_rejected(2, 13, &torque(9.0)));
     assert_eq!(spine.counters().rejected, 4);
+    // The record: per servo, per cause (the first of each, typed), and in how many cycles.
+    let r = spine.refusals();
+    assert_eq!(&r.per_servo[..4], &[2, 1, 1, 0]);
+    assert_eq!(r.cycles, 3);
+    let causes: Vec<_> = r.causes().map(|c| (c.first.field(), c.servo, c.count)).collect();
+    assert_eq!(causes, [(Some("maximum_torque"), 0, 3), (Some("velocity"), 0, 1)]);
+    assert_eq!(r.causes().next().unwrap().first, torque(10.0), "the first refusal of the cause, as it was");
+    assert_eq!(r.other, 0);
     let mut agent = Agent::attach(spine.name()).unwrap();
     spine.publish(0);
     assert_eq!(agent.read_state().unwrap().rejected, 4);
+}
+
+#[test]
+fn refusal_causes_beyond_the_record_are_counted_as_other() {
+    let mut spine = spine("causes", 1);
+    let fields = ["position", "velocity", "kp_scale", "kd_scale", "accel_limit", "ilimit_scale"];
+    for (cycle, field) in fields.iter().enumerate() {
+        let e = CommandError::OutOfRange { field, value: 2.0, min: 0.0, max: 1.0 };
+        spine.note_rejected(0, cycle as u64, &e);
+    }
+    let r = spine.refusals();
+    assert_eq!(r.causes().count(), agent::REFUSAL_CAUSES);
+    assert_eq!(r.other, (fields.len() - agent::REFUSAL_CAUSES) as u64);
+    assert_eq!(r.per_servo[0], fields.len() as u64);
 }
 
 #[test]

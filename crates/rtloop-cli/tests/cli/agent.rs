@@ -201,7 +201,26 @@ fn bad_commands_from_an_agent_never_reach_a_servo_and_are_counted() {
     let kinds = event_kinds(&j);
     let bursts = kinds.iter().filter(|k| *k == "agent_command_refused").count();
     assert_eq!(bursts, 3, "one event per burst, not per refusal: {bursts} events for {refused}");
-    assert!(j["problems"].to_string().contains("refused the agent's command for servo 5"), "{j}");
+    // One sentence: how many, for which servo, the causes (each with its count), the fix.
+    let problem = j["problems"].as_array().unwrap().iter().find(|p| p.as_str().unwrap().contains("refused")).unwrap();
+    let problem = problem.as_str().unwrap();
+    let servo5 = format!("servo 5 on bus {}", j["final"]["5"]["bus"]);
+    assert!(
+        problem.starts_with(&format!("the spine refused {refused} of the agent's servo commands ({servo5}, in ")),
+        "{problem}"
+    );
+    assert!(problem.contains("velocity is NaN ("), "{problem}");
+    assert!(problem.contains("position 1000000000 is outside the allowed range -3.2767 to 3.2767 ("), "{problem}");
+    assert!(problem.contains("command kind 99 is unknown ("), "{problem}");
+    assert!(!problem.contains("invalid or out of the limits"), "{problem}");
+    let causes = j["agent"]["refusal_causes"].as_array().unwrap();
+    let kinds: Vec<&str> = causes.iter().map(|c| c["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["non_finite", "out_of_range", "unknown_kind"], "{j}");
+    assert_eq!(causes.iter().map(|c| c["count"].as_u64().unwrap()).sum::<u64>(), refused, "{j}");
+    assert_eq!(
+        j["agent"]["refused_servos"],
+        serde_json::json!([{"id": 5, "bus": j["final"]["5"]["bus"], "refused": refused}])
+    );
     // Servo 5 only ever got the agent's valid commands (10) or its safe one (12); every other
     // servo followed the agent throughout.
     for (_, index, modes) in command_modes(&log).iter().filter(|c| c.2.contains(&10)) {
@@ -704,4 +723,156 @@ fn a_reset_without_physics_or_outside_lockstep_is_refused_with_its_reason_and_co
         let problems = j["problems"].to_string();
         assert!(problems.contains(sentence), "{problems}");
     }
+}
+
+#[test]
+fn refused_torques_are_reported_with_the_field_the_limit_the_servos_and_the_count() {
+    // Every servo, every cycle: maximum_torque 10 N·m over the run's limit, [gains]
+    // maximum_torque (8 N·m by default). The run said "(invalid or out of the limits)"
+    // naming servo 1 only.
+    let name = name("torque");
+    let agent = support::hold_agent(name.clone(), |_, s, _| {
+        s.present |= agent::layout::field::MAXIMUM_TORQUE;
+        s.maximum_torque = 10.0;
+    });
+    let o = spine(&["--agent", &name, "--duration", "0.3"]).wait_with_output().unwrap();
+    agent.join().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let j = summary_of(&o);
+    let a = &j["agent"];
+    let refused = a["refused"].as_u64().unwrap();
+    let cycles = a["refused_cycles"].as_u64().unwrap();
+    assert!(refused > 0 && refused == 12 * cycles, "every servo, every cycle: {j}");
+    assert_eq!(
+        a["refusal_causes"],
+        serde_json::json!([{
+            "kind": "out_of_range",
+            "field": "maximum_torque",
+            "value": 10.0,
+            "min": 0.0,
+            "max": 8.0,
+            "servo": {"id": 1, "bus": j["final"]["1"]["bus"], "refused": refused / 12},
+            "count": refused,
+            "message": "maximum_torque 10 is outside the allowed range 0 to 8; send a value within it",
+        }]),
+        "{j}"
+    );
+    assert_eq!(a["refused_servos"].as_array().unwrap().len(), 12, "{j}");
+    let problem = j["problems"][0].as_str().unwrap();
+    let from = event_time(&j, "agent_command_refused");
+    assert_eq!(
+        problem,
+        format!(
+            "the spine refused {refused} of the agent's servo commands (all 12 servos, in {cycles} cycles from \
+             {from:.3} s) and gave each its safe command instead: maximum_torque 10 is outside the allowed range 0 to \
+             8 ({refused} times); send a value within it, within the limits of docs/agent-protocol.md section 7 (for \
+             `rtloop run`, the torque limit is its [gains] maximum_torque)"
+        )
+    );
+    assert_eq!(stderr(&o).lines().last().unwrap(), format!("rtloop run: {problem}"));
+}
+
+/// The spine's status as the segment of agent `name` shows it (0 while there is none).
+fn status_of(name: &str) -> u32 {
+    use std::os::unix::fs::FileExt;
+    let Ok(f) = std::fs::File::open(rtloop::agent::segment_path(name)) else { return 0 };
+    let mut b = [0u8; 4];
+    match f.read_exact_at(&mut b, agent::layout::STATE_OFFSET as u64 + 32) {
+        Ok(()) => u32::from_le_bytes(b),
+        Err(_) => 0,
+    }
+}
+
+#[test]
+fn a_segment_truncated_or_regrown_under_a_running_spine_ends_the_run_safe_with_one_sentence() {
+    // `truncate -s 0 /dev/shm/rtloop-NAME` (or any `open(path, "w")`) under a running spine:
+    // it died of SIGBUS (exit 135), with no shutdown command, no summary, and an empty file
+    // that refused the next run.
+    for (regrow, lost, what) in
+        [(false, "truncated", "was truncated"), (true, "replaced", "was truncated and grown again, or overwritten,")]
+    {
+        let name = name(&format!("shrink-{lost}"));
+        let path = rtloop::agent::segment_path(&name);
+        let agent = support::hold_agent(name.clone(), |_, _, _| {});
+        let run = spine(&["--agent", &name, "--duration", "30"]);
+        support::wait_for("the agent to arm the spine", Duration::from_secs(30), || {
+            status_of(&name) == agent::layout::status::FOLLOWING
+        });
+        let f = std::fs::File::create(&path).unwrap();
+        if regrow {
+            f.set_len(agent::layout::TOTAL_SIZE as u64).unwrap();
+        }
+        let o = finish(run, Duration::from_secs(60));
+        agent.join().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{lost}: {}", stderr(&o));
+        let j = summary_of(&o);
+        assert_eq!(j["ended_by_controller"], true, "{lost}: the loss ended the run: {j}");
+        assert_eq!(event_kinds(&j), ["agent_armed", "agent_segment_lost", "shutdown"], "{lost}: {j}");
+        assert_eq!(j["agent"]["segment_lost"], lost, "{j}");
+        // The servos were commanded safe: the shutdown's zero velocity, every one.
+        for id in 1..=12 {
+            let f = &j["final"][id.to_string()];
+            assert_eq!(f["commanded"], "zero-velocity", "{lost}: servo {id}: {f}");
+            assert_eq!(f["mode"], 12, "{lost}: servo {id}: {f}");
+        }
+        let at = event_time(&j, "agent_segment_lost");
+        let p = path.display();
+        let sentence = format!(
+            "the agent segment {p} {what} by another process at {at:.3} s: the spine commanded the servos safe and \
+             ended the run; never write to {p} while its spine runs (an agent only maps it)"
+        );
+        assert_eq!(j["problems"][0], sentence.as_str(), "{lost}: {j}");
+        assert_eq!(stderr(&o).lines().last().unwrap(), format!("rtloop run: {sentence}"), "{lost}");
+        assert!(!path.exists(), "{lost}: no file left behind");
+    }
+}
+
+#[test]
+fn an_empty_leftover_segment_does_not_block_the_next_run() {
+    // What a spine killed after its segment was truncated leaves: a 0-byte file, which
+    // refused every later run ("too small to be an rtloop agent segment").
+    use std::os::unix::fs::OpenOptionsExt;
+    let name = name("leftover");
+    let path = rtloop::agent::segment_path(&name);
+    std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).unwrap();
+    let o = spine(&["--agent", &name, "--duration", "0.1"]).wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "rtloop run: warning: removed {}, a leftover of 0 bytes that holds no segment header",
+            path.display()
+        )),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!path.exists());
+}
+
+#[test]
+fn a_segment_planted_by_another_user_is_refused_naming_its_owner() {
+    if agent::euid() != 0 {
+        testkit::skip("needs root, to give a segment to user nobody");
+        return;
+    }
+    // Another user made /dev/shm/rtloop-NAME first, naming a live pid: the spine said
+    // "another spine (pid N) owns …", not that the file is not even its user's.
+    let name = name("planted");
+    let path = rtloop::agent::segment_path(&name);
+    let (planted, _) =
+        agent::Spine::create(&agent::SpineConfig::new(&name, &[agent::ServoInfo { id: 1, bus: 1 }], 100.0)).unwrap();
+    std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+    let o = spine(&["--agent", &name, "--duration", "0.1"]).wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    assert_eq!(
+        e.trim(),
+        format!(
+            "rtloop: {} belongs to {}, not to this spine's user; pick another --agent name, or have {} remove it",
+            path.display(),
+            agent::describe_owner(65534),
+            agent::describe_owner(65534)
+        )
+    );
+    drop(planted);
 }

@@ -349,7 +349,7 @@ pub(super) fn command_name(c: &ServoCommand) -> &'static str {
 }
 
 /// "servo 5 on bus 2" (the same id may live on several buses).
-pub(super) fn servo_name(id: Option<u8>, bus: Option<u8>) -> String {
+pub(crate) fn servo_name(id: Option<u8>, bus: Option<u8>) -> String {
     match (id, bus) {
         (Some(id), Some(bus)) => format!("servo {id} on bus {bus}"),
         (Some(id), None) => format!("servo {id}"),
@@ -401,11 +401,9 @@ pub(super) fn problems_of<K: Clock>(
                 "the agent went silent at {:.3} s: the servos were given the timeout command until it re-armed",
                 e.time
             ),
-            "agent_command_refused" => format!(
-                "the spine refused the agent's command for {who} at {:.3} s (invalid or out of the limits); the servo \
-                 kept its safe command",
-                e.time
-            ),
+            // Said by the agent spine's summarizer (`crate::agent::AgentFigures::complete`),
+            // which knows the causes, the servos and the counts.
+            "agent_command_refused" | "agent_segment_lost" => continue,
             "agent_gone" => {
                 format!("the agent exited (or detached) at {:.3} s: the lockstep run ended there", e.time)
             }

@@ -177,6 +177,15 @@ fn the_agent_spine_never_allocates_while_it_follows_an_agent() {
     agent.join().unwrap();
     let f = figures.summary();
     assert!(f.commands_applied > 300 && f.refused > 0, "{f:?}");
+    // The refusals' causes were recorded on the cycle thread without allocating, and the
+    // spine's summarizer put them in the run's summary.
+    let a = summary.agent.as_ref().expect("the agent spine completes the summary");
+    assert_eq!(
+        a.refusal_causes.iter().map(|c| (c.kind, c.field)).collect::<Vec<_>>(),
+        [("non_finite", Some("velocity"))]
+    );
+    assert_eq!(a.refusal_causes[0].count, f.refused);
+    assert!(summary.problems.iter().any(|p| p.contains("velocity is NaN (")), "{:?}", summary.problems);
     assert!(summary.cycles > 500, "{}", summary.cycles);
     assert_eq!(ALLOCATIONS.load(Ordering::SeqCst), 0, "the spine allocated on the cycle thread");
 }

@@ -90,3 +90,28 @@ pub fn within<T: Send + 'static>(limit: std::time::Duration, f: impl FnOnce() ->
         Err(_) => panic!("still blocked after {limit:?}"),
     }
 }
+
+/// The uid and gid of user `nobody` (65534 when the user database has no such user).
+pub fn nobody() -> (u32, u32) {
+    let name = std::ffi::CString::new("nobody").unwrap();
+    // SAFETY: `name` is NUL-terminated; the result is read at once, before any other
+    // getpw* call of this thread.
+    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+    if pw.is_null() {
+        return (65534, 65534);
+    }
+    // SAFETY: getpwnam returned a valid entry.
+    unsafe { ((*pw).pw_uid, (*pw).pw_gid) }
+}
+
+/// Whether this process may give files away (`chown` to another user): root. Tests of
+/// another user's segment skip visibly otherwise.
+pub fn can_chown() -> bool {
+    agent::euid() == 0
+}
+
+/// Give the file at `path` to user `nobody`, as if that user had made it.
+pub fn give_to_nobody(path: &std::path::Path) {
+    let (uid, gid) = nobody();
+    std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+}
