@@ -1,6 +1,6 @@
 //! `rtloop.Agent`: a control law in its own Python process beside `rtloop run --agent NAME`,
 //! over the spine's shared memory (`docs/agent-protocol.md`), built on the Rust agent of the
-//! `rtloop-agent` crate ([`agent::Agent`]).
+//! `rtloop-agent` crate ([`rtloop_agent::Agent`]).
 //!
 //! * Attaching retries while the spine is not there yet (or still creating its segment), with
 //!   the GIL released; every other refusal is one exception at once.
@@ -16,13 +16,13 @@
 //! Must never: expose shared memory to Python, panic on user input, or hold the GIL while it
 //! waits.
 
-use agent::layout::{kind, reset, status, RawServoCommand, RawServoState, StateBlock, MAX_SERVOS};
-use agent::{AttachError, CommandError, Limits};
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyString;
+use rtloop_agent::layout::{kind, reset, status, RawServoCommand, RawServoState, StateBlock, MAX_SERVOS};
+use rtloop_agent::{AttachError, CommandError, Limits};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -123,22 +123,22 @@ fn closed_error() -> PyErr {
 }
 
 /// The exception for a spine that went away, with `.reason`.
-fn spine_gone_error(py: Python<'_>, name: &str, spine_pid: i32, gone: agent::SpineGone) -> PyErr {
+fn spine_gone_error(py: Python<'_>, name: &str, spine_pid: i32, gone: rtloop_agent::SpineGone) -> PyErr {
     let (reason, message) = match gone {
-        agent::SpineGone::Ended => {
+        rtloop_agent::SpineGone::Ended => {
             ("ended", format!("the spine of rtloop-{name} ended its run; start `rtloop run --agent {name}` for another"))
         }
-        agent::SpineGone::Unlinked => (
+        rtloop_agent::SpineGone::Unlinked => (
             "unlinked",
             format!("the segment /dev/shm/rtloop-{name} was removed, so its spine is gone; start `rtloop run --agent {name}` again"),
         ),
-        agent::SpineGone::Dead => (
+        rtloop_agent::SpineGone::Dead => (
             "dead",
             format!(
                 "the spine of rtloop-{name} (pid {spine_pid}) died without ending its run (its servos stop on their watchdogs); start `rtloop run --agent {name}` again"
             ),
         ),
-        agent::SpineGone::SegmentLost => (
+        rtloop_agent::SpineGone::SegmentLost => (
             "lost",
             format!(
                 "/dev/shm/rtloop-{name} was truncated (or replaced) by another process, so the spine ends its run; never write to /dev/shm/rtloop-{name} while a spine runs"
@@ -154,7 +154,7 @@ fn spine_gone_error(py: Python<'_>, name: &str, spine_pid: i32, gone: agent::Spi
 
 /// The Python exception for a refused attach, after waiting `waited` seconds.
 fn attach_error(py: Python<'_>, err: AttachError, name: &str, waited: f64) -> PyErr {
-    let path = agent::segment_path(name).display().to_string();
+    let path = rtloop_agent::segment_path(name).display().to_string();
     match err {
         AttachError::Name(e) => PyValueError::new_err(e.to_string()),
         AttachError::NotFound(_) => SpineNotFound::new_err((
@@ -199,9 +199,9 @@ fn attach_error(py: Python<'_>, err: AttachError, name: &str, waited: f64) -> Py
 }
 
 /// Attach, retrying retryable refusals every [`ATTACH_RETRY`] until `end` (GIL released).
-fn attach_until(name: &str, end: Instant) -> Result<agent::Agent, AttachError> {
+fn attach_until(name: &str, end: Instant) -> Result<rtloop_agent::Agent, AttachError> {
     loop {
-        match agent::Agent::attach(name) {
+        match rtloop_agent::Agent::attach(name) {
             Ok(a) => return Ok(a),
             Err(e) if e.is_retryable() => {
                 let now = Instant::now();
@@ -242,7 +242,7 @@ enum Look {
     /// A state newer than the last one returned.
     State(Box<StateBlock>),
     /// The spine went away.
-    Gone(agent::SpineGone),
+    Gone(rtloop_agent::SpineGone),
     /// Nothing new before the end of the slice.
     Slice,
     /// The agent was closed meanwhile (by another thread).
@@ -251,7 +251,7 @@ enum Look {
 
 /// The attached agent and what it remembers between calls (behind the lock).
 struct Inner {
-    agent: agent::Agent,
+    agent: rtloop_agent::Agent,
     /// The sequence of the last state read: unchanged = nothing new published.
     seen_seq: Option<u64>,
     /// The cycle of the last state returned to Python (`for_cycle` of the next command).
@@ -269,7 +269,7 @@ impl Inner {
                 Ok(s) => {
                     self.seen_seq = Some(s.seq);
                     if s.status == status::ENDED {
-                        return Some(Look::Gone(agent::SpineGone::Ended));
+                        return Some(Look::Gone(rtloop_agent::SpineGone::Ended));
                     }
                     if s.status != status::NONE && self.returned.is_none_or(|c| s.cycle > c) {
                         self.returned = Some(s.cycle);
@@ -294,7 +294,7 @@ impl Inner {
     }
 
     /// Read the newest state now (no wait) and count it as returned.
-    fn read_now(&mut self) -> Result<Box<StateBlock>, Option<agent::SpineGone>> {
+    fn read_now(&mut self) -> Result<Box<StateBlock>, Option<rtloop_agent::SpineGone>> {
         match self.agent.read_state() {
             Ok(s) => {
                 let s = Box::new(*s);
@@ -456,7 +456,7 @@ impl PyAgent {
     #[new]
     #[pyo3(signature = (name, *, wait = 5.0, auto_arm = true, busy_poll = None))]
     fn new(py: Python<'_>, name: &str, wait: f64, auto_arm: bool, busy_poll: Option<bool>) -> PyResult<Self> {
-        agent::validate_name(name).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        rtloop_agent::validate_name(name).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let deadline = Instant::now() + seconds_arg("wait", wait)?;
         let attached = loop {
             let slice_end = deadline.min(Instant::now() + SIGNAL_SLICE);
@@ -692,7 +692,7 @@ impl PyAgent {
                     }
                 }
             }
-            if let Err(e) = agent::validate(s, &limits) {
+            if let Err(e) = rtloop_agent::validate(s, &limits) {
                 let field_given = match e {
                     CommandError::NonFinite { field, .. } | CommandError::OutOfRange { field, .. } => {
                         NAMES.iter().position(|&f| f == field).and_then(|f| given.get(f).copied())

@@ -10,12 +10,12 @@
 //! range checks), and a bad payload comes back as a `ValueError` carrying the command's
 //! one-sentence message.
 
-use proto::host::PositionCommand;
-use proto::Resolution;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use rtloop::frame::{self, CommandKind, EncodeRequest};
+use rtloop_proto::host::PositionCommand;
+use rtloop_proto::Resolution;
 use serde_json::Value as Json;
 
 /// Add this part's classes, functions and exceptions to the extension module.

@@ -1,7 +1,7 @@
 //! `rtloop.Robot`: one call commands and queries every servo of a robot, states out as one
 //! numpy structured array.
 //!
-//! What it is for: driving [`io::Robot`] — the multi-bus cycle with per-servo reply
+//! What it is for: driving [`rtloop_io::Robot`] — the multi-bus cycle with per-servo reply
 //! attribution — from Python at rtloop's speed. A robot is the built-in simulated quadruped,
 //! buses given as URIs (`sim`, `fdcanusb:PATH`, `socketcan:IFACE`, `udp:HOST:PORT`), or the
 //! `[[bus]]` tables of an `rtloop run --config` file. Each cycle's arguments (scalars or one
@@ -26,15 +26,17 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyString, PyTuple};
 
-use io::{BusUri, Clock, CycleReport, MonotonicClock, RobotConfig, ServoCommand, ServoReply, ServoSpec, VirtualClock};
-use proto::host::{PositionCommand, PositionResolution, QueryFormat};
-use proto::register::class_of;
-use proto::Resolution;
 use rtloop::config::{
     show_number, RunConfig, DEFAULT_WATCHDOG_TIMEOUT_S, MAX_WATCHDOG_TIMEOUT_S, MIN_WATCHDOG_TIMEOUT_S,
 };
 use rtloop::robot_spec::{parse_id_list, BusSpec, RobotSpec};
-use sim::ImuSample;
+use rtloop_io::{
+    BusUri, Clock, CycleReport, MonotonicClock, RobotConfig, ServoCommand, ServoReply, ServoSpec, VirtualClock,
+};
+use rtloop_proto::host::{PositionCommand, PositionResolution, QueryFormat};
+use rtloop_proto::register::class_of;
+use rtloop_proto::Resolution;
+use rtloop_sim::ImuSample;
 
 use crate::values::{self, Given, Refusal, FIELDS, NAMES, REGISTERS};
 
@@ -72,10 +74,10 @@ struct Range {
     capped: bool,
 }
 
-/// The default range of every field: the agent protocol's [`agent::validate::Limits`]
+/// The default range of every field: the agent protocol's [`rtloop_agent::validate::Limits`]
 /// (sized for a small legged robot), and rtloop's watchdog rule (0.01 to 10 s: never off).
 fn default_limits() -> [(f64, f64); FIELDS] {
-    let l = agent::validate::Limits::default();
+    let l = rtloop_agent::validate::Limits::default();
     [
         (l.position_min, l.position_max),
         (-l.max_velocity, l.max_velocity),
@@ -650,24 +652,24 @@ impl State {
 // The robot
 // ---------------------------------------------------------------------------------------
 
-/// An [`io::Robot`] whatever its clock.
+/// An [`rtloop_io::Robot`] whatever its clock.
 trait Driver: Send {
-    /// [`io::Robot::cycle`].
+    /// [`rtloop_io::Robot::cycle`].
     fn cycle(&mut self, commands: &[ServoCommand], replies: &mut [ServoReply], imu: &mut ImuSample) -> CycleReport;
     /// Now, ns on the robot's clock.
     fn now_ns(&self) -> u64;
     /// Wait (or, on the virtual clock, move time) until `t_ns`.
     fn wait_until_ns(&self, t_ns: u64);
     /// The simulated body, with physics.
-    fn body(&self) -> Option<(sim::BodyState, u64)>;
+    fn body(&self) -> Option<(rtloop_sim::BodyState, u64)>;
     /// Push the body: `None` without physics, `Some(false)` when the world holds as many
     /// pushes as it can.
-    fn push(&mut self, push: sim::Push) -> Option<bool>;
+    fn push(&mut self, push: rtloop_sim::Push) -> Option<bool>;
 }
 
-impl<C: Clock + Send> Driver for io::Robot<C> {
+impl<C: Clock + Send> Driver for rtloop_io::Robot<C> {
     fn cycle(&mut self, commands: &[ServoCommand], replies: &mut [ServoReply], imu: &mut ImuSample) -> CycleReport {
-        io::Robot::cycle(self, commands, replies, imu)
+        rtloop_io::Robot::cycle(self, commands, replies, imu)
     }
     fn now_ns(&self) -> u64 {
         self.cycler().clock().now_ns()
@@ -675,11 +677,11 @@ impl<C: Clock + Send> Driver for io::Robot<C> {
     fn wait_until_ns(&self, t_ns: u64) {
         self.cycler().clock().wait_until_ns(t_ns)
     }
-    fn body(&self) -> Option<(sim::BodyState, u64)> {
+    fn body(&self) -> Option<(rtloop_sim::BodyState, u64)> {
         let world = self.cycler().world()?;
         Some((world.body()?, world.steps()))
     }
-    fn push(&mut self, push: sim::Push) -> Option<bool> {
+    fn push(&mut self, push: rtloop_sim::Push) -> Option<bool> {
         self.cycler_mut().with_world(|w, _| w.push(push))
     }
 }
@@ -752,7 +754,7 @@ struct Inner {
     driver: Box<dyn Driver>,
     /// This cycle's command per slot.
     commands: Vec<ServoCommand>,
-    /// Each slot's newest reply (kept across cycles: io::Robot ages them).
+    /// Each slot's newest reply (kept across cycles: rtloop_io::Robot ages them).
     replies: Vec<ServoReply>,
     /// The last IMU sample.
     imu: ImuSample,
@@ -815,7 +817,7 @@ enum ClockHandle {
 impl ClockHandle {
     fn now_ns(&self) -> u64 {
         match self {
-            ClockHandle::Real => io::clock::monotonic_now_ns(),
+            ClockHandle::Real => rtloop_io::clock::monotonic_now_ns(),
             ClockHandle::Virtual(c) => c.now_ns(),
         }
     }
@@ -847,7 +849,7 @@ struct OpenPlan {
     /// Resolution of position commands and of the main query fields.
     config_resolution: Resolution,
     /// Wire timing and drop rate of simulated buses (each gets its own seed).
-    sim_bus: sim::BusConfig,
+    sim_bus: rtloop_sim::BusConfig,
     /// The fault seed the buses' seeds derive from.
     seed: u64,
     /// Hard cap on one cycle, ns.
@@ -901,11 +903,11 @@ fn open_robot<C: Clock + Clone + Send + 'static>(
             }
         }
     }
-    let sim_bus = sim::BusConfig { fault_seed: plan.seed, ..plan.sim_bus };
-    let options = io::open::OpenOptions { sim_bus, ..Default::default() };
+    let sim_bus = rtloop_sim::BusConfig { fault_seed: plan.seed, ..plan.sim_bus };
+    let options = rtloop_io::open::OpenOptions { sim_bus, ..Default::default() };
     let (transports, imu) = spec.open(clock.clone(), options).map_err(|e| OpenFailure::Os(e.to_string()))?;
     let servos: Vec<ServoSpec> = spec.servo_specs();
-    let mut robot = io::Robot::new(transports, servos.clone(), imu, clock, plan.robot_config(spec))
+    let mut robot = rtloop_io::Robot::new(transports, servos.clone(), imu, clock, plan.robot_config(spec))
         .map_err(|e| OpenFailure::Setup(e.to_string()))?;
     if let Some(p) = plan.start_position {
         for s in &servos {
@@ -1018,7 +1020,7 @@ fn robot_spec(
                             "buses[{bus}] must be a bus address string such as \"fdcanusb:/dev/ttyACM0\""
                         ))
                     })?;
-                    io::uri::parse(&text).map_err(|e| PyValueError::new_err(format!("buses[{bus}]: {e}")))?
+                    rtloop_io::uri::parse(&text).map_err(|e| PyValueError::new_err(format!("buses[{bus}]: {e}")))?
                 }
                 None => {
                     return Err(PyValueError::new_err(format!(
@@ -1244,7 +1246,7 @@ impl Robot {
         }
         // Always sent: a servo configured without a default watchdog still gets one.
         v[WATCHDOG] = Some(v[WATCHDOG].unwrap_or(DEFAULT_WATCHDOG_TIMEOUT_S));
-        let mut registers = [None; proto::register::POSITION_COMMAND_LEN];
+        let mut registers = [None; rtloop_proto::register::POSITION_COMMAND_LEN];
         registers[..FIELDS].copy_from_slice(&v);
         Ok(ServoCommand::Position(PositionCommand::from_registers(registers)))
     }
@@ -1373,9 +1375,9 @@ impl Robot {
                 rtloop::config::MAX_SEED
             )));
         }
-        let sim_bus = sim::BusConfig {
+        let sim_bus = rtloop_sim::BusConfig {
             drop_rate,
-            ..if wire_time { sim::BusConfig::default() } else { sim::BusConfig::without_wire_time() }
+            ..if wire_time { rtloop_sim::BusConfig::default() } else { rtloop_sim::BusConfig::without_wire_time() }
         };
         let (timeout_ns, reply_wait_ns) = match timeout {
             // Asked for: wait for replies up to it (a slow adapter, a loaded simulator).
@@ -1386,7 +1388,7 @@ impl Robot {
             // Never let one cycle run into the next period, as `rtloop run` does.
             None => (
                 period_ns.map_or(DEFAULT_TIMEOUT_NS, |p| (p / 10 * 9).clamp(50_000, DEFAULT_TIMEOUT_NS)),
-                io::CycleOptions::default().rx_baseline_wait_ns,
+                rtloop_io::CycleOptions::default().rx_baseline_wait_ns,
             ),
         };
         let plan = OpenPlan {
@@ -1703,14 +1705,14 @@ impl Robot {
         }
         let duration = checked_arg("duration", duration, 1e-6, 10.0, " s")?;
         let from_ns = self.clock.now_ns();
-        let push = sim::Push { force_n, from_ns, duration_ns: (duration * 1e9).round() as u64 };
+        let push = rtloop_sim::Push { force_n, from_ns, duration_ns: (duration * 1e9).round() as u64 };
         let mut guard = self.lock()?;
         let inner = guard.as_mut().ok_or_else(|| PyRuntimeError::new_err("the robot is closed"))?;
         match inner.driver.push(push) {
             Some(true) => Ok(()),
             Some(false) => Err(PyValueError::new_err(format!(
                 "{} pushes are scheduled or under way already; wait for one to end",
-                sim::world::MAX_PUSHES
+                rtloop_sim::world::MAX_PUSHES
             ))),
             None => Err(PyValueError::new_err("a push needs a body: make the Robot with physics=True")),
         }

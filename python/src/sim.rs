@@ -4,24 +4,24 @@
 //! What it is for: [`SimServer`] builds the buses exactly as `rtloop sim` does (the CLI's own
 //! [`rtloop::sim_buses::load_buses`] and [`rtloop::sim_buses::endpoint`], so both refuse the same
 //! paths and addresses and load the same stored configurations) and serves them on a
-//! background Rust thread ([`io::serve::ServeHandle`]) that never touches the interpreter, so
+//! background Rust thread ([`rtloop_io::serve::ServeHandle`]) that never touches the interpreter, so
 //! Python code in the same process — the official moteus package, or rtloop's own transports
 //! ([`transport`]) — can drive them while the GIL is free.
 //!
 //! What it must never do: take over a path that is not a stale simulator link (the pty rules
-//! of [`io::serve::pty`]), serve UDP on an address other hosts can reach unless told to, panic
+//! of [`rtloop_io::serve::pty`]), serve UDP on an address other hosts can reach unless told to, panic
 //! on user input, or hold the GIL while it waits for the serving thread to stop.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use io::serve::{ServeHandle, ServeReport, ServedBus};
-use io::BusUri;
 use pyo3::exceptions::{PyFileExistsError, PyFileNotFoundError, PyNotADirectoryError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use rtloop::sim_buses::{ServedSpec, SimRequest};
+use rtloop_io::serve::{ServeHandle, ServeReport, ServedBus};
+use rtloop_io::BusUri;
 
 /// Add this part's classes, functions and exceptions to the extension module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

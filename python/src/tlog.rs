@@ -2,7 +2,7 @@
 //! columns, streamed item by item, and checked for damage.
 //!
 //! What it is for: `rtloop.tlog.open(path).read("cycle")` turns a million-item log into a dict
-//! of numpy arrays in about a second. The decoding is [`tlog::columns::read`] (pure Rust, in
+//! of numpy arrays in about a second. The decoding is [`rtloop_tlog::columns::read`] (pure Rust, in
 //! the tlog crate: typed column buffers, one `Vec<f64>`, `Vec<i64>`, … per flattened leaf
 //! such as `servo.0.position`, filled by a decoder compiled once per record from its
 //! schema), run with the GIL released; this file only hands its buffers to numpy (no Python
@@ -10,10 +10,10 @@
 //! pure-Python module `rtloop/tlog.py` wraps the native class [`NativeLog`] with the
 //! documented API.
 //!
-//! Column names are those of `rtloop log export --csv` ([`tlog::value::Value::flatten`]):
+//! Column names are those of `rtloop log export --csv` ([`rtloop_tlog::value::Value::flatten`]):
 //! object fields by name, array items by index, map entries by key, unions transparent.
 //!
-//! What it must never do: panic or crash on a hostile or damaged file (`tlog::columns` and
+//! What it must never do: panic or crash on a hostile or damaged file (`rtloop_tlog::columns` and
 //! the reader check every count read from the file before it drives a loop or an
 //! allocation, and cap the columns a schema may create), fail on a cut log (every
 //! complete item is read and the damage is reported as a warning and in `damage`), block on a
@@ -30,11 +30,11 @@ use pyo3::conversion::IntoPyObjectExt;
 use pyo3::exceptions::{PyKeyError, PyOSError, PyUserWarning, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
-use tlog::columns::{self, Cell, Column, ColumnData, ColumnOptions, ColumnsError};
-use tlog::format::TlogError as Error;
-use tlog::reader::{error_offset, FileReader, ItemFilter, Items};
-use tlog::survey::{IndexState, Problem, ProblemKind, Problems};
-use tlog::value::{micros_to_seconds, unique_names, Value};
+use rtloop_tlog::columns::{self, Cell, Column, ColumnData, ColumnOptions, ColumnsError};
+use rtloop_tlog::format::TlogError as Error;
+use rtloop_tlog::reader::{error_offset, FileReader, ItemFilter, Items};
+use rtloop_tlog::survey::{IndexState, Problem, ProblemKind, Problems};
+use rtloop_tlog::value::{micros_to_seconds, unique_names, Value};
 
 pyo3::create_exception!(
     rtloop.tlog,
@@ -112,7 +112,10 @@ fn read_error(path: &Path, error: Error) -> PyErr {
 /// `KeyError` for a record the log does not have, listing those it has.
 fn unknown_record(reader: &FileReader, name: &str) -> PyErr {
     let names: Vec<String> = reader.records().into_iter().map(|r| r.name).collect();
-    PyKeyError::new_err(format!("the log has no record '{name}'; {}", tlog::export::describe_records(&dedup(names))))
+    PyKeyError::new_err(format!(
+        "the log has no record '{name}'; {}",
+        rtloop_tlog::export::describe_records(&dedup(names))
+    ))
 }
 
 /// Names in first-seen order without repeats (a log may register one name under two ids).
@@ -130,7 +133,7 @@ fn warn(py: Python<'_>, message: &str, stacklevel: i32) -> PyResult<()> {
 // ---------------------------------------------------------------------------------------
 // Columns to numpy
 
-/// The numpy array of a column read by [`tlog::columns::read`]: float64/float32 as stored;
+/// The numpy array of a column read by [`rtloop_tlog::columns::read`]: float64/float32 as stored;
 /// int64, uint64 (only when a value exceeds int64) and bool when no row is missing, else
 /// float64 with NaN; objects (str, bytes, enum names, mixed) as an object array with None for
 /// missing rows.
@@ -249,7 +252,7 @@ fn summarize(reader: &FileReader) -> Summary {
         if let Some(t) = item.timestamp_us {
             widen_span(&mut all_span, t);
             // The bookkeeping record rtloop's writer adds on close is not data (as `info`).
-            if record.is_none_or(|i| records[i].name != tlog::realtime::STATS_RECORD) {
+            if record.is_none_or(|i| records[i].name != rtloop_tlog::realtime::STATS_RECORD) {
                 widen_span(&mut data_span, t);
             }
         }
@@ -284,7 +287,7 @@ fn summarize(reader: &FileReader) -> Summary {
         (true, _) => IndexState::Present,
         (false, Some(at)) => IndexState::Cut { at },
         (false, None) => {
-            IndexState::Absent { closed: merged.iter().any(|r| r.0 == tlog::realtime::STATS_RECORD && r.1 > 0) }
+            IndexState::Absent { closed: merged.iter().any(|r| r.0 == rtloop_tlog::realtime::STATS_RECORD && r.1 > 0) }
         }
     };
     damage.index = index.describe();
@@ -460,7 +463,7 @@ impl NativeLog {
         let record = py.detach(|| reader.record(name));
         let Some(record) = record else { return Err(unknown_record(&reader, name)) };
         match &record.schema {
-            Some(schema) => Ok(tlog::export::record_json_schema(name, schema).to_string()),
+            Some(schema) => Ok(rtloop_tlog::export::record_json_schema(name, schema).to_string()),
             None => Err(TlogError::new_err(format!(
                 "the schema of record '{name}' (block at byte {}) does not parse: {}",
                 record.schema_offset,

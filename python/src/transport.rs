@@ -2,7 +2,7 @@
 //! (fdcanusb, SocketCAN, UDP, the in-process simulator), one multi-bus cycle per call.
 //!
 //! What it is for: [`FrameCycler::cycle`] sends every frame of a moteus `Transport.cycle()` on
-//! its bus — all buses at once, through [`io::Cycler`] — and collects the replies, matching
+//! its bus — all buses at once, through [`rtloop_io::Cycler`] — and collects the replies, matching
 //! each to the request it answers in Rust (same CAN prefix, the reply's source is the
 //! request's destination, its destination the request's source), returning as soon as every
 //! awaited reply is in or the timeout passes. The wait runs with the GIL released.
@@ -14,12 +14,14 @@
 use std::path::Path;
 use std::sync::Mutex;
 
-use io::open::{open_bus, OpenOptions};
-use io::{BusUri, CycleOptions, CycleStats, Cycler, MonotonicClock, RxFrame, TransportCounters, TxFrame, MAX_BUSES};
-use proto::CanFdFrame;
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyPermissionError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
+use rtloop_io::open::{open_bus, OpenOptions};
+use rtloop_io::{
+    BusUri, CycleOptions, CycleStats, Cycler, MonotonicClock, RxFrame, TransportCounters, TxFrame, MAX_BUSES,
+};
+use rtloop_proto::CanFdFrame;
 
 /// Add this part's classes to the extension module (called from the module initialiser in `lib.rs`).
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -111,7 +113,8 @@ impl FrameCycler {
             if parsed.iter().any(|(n, _)| *n == number) {
                 return Err(PyValueError::new_err(format!("bus {number} is given twice; give each bus once")));
             }
-            let uri = io::uri::parse(address).map_err(|e| PyValueError::new_err(format!("bus {number}: {e}")))?;
+            let uri =
+                rtloop_io::uri::parse(address).map_err(|e| PyValueError::new_err(format!("bus {number}: {e}")))?;
             parsed.push((number, uri));
         }
         let mut sim_ids: Vec<(u8, Vec<u8>)> = Vec::with_capacity(sim_servos.len());
@@ -123,7 +126,8 @@ impl FrameCycler {
             }
             sim_ids.push((number, checked));
         }
-        let sim_bus = if sim_instant { ::sim::BusConfig::without_wire_time() } else { ::sim::BusConfig::default() };
+        let sim_bus =
+            if sim_instant { rtloop_sim::BusConfig::without_wire_time() } else { rtloop_sim::BusConfig::default() };
         let options = OpenOptions { fdcanusb_crc, sim_bus, ..Default::default() };
         let to_open = parsed.clone();
         let opened = py.detach(move || {

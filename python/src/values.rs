@@ -21,12 +21,12 @@ use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyString};
 pub const FIELDS: usize = 10;
 
 /// The field names, as the keyword arguments spell them: the first [`FIELDS`] of moteus'
-/// position-command table ([`proto::register::POSITION_COMMAND`]).
+/// position-command table ([`rtloop_proto::register::POSITION_COMMAND`]).
 pub const NAMES: [&str; FIELDS] = {
     let mut names = [""; FIELDS];
     let mut i = 0;
     while i < FIELDS {
-        names[i] = proto::register::POSITION_COMMAND[i].name;
+        names[i] = rtloop_proto::register::POSITION_COMMAND[i].name;
         i += 1;
     }
     names
@@ -38,7 +38,7 @@ pub const REGISTERS: [u16; FIELDS] = {
     let mut registers = [0; FIELDS];
     let mut i = 0;
     while i < FIELDS {
-        registers[i] = proto::register::POSITION_COMMAND[i].register;
+        registers[i] = rtloop_proto::register::POSITION_COMMAND[i].register;
         i += 1;
     }
     registers
@@ -47,7 +47,7 @@ pub const REGISTERS: [u16; FIELDS] = {
 /// `POSITION_FIELDS` of the extension module: `(register, name, scale class)` of every
 /// position-mode register, in register order, for the Python package and its tests.
 pub fn position_fields() -> Vec<(u16, &'static str, String)> {
-    proto::register::POSITION_COMMAND
+    rtloop_proto::register::POSITION_COMMAND
         .iter()
         .map(|c| (c.register, c.name, format!("{:?}", c.class).to_lowercase()))
         .collect()

@@ -26,13 +26,13 @@ pub const MAGIC: u64 = u64::from_le_bytes(MAGIC_BYTES);
 pub const MAX_SERVOS: usize = 32;
 
 /// Position-mode fields per servo command ([`RawServoCommand`] order, bit `i` of `present`):
-/// moteus' position-mode registers 0x020..=0x02D ([`proto::register::POSITION_COMMAND`]).
-pub const FIELD_COUNT: usize = proto::register::POSITION_COMMAND_LEN;
+/// moteus' position-mode registers 0x020..=0x02D ([`rtloop_proto::register::POSITION_COMMAND`]).
+pub const FIELD_COUNT: usize = rtloop_proto::register::POSITION_COMMAND_LEN;
 
 /// Names of the position-mode fields, in bit order (`present` bit `i` = `FIELD_NAMES[i]`):
-/// the names of [`proto::register::POSITION_COMMAND`]. [`RawServoCommand`] mirrors them
+/// the names of [`rtloop_proto::register::POSITION_COMMAND`]. [`RawServoCommand`] mirrors them
 /// field for field (a test compares its fields with this list).
-pub const FIELD_NAMES: [&str; FIELD_COUNT] = proto::register::POSITION_COMMAND_NAMES;
+pub const FIELD_NAMES: [&str; FIELD_COUNT] = rtloop_proto::register::POSITION_COMMAND_NAMES;
 
 /// Mask of the defined `present` bits.
 pub const FIELD_MASK: u32 = (1 << FIELD_COUNT) - 1;
@@ -561,7 +561,7 @@ pub fn from_bytes<T: Plain>(bytes: &[u8]) -> Option<T> {
 mod tests {
     use super::*;
 
-    /// [`RawServoCommand`] is a `repr(C)` mirror of [`proto::register::POSITION_COMMAND`]:
+    /// [`RawServoCommand`] is a `repr(C)` mirror of [`rtloop_proto::register::POSITION_COMMAND`]:
     /// after `kind` and `present`, one f64 per register, named and ordered as the table is,
     /// and `fields`, `field_mut` and the [`field`] bits follow the same order.
     #[test]
@@ -570,7 +570,7 @@ mod tests {
         let inner = debug.strip_prefix("RawServoCommand { ").and_then(|d| d.strip_suffix(" }")).unwrap();
         let names: Vec<&str> = inner.split(", ").map(|f| f.split(':').next().unwrap()).collect();
         let mut expected = vec!["kind", "present"];
-        expected.extend(proto::register::POSITION_COMMAND.iter().map(|c| c.name));
+        expected.extend(rtloop_proto::register::POSITION_COMMAND.iter().map(|c| c.name));
         assert_eq!(names, expected);
         assert_eq!(FIELD_NAMES.as_slice(), &expected[2..]);
         for (i, name) in FIELD_NAMES.iter().enumerate() {

@@ -14,7 +14,7 @@
 
 use crate::layout::{kind, RawServoCommand, FIELD_COUNT, FIELD_MASK, FIELD_NAMES};
 #[cfg(doc)]
-use proto::host::PositionCommand;
+use rtloop_proto::host::PositionCommand;
 use std::fmt;
 
 /// Bounds on what an agent may command. The defaults suit a small legged robot; the
@@ -71,7 +71,7 @@ impl Default for Limits {
 
 /// Position-mode fields, `None` = not sent: moteus' position command (registers
 /// 0x020..=0x02D, in bit order [`PositionCommand::to_registers`]).
-pub type PositionFields = proto::host::PositionCommand;
+pub type PositionFields = rtloop_proto::host::PositionCommand;
 
 /// A command that passed [`validate`].
 // Returned by value on the hot path; boxing the large variant would allocate.

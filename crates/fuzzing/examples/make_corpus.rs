@@ -8,11 +8,11 @@
 //! Files are named after what they hold; an existing file is replaced only by the same
 //! content (the generator is deterministic).
 
-use proto::fdcanusb;
-use proto::frame::{ArbitrationId, CanFdFrame};
-use proto::host::{self, PositionCommand, PositionResolution, QueryFormat};
-use proto::udp::DatagramWriter;
-use proto::{FrameWriter, Resolution};
+use rtloop_proto::fdcanusb;
+use rtloop_proto::frame::{ArbitrationId, CanFdFrame};
+use rtloop_proto::host::{self, PositionCommand, PositionResolution, QueryFormat};
+use rtloop_proto::udp::DatagramWriter;
+use rtloop_proto::{FrameWriter, Resolution};
 use std::path::{Path, PathBuf};
 
 fn corpus(target: &str) -> PathBuf {
@@ -25,7 +25,7 @@ fn put(target: &str, name: &str, bytes: &[u8]) {
     std::fs::write(corpus(target).join(name), bytes).unwrap();
 }
 
-fn payload(f: impl FnOnce(&mut FrameWriter) -> Result<(), proto::EncodeError>) -> Vec<u8> {
+fn payload(f: impl FnOnce(&mut FrameWriter) -> Result<(), rtloop_proto::EncodeError>) -> Vec<u8> {
     let mut buf = [0u8; 64];
     let mut w = FrameWriter::new(&mut buf);
     f(&mut w).unwrap();
@@ -34,7 +34,7 @@ fn payload(f: impl FnOnce(&mut FrameWriter) -> Result<(), proto::EncodeError>) -
 
 fn frame(id: u8, data: &[u8]) -> CanFdFrame {
     let mut f = CanFdFrame::new(ArbitrationId::command(id, true).build(), data).unwrap();
-    f.flags = proto::frame::FrameFlags::moteus(f.id);
+    f.flags = rtloop_proto::frame::FrameFlags::moteus(f.id);
     f.pad_to_dlc();
     f
 }
@@ -67,7 +67,7 @@ fn requests() -> Vec<(&'static str, Vec<u8>)> {
 
 fn main() {
     let mut replies = Vec::new();
-    let mut servo = sim::Servo::new(sim::ServoConfig::new(1));
+    let mut servo = rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(1));
     for (i, (name, data)) in requests().into_iter().enumerate() {
         put("subframes", name, &data);
         put("servo", &format!("serve_{name}"), &data);
@@ -121,7 +121,7 @@ fn main() {
     put("fdcanusb_host", "device_lines", &device_lines);
 
     // UDP datagrams: commands to three buses, the replies, an empty one.
-    let mut buf = [0u8; proto::udp::MAX_DATAGRAM];
+    let mut buf = [0u8; rtloop_proto::udp::MAX_DATAGRAM];
     let mut w = DatagramWriter::new(&mut buf[..], 7).unwrap();
     for (bus, (_, data)) in requests().into_iter().enumerate() {
         w.push(bus as u8 % 3 + 1, &frame(1, &data)).unwrap();
@@ -152,19 +152,19 @@ fn main() {
         name: String,
         count: u32,
         ratio: f32,
-        #[serde(serialize_with = "tlog::schema::typed_option")]
+        #[serde(serialize_with = "rtloop_tlog::schema::typed_option")]
         maybe: Option<f64>,
-        #[serde(serialize_with = "tlog::schema::typed_vec")]
+        #[serde(serialize_with = "rtloop_tlog::schema::typed_vec")]
         values: Vec<i16>,
         flag: bool,
-        at: tlog::schema::Timestamp,
+        at: rtloop_tlog::schema::Timestamp,
     }
-    let options = tlog::writer::WriterOptions {
+    let options = rtloop_tlog::writer::WriterOptions {
         zstd_level: Some(3),
         seek_marker_interval_us: Some(10_000),
         ..Default::default()
     };
-    let mut log = tlog::writer::FileWriter::new(Vec::new(), options).unwrap();
+    let mut log = rtloop_tlog::writer::FileWriter::new(Vec::new(), options).unwrap();
     let handle = log.register::<Sample>("sample").unwrap();
     for i in 0..40i64 {
         let t = 1_700_000_000_000_000 + i * 2_500;
@@ -175,7 +175,7 @@ fn main() {
             maybe: (i % 3 == 0).then_some(i as f64),
             values: (0..(i % 5) as i16).collect(),
             flag: i % 2 == 0,
-            at: tlog::schema::Timestamp(t),
+            at: rtloop_tlog::schema::Timestamp(t),
         };
         log.write(&handle, t, &s).unwrap();
     }
@@ -194,12 +194,12 @@ fn main() {
 /// Seeds of `tlog_columns` besides the logs above: a log of a record with an enum, a map,
 /// an option of a struct, a vector of structs, a fixed array and an item without a
 /// timestamp, beside a second record; and records in the target's raw form (see
-/// `fuzzing::raw_record_log`: schema length, schema, then length-prefixed payloads) whose
+/// `rtloop_fuzzing::raw_record_log`: schema length, schema, then length-prefixed payloads) whose
 /// union alternatives share names with different types, and with every scalar type.
 fn columns_seeds() {
+    use rtloop_tlog::format::{write_string, write_varint, write_varuint};
+    use rtloop_tlog::schema::{Field, Schema};
     use std::collections::BTreeMap;
-    use tlog::format::{write_string, write_varint, write_varuint};
-    use tlog::schema::{Field, Schema};
 
     #[derive(serde::Serialize, serde::Deserialize, Default, Clone, Copy)]
     enum Mode {
@@ -214,13 +214,13 @@ fn columns_seeds() {
     }
     #[derive(serde::Serialize, Default)]
     struct Cycle {
-        #[serde(serialize_with = "tlog::schema::typed_enum")]
+        #[serde(serialize_with = "rtloop_tlog::schema::typed_enum")]
         mode: Mode,
-        #[serde(serialize_with = "tlog::schema::typed_vec")]
+        #[serde(serialize_with = "rtloop_tlog::schema::typed_vec")]
         joints: Vec<Joint>,
-        #[serde(serialize_with = "tlog::schema::typed_option")]
+        #[serde(serialize_with = "rtloop_tlog::schema::typed_option")]
         spare: Option<Joint>,
-        #[serde(serialize_with = "tlog::schema::typed_map")]
+        #[serde(serialize_with = "rtloop_tlog::schema::typed_map")]
         named: BTreeMap<String, i16>,
         gains: [f64; 2],
         timestamp: u16,
@@ -229,7 +229,8 @@ fn columns_seeds() {
     struct Other {
         value: f64,
     }
-    let mut log = tlog::writer::FileWriter::new(Vec::new(), tlog::writer::WriterOptions::default()).unwrap();
+    let mut log =
+        rtloop_tlog::writer::FileWriter::new(Vec::new(), rtloop_tlog::writer::WriterOptions::default()).unwrap();
     let cycle = log.register::<Cycle>("cycle").unwrap();
     let other = log.register::<Other>("other").unwrap();
     for i in 0..6u8 {
@@ -244,7 +245,7 @@ fn columns_seeds() {
         };
         if i == 4 {
             let mut payload = Vec::new();
-            tlog::ser::to_bytes(&value, &mut payload).unwrap();
+            rtloop_tlog::ser::to_bytes(&value, &mut payload).unwrap();
             log.write_data(cycle.id(), None, &payload).unwrap();
         } else {
             log.write(&cycle, t, &value).unwrap();
@@ -340,7 +341,7 @@ fn columns_seeds() {
 /// a hostile mix (NaN, infinities, out of range, unknown kind and bits, overrides); the mix
 /// with its segment resized under the spine; and files planted before a spine starts.
 fn agent_seeds() {
-    use agent::layout::{bytes_of, field, kind, CommandBlock, RawServoCommand};
+    use rtloop_agent::layout::{bytes_of, field, kind, CommandBlock, RawServoCommand};
     let stand = |c: &mut RawServoCommand| {
         c.kind = kind::POSITION;
         c.present = field::POSITION | field::VELOCITY | field::KP_SCALE | field::KD_SCALE | field::WATCHDOG_TIMEOUT;
@@ -377,7 +378,7 @@ fn agent_seeds() {
         v.extend_from_slice(&[servos - 1, size as u8, (size >> 8) as u8, (size >> 16) as u8, grow_back]);
         v
     };
-    let total = agent::layout::TOTAL_SIZE as u32;
+    let total = rtloop_agent::layout::TOTAL_SIZE as u32;
     put("agent_command", "truncated_to_zero", &resized(12, 0, 0));
     put("agent_command", "truncated_then_grown_back", &resized(12, 0, 1));
     put("agent_command", "shrunk_to_a_byte", &resized(32, 1, 0));
@@ -388,7 +389,7 @@ fn agent_seeds() {
     // odd and the fuzzer runs as root.
     let planted = |pid: i32, other_user: u8| {
         let mut b = CommandBlock::empty();
-        b.seq = agent::layout::MAGIC;
+        b.seq = rtloop_agent::layout::MAGIC;
         let mut v = bytes_of(&b).to_vec();
         v[76..80].copy_from_slice(&pid.to_le_bytes());
         v.extend_from_slice(&[11, 0, 0, 0, 0, other_user]);
@@ -400,7 +401,7 @@ fn agent_seeds() {
     put("agent_command", "planted_headerless", &[0x78]);
 }
 
-/// Client sessions for the Foxglove server (see `fuzzing::foxglove_client` for the format).
+/// Client sessions for the Foxglove server (see `rtloop_fuzzing::foxglove_client` for the format).
 fn foxglove_seeds() {
     fn session(offer: u8, frames: &[(u8, &[u8])]) -> Vec<u8> {
         let mut out = vec![offer];

@@ -13,19 +13,19 @@
 //! do work that grows faster than its input (every loop is bounded by the input length or
 //! a fixed cap), so a fuzzer's time goes into the code under test.
 //!
-//! The TLOG targets read from memory ([`tlog::reader::FileReader::from_bytes`]); only
+//! The TLOG targets read from memory ([`rtloop_tlog::reader::FileReader::from_bytes`]); only
 //! [`tlog_plot`] writes a file, because the plotter renders to a path.
 
 #![forbid(unsafe_code)]
 
-use proto::fdcanusb::{self, Line, LineError, MAX_LINE};
-use proto::frame::CanFdFrame;
-use proto::host::{decode_reply, ServoState};
-use proto::servo::{serve, RegisterServer, ERROR_UNKNOWN_REGISTER};
-use proto::subframe::{subframes as parse_subframes, Subframe};
-use proto::udp::{decode_datagram, encode_datagram, MAX_DATAGRAM};
-use proto::{FrameWriter, Resolution, Value};
-use tlog::reader::{FileReader, ItemFilter};
+use rtloop_proto::fdcanusb::{self, Line, LineError, MAX_LINE};
+use rtloop_proto::frame::CanFdFrame;
+use rtloop_proto::host::{decode_reply, ServoState};
+use rtloop_proto::servo::{serve, RegisterServer, ERROR_UNKNOWN_REGISTER};
+use rtloop_proto::subframe::{subframes as parse_subframes, Subframe};
+use rtloop_proto::udp::{decode_datagram, encode_datagram, MAX_DATAGRAM};
+use rtloop_proto::{FrameWriter, Resolution, Value};
+use rtloop_tlog::reader::{FileReader, ItemFilter};
 
 /// A fuzz target body: any bytes in, a panic out only for a finding.
 pub type Target = fn(&[u8]);
@@ -58,8 +58,8 @@ pub const TARGETS: &[(&str, Target)] = &[
 /// with exactly one stream subframe, registers are still served afterwards, and the
 /// console never holds more than its buffers.
 pub fn console(data: &[u8]) {
-    use proto::frame::ArbitrationId;
-    let mut servo = sim::Servo::new(sim::ServoConfig::new(1));
+    use rtloop_proto::frame::ArbitrationId;
+    let mut servo = rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(1));
     let mut now_ns = 0u64;
     let frame = |payload: &[u8], reply: bool| {
         CanFdFrame::new(ArbitrationId::command(1, reply).build(), payload).expect("payloads here are at most 64 bytes")
@@ -157,7 +157,7 @@ impl RegisterServer for TableServer {
     fn read(&mut self, reg: u16, res: Resolution) -> Result<Value, u32> {
         let v = *self.regs.get(usize::from(reg)).ok_or(ERROR_UNKNOWN_REGISTER)?;
         // Re-encode at the requested resolution through the physical value.
-        let class = proto::register::class_of(reg);
+        let class = rtloop_proto::register::class_of(reg);
         Ok(Value::encode(v.decode(class), class, res))
     }
 
@@ -166,8 +166,8 @@ impl RegisterServer for TableServer {
     }
 }
 
-/// The servo side: `proto::servo::serve` on the whole input as one request, then the input
-/// as a sequence of frames to a simulated servo (`sim::Servo`), with time moving on.
+/// The servo side: `rtloop_proto::servo::serve` on the whole input as one request, then the input
+/// as a sequence of frames to a simulated servo (`rtloop_sim::Servo`), with time moving on.
 /// Each frame is `[flags, len, payload…]`: flags bit 7 = reply required, bits 0-6 the
 /// destination; `len` is taken modulo 65; the next byte after the payload, if any, is how
 /// far time moves (×100 µs). Every reply must decode.
@@ -181,13 +181,13 @@ pub fn servo(data: &[u8]) {
         decode_reply(w.as_slice(), &mut state).expect("a served reply decodes");
     }
 
-    let mut servo = sim::Servo::new(sim::ServoConfig::new(1));
+    let mut servo = rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(1));
     let mut now_ns = 0u64;
     let mut rest = data;
     while let [flags, len, tail @ ..] = rest {
         let len = usize::from(*len) % 65;
         let (payload, after) = tail.split_at(len.min(tail.len()));
-        let id = proto::frame::ArbitrationId {
+        let id = rtloop_proto::frame::ArbitrationId {
             prefix: 0,
             source: 0,
             destination: flags & 0x7f,
@@ -250,9 +250,9 @@ pub fn fdcanusb_host(data: &[u8]) {
 /// servos 1-3, every answer (`OK`, `ERR …`, `rcv …` for each reply) is written in the
 /// host's CRC mode and must parse back.
 pub fn fdcanusb_device(data: &[u8]) {
-    let mut bus = sim::SimBus::new(sim::BusConfig::default());
+    let mut bus = rtloop_sim::SimBus::new(rtloop_sim::BusConfig::default());
     for id in 1..=3 {
-        bus.add_servo(sim::Servo::new(sim::ServoConfig::new(id)));
+        bus.add_servo(rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(id)));
     }
     let mut now_ns = 0u64;
     let mut out = [0u8; MAX_LINE + 8];
@@ -286,7 +286,7 @@ pub fn fdcanusb_device(data: &[u8]) {
     }
 }
 
-/// A UDP datagram (`proto::udp`): it decodes or is a typed error; what decodes re-encodes
+/// A UDP datagram (`rtloop_proto::udp`): it decodes or is a typed error; what decodes re-encodes
 /// to a datagram that decodes to the same frames.
 pub fn udp(data: &[u8]) {
     let Ok(iter) = decode_datagram(data) else { return };
@@ -391,7 +391,7 @@ pub fn tlog_reader(data: &[u8]) {
     for _ in reader.backwards(u64::MAX).take(MAX_ITEMS) {}
 }
 
-/// The column reader (`tlog::columns::read`, behind `rtloop.tlog`'s `read`) on every record
+/// The column reader (`rtloop_tlog::columns::read`, behind `rtloop.tlog`'s `read`) on every record
 /// of a log, with the default options, enum names with `fields`, and a time window; and in
 /// chunks of two rows (`read_chunks`, behind the Parquet export), which must give the same
 /// rows. The
@@ -403,7 +403,7 @@ pub fn tlog_reader(data: &[u8]) {
 /// decoder may accept more items than the value decoder, whose budget also counts the
 /// containers around zero-width values, never fewer).
 pub fn tlog_columns(data: &[u8]) {
-    use tlog::columns::{self, ColumnOptions};
+    use rtloop_tlog::columns::{self, ColumnOptions};
     let bytes = if data.starts_with(b"TLOG0003") { data.to_vec() } else { raw_record_log(data) };
     let Ok(reader) = FileReader::from_bytes(bytes) else { return };
     let mut names: Vec<String> = reader.records().into_iter().map(|r| r.name).take(16).collect();
@@ -440,7 +440,7 @@ pub fn tlog_columns(data: &[u8]) {
 /// bytes after it, taken as the schema whatever they are), then payloads, each after a
 /// byte whose low 6 bits are its length and whose bit 6 leaves the item without timestamp.
 pub fn raw_record_log(data: &[u8]) -> Vec<u8> {
-    use tlog::writer::{FileWriter, WriterOptions};
+    use rtloop_tlog::writer::{FileWriter, WriterOptions};
     let (&len, rest) = data.split_first().unwrap_or((&0, &[]));
     let (schema, mut rest) = rest.split_at(usize::from(len).min(rest.len()));
     let mut writer = FileWriter::new(Vec::new(), WriterOptions::default()).expect("a log in memory");
@@ -460,8 +460,8 @@ pub fn raw_record_log(data: &[u8]) -> Vec<u8> {
 /// True when an item has two leaves that `Value::flatten` would tell apart by renaming
 /// (`name#2`) and a column cannot: a repeated field name or map key, or a name with a dot
 /// or `#` that could collide with another leaf's.
-fn ambiguous(value: &tlog::value::Value) -> bool {
-    use tlog::value::Value;
+fn ambiguous(value: &rtloop_tlog::value::Value) -> bool {
+    use rtloop_tlog::value::Value;
     match value {
         Value::Object(entries) | Value::Map(entries) => {
             let mut seen = std::collections::HashSet::new();
@@ -477,11 +477,11 @@ fn ambiguous(value: &tlog::value::Value) -> bool {
 fn check_columns(
     reader: &FileReader,
     name: &str,
-    options: &tlog::columns::ColumnOptions,
-    got: &tlog::columns::Columns,
+    options: &rtloop_tlog::columns::ColumnOptions,
+    got: &rtloop_tlog::columns::Columns,
 ) {
-    use tlog::columns::{Cell, ColumnData, NO_TIMESTAMP, TIMESTAMP};
-    use tlog::value::Value;
+    use rtloop_tlog::columns::{Cell, ColumnData, NO_TIMESTAMP, TIMESTAMP};
+    use rtloop_tlog::value::Value;
     let rows = got.rows();
     let mut names = std::collections::HashMap::new();
     for (i, column) in got.columns.iter().enumerate() {
@@ -532,7 +532,9 @@ fn check_columns(
                 Value::String(s) => Some(Cell::Str(s.clone())),
                 Value::Enum(_, Some(n)) if options.enum_names => Some(Cell::Str(n.clone())),
                 Value::Enum(raw, _) => Some(Cell::U64(*raw)),
-                Value::Timestamp(us) | Value::Duration(us) => Some(Cell::F64(tlog::value::micros_to_seconds(*us))),
+                Value::Timestamp(us) | Value::Duration(us) => {
+                    Some(Cell::F64(rtloop_tlog::value::micros_to_seconds(*us)))
+                }
                 other => panic!("flatten gave a container: {other:?}"),
             };
             let Some(column) = column else {
@@ -568,12 +570,12 @@ pub fn tlog_export(data: &[u8]) {
     let Ok(reader) = FileReader::from_bytes(data.to_vec()) else { return };
     for record in reader.records().iter().take(16) {
         let mut csv = Vec::new();
-        let _ = tlog::export::to_csv(&reader, &record.name, &mut csv, None);
+        let _ = rtloop_tlog::export::to_csv(&reader, &record.name, &mut csv, None);
     }
     let mut csv = Vec::new();
-    let _ = tlog::export::to_csv(&reader, "no such record", &mut csv, None);
+    let _ = rtloop_tlog::export::to_csv(&reader, "no such record", &mut csv, None);
     let mut mcap = std::io::Cursor::new(Vec::new());
-    let _ = tlog::export::to_mcap(&reader, &mut mcap, None);
+    let _ = rtloop_tlog::export::to_mcap(&reader, &mut mcap, None);
 }
 
 /// The plotter (`rtloop log plot`) on an in-memory log, into a small PNG in memory: the
@@ -593,20 +595,20 @@ pub fn tlog_plot(data: &[u8]) {
     }
     let names: Vec<&str> = fields.iter().map(String::as_str).collect();
     for one_axis in [false, true] {
-        let options = tlog::plot::PlotOptions { size: (320, 240), one_axis };
-        let _ = tlog::plot::plot(&reader, &names, &options, &mut Vec::new());
-        let _ = tlog::plot::plot(&reader, &names[1..], &options, &mut Vec::new());
+        let options = rtloop_tlog::plot::PlotOptions { size: (320, 240), one_axis };
+        let _ = rtloop_tlog::plot::plot(&reader, &names, &options, &mut Vec::new());
+        let _ = rtloop_tlog::plot::plot(&reader, &names[1..], &options, &mut Vec::new());
     }
 }
 
 /// The agent protocol, as a hostile agent or another process of the user can drive it.
 ///
-/// * **Validation** (`agent::validate`): the input's first bytes are a command block
+/// * **Validation** (`rtloop_agent::validate`): the input's first bytes are a command block
 ///   (zero-padded or cut to its size); every servo slot is validated with the default
 ///   limits and with the overrides allowed, and whatever is accepted must be finite (NaN
 ///   only for `position`, meaning hold) and within the limits.
 /// * **The refusal record**: a real spine with 1 to 32 servos, armed by a real agent, reads
-///   that block; every refusal is noted, and the spine's record ([`agent::Refusals`]) must
+///   that block; every refusal is noted, and the spine's record ([`rtloop_agent::Refusals`]) must
 ///   count each one for its servo and keep the first refusal of each cause, as it was.
 /// * **A segment that shrinks or grows under the spine** (the input's tail says to what
 ///   size, and whether it grows back): nothing crashes (the SIGBUS guard takes the faults);
@@ -619,8 +621,8 @@ pub fn tlog_plot(data: &[u8]) {
 ///   refuses in one sentence — another user's file always, naming its owner — and never
 ///   removes another user's file.
 pub fn agent_command(data: &[u8]) {
-    use agent::layout::{from_bytes, CommandBlock};
-    use agent::{validate, Limits, ValidCommand};
+    use rtloop_agent::layout::{from_bytes, CommandBlock};
+    use rtloop_agent::{validate, Limits, ValidCommand};
     let mut bytes = [0u8; size_of::<CommandBlock>()];
     let n = data.len().min(bytes.len());
     bytes[..n].copy_from_slice(&data[..n]);
@@ -662,14 +664,14 @@ fn agent_fuzz_name(tag: &str) -> String {
 
 /// The refusal record and a segment resized under a spine: see [`agent_command`]. `tail`:
 /// [servos, size (3 bytes, little-endian), grow back].
-fn agent_spine_under_fire(block: &agent::layout::CommandBlock, tail: &[u8]) {
-    use agent::layout::{MAX_SERVOS, TOTAL_SIZE};
-    use agent::{Agent, CommandError, Limits, Poll, RefusalCause, SegmentLoss, ServoInfo, Spine, SpineConfig};
+fn agent_spine_under_fire(block: &rtloop_agent::layout::CommandBlock, tail: &[u8]) {
+    use rtloop_agent::layout::{MAX_SERVOS, TOTAL_SIZE};
+    use rtloop_agent::{Agent, CommandError, Limits, Poll, RefusalCause, SegmentLoss, ServoInfo, Spine, SpineConfig};
     let byte = |i: usize| tail.get(i).copied().unwrap_or(0);
     let count = usize::from(byte(0)) % MAX_SERVOS + 1;
     let servos: Vec<ServoInfo> = (0..count as u32).map(|i| ServoInfo { id: i + 1, bus: 1 }).collect();
     let name = agent_fuzz_name("spine");
-    let path = agent::segment_path(&name);
+    let path = rtloop_agent::segment_path(&name);
     let Ok((mut spine, _)) = Spine::create(&SpineConfig::new(&name, &servos, 1000.0)) else {
         panic!("a spine could not create its segment under a fresh name")
     };
@@ -700,7 +702,7 @@ fn agent_spine_under_fire(block: &agent::layout::CommandBlock, tail: &[u8]) {
     assert_eq!(r.per_servo, per_servo, "refusals per servo");
     assert_eq!(r.per_servo.iter().sum::<u64>(), spine.counters().rejected);
     let kept: Vec<&RefusalCause> = r.causes().collect();
-    assert_eq!(kept.len(), firsts.len().min(agent::REFUSAL_CAUSES));
+    assert_eq!(kept.len(), firsts.len().min(rtloop_agent::REFUSAL_CAUSES));
     for (cause, (first, servo)) in kept.iter().zip(&firsts) {
         // NaN values compare unequal: compare the sentences, which say the value.
         assert_eq!((cause.first.to_string(), cause.servo), (first.to_string(), *servo));
@@ -745,15 +747,15 @@ fn agent_spine_under_fire(block: &agent::layout::CommandBlock, tail: &[u8]) {
 
 /// A file planted under a fresh name before a spine starts: see [`agent_command`].
 fn agent_planted_segment(data: &[u8]) {
-    use agent::layout::FROZEN_PREFIX;
-    use agent::{ServoInfo, Spine, SpineConfig, SpineError};
+    use rtloop_agent::layout::FROZEN_PREFIX;
+    use rtloop_agent::{ServoInfo, Spine, SpineConfig, SpineError};
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let name = agent_fuzz_name("planted");
-    let path = agent::segment_path(&name);
+    let path = rtloop_agent::segment_path(&name);
     // The file: the input's first bytes (at most a header's worth), owned by nobody when
     // the input's last byte says so and this process may give files away.
     let len = data.len().min(2 * FROZEN_PREFIX);
-    let other_user = agent::euid() == 0 && data.last().is_some_and(|b| b & 1 == 1);
+    let other_user = rtloop_agent::euid() == 0 && data.last().is_some_and(|b| b & 1 == 1);
     let Ok(mut f) = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) else {
         panic!("cannot plant a file under a fresh name")
     };
@@ -765,16 +767,16 @@ fn agent_planted_segment(data: &[u8]) {
     let owner = std::fs::metadata(&path).map(|m| m.uid()).unwrap_or(0);
     match Spine::create(&SpineConfig::new(&name, &[ServoInfo { id: 1, bus: 1 }], 100.0)) {
         Ok((spine, _)) => {
-            assert_eq!(owner, agent::euid(), "a spine replaced another user's file");
+            assert_eq!(owner, rtloop_agent::euid(), "a spine replaced another user's file");
             drop(spine);
             assert!(!path.exists());
         }
         Err(e) => {
             let msg = e.to_string();
             assert!(!msg.contains('\n') && msg.contains("; "), "not one sentence: {msg}");
-            if owner != agent::euid() {
+            if owner != rtloop_agent::euid() {
                 assert!(matches!(e, SpineError::OtherUser { .. }), "{e:?}");
-                assert!(msg.contains(&agent::describe_owner(owner)), "{msg}");
+                assert!(msg.contains(&rtloop_agent::describe_owner(owner)), "{msg}");
             }
             assert!(path.exists(), "a refused file is left alone");
             let _ = std::fs::remove_file(&path);
@@ -789,15 +791,15 @@ fn agent_planted_segment(data: &[u8]) {
 /// before ended, and a read returns no more bytes than asked; refusals are counted, never
 /// panics.
 pub fn pi3hat_board(data: &[u8]) {
-    use sim::pi3hat::{Pi3hatConfig, SimPi3hat};
+    use rtloop_sim::pi3hat::{Pi3hatConfig, SimPi3hat};
     let cfg = Pi3hatConfig::default();
     let mut board = SimPi3hat::new(cfg);
     for (number, id) in [(1u8, 1u8), (3, 2)] {
-        let mut bus = sim::SimBus::new(sim::BusConfig::default());
-        bus.add_servo(sim::Servo::new(sim::ServoConfig::new(id)));
+        let mut bus = rtloop_sim::SimBus::new(rtloop_sim::BusConfig::default());
+        bus.add_servo(rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(id)));
         board.attach_bus(number, bus);
     }
-    board.attach_imu(sim::Imu::new(1));
+    board.attach_imu(rtloop_sim::Imu::new(1));
     let mut now = 0u64;
     let mut last_end = 0u64;
     let mut rest = data;
@@ -834,8 +836,8 @@ pub fn pi3hat_board(data: &[u8]) {
 /// nothing panics, a received frame is a valid CAN frame filed under a bus 1-5, and an
 /// attitude is only reported when the present bit was set.
 pub fn pi3hat_host(data: &[u8]) {
-    use io::pi3hat::{Pi3hat, Pi3hatOptions};
-    use io::spi::{ChipSelect, Pi3hatSpi, SpiError, SpiTiming};
+    use rtloop_io::pi3hat::{Pi3hat, Pi3hatOptions};
+    use rtloop_io::spi::{ChipSelect, Pi3hatSpi, SpiError, SpiTiming};
 
     struct ScriptedBoard {
         answers: Vec<u8>,

@@ -19,8 +19,8 @@
 //! * with the faster codec: 2.83–2.87 µs, 52.8 k — 21 k in `encode_position`, 15 k in
 //!   `decode_reply` (its 0x50 padding included), 16 k in the cycle and tag bookkeeping.
 
-use io::{default_quadruped, Clock, MonotonicClock, RobotConfig, ServoCommand, ServoReply, VirtualClock};
-use proto::host::PositionCommand;
+use rtloop_io::{default_quadruped, Clock, MonotonicClock, RobotConfig, ServoCommand, ServoReply, VirtualClock};
+use rtloop_proto::host::PositionCommand;
 
 fn main() {
     // `cycle host-only N`: only the host overhead, N cycles (for callgrind).
@@ -51,18 +51,18 @@ fn main() {
     let spec = robot.servos()[0];
     let cmd =
         ServoCommand::Position(PositionCommand { position: Some(0.1), velocity: Some(0.0), ..Default::default() });
-    let mut frame = proto::CanFdFrame::default();
-    let mut servo = sim::Servo::new(sim::ServoConfig::new(1));
-    let mut reply = proto::CanFdFrame::default();
-    io::robot::encode_command(&config, spec, &cmd, &mut frame).expect("encode");
+    let mut frame = rtloop_proto::CanFdFrame::default();
+    let mut servo = rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(1));
+    let mut reply = rtloop_proto::CanFdFrame::default();
+    rtloop_io::robot::encode_command(&config, spec, &cmd, &mut frame).expect("encode");
     assert!(servo.handle_frame(&frame, 0, &mut reply));
     let mut per_frame = Vec::with_capacity(2000);
     for _ in 0..2000 {
         let t0 = wall.now_ns();
         for _ in 0..100 {
-            io::robot::encode_command(&config, spec, std::hint::black_box(&cmd), &mut frame).expect("encode");
-            let mut state = proto::host::ServoState::default();
-            proto::host::decode_reply(std::hint::black_box(reply.payload()), &mut state).expect("decode");
+            rtloop_io::robot::encode_command(&config, spec, std::hint::black_box(&cmd), &mut frame).expect("encode");
+            let mut state = rtloop_proto::host::ServoState::default();
+            rtloop_proto::host::decode_reply(std::hint::black_box(reply.payload()), &mut state).expect("decode");
             std::hint::black_box(&state);
         }
         per_frame.push((wall.now_ns() - t0) / 100);
@@ -74,16 +74,16 @@ fn main() {
 /// A bus that answers every command at once with a reply recorded beforehand from a real
 /// simulated servo: no wire, no physics — what remains is the host's own work.
 struct InstantBus {
-    replies: [Option<proto::CanFdFrame>; 128],
-    pending: [proto::CanFdFrame; 8],
+    replies: [Option<rtloop_proto::CanFdFrame>; 128],
+    pending: [rtloop_proto::CanFdFrame; 8],
     len: usize,
 }
 
-impl io::Transport for InstantBus {
+impl rtloop_io::Transport for InstantBus {
     fn name(&self) -> &str {
         "instant"
     }
-    fn send(&mut self, frame: &proto::CanFdFrame, _: u64) -> Result<(), io::TransportError> {
+    fn send(&mut self, frame: &rtloop_proto::CanFdFrame, _: u64) -> Result<(), rtloop_io::TransportError> {
         let id = (frame.id & 0x7f) as usize;
         if let Some(r) = self.replies[id] {
             if self.len < self.pending.len() {
@@ -93,7 +93,7 @@ impl io::Transport for InstantBus {
         }
         Ok(())
     }
-    fn recv(&mut self, _: u64) -> Result<Option<proto::CanFdFrame>, io::TransportError> {
+    fn recv(&mut self, _: u64) -> Result<Option<rtloop_proto::CanFdFrame>, rtloop_io::TransportError> {
         if self.len == 0 {
             return Ok(None);
         }
@@ -106,17 +106,17 @@ impl io::Transport for InstantBus {
 fn host_overhead(wall: &MonotonicClock, cycles: usize) {
     let config = RobotConfig::default();
     let cmd = position_command(0.1);
-    let mut buses: Vec<Box<dyn io::Transport>> = Vec::new();
+    let mut buses: Vec<Box<dyn rtloop_io::Transport>> = Vec::new();
     let mut servos = Vec::new();
     for b in 0..4usize {
-        let mut bus = InstantBus { replies: [None; 128], pending: [proto::CanFdFrame::default(); 8], len: 0 };
+        let mut bus = InstantBus { replies: [None; 128], pending: [rtloop_proto::CanFdFrame::default(); 8], len: 0 };
         for k in 1..=3u8 {
             let id = b as u8 * 3 + k;
-            let spec = io::ServoSpec { bus: b, id };
-            let mut frame = proto::CanFdFrame::default();
-            io::robot::encode_command(&config, spec, &cmd, &mut frame).expect("encode");
-            let mut servo = sim::Servo::new(sim::ServoConfig::new(id));
-            let mut reply = proto::CanFdFrame::default();
+            let spec = rtloop_io::ServoSpec { bus: b, id };
+            let mut frame = rtloop_proto::CanFdFrame::default();
+            rtloop_io::robot::encode_command(&config, spec, &cmd, &mut frame).expect("encode");
+            let mut servo = rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(id));
+            let mut reply = rtloop_proto::CanFdFrame::default();
             assert!(servo.handle_frame(&frame, 0, &mut reply));
             bus.replies[id as usize] = Some(reply);
             servos.push(spec);
@@ -124,7 +124,7 @@ fn host_overhead(wall: &MonotonicClock, cycles: usize) {
         buses.push(Box::new(bus));
     }
     let clock = VirtualClock::new(0);
-    let mut robot = io::Robot::new(buses, servos, None, clock, config).expect("robot");
+    let mut robot = rtloop_io::Robot::new(buses, servos, None, clock, config).expect("robot");
     let commands = [cmd; 12];
     let mut replies = [ServoReply::default(); 12];
     let mut imu = Default::default();

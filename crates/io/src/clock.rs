@@ -65,10 +65,10 @@ impl Default for MonotonicClock {
 }
 
 /// Read `CLOCK_MONOTONIC` in nanoseconds (the runtime's clock, so deadlines agree).
-pub use rt::periodic::now_ns as monotonic_now_ns;
+pub use rtloop_rt::periodic::now_ns as monotonic_now_ns;
 
 /// Sleep until an absolute `CLOCK_MONOTONIC` instant (`clock_nanosleep` with `TIMER_ABSTIME`).
-pub use rt::periodic::sleep_until_ns as sleep_until_monotonic_ns;
+pub use rtloop_rt::periodic::sleep_until_ns as sleep_until_monotonic_ns;
 
 impl Clock for MonotonicClock {
     fn now_ns(&self) -> u64 {

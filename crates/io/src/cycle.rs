@@ -24,8 +24,8 @@
 
 use crate::clock::Clock;
 use crate::transport::{ImuSource, Transport, TransportError};
-use proto::CanFdFrame;
-use sim::ImuSample;
+use rtloop_proto::CanFdFrame;
+use rtloop_sim::ImuSample;
 
 /// The most buses one cycle drives.
 pub const MAX_BUSES: usize = 16;
@@ -151,9 +151,9 @@ pub struct Cycler<C: Clock> {
     imu: Option<Box<dyn ImuSource>>,
     /// Physics under the simulated servos ([`Cycler::attach_world`]): stepped to the start
     /// of every cycle, and the IMU's source when its plant has a body.
-    world: Option<sim::World>,
+    world: Option<rtloop_sim::World>,
     /// The world's body as the last cycle's IMU read it.
-    body: Option<sim::BodyState>,
+    body: Option<rtloop_sim::BodyState>,
     clock: C,
     /// Per-bus scratch, sized at construction so a cycle never allocates.
     expected: Vec<u32>,
@@ -278,7 +278,7 @@ impl<C: Clock> Cycler<C> {
     /// world is stepped to each cycle's start (the servos' controllers and the plant together),
     /// and the IMU reads the plant's body when it has one. Fails, coupling nothing, when a
     /// linked servo is not on a simulated bus.
-    pub fn attach_world(&mut self, mut world: sim::World) -> Result<(), sim::WorldError> {
+    pub fn attach_world(&mut self, mut world: rtloop_sim::World) -> Result<(), rtloop_sim::WorldError> {
         let buses = &mut self.buses;
         let coupled = world.couple(&mut |f| crate::simulated::visit_sim_servos(buses, f));
         if let Err(e) = coupled {
@@ -303,12 +303,12 @@ impl<C: Clock> Cycler<C> {
 
     /// The attached world's body as the last cycle read it (when its IMU was read): what
     /// goes with that cycle's IMU sample. `None` before the first cycle or without a body.
-    pub fn body(&self) -> Option<sim::BodyState> {
+    pub fn body(&self) -> Option<rtloop_sim::BodyState> {
         self.body
     }
 
     /// The attached world.
-    pub fn world(&self) -> Option<&sim::World> {
+    pub fn world(&self) -> Option<&rtloop_sim::World> {
         self.world.as_ref()
     }
 
@@ -316,7 +316,7 @@ impl<C: Clock> Cycler<C> {
     /// push its body); `None` without a world.
     pub fn with_world<R>(
         &mut self,
-        f: impl FnOnce(&mut sim::World, &mut sim::world::ServoVisitor<'_>) -> R,
+        f: impl FnOnce(&mut rtloop_sim::World, &mut rtloop_sim::world::ServoVisitor<'_>) -> R,
     ) -> Option<R> {
         let world = self.world.as_mut()?;
         let buses = &mut self.buses;
@@ -325,7 +325,7 @@ impl<C: Clock> Cycler<C> {
 
     /// Run `f` on the simulated bus at index `i`, if that bus is simulated (in process or
     /// inside a simulated pi3hat); `None` otherwise.
-    pub fn with_sim_bus<R>(&mut self, i: usize, f: impl FnOnce(&mut sim::SimBus) -> R) -> Option<R> {
+    pub fn with_sim_bus<R>(&mut self, i: usize, f: impl FnOnce(&mut rtloop_sim::SimBus) -> R) -> Option<R> {
         crate::simulated::with_sim_bus(&mut **self.buses.get_mut(i)?, f)
     }
 
@@ -490,7 +490,7 @@ impl<C: Clock> Cycler<C> {
         }
 
         // 4. The IMU, while replies are in flight.
-        if let Some(body) = self.world.as_ref().and_then(sim::World::body) {
+        if let Some(body) = self.world.as_ref().and_then(rtloop_sim::World::body) {
             *imu = body.to_imu();
             self.body = Some(body);
             st.imu_present = true;
@@ -592,13 +592,13 @@ impl<C: Clock> Cycler<C> {
 }
 
 /// Upper bound of one frame's wire time, in closed form: the deadline estimate needs a
-/// bound, not the exact stuffed bit count (which `sim::frame_time_ns` computes by walking
+/// bound, not the exact stuffed bit count (which `rtloop_sim::frame_time_ns` computes by walking
 /// every bit — a few hundred nanoseconds per frame the hot path does not need to spend).
 /// Arbitration, ACK, EOF and intermission at the nominal rate with worst-case stuffing of
 /// the header (one stuff bit per four); DLC, payload, stuff count and CRC at the data rate
 /// with the same worst case.
 pub fn estimate_frame_time_ns(frame: &CanFdFrame, nominal_bitrate: u32, data_bitrate: u32) -> u64 {
-    let len = proto::frame::round_up_dlc(frame.len as usize).unwrap_or(64) as u64;
+    let len = rtloop_proto::frame::round_up_dlc(frame.len as usize).unwrap_or(64) as u64;
     let header: u64 = if frame.flags.extended { 38 } else { 19 };
     let nominal_bits = header + header / 4 + 12;
     let crc: u64 = if len > 16 { 21 } else { 17 };

@@ -29,10 +29,10 @@
 use std::collections::VecDeque;
 use std::fmt;
 
-use proto::frame::ArbitrationId;
-use proto::subframe::{subframes, Subframe};
-use proto::writer::{opcode, FrameWriter};
-use proto::CanFdFrame;
+use rtloop_proto::frame::ArbitrationId;
+use rtloop_proto::subframe::{subframes, Subframe};
+use rtloop_proto::writer::{opcode, FrameWriter};
+use rtloop_proto::CanFdFrame;
 
 use crate::clock::Clock;
 use crate::transport::{Transport, TransportError};
@@ -402,7 +402,7 @@ impl<T: Transport, C: Clock> DiagnosticClient<T, C> {
         }
         let id = self.command_id(false);
         for chunk in bytes.chunks(MAX_CLIENT_DATA) {
-            let mut buf = [0u8; proto::frame::MAX_DATA];
+            let mut buf = [0u8; rtloop_proto::frame::MAX_DATA];
             let mut w = FrameWriter::new(&mut buf);
             w.stream(opcode::STREAM_CLIENT_TO_SERVER, self.options.channel, chunk)
                 .map_err(|e| DiagError::BadCommand { command: String::new(), why: e.to_string() })?;
@@ -469,7 +469,7 @@ impl<T: Transport, C: Clock> DiagnosticClient<T, C> {
         let mut attempts = 0u32;
         loop {
             let probing = self.polling == Polling::Unknown;
-            let mut buf = [0u8; proto::frame::MAX_DATA];
+            let mut buf = [0u8; rtloop_proto::frame::MAX_DATA];
             let mut w = FrameWriter::new(&mut buf);
             let encoded = match self.polling {
                 Polling::Unknown => w.stream_poll_flow(self.options.channel, 0, FLOW_POLL_LEN),
@@ -793,16 +793,16 @@ mod tests {
     use crate::VirtualClock;
 
     fn client(ids: &[u8]) -> DiagnosticClient<SimTransport, VirtualClock> {
-        let mut bus = sim::SimBus::new(sim::BusConfig::default());
+        let mut bus = rtloop_sim::SimBus::new(rtloop_sim::BusConfig::default());
         for &id in ids {
-            bus.add_servo(sim::Servo::new(sim::ServoConfig::new(id)));
+            bus.add_servo(rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(id)));
         }
         DiagnosticClient::new(SimTransport::new(bus, "sim"), VirtualClock::new(0), ids[0], Default::default()).unwrap()
     }
 
     #[test]
     fn ids_and_options_are_checked() {
-        let bus = || SimTransport::new(sim::SimBus::new(sim::BusConfig::default()), "sim");
+        let bus = || SimTransport::new(rtloop_sim::SimBus::new(rtloop_sim::BusConfig::default()), "sim");
         for id in [0u8, 127, 200] {
             let e = DiagnosticClient::new(bus(), VirtualClock::new(0), id, Default::default()).unwrap_err();
             assert!(e.to_string().contains("1 to 126"), "{e}");
@@ -826,8 +826,8 @@ mod tests {
     #[test]
     fn a_silent_servo_is_a_clear_error_not_a_hang() {
         // Servo 1 is on the bus, servo 9 is not.
-        let mut bus = sim::SimBus::new(sim::BusConfig::default());
-        bus.add_servo(sim::Servo::new(sim::ServoConfig::new(1)));
+        let mut bus = rtloop_sim::SimBus::new(rtloop_sim::BusConfig::default());
+        bus.add_servo(rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(1)));
         let mut c =
             DiagnosticClient::new(SimTransport::new(bus, "sim:bus1"), VirtualClock::new(0), 9, Default::default())
                 .unwrap();
@@ -1101,7 +1101,7 @@ mod tests {
 
     // Against the simulator's own console.
 
-    fn sim_client(bus: sim::SimBus, id: u8) -> DiagnosticClient<SimTransport, VirtualClock> {
+    fn sim_client(bus: rtloop_sim::SimBus, id: u8) -> DiagnosticClient<SimTransport, VirtualClock> {
         DiagnosticClient::new(SimTransport::new(bus, "sim"), VirtualClock::new(0), id, Default::default()).unwrap()
     }
 
@@ -1168,14 +1168,14 @@ mod tests {
 
     #[test]
     fn the_simulated_console_sends_a_lost_packet_again() {
-        let mut bus = sim::SimBus::new(sim::BusConfig::default());
-        bus.add_servo(sim::Servo::new(sim::ServoConfig::new(1)));
+        let mut bus = rtloop_sim::SimBus::new(rtloop_sim::BusConfig::default());
+        bus.add_servo(rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(1)));
         let lossy = Lossy { inner: SimTransport::new(bus, "sim"), lose_next_flow_data: 1, seen: Vec::new() };
         let mut c = DiagnosticClient::new(lossy, VirtualClock::new(0), 1, Default::default()).unwrap();
         let reference = sim_client(
             {
-                let mut bus = sim::SimBus::new(sim::BusConfig::default());
-                bus.add_servo(sim::Servo::new(sim::ServoConfig::new(1)));
+                let mut bus = rtloop_sim::SimBus::new(rtloop_sim::BusConfig::default());
+                bus.add_servo(rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(1)));
                 bus
             },
             1,

@@ -3,7 +3,7 @@
 //! anything that speaks the fdcanusb text-line protocol (`can send …` / `OK` / `rcv …`).
 //!
 //! What it is for: turning frames into `can send` lines and `rcv` lines back into frames,
-//! through the line codec of [`proto::fdcanusb`], on a non-blocking descriptor the cycle can
+//! through the line codec of [`rtloop_proto::fdcanusb`], on a non-blocking descriptor the cycle can
 //! sleep on ([`Transport::poll_fd`]); and surviving the device going away: when it is unplugged
 //! (or a pty's master closes) the bus reports [`TransportError::Disconnected`] and comes back
 //! by itself once the path can be opened again — always by path, because a udev or simulator
@@ -45,8 +45,8 @@ use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::stat::Mode;
 use nix::sys::termios::{self, BaudRate, ControlFlags, FlushArg, SetArg};
-use proto::fdcanusb::{self as lines, Line};
-use proto::CanFdFrame;
+use rtloop_proto::fdcanusb::{self as lines, Line};
+use rtloop_proto::CanFdFrame;
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 

@@ -10,7 +10,7 @@
 //! bus's failure stop the others; panic on anything a device or peer sends.
 //!
 //! ```
-//! use io::{default_quadruped, RobotConfig, ServoCommand, ServoReply, VirtualClock};
+//! use rtloop_io::{default_quadruped, RobotConfig, ServoCommand, ServoReply, VirtualClock};
 //!
 //! let mut robot = default_quadruped(VirtualClock::new(0), RobotConfig::default()).unwrap();
 //! let commands = [ServoCommand::Query; 12];

@@ -20,8 +20,8 @@ pub struct OpenOptions {
     pub fdcanusb_crc: bool,
     /// `sim` and `pi3hat:sim`: wire timing and fault injection of the simulated buses. Its
     /// `fault_seed` is the run's: [`open_buses`] gives each bus its own, derived from it and
-    /// the bus number ([`sim::bus_fault_seed`]), so no two buses lose the same frames.
-    pub sim_bus: sim::BusConfig,
+    /// the bus number ([`rtloop_sim::bus_fault_seed`]), so no two buses lose the same frames.
+    pub sim_bus: rtloop_sim::BusConfig,
     /// pi3hat: SPI timing, CAN configuration, attitude.
     pub pi3hat: Pi3hatOptions,
 }
@@ -66,7 +66,7 @@ fn open_single(
     uri: &BusUri,
     sim_servo_ids: &[u8],
     options: OpenOptions,
-    bus_config: sim::BusConfig,
+    bus_config: rtloop_sim::BusConfig,
 ) -> Result<Option<Box<dyn Transport>>, OpenError> {
     Ok(Some(match uri {
         BusUri::Sim => Box::new(SimTransport::new(sim_bus(bus_config, sim_servo_ids), "sim")),
@@ -93,8 +93,8 @@ pub fn open_buses<C: Clock + Clone + Send + 'static>(
     let mut carriers: Vec<Pi3hatCarrier> = Vec::new();
     let mut pi3hats = Vec::new();
     // Each simulated bus gets its own fault seed, derived from the run's and its number.
-    let bus_config = |number: u8| sim::BusConfig {
-        fault_seed: sim::bus_fault_seed(options.sim_bus.fault_seed, number),
+    let bus_config = |number: u8| rtloop_sim::BusConfig {
+        fault_seed: rtloop_sim::bus_fault_seed(options.sim_bus.fault_seed, number),
         ..options.sim_bus
     };
     for (i, r) in requests.iter().enumerate() {
@@ -122,7 +122,7 @@ pub fn open_buses<C: Clock + Clone + Send + 'static>(
         }
         let spi: Box<dyn Pi3hatSpi> = match carrier {
             Pi3hatCarrier::Sim => {
-                let mut board = sim::pi3hat::SimPi3hat::new(sim_pi3hat_config(options.pi3hat.timing));
+                let mut board = rtloop_sim::pi3hat::SimPi3hat::new(sim_pi3hat_config(options.pi3hat.timing));
                 for &i in &mine {
                     let r = &requests[i];
                     let mut config = bus_config(r.number);
@@ -133,7 +133,7 @@ pub fn open_buses<C: Clock + Clone + Send + 'static>(
                     }
                     board.attach_bus(r.number, sim_bus(config, r.sim_servo_ids));
                 }
-                board.attach_imu(sim::Imu::new(sim::DEFAULT_IMU_SEED));
+                board.attach_imu(rtloop_sim::Imu::new(rtloop_sim::DEFAULT_IMU_SEED));
                 Box::new(SimSpi::new(board, clock.clone()))
             }
             Pi3hatCarrier::Spidev => Box::new(crate::spi::spidev::SpidevSpi::open(options.pi3hat.timing)?),
@@ -180,16 +180,16 @@ fn open_auto(timing: SpiTiming) -> Result<Box<dyn Pi3hatSpi>, OpenError> {
     }
 }
 
-fn sim_bus(config: sim::BusConfig, ids: &[u8]) -> sim::SimBus {
-    let mut bus = sim::SimBus::new(config);
+fn sim_bus(config: rtloop_sim::BusConfig, ids: &[u8]) -> rtloop_sim::SimBus {
+    let mut bus = rtloop_sim::SimBus::new(config);
     for &id in ids {
-        bus.add_servo(sim::Servo::new(sim::ServoConfig::new(id)));
+        bus.add_servo(rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(id)));
     }
     bus
 }
 
-fn sim_pi3hat_config(t: SpiTiming) -> sim::Pi3hatConfig {
-    sim::Pi3hatConfig {
+fn sim_pi3hat_config(t: SpiTiming) -> rtloop_sim::Pi3hatConfig {
+    rtloop_sim::Pi3hatConfig {
         spi_hz: t.speed_hz,
         cs_hold_ns: u64::from(t.cs_hold_ns),
         address_hold_ns: u64::from(t.address_hold_ns),
@@ -199,5 +199,5 @@ fn sim_pi3hat_config(t: SpiTiming) -> sim::Pi3hatConfig {
 
 /// The simulated IMU for a robot whose buses are all simulated in process.
 pub fn sim_imu() -> Box<dyn ImuSource> {
-    Box::new(SimImu(sim::Imu::new(sim::DEFAULT_IMU_SEED)))
+    Box::new(SimImu(rtloop_sim::Imu::new(rtloop_sim::DEFAULT_IMU_SEED)))
 }

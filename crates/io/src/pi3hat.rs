@@ -24,15 +24,15 @@
 
 use crate::spi::{ChipSelect, Pi3hatSpi, SpiError, SpiTiming};
 use crate::transport::{ImuSource, OpenError, Transport, TransportCounters, TransportError};
-use proto::pi3hat::{self as board, reg, CanPortConfig, ImuSample};
-use proto::CanFdFrame;
+use rtloop_proto::pi3hat::{self as board, reg, CanPortConfig, ImuSample};
+use rtloop_proto::CanFdFrame;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 const EMPTY_FRAME: CanFdFrame = CanFdFrame {
     id: 0,
     len: 0,
     data: [0; 64],
-    flags: proto::frame::FrameFlags { extended: false, fd: false, brs: false, remote: false },
+    flags: rtloop_proto::frame::FrameFlags { extended: false, fd: false, brs: false, remote: false },
 };
 
 /// How often each processor's error status is read, ns (10 Hz).
@@ -363,7 +363,7 @@ impl Pi3hat {
     }
 
     /// The simulated board behind the carrier, when it is one.
-    pub fn sim_mut(&mut self) -> Option<&mut sim::pi3hat::SimPi3hat> {
+    pub fn sim_mut(&mut self) -> Option<&mut rtloop_sim::pi3hat::SimPi3hat> {
         self.spi.as_sim_mut()
     }
 
@@ -460,7 +460,7 @@ impl Pi3hat {
         let start = at_ns.max(self.wire_free_ns[slot]);
         let end = start + min_frame_time_ns(frame, &cfg);
         self.wire_free_ns[slot] = end;
-        if proto::frame::ArbitrationId::parse(frame.id).reply_required {
+        if rtloop_proto::frame::ArbitrationId::parse(frame.id).reply_required {
             let reply = CanFdFrame { id: 0x100, len: 8, flags: frame.flags, ..EMPTY_FRAME };
             self.due[slot].push(end + self.options.min_turnaround_ns + min_frame_time_ns(&reply, &cfg));
         }
@@ -611,10 +611,13 @@ impl Pi3hat {
 /// board's own padding to the same CAN-FD length restores.
 pub fn unpadded_len(frame: &CanFdFrame) -> u8 {
     let len = usize::from(frame.len.min(64));
-    let Some(dlc_len) = proto::frame::round_up_dlc(len) else { return len as u8 };
+    let Some(dlc_len) = rtloop_proto::frame::round_up_dlc(len) else { return len as u8 };
     let payload = frame.payload();
     let mut n = len;
-    while n > 0 && payload[n - 1] == proto::frame::PAD_BYTE && proto::frame::round_up_dlc(n - 1) == Some(dlc_len) {
+    while n > 0
+        && payload[n - 1] == rtloop_proto::frame::PAD_BYTE
+        && rtloop_proto::frame::round_up_dlc(n - 1) == Some(dlc_len)
+    {
         n -= 1;
     }
     n as u8

@@ -70,10 +70,10 @@
 use crate::clock::Clock;
 use crate::cycle::{CycleOptions, CycleStats, Cycler, RxFrame, SetupError, TxFrame};
 use crate::transport::{ImuSource, Transport};
-use proto::frame::ArbitrationId;
-use proto::host::{self, PositionCommand, PositionResolution, QueryFormat, ServoState};
-use proto::{CanFdFrame, FrameWriter};
-use sim::ImuSample;
+use rtloop_proto::frame::ArbitrationId;
+use rtloop_proto::host::{self, PositionCommand, PositionResolution, QueryFormat, ServoState};
+use rtloop_proto::{CanFdFrame, FrameWriter};
+use rtloop_sim::ImuSample;
 
 /// The most reply tags (host source ids) a robot may use.
 pub const MAX_REPLY_TAGS: u8 = 16;
@@ -162,7 +162,7 @@ impl Default for RobotConfig {
     fn default() -> Self {
         RobotConfig {
             query: QueryFormat::comprehensive(),
-            position_resolution: PositionResolution::all(proto::Resolution::Int16),
+            position_resolution: PositionResolution::all(rtloop_proto::Resolution::Int16),
             cycle: CycleOptions::default(),
             host_id: 0,
             reply_tags: 8,
@@ -358,7 +358,7 @@ impl<C: Clock> Robot<C> {
         spec: ServoSpec,
         cmd: &ServoCommand,
         frame: &mut CanFdFrame,
-    ) -> Result<(), proto::EncodeError> {
+    ) -> Result<(), rtloop_proto::EncodeError> {
         encode_command(&self.config, spec, cmd, frame)
     }
 
@@ -583,7 +583,7 @@ pub fn encode_command(
     spec: ServoSpec,
     cmd: &ServoCommand,
     frame: &mut CanFdFrame,
-) -> Result<(), proto::EncodeError> {
+) -> Result<(), rtloop_proto::EncodeError> {
     encode_request(config, spec, cmd, Request::Tagged(config.host_id), frame).map(|_| ())
 }
 
@@ -594,7 +594,7 @@ fn encode_request(
     cmd: &ServoCommand,
     request: Request,
     frame: &mut CanFdFrame,
-) -> Result<bool, proto::EncodeError> {
+) -> Result<bool, rtloop_proto::EncodeError> {
     let (source, query) = match request {
         Request::Tagged(source) => (source, Some(&config.query)),
         Request::Unqueried => (UNQUERIED_SOURCE, None),
@@ -614,7 +614,7 @@ fn encode_request(
     };
     let id = ArbitrationId { prefix: 0, source, destination: spec.id, reply_required: query.is_some() }.build();
     frame.id = id;
-    frame.flags = proto::frame::FrameFlags::moteus(id);
+    frame.flags = rtloop_proto::frame::FrameFlags::moteus(id);
     frame.data[..len].copy_from_slice(&buf[..len]);
     frame.len = len as u8;
     frame.pad_to_dlc();

@@ -367,7 +367,7 @@ impl Supervisor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proto::host::{PositionCommand, ServoState};
+    use rtloop_proto::host::{PositionCommand, ServoState};
 
     /// A fresh reply.
     fn reply(mode: u8, fault: u8) -> ServoReply {

@@ -1,4 +1,4 @@
-//! The in-process simulator as a transport: one [`sim::SimBus`] per bus, the simulated IMU,
+//! The in-process simulator as a transport: one [`rtloop_sim::SimBus`] per bus, the simulated IMU,
 //! and the built-in quadruped.
 //!
 //! With [`crate::MonotonicClock`] the simulated wires run in real time (a reply is seen
@@ -11,8 +11,8 @@ use crate::clock::Clock;
 use crate::cycle::SetupError;
 use crate::robot::{Robot, RobotConfig, ServoSpec};
 use crate::transport::{ImuSource, Transport, TransportError};
-use proto::CanFdFrame;
-use sim::{Imu, ImuSample, SimBus};
+use rtloop_proto::CanFdFrame;
+use rtloop_sim::{Imu, ImuSample, SimBus};
 
 /// A simulated CAN-FD bus behind the [`Transport`] interface.
 pub struct SimTransport {
@@ -77,8 +77,8 @@ pub fn with_sim_bus<R>(transport: &mut dyn Transport, f: impl FnOnce(&mut SimBus
 }
 
 /// Call `f` on every servo of every simulated bus among `buses`, with its bus index: what
-/// [`sim::World`] steps. Buses that are not simulated are skipped.
-pub(crate) fn visit_sim_servos(buses: &mut [Box<dyn Transport>], f: &mut dyn FnMut(usize, &mut sim::Servo)) {
+/// [`rtloop_sim::World`] steps. Buses that are not simulated are skipped.
+pub(crate) fn visit_sim_servos(buses: &mut [Box<dyn Transport>], f: &mut dyn FnMut(usize, &mut rtloop_sim::Servo)) {
     for (i, bus) in buses.iter_mut().enumerate() {
         with_sim_bus(&mut **bus, |b| {
             for s in b.servos_mut() {
@@ -101,7 +101,7 @@ impl ImuSource for SimImu {
 /// The built-in robot: servo ids 1-12, three per bus on buses 1-4 (indices 0-3), plus the
 /// IMU, all simulated.
 pub fn default_quadruped<C: Clock>(clock: C, config: RobotConfig) -> Result<Robot<C>, SetupError> {
-    let (buses, imu) = sim::default_quadruped();
+    let (buses, imu) = rtloop_sim::default_quadruped();
     let mut transports: Vec<Box<dyn Transport>> = Vec::new();
     let mut servos = Vec::new();
     for (index, bus) in buses.into_iter().enumerate() {
@@ -119,7 +119,8 @@ mod tests {
 
     #[test]
     fn the_sim_bus_is_reached_through_any_box_and_nothing_else_has_one() {
-        let mut t: Box<dyn Transport> = Box::new(SimTransport::new(SimBus::new(sim::BusConfig::default()), "sim"));
+        let mut t: Box<dyn Transport> =
+            Box::new(SimTransport::new(SimBus::new(rtloop_sim::BusConfig::default()), "sim"));
         assert_eq!(with_sim_bus(&mut *t, |b| b.servos().len()), Some(0));
         let mut boxed: Box<dyn Transport> = Box::new(t);
         assert_eq!(with_sim_bus(&mut *boxed, |b| b.servos().len()), Some(0));

@@ -11,8 +11,8 @@
 //! (`ENETDOWN`/`ENODEV` come back as [`TransportError::Disconnected`]).
 
 use crate::transport::{OpenError, Transport, TransportCounters, TransportError};
-use proto::frame::{FrameFlags, MAX_DATA};
-use proto::CanFdFrame;
+use rtloop_proto::frame::{FrameFlags, MAX_DATA};
+use rtloop_proto::CanFdFrame;
 use socketcan::id::FdFlags;
 use socketcan::{CanAnyFrame, CanDataFrame, CanRemoteFrame, EmbeddedFrame, ExtendedId, Id, Socket, StandardId};
 use std::io;

@@ -6,7 +6,7 @@
 //! `recv` or `drain`, and report failures as a [`TransportError`] value (no strings built
 //! on the hot path) so one failing bus never stops the others.
 
-use proto::CanFdFrame;
+use rtloop_proto::CanFdFrame;
 use std::fmt;
 use std::os::fd::RawFd;
 
@@ -216,7 +216,7 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
 /// Where the cycle gets the robot's attitude from.
 pub trait ImuSource: Send {
     /// Read the latest attitude into `out` at `now_ns`; `Ok(false)` when none is available.
-    fn read(&mut self, now_ns: u64, out: &mut sim::ImuSample) -> Result<bool, TransportError>;
+    fn read(&mut self, now_ns: u64, out: &mut rtloop_sim::ImuSample) -> Result<bool, TransportError>;
 }
 
 /// A transport that could not be opened: which address, and one sentence saying what is

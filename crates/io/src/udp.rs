@@ -1,5 +1,5 @@
 //! CAN-FD frames over UDP (`udp:HOST:PORT[?bus=N]`), in the framing of
-//! [`proto::udp`] (`docs/udp-framing.md`): the host side ([`UdpTransport`], one bus of the
+//! [`rtloop_proto::udp`] (`docs/udp-framing.md`): the host side ([`UdpTransport`], one bus of the
 //! cycle) and the device side ([`UdpEndpoint`], one simulated bus served by `rtloop sim --udp`).
 //!
 //! The host batches every frame a cycle sends to one bus into as few datagrams as fit in
@@ -16,9 +16,9 @@
 use crate::serve::{Endpoint, EndpointCounters, EndpointError};
 use crate::transport::{OpenError, Transport, TransportCounters, TransportError};
 use crate::uri::BusUri;
-use proto::udp::{decode_datagram, DatagramWriter, UdpFrameError, MAX_DATAGRAM, MAX_FRAMES_PER_MAX_DATAGRAM};
-use proto::CanFdFrame;
-use sim::SimBus;
+use rtloop_proto::udp::{decode_datagram, DatagramWriter, UdpFrameError, MAX_DATAGRAM, MAX_FRAMES_PER_MAX_DATAGRAM};
+use rtloop_proto::CanFdFrame;
+use rtloop_sim::SimBus;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};

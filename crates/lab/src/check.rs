@@ -108,7 +108,7 @@ pub enum CheckError {
     },
     /// A `--policy` that is not a scheduling policy.
     #[error("--policy: {0}")]
-    Policy(#[source] rt::UnknownName),
+    Policy(#[source] rtloop_rt::UnknownName),
     /// `--priority` with a policy that has no real-time priority.
     #[error("--priority {priority} needs --policy fifo or rr: {policy} has no real-time priority")]
     PriorityNeedsRealtime {
@@ -132,7 +132,7 @@ pub enum CheckError {
     /// `--cpu` names a CPU outside this process's affinity.
     #[error(
         "--cpu {cpu} is not a CPU this process may run on: give CPUs from {}",
-        rt::setup::format_cpu_list(.allowed)
+        rtloop_rt::setup::format_cpu_list(.allowed)
     )]
     CpuNotAllowed {
         /// The CPU named.
@@ -142,10 +142,10 @@ pub enum CheckError {
     },
     /// The real-time settings themselves are wrong.
     #[error(transparent)]
-    Rt(#[from] rt::setup::RtError),
+    Rt(#[from] rtloop_rt::setup::RtError),
     /// `--transport` is not a bus address.
     #[error("--transport: {0}")]
-    Transport(#[source] io::uri::UriError),
+    Transport(#[source] rtloop_io::uri::UriError),
     /// A `--servos` id outside 1..=127 (or not a number).
     #[error("--servos '{text}': servo id '{id}' is out of range: give ids in 1..=127, e.g. 1-12 or 1,2,5-7")]
     ServoId {

@@ -17,7 +17,7 @@
 use crate::check::{self, CheckError};
 use crate::conditions::Conditions;
 use crate::report::{render, write_csv, CommonOptions, Outcome};
-use rt::setup::{DeadlineParams, Policy, RtSettings};
+use rtloop_rt::setup::{DeadlineParams, Policy, RtSettings};
 use std::fmt::Display;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -131,10 +131,10 @@ impl CommonArgs {
         let cpus = match &self.cpu {
             None => Vec::new(),
             Some(list) => {
-                rt::setup::parse_cpu_list(list).ok_or_else(|| CheckError::NotACpuList { list: list.clone() })?
+                rtloop_rt::setup::parse_cpu_list(list).ok_or_else(|| CheckError::NotACpuList { list: list.clone() })?
             }
         };
-        if let Some(allowed) = rt::setup::current_conditions().affinity {
+        if let Some(allowed) = rtloop_rt::setup::current_conditions().affinity {
             if let Some(cpu) = cpus.iter().find(|c| !allowed.contains(c)) {
                 return Err(CheckError::CpuNotAllowed { cpu: *cpu, allowed });
             }
@@ -148,7 +148,7 @@ impl CommonArgs {
             strict: self.strict,
             ..RtSettings::default()
         };
-        rt::setup::validate(&rt)?;
+        rtloop_rt::setup::validate(&rt)?;
         check::samples("--samples", self.samples)?;
         crate::load::Capacity::of_this_machine().check(self.load)?;
         if let Some(path) = &self.csv {
@@ -352,7 +352,7 @@ pub fn run(cmd: LabCommand) -> Result<Report, crate::Error> {
             check::rate_hz("--rate", rate)?;
             check::busy_wait_us(common.busy_wait_us, crate::cycle::period_ns(rate) / 1000)?;
             crate::cycle::parse_servo_ids(&servos)?;
-            io::uri::parse(&transport).map_err(CheckError::Transport)?;
+            rtloop_io::uri::parse(&transport).map_err(CheckError::Transport)?;
             let outcome = crate::cycle::cycle(&options, &transport, &servos, rate)?;
             finish(&common, &options, &outcome)
         }

@@ -24,7 +24,7 @@ use crate::child::Tied;
 use crate::report::{CommonOptions, Summary};
 use crate::udp::{RecvMethod, UdpEchoOptions};
 use crate::Error;
-use rt::setup::{Policy, RtSettings};
+use rtloop_rt::setup::{Policy, RtSettings};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::net::UdpSocket;
@@ -708,14 +708,14 @@ fn strip_ansi(text: &str) -> String {
 }
 
 /// A held `/dev/cpu_dma_latency` request at 0 µs, as cyclictest holds while it measures. A thin
-/// wrapper: the one implementation is [`rt::setup::CpuDmaLatency`], shared with `rtloop run`.
+/// wrapper: the one implementation is [`rtloop_rt::setup::CpuDmaLatency`], shared with `rtloop run`.
 struct DmaLatency {
     /// Held for as long as the wrapper lives; dropping it ends the request.
-    _request: rt::setup::CpuDmaLatency,
+    _request: rtloop_rt::setup::CpuDmaLatency,
 }
 
 impl DmaLatency {
     fn hold_zero() -> Option<DmaLatency> {
-        rt::setup::CpuDmaLatency::hold_zero().ok().map(|r| DmaLatency { _request: r })
+        rtloop_rt::setup::CpuDmaLatency::hold_zero().ok().map(|r| DmaLatency { _request: r })
     }
 }

@@ -57,7 +57,7 @@ impl Conditions {
     /// The system's conditions plus the settings in `common`, for the measuring thread.
     /// Never panics.
     pub fn gather(common: &CommonOptions) -> Conditions {
-        let system = rt::setup::current_conditions();
+        let system = rtloop_rt::setup::current_conditions();
         let kernel = match (&system.kernel_release, &system.kernel_version) {
             (Some(r), Some(v)) => format!("{r} {v}"),
             (Some(r), None) => r.clone(),

@@ -1,9 +1,9 @@
 //! The cycle experiment: how long one full rtloop robot cycle takes on this machine.
 //!
-//! A measuring thread with the requested real-time settings builds an [`io::Robot`] over the
+//! A measuring thread with the requested real-time settings builds an [`rtloop_io::Robot`] over the
 //! chosen transport (the built-in simulated quadruped for `sim`, or one bus at an address
 //! such as `fdcanusb:PATH` or `udp:HOST:PORT`) and runs query-only cycles at the requested
-//! rate on a [`rt::periodic::PeriodicLoop`] (spinning the last `--busy-wait-us` before each
+//! rate on a [`rtloop_rt::periodic::PeriodicLoop`] (spinning the last `--busy-wait-us` before each
 //! deadline); each sample is the duration of one cycle (send every query, collect every reply
 //! or time out). Query commands only, so no servo moves — and the report says so: the label
 //! ends in "query-only" and the conditions carry `commands: query-only`, because a cycle that
@@ -20,7 +20,7 @@
 //! command cycle.
 
 use crate::report::{apply_rt, count, measure_on_thread, CommonOptions, Measured, Outcome, Run};
-use io::{MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec};
+use rtloop_io::{MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -65,11 +65,11 @@ fn build_robot(transport: &str, ids: &[u8]) -> Result<Robot<MonotonicClock>, Err
     let config = RobotConfig::default();
     if transport == "sim" && ids.iter().copied().eq(QUADRUPED_IDS) {
         // The errors' Display is the one sentence for the user (never their Debug form).
-        return io::default_quadruped(MonotonicClock::default(), config).map_err(Error::Quadruped);
+        return rtloop_io::default_quadruped(MonotonicClock::default(), config).map_err(Error::Quadruped);
     }
-    let uri = io::uri::parse(transport).map_err(CheckError::Transport)?;
+    let uri = rtloop_io::uri::parse(transport).map_err(CheckError::Transport)?;
     // OpenError's Display already says "cannot open URI: what is wrong and what to do".
-    let bus = io::open::open_bus(&uri, ids, io::open::OpenOptions::default())?;
+    let bus = rtloop_io::open::open_bus(&uri, ids, rtloop_io::open::OpenOptions::default())?;
     let servos = ids.iter().map(|&id| ServoSpec { bus: 0, id }).collect();
     Robot::new(vec![bus], servos, None, MonotonicClock::default(), config)
         .map_err(|source| Error::Robot { transport: transport.to_string(), source })
@@ -87,7 +87,7 @@ pub fn cycle(common: &CommonOptions, transport: &str, servos: &str, rate_hz: f64
     let period_ns = period_ns(rate_hz);
     let busy_wait_us = crate::check::busy_wait_us(common.busy_wait_us, period_ns / 1000)?;
     let ids = parse_servo_ids(servos)?;
-    io::uri::parse(transport).map_err(CheckError::Transport)?;
+    rtloop_io::uri::parse(transport).map_err(CheckError::Transport)?;
     let (settings, transport_owned, ids_owned) = (common.clone(), transport.to_string(), ids.clone());
     let tally = Arc::new(Tally::default());
     let tally_in_thread = Arc::clone(&tally);
@@ -171,12 +171,12 @@ fn measure(
     let mut imu = Default::default();
     let mut samples_ns = Vec::with_capacity(common.samples);
     let (mut missing, mut timed_out, mut failed_buses) = (0u64, 0u64, 0u64);
-    let options = rt::periodic::PeriodicOptions {
+    let options = rtloop_rt::periodic::PeriodicOptions {
         busy_wait_ns: common.busy_wait_us * 1000,
-        overrun: rt::periodic::OverrunPolicy::Skip,
+        overrun: rtloop_rt::periodic::OverrunPolicy::Skip,
         start_ns: None,
     };
-    let mut periodic = rt::periodic::PeriodicLoop::new(period_ns, options);
+    let mut periodic = rtloop_rt::periodic::PeriodicLoop::new(period_ns, options);
     for i in 0..common.samples {
         periodic.wait_next();
         let report = robot.cycle(&commands, &mut replies, &mut imu);

@@ -116,13 +116,13 @@ fn cmdline_param(cmdline: &str, key: &str) -> Option<String> {
 fn suggested_isolated(online: &[usize]) -> String {
     match online {
         [] | [_] => "N".into(),
-        [_, rest @ ..] => rt::setup::format_cpu_list(rest),
+        [_, rest @ ..] => rtloop_rt::setup::format_cpu_list(rest),
     }
 }
 
 /// Every readiness check, in the order of [`CHECK_NAMES`]. Reads files and limits only.
 pub fn checks() -> Vec<Check> {
-    let conditions = rt::current_conditions();
+    let conditions = rtloop_rt::current_conditions();
     let cmdline = read("/proc/cmdline").unwrap_or_default();
     let online = conditions.online_cpus.clone().unwrap_or_default();
     let isolated = conditions.isolated_cpus.clone().unwrap_or_default();
@@ -143,7 +143,7 @@ pub fn checks() -> Vec<Check> {
     out
 }
 
-fn preempt_rt(c: &rt::Conditions) -> Check {
+fn preempt_rt(c: &rtloop_rt::Conditions) -> Check {
     let sysfs = match c.realtime_sysfs {
         Some(true) => "/sys/kernel/realtime = 1",
         Some(false) => "/sys/kernel/realtime = 0",
@@ -151,7 +151,7 @@ fn preempt_rt(c: &rt::Conditions) -> Check {
     };
     let version = c.kernel_version.as_deref().unwrap_or("uname -v unreadable");
     let value = format!("{sysfs}; uname -v: {version}");
-    if c.preemption == rt::setup::PreemptionModel::PreemptRt {
+    if c.preemption == rtloop_rt::setup::PreemptionModel::PreemptRt {
         check("preempt-rt", Status::Pass, value, None)
     } else {
         check(
@@ -172,8 +172,8 @@ fn active_dynamic_mode(debugfs: &str) -> Option<&str> {
     debugfs.split_whitespace().find_map(|w| w.strip_prefix('(')?.strip_suffix(')'))
 }
 
-fn preemption_model(c: &rt::Conditions, cmdline: &str) -> Check {
-    use rt::setup::PreemptionModel as M;
+fn preemption_model(c: &rtloop_rt::Conditions, cmdline: &str) -> Check {
+    use rtloop_rt::setup::PreemptionModel as M;
     const FIX: &str = "add preempt=full to the kernel command line (or, as root with debugfs mounted: echo full > \
                        /sys/kernel/debug/sched/preempt); better, a PREEMPT_RT kernel";
     match c.preemption {
@@ -230,15 +230,18 @@ fn isolcpus(online: &[usize], isolated: &[usize]) -> Check {
         Ok(_) if isolated.is_empty() => check(
             "isolcpus",
             Status::Warn,
-            format!("no CPU isolated (online {})", rt::setup::format_cpu_list(online)),
+            format!("no CPU isolated (online {})", rtloop_rt::setup::format_cpu_list(online)),
             Some(fix),
         ),
-        Ok(_) => check("isolcpus", Status::Pass, format!("isolated {}", rt::setup::format_cpu_list(isolated)), None),
+        Ok(_) => {
+            check("isolcpus", Status::Pass, format!("isolated {}", rtloop_rt::setup::format_cpu_list(isolated)), None)
+        }
     }
 }
 
 fn nohz_full(online: &[usize], isolated: &[usize]) -> Check {
-    let target = if isolated.is_empty() { suggested_isolated(online) } else { rt::setup::format_cpu_list(isolated) };
+    let target =
+        if isolated.is_empty() { suggested_isolated(online) } else { rtloop_rt::setup::format_cpu_list(isolated) };
     let fix = Some(format!("kernel command line: nohz_full={target} (with isolcpus= and rcu_nocbs= on the same CPUs)"));
     match read(&format!("{CPU_DIR}/nohz_full")) {
         Err(why) => check(
@@ -247,16 +250,16 @@ fn nohz_full(online: &[usize], isolated: &[usize]) -> Check {
             format!("{why} (kernel built without CONFIG_NO_HZ_FULL: the tick interrupts every CPU)"),
             fix,
         ),
-        Ok(text) => match rt::setup::parse_cpu_list(&text).filter(|c| !c.is_empty()) {
+        Ok(text) => match rtloop_rt::setup::parse_cpu_list(&text).filter(|c| !c.is_empty()) {
             None => check("nohz_full", Status::Warn, "no CPU runs tickless", fix),
             Some(cpus) if !isolated.iter().all(|c| cpus.contains(c)) => check(
                 "nohz_full",
                 Status::Warn,
-                format!("tickless {} does not cover the isolated CPUs", rt::setup::format_cpu_list(&cpus)),
+                format!("tickless {} does not cover the isolated CPUs", rtloop_rt::setup::format_cpu_list(&cpus)),
                 fix,
             ),
             Some(cpus) => {
-                check("nohz_full", Status::Pass, format!("tickless {}", rt::setup::format_cpu_list(&cpus)), None)
+                check("nohz_full", Status::Pass, format!("tickless {}", rtloop_rt::setup::format_cpu_list(&cpus)), None)
             }
         },
     }
@@ -371,7 +374,8 @@ fn parse_cpu_mask(text: &str) -> Option<Vec<usize>> {
 fn irq_affinity(isolated: &[usize]) -> Check {
     let default = match read("/proc/irq/default_smp_affinity") {
         Ok(mask) => {
-            let cpus = parse_cpu_mask(&mask).map(|c| rt::setup::format_cpu_list(&c)).unwrap_or_else(|| "?".into());
+            let cpus =
+                parse_cpu_mask(&mask).map(|c| rtloop_rt::setup::format_cpu_list(&c)).unwrap_or_else(|| "?".into());
             format!("default_smp_affinity {mask} (CPUs {cpus})")
         }
         Err(why) => why,
@@ -389,7 +393,7 @@ fn irq_affinity(isolated: &[usize]) -> Check {
         for entry in dir.flatten() {
             let irq = entry.file_name().to_string_lossy().into_owned();
             let Ok(list) = read(&format!("/proc/irq/{irq}/smp_affinity_list")) else { continue };
-            if rt::setup::parse_cpu_list(&list).is_some_and(|cpus| cpus.iter().any(|c| isolated.contains(c))) {
+            if rtloop_rt::setup::parse_cpu_list(&list).is_some_and(|cpus| cpus.iter().any(|c| isolated.contains(c))) {
                 landing.push(irq);
             }
         }
@@ -411,7 +415,7 @@ fn irq_affinity(isolated: &[usize]) -> Check {
     }
 }
 
-fn rt_throttling(c: &rt::Conditions) -> Check {
+fn rt_throttling(c: &rtloop_rt::Conditions) -> Check {
     let period = c.sched_rt_period_us.unwrap_or(1_000_000);
     match c.sched_rt_runtime_us {
         None => check("sched_rt_runtime_us", Status::Warn, "unreadable: /proc/sys/kernel/sched_rt_runtime_us", None),
@@ -429,8 +433,8 @@ fn rt_throttling(c: &rt::Conditions) -> Check {
     }
 }
 
-fn rlimits(c: &rt::Conditions) -> [Check; 2] {
-    let shown = |l: Option<rt::setup::ResourceLimit>, unit: &str, div: u64| match l {
+fn rlimits(c: &rtloop_rt::Conditions) -> [Check; 2] {
+    let shown = |l: Option<rtloop_rt::setup::ResourceLimit>, unit: &str, div: u64| match l {
         None => "unreadable".to_string(),
         Some(l) => {
             let one = |v: Option<u64>| v.map_or("unlimited".to_string(), |v| format!("{}{unit}", v / div));
@@ -570,7 +574,7 @@ fn clocksource() -> Check {
     }
 }
 
-fn kernel(c: &rt::Conditions) -> Check {
+fn kernel(c: &rtloop_rt::Conditions) -> Check {
     let value = match (&c.kernel_release, &c.kernel_version) {
         (Some(r), Some(v)) => format!("{r} {v}"),
         _ => "uname unreadable".to_string(),

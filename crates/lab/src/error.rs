@@ -19,20 +19,20 @@ pub enum Error {
     Check(#[from] CheckError),
     /// The real-time settings could not be applied (or `--strict` refused a fallback).
     #[error(transparent)]
-    Rt(#[from] rt::setup::RtError),
+    Rt(#[from] rtloop_rt::setup::RtError),
     /// The bus could not be opened (the sentence names the address and what to do).
     #[error(transparent)]
-    Open(#[from] io::OpenError),
+    Open(#[from] rtloop_io::OpenError),
     /// The simulated quadruped could not be built.
     #[error("cannot build the simulated quadruped: {0}")]
-    Quadruped(#[source] io::SetupError),
+    Quadruped(#[source] rtloop_io::SetupError),
     /// The robot could not be built on the bus.
     #[error("cannot build the robot on {transport}: {source}")]
     Robot {
         /// The `--transport` address.
         transport: String,
         /// Why.
-        source: io::SetupError,
+        source: rtloop_io::SetupError,
     },
     /// An operating-system call failed; `what` says which and on what (e.g. "eventfd failed",
     /// "cannot bind the echo server to 127.0.0.1:9000").
@@ -248,11 +248,11 @@ pub enum Error {
         /// The PNG.
         path: PathBuf,
         /// Why.
-        source: output::png::EncodingError,
+        source: rtloop_output::png::EncodingError,
     },
     /// An output file could not be created or put in place.
     #[error(transparent)]
-    Output(#[from] output::OutputError),
+    Output(#[from] rtloop_output::OutputError),
 }
 
 impl Error {

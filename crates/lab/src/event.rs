@@ -249,14 +249,14 @@ impl Endpoint<'_> {
                 Ok(true)
             }
             EventMethod::Futex => {
-                let deadline = timeout_ms.map(|ms| rt::now_ns() + ms as u64 * 1_000_000);
+                let deadline = timeout_ms.map(|ms| rtloop_rt::now_ns() + ms as u64 * 1_000_000);
                 loop {
                     let seen = self.word.load(Ordering::Acquire);
                     if seen == seq {
                         return Ok(true);
                     }
                     let left = match deadline {
-                        Some(d) => match d.checked_sub(rt::now_ns()) {
+                        Some(d) => match d.checked_sub(rtloop_rt::now_ns()) {
                             Some(left) if left > 0 => Some(left),
                             _ => return Ok(false),
                         },
@@ -272,7 +272,7 @@ impl Endpoint<'_> {
     }
 
     fn spin_wait(&self, seq: u32, timeout_ms: Option<i32>) -> bool {
-        let deadline = timeout_ms.map(|ms| rt::now_ns() + ms as u64 * 1_000_000);
+        let deadline = timeout_ms.map(|ms| rtloop_rt::now_ns() + ms as u64 * 1_000_000);
         let mut spins: u32 = 0;
         while self.word.load(Ordering::Acquire) != seq {
             if self.yield_in_spin {
@@ -284,7 +284,7 @@ impl Endpoint<'_> {
             spins = spins.wrapping_add(1);
             // Reading the clock every spin would slow the poll; every 1024 is plenty for a
             // timeout of seconds.
-            if spins & 1023 == 0 && deadline.is_some_and(|d| rt::now_ns() > d) {
+            if spins & 1023 == 0 && deadline.is_some_and(|d| rtloop_rt::now_ns() > d) {
                 return false;
             }
         }
@@ -442,8 +442,8 @@ fn measure(common: &CommonOptions, method: EventMethod, processes: bool) -> Resu
                 let mut samples = Vec::with_capacity(common.samples);
                 for i in 0..total {
                     let seq = i as u32 + 1;
-                    rt::periodic::sleep_until_ns(rt::now_ns() + GAP_BETWEEN_EVENTS_NS);
-                    shared.raise_ns.store(rt::now_ns(), Ordering::Release);
+                    rtloop_rt::periodic::sleep_until_ns(rtloop_rt::now_ns() + GAP_BETWEEN_EVENTS_NS);
+                    shared.raise_ns.store(rtloop_rt::now_ns(), Ordering::Release);
                     to_responder.raise(seq)?;
                     if !from_responder.wait(seq, Some(ANSWER_TIMEOUT_MS))? {
                         return Err(if shared.setup_failed.load(Ordering::Acquire) != 0 {
@@ -497,7 +497,7 @@ fn respond(method: EventMethod, shared: &Shared, forward: &Channel, back: &Chann
             } else {
                 from_raiser.wait_either(seq, u32::MAX)
             };
-            let now = rt::now_ns();
+            let now = rtloop_rt::now_ns();
             if shared.stop.load(Ordering::Acquire) != 0 || woke.is_err() {
                 return;
             }

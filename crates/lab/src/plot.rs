@@ -5,10 +5,10 @@
 //! time stay visible next to the thousands of fast ones. Several runs: the histograms overlaid
 //! in distinct colours, and below them p50 / p99 / max bars per run, side by side.
 //!
-//! Text needs a font (`output::png::font_available`: DejaVu Sans, loaded at run time when
+//! Text needs a font (`rtloop_output::png::font_available`: DejaVu Sans, loaded at run time when
 //! installed); without it the plot is drawn without any text rather than failing.
 //!
-//! The image is drawn in memory, encoded with `output::png`, and written like the CSV
+//! The image is drawn in memory, encoded with `rtloop_output::png`, and written like the CSV
 //! ([`crate::report::create_output`]): under a fresh name beside `path`, renamed onto it when
 //! complete; an existing `path` only with `force`, and only when it is a regular file.
 //!
@@ -19,7 +19,7 @@ use crate::report::{log_buckets, Outcome, Summary};
 use plotters::prelude::*;
 use std::path::Path;
 
-use output::png::FONT_FAMILY;
+use rtloop_output::png::FONT_FAMILY;
 /// Run colours, distinguishable and readable on white.
 const PALETTE: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
@@ -43,7 +43,7 @@ pub fn plot(outcome: &Outcome, path: &Path, force: bool) -> Result<(), crate::Er
     if runs.is_empty() {
         return Err(crate::Error::NothingToPlot);
     }
-    let text = output::png::font_available();
+    let text = rtloop_output::png::font_available();
     let fail = |reason: String| crate::Error::Draw { path: path.to_path_buf(), reason };
     let (width, height) = (1200u32, if runs.len() == 1 { 600u32 } else { 1000 });
     let mut rgb = vec![0u8; width as usize * height as usize * 3];
@@ -66,8 +66,8 @@ pub fn plot(outcome: &Outcome, path: &Path, force: bool) -> Result<(), crate::Er
 /// Encode 8-bit RGB pixels as a PNG file at `path`.
 fn write_png(path: &Path, rgb: &[u8], width: u32, height: u32, force: bool) -> Result<(), crate::Error> {
     let mut out = crate::report::create_output("--plot", path, force)?;
-    let fail = |source: output::png::EncodingError| crate::Error::WritePng { path: path.to_path_buf(), source };
-    output::png::encode_rgb(rgb, (width, height), std::io::BufWriter::new(out.file())).map_err(fail)?;
+    let fail = |source: rtloop_output::png::EncodingError| crate::Error::WritePng { path: path.to_path_buf(), source };
+    rtloop_output::png::encode_rgb(rgb, (width, height), std::io::BufWriter::new(out.file())).map_err(fail)?;
     out.commit().map_err(|e| crate::report::output_error("--plot", path, e))
 }
 

@@ -67,7 +67,7 @@ pub fn count(n: u64, one: &str, many: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommonOptions {
     /// Real-time settings for the measuring thread(s).
-    pub rt: rt::setup::RtSettings,
+    pub rt: rtloop_rt::setup::RtSettings,
     /// Background load workers to run during the measurement (0: none).
     pub load: usize,
     /// Samples per run.
@@ -82,7 +82,7 @@ pub struct CommonOptions {
 impl Default for CommonOptions {
     fn default() -> Self {
         CommonOptions {
-            rt: rt::setup::RtSettings::default(),
+            rt: rtloop_rt::setup::RtSettings::default(),
             load: 0,
             samples: 10_000,
             busy_wait_us: 0,
@@ -93,8 +93,8 @@ impl Default for CommonOptions {
 
 /// Apply `common.rt` to the calling thread. Returns the refusals (and notes) as sentences;
 /// an error when the settings are invalid or a refusal happened under `strict`.
-pub fn apply_rt(common: &CommonOptions) -> Result<Vec<String>, rt::setup::RtError> {
-    let applied = rt::setup::apply_to_current_thread(&common.rt)?;
+pub fn apply_rt(common: &CommonOptions) -> Result<Vec<String>, rtloop_rt::setup::RtError> {
+    let applied = rtloop_rt::setup::apply_to_current_thread(&common.rt)?;
     let mut out: Vec<String> = applied.warnings.iter().map(|w| format!("{}: {}", w.what, w.message)).collect();
     out.extend(applied.notes.iter().map(|w| format!("note ({}): {}", w.what, w.message)));
     Ok(out)
@@ -374,20 +374,20 @@ pub fn write_csv(outcome: &Outcome, path: &Path, force: bool) -> Result<(), crat
 }
 
 /// The lab's output at `path` (CSV or PNG, given as `flag`): written to a new, exclusively
-/// created file beside it and renamed onto `path` when complete ([`output::OutputFile`]), so
+/// created file beside it and renamed onto `path` when complete ([`rtloop_output::OutputFile`]), so
 /// a failed write leaves no half file. `path` must not exist, or with `force` be a regular
 /// file ([`crate::check::output_file`], checked again here because the measurement took a
 /// while): never a link, a device, a FIFO, a socket or a directory.
-pub fn create_output(flag: &str, path: &Path, force: bool) -> Result<output::OutputFile, crate::Error> {
+pub fn create_output(flag: &str, path: &Path, force: bool) -> Result<rtloop_output::OutputFile, crate::Error> {
     crate::check::output_file(flag, path, None, force)?;
-    output::OutputFile::create(path, None, force).map_err(|e| output_error(flag, path, e))
+    rtloop_output::OutputFile::create(path, None, force).map_err(|e| output_error(flag, path, e))
 }
 
 /// The error of an output that could not be created or put in place.
-pub fn output_error(flag: &str, path: &Path, error: output::OutputError) -> crate::Error {
+pub fn output_error(flag: &str, path: &Path, error: rtloop_output::OutputError) -> crate::Error {
     match error {
         // Appeared after the check: the same refusal the check gives.
-        output::OutputError::Exists { .. } => crate::check::exists_without_force(flag, path).into(),
+        rtloop_output::OutputError::Exists { .. } => crate::check::exists_without_force(flag, path).into(),
         e => e.into(),
     }
 }

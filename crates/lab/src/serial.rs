@@ -253,7 +253,7 @@ impl Waiter {
 
     /// Fill `buf` from `fd`, waiting this waiter's way.
     fn receive(&self, fd: RawFd, buf: &mut [u8]) -> Result<(), Error> {
-        let deadline = rt::now_ns() + ECHO_TIMEOUT_NS;
+        let deadline = rtloop_rt::now_ns() + ECHO_TIMEOUT_NS;
         let mut filled = 0;
         let mut spins: u32 = 0;
         while filled < buf.len() {
@@ -287,7 +287,7 @@ impl Waiter {
                         std::hint::spin_loop();
                         spins = spins.wrapping_add(1);
                         // Reading the clock on every spin would slow the poll down.
-                        if spins & 1023 == 0 && rt::now_ns() > deadline {
+                        if spins & 1023 == 0 && rtloop_rt::now_ns() > deadline {
                             return Err(Error::NoEcho { method: "busy-poll", ms: ECHO_TIMEOUT_NS / 1_000_000 });
                         }
                     }
@@ -320,10 +320,10 @@ fn measure(common: &CommonOptions, method: SerialMethod, size: usize) -> Result<
                 for (k, b) in message.iter_mut().enumerate() {
                     *b = (i + k) as u8;
                 }
-                let start = rt::now_ns();
+                let start = rtloop_rt::now_ns();
                 write_all(fd, &message)?;
                 waiter.receive(fd, &mut echo)?;
-                let end = rt::now_ns();
+                let end = rtloop_rt::now_ns();
                 if echo != message {
                     return Err(Error::EchoDiffers { method, index: i });
                 }

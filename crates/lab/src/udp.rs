@@ -35,7 +35,7 @@ use crate::check::CheckError;
 use crate::child::Tied;
 use crate::report::{apply_rt, CommonOptions, Outcome, Run};
 use crate::Error;
-use rt::periodic::now_ns;
+use rtloop_rt::periodic::now_ns;
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
@@ -784,8 +784,8 @@ impl Namespace {
         // Same policy and priority as the client, so the comparison is between methods, not
         // between a real-time client and a time-sharing server.
         let chrt_flag = match common.rt.policy {
-            rt::setup::Policy::Fifo => Some("-f"),
-            rt::setup::Policy::RoundRobin => Some("-r"),
+            rtloop_rt::setup::Policy::Fifo => Some("-f"),
+            rtloop_rt::setup::Policy::RoundRobin => Some("-r"),
             _ => None,
         };
         if let Some(flag) = chrt_flag {

@@ -1,7 +1,7 @@
 //! The wakeup experiment: how late a periodic thread wakes, the measurement cyclictest makes.
 //!
 //! A measuring thread gets the requested real-time settings, then runs a
-//! [`rt::periodic::PeriodicLoop`] on absolute CLOCK_MONOTONIC deadlines and records, for each
+//! [`rtloop_rt::periodic::PeriodicLoop`] on absolute CLOCK_MONOTONIC deadlines and records, for each
 //! wakeup, `woke − deadline`. With a busy-wait the loop sleeps until shortly before each
 //! deadline and spins the rest, which shows how much of the latency the spin hides. Background
 //! [`crate::load`] runs during the measurement when asked.
@@ -38,13 +38,13 @@ pub fn wakeup(common: &CommonOptions, period_us: u64) -> Result<Outcome, crate::
 fn measure(common: &CommonOptions, period_us: u64, busy_wait_us: u64, done: &AtomicUsize) -> Measured {
     let warnings = apply_rt(common)?;
     let mut samples_ns = Vec::with_capacity(common.samples);
-    let options = rt::periodic::PeriodicOptions {
+    let options = rtloop_rt::periodic::PeriodicOptions {
         busy_wait_ns: busy_wait_us * 1000,
         // A wakeup later than a whole period starts the next one at once, like cyclictest.
-        overrun: rt::periodic::OverrunPolicy::Skip,
+        overrun: rtloop_rt::periodic::OverrunPolicy::Skip,
         start_ns: None,
     };
-    let mut periodic = rt::periodic::PeriodicLoop::new(period_us * 1000, options);
+    let mut periodic = rtloop_rt::periodic::PeriodicLoop::new(period_us * 1000, options);
     for i in 0..common.samples {
         let tick = periodic.wait_next();
         samples_ns.push(tick.late_ns());

@@ -66,10 +66,12 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 
-use tlog::columns::{Cell, Column, ColumnBuilder, ColumnData, ColumnOptions, Columns, ColumnsError, NO_TIMESTAMP};
-use tlog::export::note_no_schema;
-use tlog::reader::{FileReader, ItemFilter, SurvivingItems};
-use tlog::survey::{Problem, ProblemKind, Problems};
+use rtloop_tlog::columns::{
+    Cell, Column, ColumnBuilder, ColumnData, ColumnOptions, Columns, ColumnsError, NO_TIMESTAMP,
+};
+use rtloop_tlog::export::note_no_schema;
+use rtloop_tlog::reader::{FileReader, ItemFilter, SurvivingItems};
+use rtloop_tlog::survey::{Problem, ProblemKind, Problems};
 
 /// Most rows in one row group by default.
 pub const DEFAULT_ROW_GROUP_ROWS: usize = 1 << 20;
@@ -296,7 +298,7 @@ impl<W: Write + Send> RecordSink<W> {
         }
     }
 
-    fn push(&mut self, item: &tlog::reader::Item) -> Result<(), ParquetError> {
+    fn push(&mut self, item: &rtloop_tlog::reader::Item) -> Result<(), ParquetError> {
         self.builder.push(item)?;
         let rows = self.builder.rows();
         let values = rows.saturating_mul(self.builder.columns().max(1));

@@ -19,13 +19,13 @@ use arrow_schema::{DataType, TimeUnit};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use proptest::prelude::*;
 use rtloop_parquet::{records_to_parquet, to_parquet, ParquetOptions, ParquetStats};
+use rtloop_tlog::format::{write_string, write_varint, write_varuint};
+use rtloop_tlog::reader::FileReader;
+use rtloop_tlog::schema::{self, Field, Schema};
+use rtloop_tlog::survey::ProblemKind;
+use rtloop_tlog::writer::{FileWriter, WriterOptions};
 use serde::{Deserialize, Serialize, Serializer};
 use std::io::{Seek, Write};
-use tlog::format::{write_string, write_varint, write_varuint};
-use tlog::reader::FileReader;
-use tlog::schema::{self, Field, Schema};
-use tlog::survey::ProblemKind;
-use tlog::writer::{FileWriter, WriterOptions};
 
 const START_US: i64 = 1_700_000_000_000_000;
 
@@ -180,7 +180,7 @@ fn float_text(x: f64) -> String {
     }
 }
 
-/// One non-null value as `tlog::export::to_csv` writes it.
+/// One non-null value as `rtloop_tlog::export::to_csv` writes it.
 fn csv_cell(array: &dyn Array, row: usize) -> String {
     match array.data_type() {
         DataType::Float64 => float_text(array.as_primitive::<Float64Type>().value(row)),
@@ -216,10 +216,10 @@ fn export(bytes: &[u8], record: &str, options: &ParquetOptions) -> (ParquetStats
 
 /// `record` of `bytes` as CSV: the header and the rows, split at commas (the test data has
 /// none inside a cell).
-fn csv(bytes: &[u8], record: &str) -> (Vec<String>, Vec<Vec<String>>, tlog::export::CsvStats) {
+fn csv(bytes: &[u8], record: &str) -> (Vec<String>, Vec<Vec<String>>, rtloop_tlog::export::CsvStats) {
     let reader = FileReader::from_bytes(bytes.to_vec()).unwrap();
     let mut out = Vec::new();
-    let stats = tlog::export::to_csv(&reader, record, &mut out, None).unwrap();
+    let stats = rtloop_tlog::export::to_csv(&reader, record, &mut out, None).unwrap();
     let text = String::from_utf8(out).unwrap();
     let mut lines = text.lines();
     let header = lines.next().unwrap().split(',').map(str::to_string).collect();
@@ -433,7 +433,10 @@ fn several_records_in_one_walk() {
 fn an_unknown_record_is_a_typed_error() {
     let reader = FileReader::from_bytes(log(1, |_| 1)).unwrap();
     let error = to_parquet(&reader, "nope", Vec::new(), &ParquetOptions::default(), None).unwrap_err();
-    assert!(matches!(error, rtloop_parquet::ParquetError::Columns(tlog::columns::ColumnsError::NoRecord { .. })));
+    assert!(matches!(
+        error,
+        rtloop_parquet::ParquetError::Columns(rtloop_tlog::columns::ColumnsError::NoRecord { .. })
+    ));
     assert_eq!(error.to_string(), "the log has no record 'nope'");
 }
 
@@ -459,7 +462,7 @@ proptest! {
             let options = ParquetOptions { row_group_rows: rows, ..Default::default() };
             match to_parquet(&reader, record, &mut out, &options, None) {
                 Ok(stats) => {
-                    let whole = tlog::columns::read(&reader, record, &tlog::columns::ColumnOptions::default()).unwrap();
+                    let whole = rtloop_tlog::columns::read(&reader, record, &rtloop_tlog::columns::ColumnOptions::default()).unwrap();
                     prop_assert_eq!(stats.rows, whole.rows() as u64);
                     prop_assert_eq!(read_table(&out).rows(), whole.rows());
                 }

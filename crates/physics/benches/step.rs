@@ -1,13 +1,13 @@
 //! Steps per second of the built-in quadruped: MuJoCo's own `mj_step` (the limit anything
 //! built on it can reach) beside the plant rtloop steps (the same step, the joint torques
 //! written in and the stability checks after), and beside twelve servos coupled to it through
-//! `sim::World` (their controllers evaluated every step). One line each:
+//! `rtloop_sim::World` (their controllers evaluated every step). One line each:
 //! `cargo bench -p rtloop-physics --features mujoco --bench step`.
 use std::time::Instant;
 
 use mujoco_rs::prelude::*;
 use rtloop_physics::{load, PhysicsSpec, QUADRUPED_MJCF};
-use sim::{Servo, ServoConfig, World};
+use rtloop_sim::{Servo, ServoConfig, World};
 
 const SECONDS: f64 = 2.0;
 

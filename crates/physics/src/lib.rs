@@ -2,8 +2,8 @@
 //!
 //! What it is for: giving rtloop's simulated robot a body. [`load`] compiles a MuJoCo model
 //! (the built-in quadruped, [`QUADRUPED_MJCF`], or a user's MJCF or URDF), checks it and the
-//! servo ↔ joint map against each other, and returns a [`sim::Plant`] that
-//! [`sim::World`] couples to the simulated servos: each servo's position controller
+//! servo ↔ joint map against each other, and returns a [`rtloop_sim::Plant`] that
+//! [`rtloop_sim::World`] couples to the simulated servos: each servo's position controller
 //! (in rtloop-sim) turns its joint's state into a torque, MuJoCo integrates the rigid bodies,
 //! contacts and gravity, and the servos and the IMU report what it computed.
 //!
@@ -15,7 +15,7 @@
 //!
 //! What it must never do: download anything (MuJoCo comes from PyPI's wheel through
 //! `tools/mujoco`), allocate or panic while stepping, or hand on a NaN: a model that goes
-//! unstable stops with a [`sim::PlantError`].
+//! unstable stops with a [`rtloop_sim::PlantError`].
 //!
 //! MuJoCo is the `mujoco` feature; without it [`load`] answers
 //! [`PhysicsError::NotBuilt`] with how to build it, and everything else here (the spec, its
@@ -32,7 +32,7 @@ pub use spec::{
     MAX_SETTLE_S,
 };
 
-use sim::{JointLink, Plant};
+use rtloop_sim::{JointLink, Plant};
 
 /// The built-in quadruped (MJCF), written for rtloop: see the file's header for its sizes.
 pub const QUADRUPED_MJCF: &str = include_str!("../models/quadruped.xml");
@@ -40,7 +40,7 @@ pub const QUADRUPED_MJCF: &str = include_str!("../models/quadruped.xml");
 /// The MuJoCo version rtloop builds against (the `mujoco` wheel's, the `mujoco-rs` crate's).
 pub const MUJOCO_VERSION: &str = "3.17.0";
 
-/// A loaded model, ready for [`sim::World::new`].
+/// A loaded model, ready for [`rtloop_sim::World::new`].
 pub struct Loaded {
     /// The plant.
     pub plant: Box<dyn Plant>,

@@ -4,9 +4,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;
 
 use mujoco_rs::prelude::*;
-use sim::plant::GRAVITY_MPS2;
-use sim::rng::XorShift64;
-use sim::{BodyState, JointLink, Plant, PlantError};
+use rtloop_sim::plant::GRAVITY_MPS2;
+use rtloop_sim::rng::XorShift64;
+use rtloop_sim::{BodyState, JointLink, Plant, PlantError};
 
 use crate::spec::{BuiltInPose, ModelSource, PhysicsError, PhysicsSpec};
 use crate::{Loaded, QUADRUPED_MJCF};

@@ -26,8 +26,8 @@
 
 use moteus_protocol as official;
 use official::command::PositionFormat;
-use proto::host::{decode_reply, encode_position, PositionCommand, PositionResolution, QueryFormat, ServoState};
-use proto::{FrameWriter, Resolution, Value};
+use rtloop_proto::host::{decode_reply, encode_position, PositionCommand, PositionResolution, QueryFormat, ServoState};
+use rtloop_proto::{FrameWriter, Resolution, Value};
 use std::hint::black_box;
 use std::time::Instant;
 

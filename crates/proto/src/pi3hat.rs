@@ -2,8 +2,8 @@
 //! CAN port configuration and attitude layouts, and which processor serves which bus.
 //!
 //! What it is for: one statement of the board's wire facts (from
-//! `shared/spec/pi3hat-spi.md`) that the real driver (`io::pi3hat`) and the simulated board
-//! (`sim::pi3hat`) both read. What it must never do: allocate, perform I/O or panic on any
+//! `shared/spec/pi3hat-spi.md`) that the real driver (`rtloop_io::pi3hat`) and the simulated board
+//! (`rtloop_sim::pi3hat`) both read. What it must never do: allocate, perform I/O or panic on any
 //! bytes (a short or malformed register reads as `None`).
 //!
 //! # The board

@@ -15,8 +15,8 @@
 //! datagram longer than [`MAX_DATAGRAM`].
 //!
 //! ```
-//! use proto::udp::{decode_datagram, DatagramWriter, MAX_DATAGRAM};
-//! use proto::CanFdFrame;
+//! use rtloop_proto::udp::{decode_datagram, DatagramWriter, MAX_DATAGRAM};
+//! use rtloop_proto::CanFdFrame;
 //!
 //! let mut buf = [0u8; MAX_DATAGRAM];
 //! let mut writer = DatagramWriter::new(&mut buf[..], 7).unwrap();

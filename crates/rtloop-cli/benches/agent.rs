@@ -6,7 +6,7 @@
 //!
 //! `cargo bench -p rtloop-cli --bench agent` (needs a C compiler).
 
-use agent::{ServoInfo, Spine, SpineConfig};
+use rtloop_agent::{ServoInfo, Spine, SpineConfig};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -83,18 +83,18 @@ fn round_trips_on_this_thread(
     // Arm first (not measured).
     while !spine.following() && Instant::now() < give_up {
         spine.state_mut().cycle = cycle;
-        spine.publish(agent::monotonic_ns());
+        spine.publish(rtloop_agent::monotonic_ns());
         std::thread::sleep(Duration::from_millis(1));
-        spine.poll_command(agent::monotonic_ns());
+        spine.poll_command(rtloop_agent::monotonic_ns());
     }
     assert!(spine.following(), "the C agent never armed the spine");
     for _ in 0..count {
         cycle += 1;
         spine.state_mut().cycle = cycle;
-        let t0 = agent::monotonic_ns();
+        let t0 = rtloop_agent::monotonic_ns();
         spine.publish(t0);
         loop {
-            let now = agent::monotonic_ns();
+            let now = rtloop_agent::monotonic_ns();
             spine.poll_command(now);
             if spine.command().is_some_and(|c| c.for_cycle == cycle) {
                 hist.record(now - t0).unwrap();
@@ -132,7 +132,7 @@ fn lockstep_steps_per_s(args: &[&str], agent_bin: Option<&Path>, agent_cpu: Opti
 fn main() {
     // As cyclictest and `rtloop run` with a real-time policy do: keep the CPUs out of deep
     // idle states, so a sleeping agent's wakeups measure the protocol, not the idle states.
-    let held = rt::setup::CpuDmaLatency::hold_zero();
+    let held = rtloop_rt::setup::CpuDmaLatency::hold_zero();
     let two = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
     println!("/dev/cpu_dma_latency held at 0: {}", if held.is_ok() { "yes" } else { "no (not root?)" });
     let dir = tempfile::tempdir().unwrap();

@@ -11,8 +11,8 @@
 #[path = "../tests/cli/support/mod.rs"]
 mod support;
 
-use io::{Clock, MonotonicClock, RobotConfig, ServoCommand, ServoReply};
 use rtloop::robot_spec::{BusSpec, RobotSpec};
+use rtloop_io::{Clock, MonotonicClock, RobotConfig, ServoCommand, ServoReply};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::*;
@@ -48,7 +48,7 @@ fn ours(path: &str, ids: &[u8], busy_poll: bool) -> Run {
     let spec = RobotSpec {
         buses: vec![BusSpec {
             bus: 1,
-            uri: io::uri::parse(&format!("fdcanusb:{path}")).expect("a valid fdcanusb URI"),
+            uri: rtloop_io::uri::parse(&format!("fdcanusb:{path}")).expect("a valid fdcanusb URI"),
             servos: ids.to_vec(),
         }],
     };

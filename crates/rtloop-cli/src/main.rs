@@ -11,12 +11,12 @@ mod cli;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use cli::console;
 use cli::run::print_summary;
-use io::ServoCommand;
-use proto::host::PositionCommand;
-use proto::Resolution;
 use rtloop::frame::{self, CommandKind, EncodeRequest};
 use rtloop::robot_spec::RobotSpec;
 use rtloop::Runtime;
+use rtloop_io::ServoCommand;
+use rtloop_proto::host::PositionCommand;
+use rtloop_proto::Resolution;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -71,7 +71,7 @@ enum Command {
     /// Measure the machine and the stack: wakeup latency, UDP round trip, event response,
     /// serial turnaround, the full cycle; compare with cyclictest and sockperf; check tuning.
     #[command(subcommand)]
-    Lab(lab::cli::LabCommand),
+    Lab(rtloop_lab::cli::LabCommand),
 }
 
 /// The exit status of `rtloop log export`.
@@ -972,7 +972,7 @@ fn sim_command(a: SimArgs) -> Result<(), String> {
 
 /// `rtloop servo`: one command to one servo, or its diagnostic console.
 fn servo_command(a: &ServoArgs) -> Result<(), String> {
-    let uri = io::uri::parse(&a.transport).map_err(|e| format!("--transport {}: {e}", a.transport))?;
+    let uri = rtloop_io::uri::parse(&a.transport).map_err(|e| format!("--transport {}: {e}", a.transport))?;
     if a.id == 0 || a.id > 127 {
         return Err(format!("--id {} is not a servo id: give a number from 1 to 127", a.id));
     }
@@ -1040,8 +1040,11 @@ fn servo_command(a: &ServoArgs) -> Result<(), String> {
 
 /// `rtloop can`: raw CAN-FD frames, pi3hat_tool-like.
 fn can_command(a: &CanArgs) -> Result<(), String> {
-    let transport =
-        a.transport.as_deref().map(|t| io::uri::parse(t).map_err(|e| format!("--transport {t}: {e}"))).transpose()?;
+    let transport = a
+        .transport
+        .as_deref()
+        .map(|t| rtloop_io::uri::parse(t).map_err(|e| format!("--transport {t}: {e}")))
+        .transpose()?;
     let mut buses = std::collections::BTreeMap::new();
     for b in &a.buses {
         let (n, uri) = rtloop::robot_spec::parse_bus_flag(b).map_err(|e| e.to_string())?;
@@ -1076,8 +1079,8 @@ fn can_command(a: &CanArgs) -> Result<(), String> {
 }
 
 /// `rtloop lab`: measure the machine and the stack.
-fn lab_command(cmd: lab::cli::LabCommand) -> Result<(), String> {
-    let report = lab::cli::run(cmd).map_err(|e| e.to_string())?;
+fn lab_command(cmd: rtloop_lab::cli::LabCommand) -> Result<(), String> {
+    let report = rtloop_lab::cli::run(cmd).map_err(|e| e.to_string())?;
     // The JSON object, when asked for, must be the very last line.
     let text = report.text.trim_end();
     if !text.is_empty() {

@@ -21,10 +21,10 @@
 //!
 //! `cargo bench -p rtloop --bench bookkeeping` (a few seconds once built).
 
-use rt::periodic::{ManualClock, OverrunPolicy, PeriodicLoop, PeriodicOptions};
 use rtloop::config::SimConfig;
 use rtloop::io::{Clock, MonotonicClock, ServoCommand as IoCommand, ServoReply, VirtualClock};
 use rtloop::{Controller, Flow, Output, RobotSpec, Runtime, State};
+use rtloop_rt::periodic::{ManualClock, OverrunPolicy, PeriodicLoop, PeriodicOptions};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 

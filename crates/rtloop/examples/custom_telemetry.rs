@@ -102,11 +102,11 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(&e.to_string()),
     };
     // Read the log back: every item of our record, decoded with the schema it carries.
-    let reader = match tlog::reader::FileReader::open(&log) {
+    let reader = match rtloop_tlog::reader::FileReader::open(&log) {
         Ok(r) => r,
         Err(e) => return usage_error(&format!("cannot read back the log {}: {e}", log.display())),
     };
-    let filter = |name: &str| tlog::reader::ItemFilter { record: Some(name.into()), ..Default::default() };
+    let filter = |name: &str| rtloop_tlog::reader::ItemFilter { record: Some(name.into()), ..Default::default() };
     let items: Vec<_> = reader.items(filter(Recorded::TELEMETRY_RECORD)).filter_map(Result::ok).collect();
     let cycle_items = reader.items(filter("cycle")).filter_map(Result::ok).count();
     let last = items.last().and_then(|it| reader.decode_item(it).ok()).map(|v| v.to_json());

@@ -19,7 +19,7 @@
 //!   …) is refused for that servo and cycle — the servo keeps its safe command — counted,
 //!   and reported as one `agent_command_refused` event per burst. The spine records each
 //!   refusal's typed cause (field, value, limit) and the count per servo as it goes, in
-//!   fixed-size storage ([`agent::Refusals`]); the run's summary says, in one sentence, which
+//!   fixed-size storage ([`rtloop_agent::Refusals`]); the run's summary says, in one sentence, which
 //!   fields broke which limits, for which servos, how many times.
 //! * A segment lost under the spine (another process of the user truncated
 //!   `/dev/shm/rtloop-NAME`, or truncated and grew it again: the agent crate's SIGBUS guard
@@ -45,13 +45,15 @@
 //! [`Controller::cycle`], or send a servo anything that was not validated.
 
 use crate::controller::{Controller, Flow, Output, PositionCommand, ServoCommand, State, Summarizer};
-use agent::layout::status;
-use agent::{CommandError, Limits, Lockstep, Refusals, SegmentLoss, ServoInfo, Spine, SpineConfig, ValidCommand};
+use rtloop_agent::layout::status;
+use rtloop_agent::{
+    CommandError, Limits, Lockstep, Refusals, SegmentLoss, ServoInfo, Spine, SpineConfig, ValidCommand,
+};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub use agent::{segment_path, DEFAULT_TIMEOUT_NS};
+pub use rtloop_agent::{segment_path, DEFAULT_TIMEOUT_NS};
 
 /// Lockstep: the most query-only cycles the spine runs before it first waits for the agent
 /// (it stops as soon as every servo has answered a cycle's request), so that a servo that
@@ -105,8 +107,8 @@ impl AgentOptions {
 /// `limits` narrowed to what commands at `resolution` carry. An integer register clamps at
 /// its largest integer times its scale (int16: positions to ±3.2767 rev, velocities to
 /// ±8.19 rev/s), so a wider limit would let a value through that the wire then clamps.
-pub fn carried_limits(limits: Limits, resolution: &proto::host::PositionResolution) -> Limits {
-    use proto::value::ScaleClass;
+pub fn carried_limits(limits: Limits, resolution: &rtloop_proto::host::PositionResolution) -> Limits {
+    use rtloop_proto::value::ScaleClass;
     let r = resolution;
     let position = ScaleClass::Position.carried_max(r.position).min(ScaleClass::Position.carried_max(r.stop_position));
     let velocity = ScaleClass::Velocity.carried_max(r.velocity).min(ScaleClass::Velocity.carried_max(r.velocity_limit));
@@ -148,7 +150,7 @@ pub struct AgentSummary {
     pub refused_servos: Vec<RefusedServo>,
     /// Why they were refused: each distinct cause (the same error about the same field),
     /// typed, with its first refusal and how many refusals share it, in the order first
-    /// seen (at most [`agent::REFUSAL_CAUSES`]).
+    /// seen (at most [`rtloop_agent::REFUSAL_CAUSES`]).
     pub refusal_causes: Vec<RefusalReport>,
     /// Refusals of further causes, counted only.
     pub refusals_of_other_causes: u64,
@@ -397,7 +399,7 @@ pub struct AgentSpine {
     figures: Arc<Figures>,
     /// The handle [`AgentSpine::create`] returned (for the summarizer).
     handle: AgentFigures,
-    seen: agent::Counters,
+    seen: rtloop_agent::Counters,
     stop: Arc<AtomicBool>,
     /// Cycles this spine has run: the cycle numbers the agent crate's burst rule counts in
     /// (period indices jump over skipped periods, which must not end a burst).
@@ -422,7 +424,7 @@ pub enum AgentError {
     /// The wait for a lockstep agent to arm (seconds) is outside its range.
     ArmWait(f64),
     /// The shared-memory segment cannot be created (a live spine of that name, a bad name…).
-    Spine(agent::SpineError),
+    Spine(rtloop_agent::SpineError),
 }
 
 impl std::fmt::Display for AgentError {
@@ -488,7 +490,7 @@ impl AgentSpine {
                 options,
                 figures,
                 handle: handle.clone(),
-                seen: agent::Counters::default(),
+                seen: rtloop_agent::Counters::default(),
                 stop,
                 cycles_run: 0,
                 measuring: 0,
@@ -543,8 +545,8 @@ impl AgentSpine {
         block.body = match &state.body {
             Some(b) => {
                 let imu = b.to_imu();
-                let (roll, pitch) = sim::imu::roll_pitch(imu.quaternion);
-                agent::layout::BodyBlock {
+                let (roll, pitch) = rtloop_sim::imu::roll_pitch(imu.quaternion);
+                rtloop_agent::layout::BodyBlock {
                     present: 1,
                     reserved: 0,
                     height_m: b.height_m,
@@ -553,7 +555,7 @@ impl AgentSpine {
                     quaternion: imu.quaternion,
                 }
             }
-            None => agent::layout::BodyBlock::ABSENT,
+            None => rtloop_agent::layout::BodyBlock::ABSENT,
         };
         for (raw, s) in block.servos.iter_mut().zip(state.servos) {
             let st = &s.state;
@@ -571,7 +573,7 @@ impl AgentSpine {
             raw.temperature = st.temperature;
             raw.voltage = st.voltage;
         }
-        self.spine.publish(agent::monotonic_ns());
+        self.spine.publish(rtloop_agent::monotonic_ns());
     }
 
     /// A reset the followed command asks for: done (the world reset before this cycle's
@@ -579,7 +581,7 @@ impl AgentSpine {
     /// with its reason (an `agent_reset_refused` event, once per reason, valued with it).
     /// Answered in the next state either way. Returns whether the world resets.
     fn answer_reset(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> bool {
-        use agent::layout::reset;
+        use rtloop_agent::layout::reset;
         let Some((request, seed)) = self.spine.reset_request() else { return false };
         let result = if !self.options.lockstep {
             reset::NOT_LOCKSTEP
@@ -669,7 +671,7 @@ impl Controller for AgentSpine {
             }
         } else {
             // `Poll::SegmentLost` is handled below, with a lockstep wait's.
-            self.spine.poll_command(agent::monotonic_ns());
+            self.spine.poll_command(rtloop_agent::monotonic_ns());
         }
         if let Some(loss) = self.spine.check_segment() {
             return self.segment_lost(loss, state, out);
@@ -750,8 +752,8 @@ impl Controller for AgentSpine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proto::host::PositionResolution;
-    use proto::Resolution;
+    use rtloop_proto::host::PositionResolution;
+    use rtloop_proto::Resolution;
 
     #[test]
     fn int16_commands_narrow_positions_and_velocities_to_what_they_carry() {
@@ -797,12 +799,12 @@ mod tests {
             assert_eq!(range.next(), Some("to"), "{row}");
             let hi: f64 = range.next().unwrap().parse().unwrap();
             for field in fields {
-                let bit = agent::layout::FIELD_NAMES.iter().position(|n| *n == field).unwrap();
-                let mut command = agent::RawServoCommand::QUERY;
-                command.kind = agent::layout::kind::POSITION;
+                let bit = rtloop_agent::layout::FIELD_NAMES.iter().position(|n| *n == field).unwrap();
+                let mut command = rtloop_agent::RawServoCommand::QUERY;
+                command.kind = rtloop_agent::layout::kind::POSITION;
                 command.present = 1 << bit;
                 command.set(bit, 1e12);
-                let Err(CommandError::OutOfRange { min, max, .. }) = agent::validate(&command, &limits) else {
+                let Err(CommandError::OutOfRange { min, max, .. }) = rtloop_agent::validate(&command, &limits) else {
                     panic!("{field}: 1e12 was not out of range")
                 };
                 assert!(
@@ -813,7 +815,7 @@ mod tests {
             }
         }
         checked.sort_unstable();
-        let mut ranged: Vec<&str> = agent::layout::FIELD_NAMES
+        let mut ranged: Vec<&str> = rtloop_agent::layout::FIELD_NAMES
             .iter()
             .copied()
             .filter(|f| !matches!(*f, "fixed_voltage_override" | "fixed_current_override" | "ignore_position_bounds"))
@@ -825,12 +827,12 @@ mod tests {
     #[test]
     fn a_spine_refuses_a_position_its_commands_cannot_carry() {
         let limits = carried_limits(Limits::default(), &crate::cycle_model::command_resolution());
-        let mut command = agent::RawServoCommand::QUERY;
-        command.kind = agent::layout::kind::POSITION;
-        command.present = agent::layout::field::POSITION;
+        let mut command = rtloop_agent::RawServoCommand::QUERY;
+        command.kind = rtloop_agent::layout::kind::POSITION;
+        command.present = rtloop_agent::layout::field::POSITION;
         command.position = 5.0;
-        assert!(agent::validate(&command, &limits).is_err(), "5 rev would be clamped to 3.2767 on the wire");
+        assert!(rtloop_agent::validate(&command, &limits).is_err(), "5 rev would be clamped to 3.2767 on the wire");
         command.position = 3.0;
-        assert!(agent::validate(&command, &limits).is_ok());
+        assert!(rtloop_agent::validate(&command, &limits).is_ok());
     }
 }

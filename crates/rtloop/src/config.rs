@@ -164,10 +164,10 @@ pub enum ConfigError {
     },
     /// `safety.on_fault` is not a fault policy.
     #[error(transparent)]
-    FaultPolicy(#[from] io::safety::UnknownFaultPolicy),
+    FaultPolicy(#[from] rtloop_io::safety::UnknownFaultPolicy),
     /// `realtime.policy` or `realtime.overrun` is not one of its names.
     #[error(transparent)]
-    Name(#[from] rt::UnknownName),
+    Name(#[from] rtloop_rt::UnknownName),
     /// Not a robot name.
     #[error("{name:?} is not a robot name: give 1 to 64 letters, digits, '-' or '_' (it becomes part of zenoh keys)")]
     RobotName {
@@ -423,7 +423,7 @@ pub const DEFAULT_WATCHDOG_TIMEOUT_S: f64 = 0.1;
 pub use crate::numbers::MAX_WATCHDOG_TIMEOUT_S;
 
 /// Longest injected reply delay, µs: half the robot's late-reply window (100 ms), within
-/// which a late reply is always attributed to its own request (see `io::robot`).
+/// which a late reply is always attributed to its own request (see `rtloop_io::robot`).
 pub const MAX_REPLY_DELAY_US: u64 = 50_000;
 
 /// Largest seed: TOML integers are signed 64-bit, so a printed seed always reads back.
@@ -540,7 +540,7 @@ pub fn random_seed() -> u64 {
         u64::from_ne_bytes(bytes)
     } else {
         // No entropy source: the clock still gives different runs different seeds.
-        rt::periodic::now_ns() ^ u64::from(std::process::id()).rotate_left(32)
+        rtloop_rt::periodic::now_ns() ^ u64::from(std::process::id()).rotate_left(32)
     };
     raw & MAX_SEED
 }
@@ -707,7 +707,7 @@ impl RunConfig {
             }
         }
         range("sim.start_position_rev", self.sim.start_position_rev, -1.0, 1.0, "-1 to 1 rev")?;
-        self.safety.on_fault.parse::<io::safety::OnFault>().map_err(|e| names.value("safety.on_fault", e))?;
+        self.safety.on_fault.parse::<rtloop_io::safety::OnFault>().map_err(|e| names.value("safety.on_fault", e))?;
         parse_shutdown(&self.safety.shutdown).map_err(|e| names.value("safety.shutdown", e))?;
         self.recovery().map_err(|e| names.value("safety.recovery", e))?;
         parse_cpu_dma_latency(&self.realtime.cpu_dma_latency)
@@ -723,7 +723,10 @@ impl RunConfig {
                 policy: self.realtime.policy.clone(),
             });
         }
-        self.realtime.overrun.parse::<rt::periodic::OverrunPolicy>().map_err(|e| names.value("realtime.overrun", e))?;
+        self.realtime
+            .overrun
+            .parse::<rtloop_rt::periodic::OverrunPolicy>()
+            .map_err(|e| names.value("realtime.overrun", e))?;
         for (key, every) in
             [("live.foxglove_every", self.live.foxglove_every), ("live.zenoh_every", self.live.zenoh_every)]
         {
@@ -744,8 +747,12 @@ impl RunConfig {
         }
         self.robot().validate()?;
         let overheats = self.overheats()?;
-        let sim_ids: Vec<u8> =
-            self.buses.iter().filter(|b| b.uri == io::BusUri::Sim).flat_map(|b| b.servos.iter().copied()).collect();
+        let sim_ids: Vec<u8> = self
+            .buses
+            .iter()
+            .filter(|b| b.uri == rtloop_io::BusUri::Sim)
+            .flat_map(|b| b.servos.iter().copied())
+            .collect();
         for o in overheats {
             if !sim_ids.contains(&o.id) {
                 return Err(ConfigError::OverheatNotSimulated { id: o.id });
@@ -758,7 +765,7 @@ impl RunConfig {
         if !pushes.is_empty() && self.physics.is_none() {
             return Err(crate::physics::PhysicsConfigError::PushWithoutPhysics.into());
         }
-        if pushes.len() > sim::world::MAX_PUSHES {
+        if pushes.len() > rtloop_sim::world::MAX_PUSHES {
             return Err(crate::physics::PhysicsConfigError::TooManyPushes { given: pushes.len() }.into());
         }
         Ok(())
@@ -770,10 +777,10 @@ impl RunConfig {
     }
 
     /// The safety supervisor's recovery policy.
-    pub fn recovery(&self) -> Result<io::safety::Recovery, ConfigError> {
+    pub fn recovery(&self) -> Result<rtloop_io::safety::Recovery, ConfigError> {
         match self.safety.recovery.as_str() {
-            "latched" => Ok(io::safety::Recovery::Latched),
-            "auto" => Ok(io::safety::Recovery::Auto { good_cycles: self.safety.recovery_cycles.max(1) }),
+            "latched" => Ok(rtloop_io::safety::Recovery::Latched),
+            "auto" => Ok(rtloop_io::safety::Recovery::Auto { good_cycles: self.safety.recovery_cycles.max(1) }),
             other => Err(ConfigError::UnknownWord {
                 what: "recovery policy",
                 given: other.to_string(),
@@ -828,17 +835,18 @@ pub enum PolicyChoice {
     /// Real time where the process may (see [`RealtimeConfig::policy`]).
     Auto,
     /// Exactly this policy; a refusal is a warning (an error with `strict`).
-    Exact(rt::setup::Policy),
+    Exact(rtloop_rt::setup::Policy),
 }
 
 /// Parse `auto`, `other`, `fifo`, `rr` or `deadline`.
-pub fn parse_policy(s: &str) -> Result<PolicyChoice, rt::UnknownName> {
+pub fn parse_policy(s: &str) -> Result<PolicyChoice, rtloop_rt::UnknownName> {
     if s == "auto" {
         return Ok(PolicyChoice::Auto);
     }
-    s.parse()
-        .map(PolicyChoice::Exact)
-        .map_err(|e: rt::UnknownName| rt::UnknownName { expected: "auto, other, fifo, rr or deadline", ..e })
+    s.parse().map(PolicyChoice::Exact).map_err(|e: rtloop_rt::UnknownName| rtloop_rt::UnknownName {
+        expected: "auto, other, fifo, rr or deadline",
+        ..e
+    })
 }
 
 /// `realtime.cpu_dma_latency`.
@@ -867,11 +875,11 @@ pub fn parse_cpu_dma_latency(s: &str) -> Result<CpuDmaLatencyMode, ConfigError> 
 }
 
 /// The command of the last cycle on shutdown.
-pub fn parse_shutdown(s: &str) -> Result<io::ServoCommand, ConfigError> {
+pub fn parse_shutdown(s: &str) -> Result<rtloop_io::ServoCommand, ConfigError> {
     match s {
-        "stop" => Ok(io::ServoCommand::Stop),
-        "zero-velocity" => Ok(io::ServoCommand::ZeroVelocity),
-        "brake" => Ok(io::ServoCommand::Brake),
+        "stop" => Ok(rtloop_io::ServoCommand::Stop),
+        "zero-velocity" => Ok(rtloop_io::ServoCommand::ZeroVelocity),
+        "brake" => Ok(rtloop_io::ServoCommand::Brake),
         other => Err(ConfigError::UnknownWord {
             what: "safe mode",
             given: other.to_string(),

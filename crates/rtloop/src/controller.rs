@@ -30,11 +30,11 @@
 //!
 //! Must never: allocate or block on behalf of the controller inside the real-time section.
 
-pub use io::safety::{Event, EventKind};
-pub use io::ServoCommand;
-pub use proto::host::{PositionCommand, ServoState};
-pub use sim::imu::roll_pitch;
-pub use sim::{BodyState, ImuSample};
+pub use rtloop_io::safety::{Event, EventKind};
+pub use rtloop_io::ServoCommand;
+pub use rtloop_proto::host::{PositionCommand, ServoState};
+pub use rtloop_sim::imu::roll_pitch;
+pub use rtloop_sim::{BodyState, ImuSample};
 
 use serde::Serialize;
 

@@ -1,6 +1,6 @@
 //! The cycle-time model of a robot as a run drives it: the protocol settings a run uses
 //! ([`robot_config_for`], positions at [`command_resolution`]), the frames it really sends
-//! ([`run_command_frame`]) and the [`sim::model::CycleModel`] built from them
+//! ([`run_command_frame`]) and the [`rtloop_sim::model::CycleModel`] built from them
 //! ([`model_for`]). `rtloop budget` prints this model term by term; a run compares its
 //! period with it before it starts.
 //!
@@ -8,15 +8,15 @@
 //! it for that robot (on a pi3hat: the compact query), and the reply is what a simulated
 //! servo answers to it. Without a pi3hat, host costs are those of the in-process simulator
 //! (no SPI or USB hop between host and bus). On a pi3hat every frame crosses the board's
-//! SPI, and the model plays its transactions one by one ([`sim::model`]).
+//! SPI, and the model plays its transactions one by one ([`rtloop_sim::model`]).
 //!
 //! Must never: change the model to match a measurement.
 
 use crate::motion::Motion;
 use crate::robot_spec::RobotSpec;
-use io::{BusUri, Pi3hatCarrier, RobotConfig, ServoCommand, ServoSpec};
-use proto::CanFdFrame;
-use sim::model::{predict, CycleModel, Prediction};
+use rtloop_io::{BusUri, Pi3hatCarrier, RobotConfig, ServoCommand, ServoSpec};
+use rtloop_proto::CanFdFrame;
+use rtloop_sim::model::{predict, CycleModel, Prediction};
 
 /// Host cost to encode one command, hand it to an in-process bus and decode its reply, ns.
 /// `cargo bench -p rtloop-io --bench cycle` measures encode + decode at about 0.33 µs (p50)
@@ -40,7 +40,7 @@ impl Workload {
     pub fn robot_config(self, robot: &RobotSpec) -> RobotConfig {
         let mut config = robot_config_for(robot);
         if self == Workload::SeedCase {
-            config.query = proto::host::QueryFormat::comprehensive();
+            config.query = rtloop_proto::host::QueryFormat::comprehensive();
         }
         config
     }
@@ -90,20 +90,20 @@ pub fn command_frame(robot: &RobotSpec, workload: Workload, id: u8) -> Option<Ca
     let mut commands = [ServoCommand::Query; 1];
     workload.fill(&run_motion(1), 2.0, &mut commands);
     let mut command = CanFdFrame::default();
-    io::robot::encode_command(&config, ServoSpec { bus: 0, id }, &commands[0], &mut command).ok()?;
+    rtloop_io::robot::encode_command(&config, ServoSpec { bus: 0, id }, &commands[0], &mut command).ok()?;
     Some(command)
 }
 
 /// Payload sizes (before padding) of `workload`'s command on `robot` and of the servo's
 /// reply. On a pi3hat the command's size is what its SPI write carries
-/// ([`io::pi3hat::unpadded_len`]).
+/// ([`rtloop_io::pi3hat::unpadded_len`]).
 pub fn frame_sizes(robot: &RobotSpec, workload: Workload) -> (usize, usize) {
     let Some(command) = command_frame(robot, workload, 1) else {
         return (0, 0);
     };
     let unpadded =
-        if on_pi3hat(robot) { usize::from(io::pi3hat::unpadded_len(&command)) } else { unpadded_len(&command) };
-    let mut servo = sim::Servo::new(sim::ServoConfig::new(1));
+        if on_pi3hat(robot) { usize::from(rtloop_io::pi3hat::unpadded_len(&command)) } else { unpadded_len(&command) };
+    let mut servo = rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(1));
     let mut reply = CanFdFrame::default();
     let reply_len = if servo.handle_frame(&command, 0, &mut reply) { unpadded_len(&reply) } else { 0 };
     (unpadded, reply_len)
@@ -112,7 +112,7 @@ pub fn frame_sizes(robot: &RobotSpec, workload: Workload) -> (usize, usize) {
 /// Length without the trailing 0x50 padding (a NOP can only be padding at the very end).
 fn unpadded_len(f: &CanFdFrame) -> usize {
     let p = f.payload();
-    p.len() - p.iter().rev().take_while(|&&b| b == proto::frame::PAD_BYTE).count()
+    p.len() - p.iter().rev().take_while(|&&b| b == rtloop_proto::frame::PAD_BYTE).count()
 }
 
 /// Whether the pi3hat model applies: every bus is a connector (1-5) of a pi3hat. (A robot
@@ -157,7 +157,7 @@ pub fn model_of(robot: &RobotSpec, workload: Workload) -> CycleModel {
         ..CycleModel::default_quadruped()
     };
     if on_pi3hat(robot) {
-        // The run opens the board at its SPI defaults (`io::spi::SpiTiming::default`), which
+        // The run opens the board at its SPI defaults (`rtloop_io::spi::SpiTiming::default`), which
         // the model's defaults equal (a test checks it).
         model.on_pi3hat(robot.buses.iter().map(|b| b.bus).collect())
     } else {
@@ -172,7 +172,7 @@ pub fn default_prediction() -> Prediction {
 
 /// The resolution of the position commands a run sends: int16 (compact frames; positions to
 /// ±3.2767 rev, velocities to ±8.19 rev/s). The agent spine's limits never exceed it.
-pub fn command_resolution() -> proto::host::PositionResolution {
+pub fn command_resolution() -> rtloop_proto::host::PositionResolution {
     RobotConfig::default().position_resolution
 }
 

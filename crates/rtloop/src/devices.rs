@@ -1,7 +1,7 @@
 //! One device as a user names it (`fdcanusb:PATH`, `udp:HOST:PORT`, …): what its failures
 //! mean, in the one sentence `rtloop servo`, `rtloop can` and the Python package print.
 
-use io::{BusUri, TransportCounters, TransportError};
+use rtloop_io::{BusUri, TransportCounters, TransportError};
 
 /// A bus error in words a user can act on: what is wrong with `uri` and what to do.
 pub fn explain_bus_error(uri: &BusUri, e: TransportError) -> String {

@@ -6,16 +6,16 @@
 //! subframes all come back as one clear error message.
 //!
 //! Integer registers (mode, fault, home state, trajectory complete, the identity registers:
-//! `proto::register::integer_range`) are shown as the moteus firmware and clients read
+//! `rtloop_proto::register::integer_range`) are shown as the moteus firmware and clients read
 //! them: a float is truncated toward zero. A value such a register cannot hold (NaN, ±inf,
 //! mode 300, mode -7.246) is shown as `null` and listed under `"invalid"` with what was
-//! received, exactly as `proto::host::decode_reply` leaves it absent and counts it.
+//! received, exactly as `rtloop_proto::host::decode_reply` leaves it absent and counts it.
 
-use proto::frame::ArbitrationId;
-use proto::host::{self, read_int_register, IntReading, PositionCommand, PositionResolution, QueryFormat};
-use proto::register::{class_of, integer_range, name_of};
-use proto::subframe::{subframes, Subframe};
-use proto::{FrameWriter, Resolution, ScaleClass, Value};
+use rtloop_proto::frame::ArbitrationId;
+use rtloop_proto::host::{self, read_int_register, IntReading, PositionCommand, PositionResolution, QueryFormat};
+use rtloop_proto::register::{class_of, integer_range, name_of};
+use rtloop_proto::subframe::{subframes, Subframe};
+use rtloop_proto::{FrameWriter, Resolution, ScaleClass, Value};
 use serde_json::{json, Map, Value as Json};
 
 /// Which command to build.
@@ -58,7 +58,7 @@ pub enum FrameError {
     /// A register value cannot be encoded (out of range, NaN where it means nothing).
     Register(String),
     /// The command does not fit in a frame.
-    Encode(proto::EncodeError),
+    Encode(rtloop_proto::EncodeError),
     /// No hex digits at all.
     NoHexDigits,
     /// A character that is not a hex digit.
@@ -68,7 +68,7 @@ pub enum FrameError {
     /// More bytes than a CAN-FD frame carries (64).
     TooLong(usize),
     /// The payload does not parse as subframes.
-    Malformed(proto::DecodeError),
+    Malformed(rtloop_proto::DecodeError),
 }
 
 impl std::fmt::Display for FrameError {

@@ -60,9 +60,12 @@
 #![deny(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
-pub use io;
-pub use proto;
-pub use sim;
+/// The transports and the cycle (the `rtloop-io` crate), as `rtloop::io`.
+pub use rtloop_io as io;
+/// The moteus protocol (the `rtloop-proto` crate), as `rtloop::proto`.
+pub use rtloop_proto as proto;
+/// The simulator (the `rtloop-sim` crate), as `rtloop::sim`.
+pub use rtloop_sim as sim;
 
 pub mod agent;
 pub mod config;

@@ -8,8 +8,8 @@
 //! writes into the caller's command array.
 
 use crate::controller::{Controller, Flow, Output, State};
-use io::ServoCommand;
-use proto::host::PositionCommand;
+use rtloop_io::ServoCommand;
+use rtloop_proto::host::PositionCommand;
 use std::f64::consts::TAU;
 
 /// The stand pose of one leg, in revolutions: abduction, hip, knee.

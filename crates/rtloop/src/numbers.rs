@@ -133,7 +133,10 @@ pub enum Watchdog {
 /// Range-check the registers of a position command (flags `--position` …): finite values a
 /// float register can carry (the moteus Python client refuses larger ones too), no negative
 /// gains or limits, NaN only where it means something, and a watchdog as `watchdog` says.
-pub fn check_position_registers(cmd: &proto::host::PositionCommand, watchdog: Watchdog) -> Result<(), NumberError> {
+pub fn check_position_registers(
+    cmd: &rtloop_proto::host::PositionCommand,
+    watchdog: Watchdog,
+) -> Result<(), NumberError> {
     let checks: [(&str, Option<f64>, bool, Option<&str>); 8] = [
         ("--position", cmd.position, false, Some("hold the current position")),
         ("--velocity", cmd.velocity, false, None),

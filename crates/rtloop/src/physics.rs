@@ -4,13 +4,13 @@
 //! What it is for: turning what a user wrote into an [`rtloop_physics::PhysicsSpec`] (bus
 //! numbers into bus indices, every number range-checked), and coupling the simulated robot's
 //! servos to the model it names ([`attach`]). The model itself, MuJoCo, and the built-in
-//! quadruped live in rtloop-physics; the servo ↔ plant coupling in `sim::World`.
+//! quadruped live in rtloop-physics; the servo ↔ plant coupling in `rtloop_sim::World`.
 //! What it must never do: couple anything but simulated buses, or accept a number it has not
 //! checked.
 
 use std::path::PathBuf;
 
-use io::{Clock, Robot};
+use rtloop_io::{Clock, Robot};
 use rtloop_physics::{BuiltInPose, ModelSource, PhysicsError, PhysicsSpec, ServoJoint};
 use serde::{Deserialize, Serialize};
 
@@ -68,8 +68,8 @@ impl Default for PhysicsConfig {
             pose: None,
             settle_s: 1.0,
             body: None,
-            kp: sim::servo::PHYSICAL_KP_NM_PER_REV,
-            kd: sim::servo::PHYSICAL_KD_NMS_PER_REV,
+            kp: rtloop_sim::servo::PHYSICAL_KP_NM_PER_REV,
+            kd: rtloop_sim::servo::PHYSICAL_KD_NMS_PER_REV,
         }
     }
 }
@@ -119,7 +119,7 @@ pub enum PhysicsConfigError {
     #[error("a push needs a body: add --physics (or a [physics] section)")]
     PushWithoutPhysics,
     /// More pushes than a run holds.
-    #[error("{given} pushes given; a run takes at most {max}: combine pushes that happen together", max = sim::world::MAX_PUSHES)]
+    #[error("{given} pushes given; a run takes at most {max}: combine pushes that happen together", max = rtloop_sim::world::MAX_PUSHES)]
     TooManyPushes {
         /// How many were given.
         given: usize,
@@ -182,7 +182,10 @@ impl PhysicsConfig {
         range("kp", self.kp, 0.0, 10_000.0, "0 to 10000 N·m/rev")?;
         range("kd", self.kd, 0.0, 1_000.0, "0 to 1000 N·m·s/rev")?;
         for b in buses {
-            if !matches!(b.uri, io::BusUri::Sim | io::BusUri::Pi3hat { carrier: io::Pi3hatCarrier::Sim }) {
+            if !matches!(
+                b.uri,
+                rtloop_io::BusUri::Sim | rtloop_io::BusUri::Pi3hat { carrier: rtloop_io::Pi3hatCarrier::Sim }
+            ) {
                 return Err(PhysicsConfigError::NotSimulated { bus: b.bus, uri: b.uri.to_string() });
             }
         }
@@ -229,14 +232,14 @@ pub enum AttachError {
     Config(#[from] PhysicsConfigError),
     /// The servos and the model do not fit together.
     #[error(transparent)]
-    Coupling(#[from] sim::WorldError),
+    Coupling(#[from] rtloop_sim::WorldError),
 }
 
 /// Load the model `config` names and couple the simulated servos of `robot` to it.
 pub fn attach<K: Clock>(robot: &mut Robot<K>, config: &PhysicsConfig, buses: &[BusSpec]) -> Result<(), AttachError> {
     let spec = config.spec(buses)?;
     let loaded = rtloop_physics::load(&spec).map_err(PhysicsConfigError::Model)?;
-    let world = sim::World::new(loaded.plant, loaded.links)?.with_gains(config.kp, config.kd);
+    let world = rtloop_sim::World::new(loaded.plant, loaded.links)?.with_gains(config.kp, config.kd);
     robot.cycler_mut().attach_world(world)?;
     Ok(())
 }

@@ -16,7 +16,7 @@
 //! bus number (1-255; 1-5 on a pi3hat), or both forms in one file is one clear error that
 //! names the flag or line and shows a correct form.
 
-use io::{BusUri, Clock, Robot, RobotConfig, ServoSpec, Transport};
+use rtloop_io::{BusUri, Clock, Robot, RobotConfig, ServoSpec, Transport};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;
 
@@ -83,7 +83,7 @@ pub enum RobotSpecError {
         /// The text given.
         text: String,
         /// Why it does not parse.
-        source: io::UriError,
+        source: rtloop_io::UriError,
     },
     /// A `servo_bus_map` bus above 5 on a pi3hat.
     #[error(
@@ -179,7 +179,7 @@ pub enum RobotSpecError {
         /// The flag's value.
         text: String,
         /// Why.
-        source: io::UriError,
+        source: rtloop_io::UriError,
     },
     /// A `--bus`/`--ids` value without `BUS=`.
     #[error("{flag} {text}: expected BUS=VALUE, e.g. {flag} {example}")]
@@ -220,14 +220,14 @@ pub enum RobotSpecError {
     NoIds,
     /// The robot could not be built on the opened buses.
     #[error(transparent)]
-    Robot(#[from] io::SetupError),
+    Robot(#[from] rtloop_io::SetupError),
     /// A bus did not open; `buses` are the bus numbers on that address.
     #[error("bus {}: {source}", .buses.iter().map(u8::to_string).collect::<Vec<_>>().join(", "))]
     Open {
         /// The bus numbers.
         buses: Vec<u8>,
         /// Why.
-        source: io::OpenError,
+        source: rtloop_io::OpenError,
     },
 }
 
@@ -237,8 +237,8 @@ impl ServoBusMap {
     /// [`RobotSpec::validate`].
     pub fn buses(&self, transport: Option<&str>) -> Result<Vec<BusSpec>, RobotSpecError> {
         let text = transport.unwrap_or(DEFAULT_MAP_TRANSPORT);
-        let uri =
-            io::uri::parse(text).map_err(|source| RobotSpecError::Transport { text: text.to_string(), source })?;
+        let uri = rtloop_io::uri::parse(text)
+            .map_err(|source| RobotSpecError::Transport { text: text.to_string(), source })?;
         if let BusUri::Pi3hat { .. } = uri {
             if let Some(&bus) = self.0.keys().find(|&&b| b > 5) {
                 return Err(RobotSpecError::MapBusNotOnPi3hat { bus });
@@ -352,14 +352,14 @@ pub struct BusSpec {
 }
 
 mod uri_string {
-    use io::BusUri;
+    use rtloop_io::BusUri;
     use serde::{Deserialize, Deserializer, Serializer};
     pub fn serialize<S: Serializer>(u: &BusUri, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&u.to_string())
     }
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BusUri, D::Error> {
         let text = String::deserialize(d)?;
-        io::uri::parse(&text).map_err(serde::de::Error::custom)
+        rtloop_io::uri::parse(&text).map_err(serde::de::Error::custom)
     }
 }
 
@@ -384,7 +384,9 @@ impl RobotSpec {
 
     /// Every bus is simulated (`sim`, or a connector of the simulated pi3hat `pi3hat:sim`).
     pub fn all_simulated(&self) -> bool {
-        self.buses.iter().all(|b| matches!(b.uri, BusUri::Sim | BusUri::Pi3hat { carrier: io::Pi3hatCarrier::Sim }))
+        self.buses
+            .iter()
+            .all(|b| matches!(b.uri, BusUri::Sim | BusUri::Pi3hat { carrier: rtloop_io::Pi3hatCarrier::Sim }))
     }
 
     /// Some bus is a pi3hat connector.
@@ -396,11 +398,11 @@ impl RobotSpec {
     /// on a pi3hat, where every reply byte crosses SPI at 0.8 µs plus the frames' 9 µs of
     /// holds, and the comprehensive query's 24-byte replies alone would keep a 12-servo
     /// cycle above 1 ms; the comprehensive one elsewhere.
-    pub fn query_format(&self) -> proto::host::QueryFormat {
+    pub fn query_format(&self) -> rtloop_proto::host::QueryFormat {
         if self.has_pi3hat() {
-            proto::host::QueryFormat::compact()
+            rtloop_proto::host::QueryFormat::compact()
         } else {
-            proto::host::QueryFormat::comprehensive()
+            rtloop_proto::host::QueryFormat::comprehensive()
         }
     }
 
@@ -503,12 +505,12 @@ impl RobotSpec {
     /// pi3hat share its board, whose IMU becomes the robot's; otherwise a fully simulated
     /// robot gets the simulated IMU. `options.sim_bus.fault_seed` is the run's seed: each
     /// simulated bus gets its own, derived from it and the bus number
-    /// ([`sim::bus_fault_seed`]), so no two buses lose the same frames.
+    /// ([`rtloop_sim::bus_fault_seed`]), so no two buses lose the same frames.
     pub fn build<C: Clock + Clone + Send + 'static>(
         &self,
         clock: C,
         config: RobotConfig,
-        options: io::open::OpenOptions,
+        options: rtloop_io::open::OpenOptions,
     ) -> Result<Robot<C>, RobotSpecError> {
         let (transports, imu) = self.open(clock.clone(), options)?;
         let servos = self.servo_specs();
@@ -520,19 +522,19 @@ impl RobotSpec {
     pub fn open<C: Clock + Clone + Send + 'static>(
         &self,
         clock: C,
-        options: io::open::OpenOptions,
-    ) -> Result<(Vec<Box<dyn Transport>>, Option<Box<dyn io::ImuSource>>), RobotSpecError> {
+        options: rtloop_io::open::OpenOptions,
+    ) -> Result<(Vec<Box<dyn Transport>>, Option<Box<dyn rtloop_io::ImuSource>>), RobotSpecError> {
         self.validate()?;
-        let requests: Vec<io::open::BusRequest<'_>> = self
+        let requests: Vec<rtloop_io::open::BusRequest<'_>> = self
             .buses
             .iter()
-            .map(|b| io::open::BusRequest { number: b.bus, uri: &b.uri, sim_servo_ids: &b.servos })
+            .map(|b| rtloop_io::open::BusRequest { number: b.bus, uri: &b.uri, sim_servo_ids: &b.servos })
             .collect();
-        let opened = io::open::open_buses(&requests, clock, options).map_err(|source| {
+        let opened = rtloop_io::open::open_buses(&requests, clock, options).map_err(|source| {
             let buses = self.buses.iter().filter(|b| b.uri.to_string() == source.uri).map(|b| b.bus).collect();
             RobotSpecError::Open { buses, source }
         })?;
-        let imu = opened.imu.or_else(|| self.all_simulated().then(io::open::sim_imu));
+        let imu = opened.imu.or_else(|| self.all_simulated().then(rtloop_io::open::sim_imu));
         Ok((opened.transports, imu))
     }
 
@@ -549,7 +551,7 @@ impl RobotSpec {
 /// One `--bus N=URI` flag.
 pub fn parse_bus_flag(text: &str) -> Result<(u8, BusUri), RobotSpecError> {
     let (n, uri) = split_numbered(text, "--bus", "1=fdcanusb:/dev/ttyACM0")?;
-    let uri = io::uri::parse(uri).map_err(|source| RobotSpecError::BusUri { text: text.to_string(), source })?;
+    let uri = rtloop_io::uri::parse(uri).map_err(|source| RobotSpecError::BusUri { text: text.to_string(), source })?;
     Ok((n, uri))
 }
 
@@ -666,7 +668,7 @@ mod tests {
         let spec = RobotSpec::from_toml("[servo_bus_map]\n3 = [1]\n1 = [2, 4]\n").unwrap();
         assert_eq!(spec.buses.len(), 2);
         assert_eq!(spec.buses[0].bus, 1, "in bus order");
-        assert_eq!(spec.buses[0].uri, BusUri::Pi3hat { carrier: io::Pi3hatCarrier::Auto });
+        assert_eq!(spec.buses[0].uri, BusUri::Pi3hat { carrier: rtloop_io::Pi3hatCarrier::Auto });
         let spec = RobotSpec::from_toml("transport = \"sim\"\n[servo_bus_map]\n200 = [5]\n").unwrap();
         assert_eq!(spec.buses[0], BusSpec { bus: 200, uri: BusUri::Sim, servos: vec![5] });
         let inline = RobotSpec::from_toml("servo_bus_map = { 1 = [11, 12, 13], 2 = [21, 22, 23] }\n").unwrap();

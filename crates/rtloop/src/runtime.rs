@@ -190,7 +190,7 @@ impl Runtime {
     /// Push the body (with [`physics`](Self::physics)): an external force on it, as a
     /// fault injection (`rtloop run --push`, `[faults] push`). Set it after
     /// [`faults`](Self::faults), which replaces every fault, pushes included. Call it once per
-    /// push: pushes that overlap add up, at most [`sim::world::MAX_PUSHES`] per run.
+    /// push: pushes that overlap add up, at most [`rtloop_sim::world::MAX_PUSHES`] per run.
     ///
     /// ```
     /// use rtloop::physics::{PhysicsConfig, PushSpec};

@@ -4,17 +4,17 @@
 //!
 //! [`plan`] turns flags into [`ServedSpec`]s, [`load_buses`] builds the simulated buses and
 //! loads each servo's stored configuration (`config_dir`: `DIR/bus<B>-servo<ID>.cfg`, see
-//! [`io::serve::persist`]), and [`endpoint`] creates the device side of one bus; serving
-//! them is [`io::serve::runner`]'s.
+//! [`rtloop_io::serve::persist`]), and [`endpoint`] creates the device side of one bus; serving
+//! them is [`rtloop_io::serve::runner`]'s.
 //!
 //! Must never: serve on an address other hosts can reach unless told to (`allow_remote`);
 //! replace anything at a `fdcanusb:` path but a stale link of a killed simulator (the rules
-//! are in [`io::serve::pty`]); read or write a configuration through a link (the rules are
-//! in [`io::serve::persist`]).
+//! are in [`rtloop_io::serve::pty`]); read or write a configuration through a link (the rules are
+//! in [`rtloop_io::serve::persist`]).
 
 use crate::robot_spec::parse_id_list;
-use io::serve::Endpoint;
-use io::BusUri;
+use rtloop_io::serve::Endpoint;
+use rtloop_io::BusUri;
 use std::path::Path;
 
 /// What is wrong with the buses asked for: `Display` is the one sentence `rtloop sim` (with
@@ -53,9 +53,9 @@ pub enum SimBusError {
     /// An address [`endpoint`] cannot serve.
     CannotServeUri(BusUri),
     /// The device cannot be created (a path that is taken, an address that cannot be bound).
-    Device(io::OpenError),
+    Device(rtloop_io::OpenError),
     /// The configuration directory or a stored configuration cannot be read.
-    Config(io::serve::ConfigError),
+    Config(rtloop_io::serve::ConfigError),
 }
 
 impl std::fmt::Display for SimBusError {
@@ -152,7 +152,7 @@ pub fn plan(
         }
         let uri = match (fdcanusb, udp) {
             (Some(p), _) => BusUri::Fdcanusb { path: p.to_string() },
-            (_, Some(a)) => io::uri::parse(&format!("udp:{a}"))
+            (_, Some(a)) => rtloop_io::uri::parse(&format!("udp:{a}"))
                 .map_err(|e| SimBusError::Udp { address: a.to_string(), error: e.to_string() })?,
             _ => unreachable!("single implies one of them"),
         };
@@ -182,12 +182,12 @@ pub fn plan(
 /// the Python package's `rtloop.sim`, so both refuse the same paths and addresses.
 pub fn endpoint(spec: &ServedSpec, allow_remote: bool) -> Result<Box<dyn Endpoint>, SimBusError> {
     match &spec.uri {
-        BusUri::Fdcanusb { path } => io::serve::pty::PtyFdcanusbEndpoint::create(Path::new(path))
+        BusUri::Fdcanusb { path } => rtloop_io::serve::pty::PtyFdcanusbEndpoint::create(Path::new(path))
             .map(|e| Box::new(e) as Box<dyn Endpoint>)
             .map_err(SimBusError::Device),
         BusUri::Udp { host, port, bus } => {
             let addr = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
-            io::udp::UdpEndpoint::bind(&addr, *bus, allow_remote)
+            rtloop_io::udp::UdpEndpoint::bind(&addr, *bus, allow_remote)
                 .map(|e| Box::new(e) as Box<dyn Endpoint>)
                 .map_err(SimBusError::Device)
         }
@@ -200,9 +200,9 @@ pub fn endpoint(spec: &ServedSpec, allow_remote: bool) -> Result<Box<dyn Endpoin
 #[derive(Debug)]
 pub struct LoadedBuses {
     /// Per requested bus, in order: the bus and where its `conf write`s go.
-    pub buses: Vec<(sim::SimBus, Option<io::serve::ConfigStore>)>,
+    pub buses: Vec<(rtloop_sim::SimBus, Option<rtloop_io::serve::ConfigStore>)>,
     /// The configuration directory, when one was given.
-    pub config_dir: Option<std::sync::Arc<io::serve::ConfigDir>>,
+    pub config_dir: Option<std::sync::Arc<rtloop_io::serve::ConfigDir>>,
     /// Problems worth a warning (a stored line that cannot be applied, two servos on one id).
     pub warnings: Vec<String>,
     /// What the start should say (a servo that a stored `id.id` moved to another id).
@@ -214,20 +214,25 @@ pub struct LoadedBuses {
 /// Shared with the Python package's `rtloop.sim`; the texts carry no `rtloop sim:` prefix.
 pub fn load_buses(req: &SimRequest) -> Result<LoadedBuses, SimBusError> {
     let config_dir = match &req.config_dir {
-        Some(path) => Some(std::sync::Arc::new(io::serve::ConfigDir::open(path).map_err(SimBusError::Config)?)),
+        Some(path) => Some(std::sync::Arc::new(rtloop_io::serve::ConfigDir::open(path).map_err(SimBusError::Config)?)),
         None => None,
     };
     let mut buses = Vec::new();
     let mut warnings = Vec::new();
     let mut notes = Vec::new();
     for spec in &req.buses {
-        let config = if req.no_wire_time { sim::BusConfig::without_wire_time() } else { sim::BusConfig::default() };
-        let mut bus = sim::SimBus::new(config);
+        let config = if req.no_wire_time {
+            rtloop_sim::BusConfig::without_wire_time()
+        } else {
+            rtloop_sim::BusConfig::default()
+        };
+        let mut bus = rtloop_sim::SimBus::new(config);
         for &id in &spec.servos {
-            bus.add_servo(sim::Servo::new(sim::ServoConfig::new(id)));
+            bus.add_servo(rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(id)));
         }
-        let store =
-            config_dir.as_ref().map(|dir| io::serve::ConfigStore::new(dir.clone(), spec.bus, spec.servos.clone()));
+        let store = config_dir
+            .as_ref()
+            .map(|dir| rtloop_io::serve::ConfigStore::new(dir.clone(), spec.bus, spec.servos.clone()));
         if let Some(store) = &store {
             let loaded = store.load_into(&mut bus).map_err(SimBusError::Config)?;
             warnings.extend(loaded.warnings.iter().cloned());
@@ -235,10 +240,10 @@ pub fn load_buses(req: &SimRequest) -> Result<LoadedBuses, SimBusError> {
                 notes.push(format!(
                     "bus {}: servo {slot} answers to id {id} (its stored configuration, {}, sets id.id {id})",
                     spec.bus,
-                    store.dir().path().join(io::serve::persist::config_file_name(spec.bus, *slot)).display()
+                    store.dir().path().join(rtloop_io::serve::persist::config_file_name(spec.bus, *slot)).display()
                 ));
             }
-            let mut ids: Vec<u8> = bus.servos().iter().map(sim::Servo::id).collect();
+            let mut ids: Vec<u8> = bus.servos().iter().map(rtloop_sim::Servo::id).collect();
             ids.sort_unstable();
             if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
                 warnings.push(format!(

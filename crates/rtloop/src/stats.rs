@@ -1,1 +1,1 @@
-pub use rt::stats::*;
+pub use rtloop_rt::stats::*;

@@ -2,7 +2,7 @@
 //! file without the loop ever waiting.
 //!
 //! The cycle thread fills a fixed-size [`LogMsg`] (plain `Copy` data: no allocation) and
-//! hands it to a wait-free ring ([`tlog::realtime`]); a writer thread turns it into TLOG0003
+//! hands it to a wait-free ring ([`rtloop_tlog::realtime`]); a writer thread turns it into TLOG0003
 //! records — `cycle` (timing, IMU and every servo's command and state, one per cycle) and
 //! `event` — encodes, compresses and writes them. In a real-time run a full ring drops the
 //! message and counts it; the counts are in the run summary and in the log itself
@@ -15,9 +15,9 @@
 //! Must never: allocate, lock or make a system call on the real-time side of a real-time run.
 
 use crate::controller::MAX_SERVOS;
+use rtloop_tlog::realtime::RtLogger;
+use rtloop_tlog::writer::{FileWriter, RecordHandle};
 use serde::Serialize;
-use tlog::realtime::RtLogger;
-use tlog::writer::{FileWriter, RecordHandle};
 
 /// The cycle thread's end of the log.
 pub struct LogHandOff<T> {
@@ -85,7 +85,7 @@ pub struct ServoLog {
     /// Cycles between the request the state answers and this one (0 when fresh; a late
     /// reply is logged with its true age, never as fresh); absent (null) before the servo
     /// first answered.
-    #[serde(serialize_with = "tlog::schema::typed_option")]
+    #[serde(serialize_with = "rtloop_tlog::schema::typed_option")]
     pub state_age_cycles: Option<u32>,
     /// Commanded mode (0 stop, 10 position, 12 zero velocity, 15 brake; 255 = query only).
     pub command_mode: u8,
@@ -139,7 +139,7 @@ pub struct CycleLog {
     /// Per servo.
     pub servos: [ServoLog; MAX_SERVOS],
     /// The IMU sample.
-    pub imu: sim::ImuSample,
+    pub imu: rtloop_sim::ImuSample,
 }
 
 /// Messages from the real-time thread. The cycle variant stays inline (about 5 KB, copied
@@ -174,14 +174,14 @@ impl CycleLog {
     #[allow(clippy::too_many_arguments)]
     pub fn fill(
         &mut self,
-        tick: &rt::periodic::Tick,
+        tick: &rtloop_rt::periodic::Tick,
         cycle_ns: u64,
-        report: &io::CycleReport,
-        servos: &[io::ServoSpec],
+        report: &rtloop_io::CycleReport,
+        servos: &[rtloop_io::ServoSpec],
         bus_numbers: &[u8],
-        commands: &[io::ServoCommand],
-        replies: &[io::ServoReply],
-        imu: &sim::ImuSample,
+        commands: &[rtloop_io::ServoCommand],
+        replies: &[rtloop_io::ServoReply],
+        imu: &rtloop_sim::ImuSample,
     ) {
         let out = self;
         out.woke_ns = tick.woke_ns;
@@ -198,16 +198,16 @@ impl CycleLog {
         for i in 0..n {
             let s = &replies[i].state;
             let (mode, position, velocity, max_torque) = match &commands[i] {
-                io::ServoCommand::Position(p) => (
+                rtloop_io::ServoCommand::Position(p) => (
                     10,
                     p.position.unwrap_or(f64::NAN),
                     p.velocity.unwrap_or(f64::NAN),
                     p.maximum_torque.unwrap_or(f64::NAN),
                 ),
-                io::ServoCommand::Stop => (0, f64::NAN, f64::NAN, f64::NAN),
-                io::ServoCommand::ZeroVelocity => (12, f64::NAN, 0.0, f64::NAN),
-                io::ServoCommand::Brake => (15, f64::NAN, f64::NAN, f64::NAN),
-                io::ServoCommand::Query => (255, f64::NAN, f64::NAN, f64::NAN),
+                rtloop_io::ServoCommand::Stop => (0, f64::NAN, f64::NAN, f64::NAN),
+                rtloop_io::ServoCommand::ZeroVelocity => (12, f64::NAN, 0.0, f64::NAN),
+                rtloop_io::ServoCommand::Brake => (15, f64::NAN, f64::NAN, f64::NAN),
+                rtloop_io::ServoCommand::Query => (255, f64::NAN, f64::NAN, f64::NAN),
             };
             out.servos[i] = ServoLog {
                 id: servos[i].id,
@@ -245,7 +245,7 @@ impl Default for CycleLog {
             timed_out: false,
             servos_len: 0,
             servos: [ServoLog::default(); MAX_SERVOS],
-            imu: sim::ImuSample::default(),
+            imu: rtloop_sim::ImuSample::default(),
         }
     }
 }
@@ -315,8 +315,8 @@ pub struct EventLogRecord {
 /// `CLOCK_REALTIME − CLOCK_MONOTONIC` in µs, so monotonic stamps become wall-clock log
 /// timestamps (µs since the UNIX epoch, as TLOG0003 wants).
 pub fn epoch_offset_us() -> i64 {
-    let wall = tlog::realtime::now_us();
-    wall - (rt::periodic::now_ns() / 1000) as i64
+    let wall = rtloop_tlog::realtime::now_us();
+    wall - (rtloop_rt::periodic::now_ns() / 1000) as i64
 }
 
 /// The writer-thread side: record handles and a reusable record.
@@ -335,7 +335,7 @@ impl<T: Serialize + Default> LogSink<T> {
     pub fn register<W: std::io::Write>(
         writer: &mut FileWriter<W>,
         custom_name: &str,
-    ) -> Result<Self, tlog::format::TlogError> {
+    ) -> Result<Self, rtloop_tlog::format::TlogError> {
         let cycle = writer.register::<CycleRecord>("cycle")?;
         let event = writer.register::<EventLogRecord>("event")?;
         let custom = if std::mem::size_of::<T>() == 0 { None } else { Some(writer.register::<T>(custom_name)?) };
@@ -354,7 +354,7 @@ impl<T: Serialize + Default> LogSink<T> {
         &mut self,
         w: &mut FileWriter<W>,
         msg: LogMsg<T>,
-    ) -> Result<(), tlog::format::TlogError> {
+    ) -> Result<(), rtloop_tlog::format::TlogError> {
         match msg {
             LogMsg::Cycle(c) => {
                 let r = &mut self.scratch;

@@ -39,7 +39,7 @@
 //! dynamically (so it is computed here, from the real polynomial), a CRC delimiter, and the
 //! same 12-bit tail, all at the nominal rate.
 
-use proto::frame::{dlc_code, round_up_dlc, CanFdFrame, MAX_DATA, PAD_BYTE};
+use rtloop_proto::frame::{dlc_code, round_up_dlc, CanFdFrame, MAX_DATA, PAD_BYTE};
 
 /// The bits of one frame on the wire, split by the rate they are sent at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -247,7 +247,7 @@ pub fn frame_time_ns(frame: &CanFdFrame, nominal_bitrate: u32, data_bitrate: u32
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proto::frame::FrameFlags;
+    use rtloop_proto::frame::FrameFlags;
 
     fn fd(id: u32, payload: &[u8]) -> CanFdFrame {
         CanFdFrame::new(id, payload).unwrap()

@@ -50,7 +50,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 
-use proto::frame::CanFdFrame;
+use rtloop_proto::frame::CanFdFrame;
 
 pub use crate::bits::{frame_bits, frame_time_ns, FrameBits};
 use crate::inject::{EventLog, InjectedEvent, InjectedKind, LossKind};
@@ -388,7 +388,7 @@ impl SimBus {
             return Err(BusFull);
         }
         let mut frame = *frame;
-        frame.len = frame.len.min(proto::frame::MAX_DATA as u8);
+        frame.len = frame.len.min(rtloop_proto::frame::MAX_DATA as u8);
         if frame.flags.fd {
             frame.pad_to_dlc();
         }
@@ -570,7 +570,7 @@ impl SimBus {
         if let Some(loss) = lost {
             let arb = pending.frame.arbitration();
             let servo = if pending.from_host {
-                Some(arb.destination).filter(|&d| d != proto::frame::BROADCAST)
+                Some(arb.destination).filter(|&d| d != rtloop_proto::frame::BROADCAST)
             } else {
                 self.stats.replies_lost_injected += 1;
                 Some(arb.source)

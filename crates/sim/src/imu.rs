@@ -19,7 +19,7 @@ use crate::rng::XorShift64;
 use core::f64::consts::{PI, TAU};
 
 /// One attitude report: the content of the pi3hat's attitude register.
-pub use proto::pi3hat::ImuSample;
+pub use rtloop_proto::pi3hat::ImuSample;
 
 /// Roll and pitch (radians, z-y-x order) of an attitude quaternion `[w, x, y, z]` in the
 /// pi3hat's frame: positive roll is the right side down, positive pitch the nose up.

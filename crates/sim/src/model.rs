@@ -82,7 +82,7 @@
 
 use std::fmt;
 
-use proto::frame::{ArbitrationId, CanFdFrame, FrameFlags, MAX_DATA};
+use rtloop_proto::frame::{ArbitrationId, CanFdFrame, FrameFlags, MAX_DATA};
 
 use crate::bits::{frame_bits, FrameBits};
 use crate::pi3hat::{processor_port, Pi3hatConfig, ATTITUDE_SHORT_LEN, RX_HEADER_LEN, RX_STATUS_SLOTS};
@@ -168,7 +168,7 @@ impl Pi3hatHost {
     /// Bytes of the pop of a reply of `payload_bytes`: the 5-byte header and the payload at
     /// its CAN-FD length (the servo's padding crossed the wire and is in the queue).
     pub fn pop_bytes(payload_bytes: usize) -> usize {
-        RX_HEADER_LEN + proto::frame::round_up_dlc(payload_bytes.min(MAX_DATA)).unwrap_or(MAX_DATA)
+        RX_HEADER_LEN + rtloop_proto::frame::round_up_dlc(payload_bytes.min(MAX_DATA)).unwrap_or(MAX_DATA)
     }
 }
 

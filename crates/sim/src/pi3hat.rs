@@ -35,14 +35,14 @@
 //! [`Pi3hatStats::rx_overflow`]); register 2 shows the sizes of the first
 //! [`RX_STATUS_SLOTS`] of them, register 3 pops the oldest.
 //!
-//! The register map itself (addresses, sizes, layouts) is `proto::pi3hat`, which the real
+//! The register map itself (addresses, sizes, layouts) is `rtloop_proto::pi3hat`, which the real
 //! driver reads too; this module is the board's behaviour.
 
 use crate::bus::SimBus;
 use crate::imu::{Imu, ImuSample};
-use proto::frame::{CanFdFrame, FrameFlags, MAX_DATA};
-// The register map is the board's, shared with the real driver: `proto::pi3hat`.
-pub use proto::pi3hat::{
+use rtloop_proto::frame::{CanFdFrame, FrameFlags, MAX_DATA};
+// The register map is the board's, shared with the real driver: `rtloop_proto::pi3hat`.
+pub use rtloop_proto::pi3hat::{
     bus_of_port, decode_attitude, encode_attitude, processor_port, reg, CanPortConfig, RegisterError, ATTITUDE_LEN,
     ATTITUDE_SHORT_LEN, CAN_CONFIG_LEN, CAN_INTERFACE_TYPE, CAN_PROTOCOL_VERSION, ERROR_STATUS_LEN, IDENT_LEN,
     IMU_CONFIG_LEN, IMU_PROTOCOL_VERSION, RF_PROTOCOL_VERSION, RX_HEADER_LEN, RX_STATUS_SLOTS,

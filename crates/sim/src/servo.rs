@@ -90,14 +90,14 @@
 
 use core::f64::consts::TAU;
 
-use proto::frame::{ArbitrationId, CanFdFrame, FrameFlags, BROADCAST};
-use proto::register::{class_of, fault, reg, Mode, REGISTER_MAP_VERSION};
-use proto::servo::{serve, NotUnderstood, RegisterServer, ERROR_UNKNOWN_REGISTER};
+use rtloop_proto::frame::{ArbitrationId, CanFdFrame, FrameFlags, BROADCAST};
+use rtloop_proto::register::{class_of, fault, reg, Mode, REGISTER_MAP_VERSION};
+use rtloop_proto::servo::{serve, NotUnderstood, RegisterServer, ERROR_UNKNOWN_REGISTER};
 
 use crate::console::config::{ConfError, Config};
 use crate::console::{Console, ConsoleStats, ServoAction};
-use proto::value::{Resolution, ScaleClass, Value};
-use proto::writer::FrameWriter;
+use rtloop_proto::value::{Resolution, ScaleClass, Value};
+use rtloop_proto::writer::FrameWriter;
 
 /// An injected overheat takes the motor from its temperature at the start to
 /// [`OVERHEAT_OVERSHOOT_C`] above the fault temperature in this time, ns (0.25 s). The fault
@@ -961,7 +961,7 @@ impl Servo {
         }
         self.frames_received += 1;
 
-        let mut buf = [0u8; proto::frame::MAX_DATA];
+        let mut buf = [0u8; rtloop_proto::frame::MAX_DATA];
         let mut writer = FrameWriter::new(&mut buf);
         self.frame_ended = false;
         // Malformed input: the subframes before the error stay applied and are answered,
@@ -1310,8 +1310,8 @@ impl RegisterServer for Servo {
             // Read as the firmware reads an integer register: a float is truncated (10.7 is
             // position mode). A NaN or out-of-range mode is an unsupported mode: handled as a
             // stop.
-            let mode = match proto::host::read_int_register(reg::MODE, value) {
-                proto::host::IntReading::Int(m) => u8::try_from(m).unwrap_or(u8::MAX),
+            let mode = match rtloop_proto::host::read_int_register(reg::MODE, value) {
+                rtloop_proto::host::IntReading::Int(m) => u8::try_from(m).unwrap_or(u8::MAX),
                 _ => u8::MAX,
             };
             self.pending_mode = Some(mode);

@@ -430,7 +430,7 @@ mod tests {
     /// world is only a different owner of the same equation.
     #[test]
     fn the_default_plant_through_the_world_matches_a_free_servo() {
-        use proto::frame::CanFdFrame;
+        use rtloop_proto::frame::CanFdFrame;
         let cfg = ServoConfig { initial_position_rev: 0.05, ..ServoConfig::new(1) };
         let mut free = Servo::new(cfg);
         let mut coupled = vec![Servo::new(cfg)];
@@ -438,10 +438,10 @@ mod tests {
         let mut world = World::new(Box::new(plant), vec![JointLink { bus: 0, id: 1, joint: 0 }]).unwrap();
         world.couple(&mut *visit_all(&mut coupled)).unwrap();
         // Position mode, target 0.2 rev, through a real command frame at t = 0.
-        let mut buf = [0u8; proto::frame::MAX_DATA];
-        let mut w = proto::writer::FrameWriter::new(&mut buf);
-        let cmd = proto::host::PositionCommand { position: Some(0.2), ..Default::default() };
-        proto::host::encode_position(&mut w, &cmd, &Default::default(), None).unwrap();
+        let mut buf = [0u8; rtloop_proto::frame::MAX_DATA];
+        let mut w = rtloop_proto::writer::FrameWriter::new(&mut buf);
+        let cmd = rtloop_proto::host::PositionCommand { position: Some(0.2), ..Default::default() };
+        rtloop_proto::host::encode_position(&mut w, &cmd, &Default::default(), None).unwrap();
         let frame: CanFdFrame = w.to_frame(0x8001).unwrap();
         let mut reply = CanFdFrame::default();
         world.advance_to(0, &mut *visit_all(&mut coupled));

@@ -9,9 +9,9 @@
 //!
 //! ```ignore
 //! #[global_allocator]
-//! static ALLOCATOR: testkit::CountingAllocator = testkit::CountingAllocator;
+//! static ALLOCATOR: rtloop_testkit::CountingAllocator = rtloop_testkit::CountingAllocator;
 //!
-//! let (calls, ()) = testkit::count_allocations(|| hot_path());
+//! let (calls, ()) = rtloop_testkit::count_allocations(|| hot_path());
 //! assert_eq!(calls, 0);
 //! ```
 //!

@@ -3,10 +3,10 @@
 //!
 //! `cargo bench -p rtloop-tlog --bench tlog` (set TLOG_BENCH_GIB=0 to skip the 1 GiB part).
 
+use rtloop_tlog::reader::FileReader;
+use rtloop_tlog::writer::{FileWriter, WriterOptions};
 use std::io::Write;
 use std::time::Instant;
-use tlog::reader::FileReader;
-use tlog::writer::{FileWriter, WriterOptions};
 
 fn now_ns() -> u64 {
     rt_now()
@@ -45,7 +45,8 @@ fn handoff() {
     // An object with no fields: the payload is opaque bytes to this benchmark.
     writer.write_schema(id, b"\x10\x00\x00\x00\x00\x00\x00").unwrap();
     let (mut logger, thread) =
-        tlog::realtime::spawn(4096, writer, move |w, m: [u8; 1024]| w.write_data(id, Some(0), &m).map(|_| ())).unwrap();
+        rtloop_tlog::realtime::spawn(4096, writer, move |w, m: [u8; 1024]| w.write_data(id, Some(0), &m).map(|_| ()))
+            .unwrap();
     let msg: [u8; 1024] = payload(1024, 1).try_into().unwrap();
     let mut samples = Vec::with_capacity(100_000);
     for k in 0..100_000u64 {

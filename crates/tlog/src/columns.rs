@@ -62,7 +62,7 @@ use crate::value::{micros_to_seconds, unique_names};
 pub const MAX_NODES: usize = 1_000_000;
 
 /// Values with a zero-byte encoding (nulls, empty objects) one payload may contain, on top
-/// of one value per byte (as `tlog::value::decode` allows).
+/// of one value per byte (as `rtloop_tlog::value::decode` allows).
 const ZERO_WIDTH_VALUE_ALLOWANCE: usize = 1 << 16;
 
 /// Most rows a read reserves column memory for before it has seen them.
@@ -1198,7 +1198,7 @@ enum Number {
 struct Payload<'a> {
     bytes: &'a [u8],
     pos: usize,
-    /// Values left to decode (see `tlog::value::decode`): bounds the work on zero-width items.
+    /// Values left to decode (see `rtloop_tlog::value::decode`): bounds the work on zero-width items.
     budget: usize,
 }
 

@@ -97,7 +97,7 @@ pub enum TlogError {
     /// The MCAP writer failed.
     Mcap(mcap::McapError),
     /// The PNG encoder failed.
-    Png(output::png::EncodingError),
+    Png(rtloop_output::png::EncodingError),
     /// Drawing the plot failed (the drawing library's reason; its error type is generic).
     Draw(String),
     /// A plot size outside `min..=max` pixels.

@@ -7,11 +7,11 @@
 //! wide: plotters' wide strokes overshoot sharp corners and leave the plot area (plotters
 //! issue 549), and every line stays inside its panel's axes.
 //!
-//! Text needs a font (`output::png::font_available`: DejaVu Sans, loaded at runtime); when it
+//! Text needs a font (`rtloop_output::png::font_available`: DejaVu Sans, loaded at runtime); when it
 //! is missing, the plot is drawn without any text (lines and grid only) instead of failing.
 //!
 //! The image is rendered in memory and encoded as PNG into any `Write`: this module never
-//! opens a file (callers put the bytes in place with `output::OutputFile`), and never panics
+//! opens a file (callers put the bytes in place with `rtloop_output::OutputFile`), and never panics
 //! on a hostile log.
 
 use std::collections::HashMap;
@@ -91,7 +91,7 @@ pub fn plot(
     if empty.len() == series.len() {
         return Err(TlogError::NothingToDraw { empty, problems: problems.iter().map(|p| p.to_string()).collect() });
     }
-    let (pixels, _panels) = render(&series, options, output::png::font_available())?;
+    let (pixels, _panels) = render(&series, options, rtloop_output::png::font_available())?;
     let mut out = out;
     encode_png(&pixels, options.size, &mut out)?;
     out.flush()?;
@@ -314,7 +314,7 @@ fn draw_panel(
     if with_text {
         builder.y_label_area_size(70).x_label_area_size(if time_labels { 35 } else { 18 });
         if let Some(line) = single {
-            builder.caption(&line.label, (output::png::FONT_FAMILY, 14));
+            builder.caption(&line.label, (rtloop_output::png::FONT_FAMILY, 14));
         }
     }
     let mut chart = builder.build_cartesian_2d(x_range, y_range.clone()).map_err(draw_error)?;
@@ -373,8 +373,8 @@ fn range_of(values: impl Iterator<Item = f64>) -> Range<f64> {
 }
 
 fn encode_png(pixels: &[u8], size: (u32, u32), out: impl Write) -> Result<(), TlogError> {
-    output::png::encode_rgb(pixels, size, out).map_err(|e| match e {
-        output::png::EncodingError::IoError(e) => TlogError::Io(e),
+    rtloop_output::png::encode_rgb(pixels, size, out).map_err(|e| match e {
+        rtloop_output::png::EncodingError::IoError(e) => TlogError::Io(e),
         other => TlogError::Png(other),
     })
 }
@@ -437,9 +437,11 @@ mod tests {
     #[test]
     fn lines_stay_inside_their_panel_and_each_field_gets_its_own_axis() {
         let options = PlotOptions { size: (800, 500), one_axis: false };
-        let with_font = output::png::font_available();
+        let with_font = rtloop_output::png::font_available();
         if !with_font {
-            testkit::skip("needs the DejaVu Sans font to check panels with text: apt-get install fonts-dejavu-core");
+            rtloop_testkit::skip(
+                "needs the DejaVu Sans font to check panels with text: apt-get install fonts-dejavu-core",
+            );
         }
         for with_text in [false, with_font] {
             let series = spiky_and_small();

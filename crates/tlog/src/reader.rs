@@ -174,12 +174,12 @@ struct Directory {
 /// comes, and opening a device can act on it. The open itself does not block either
 /// (`O_NONBLOCK`, in case the path changes in between), and what was opened is checked again.
 pub fn open_file(path: &Path) -> Result<File, TlogError> {
-    if let Some(kind) = output::file::not_a_regular_file(std::fs::metadata(path)?.file_type()) {
+    if let Some(kind) = rtloop_output::file::not_a_regular_file(std::fs::metadata(path)?.file_type()) {
         return Err(TlogError::NotAFile { kind });
     }
     // O_NONBLOCK changes nothing for a regular file's reads.
     let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
-    if let Some(kind) = output::file::not_a_regular_file(file.metadata()?.file_type()) {
+    if let Some(kind) = rtloop_output::file::not_a_regular_file(file.metadata()?.file_type()) {
         return Err(TlogError::NotAFile { kind });
     }
     Ok(file)
@@ -196,7 +196,7 @@ impl FileReader {
     /// a regular file is refused ([`TlogError::NotAFile`]).
     pub fn from_file(file: File) -> Result<Self, TlogError> {
         let metadata = file.metadata()?;
-        if let Some(kind) = output::file::not_a_regular_file(metadata.file_type()) {
+        if let Some(kind) = rtloop_output::file::not_a_regular_file(metadata.file_type()) {
             return Err(TlogError::NotAFile { kind });
         }
         Self::new(Source::File { file, len: metadata.len() })

@@ -32,7 +32,7 @@
 //!
 //! * **Empty `Vec`/map or `None` in the default**: the item type is unknown. Either put one
 //!   element / `Some` in the default, or annotate the field with
-//!   `#[serde(serialize_with = "tlog::schema::typed_vec")]`,
+//!   `#[serde(serialize_with = "rtloop_tlog::schema::typed_vec")]`,
 //!   [`typed_option`] or [`typed_map`], which take the item type from `T::default()`.
 //!   Without either, `schema_of` returns an error rather than guess.
 //! * **Sequence elements must agree**: every element of the default's sequences must give
@@ -40,7 +40,7 @@
 //! * **Enums**: only unit variants (mjlib enums are integers); data/tuple/struct variants are
 //!   an error. Serde only shows the variant being serialized, so by default the enum's item
 //!   list holds just the default's variant (other values still decode, as numbers). Annotate
-//!   with `#[serde(serialize_with = "tlog::schema::typed_enum")]` (the enum must also derive
+//!   with `#[serde(serialize_with = "rtloop_tlog::schema::typed_enum")]` (the enum must also derive
 //!   `Deserialize`) to list every variant. Values are declaration indices, not discriminants.
 //! * **Shape must not depend on the value**: `skip_serializing_if`, untagged enums, flattened
 //!   maps and the like make the bytes disagree with the schema; don't use them in records.
@@ -700,7 +700,7 @@ impl Elements {
         let Some(first) = first else {
             return Err(unsupported(format!(
                 "empty {what} in the default value: its item type is unknown (put one element in the \
-                 default, or use #[serde(serialize_with = \"tlog::schema::typed_vec\")] / typed_map)"
+                 default, or use #[serde(serialize_with = \"rtloop_tlog::schema::typed_vec\")] / typed_map)"
             )));
         };
         if let Some(other) = self.items.iter().find(|s| *s != first) {
@@ -856,7 +856,7 @@ impl ser::Serializer for SchemaBuilder {
             Hint::Item(f) => Ok(Schema::Union(vec![Schema::Null, f()?])),
             _ => Err(unsupported(
                 "None in the default value: the option's type is unknown (use Some in the default, or \
-                 #[serde(serialize_with = \"tlog::schema::typed_option\")])",
+                 #[serde(serialize_with = \"rtloop_tlog::schema::typed_option\")])",
             )),
         }
     }

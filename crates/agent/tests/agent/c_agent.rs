@@ -7,8 +7,8 @@
 
 use crate::common;
 
-use agent::layout::status;
-use agent::{Limits, Lockstep, Poll, Spine, SpineConfig, ValidCommand};
+use rtloop_agent::layout::status;
+use rtloop_agent::{Limits, Lockstep, Poll, Spine, SpineConfig, ValidCommand};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -88,9 +88,9 @@ fn run_until(spine: &mut Spine, run: &mut Run, mut until: impl FnMut(&Spine, &Ru
             servo.mode = 10;
             servo.position = i as f64 * 0.1;
         }
-        spine.publish(agent::monotonic_ns());
+        spine.publish(rtloop_agent::monotonic_ns());
         std::thread::sleep(Duration::from_micros(500));
-        match spine.poll_command(agent::monotonic_ns()) {
+        match spine.poll_command(rtloop_agent::monotonic_ns()) {
             Poll::Armed => run.armed += 1,
             Poll::Command => run.commands += 1,
             Poll::TimedOut => run.timeouts += 1,
@@ -118,7 +118,7 @@ fn assert_stand_pose(spine: &Spine, servos: usize) {
 fn the_c_agent_arms_holds_the_stand_pose_rearms_and_exits_when_the_spine_ends() {
     let dir = tempfile::tempdir().unwrap();
     let Some(exe) = c_agent(dir.path()) else {
-        testkit::skip("needs a C compiler (cc)");
+        rtloop_testkit::skip("needs a C compiler (cc)");
         return;
     };
     let name = common::unique_name("c");
@@ -144,7 +144,7 @@ fn the_c_agent_arms_holds_the_stand_pose_rearms_and_exits_when_the_spine_ends() 
     // (The first poll may still take the agent's late answer to the last state.)
     let timed_out = (0..5).any(|_| {
         std::thread::sleep(Duration::from_millis(250));
-        spine.poll_command(agent::monotonic_ns()) == Poll::TimedOut
+        spine.poll_command(rtloop_agent::monotonic_ns()) == Poll::TimedOut
     });
     assert!(timed_out);
     assert_eq!(spine.status(), status::SAFE);
@@ -167,7 +167,7 @@ fn the_c_agent_arms_holds_the_stand_pose_rearms_and_exits_when_the_spine_ends() 
 fn the_c_agent_steps_a_lockstep_run() {
     let dir = tempfile::tempdir().unwrap();
     let Some(exe) = c_agent(dir.path()) else {
-        testkit::skip("needs a C compiler (cc)");
+        rtloop_testkit::skip("needs a C compiler (cc)");
         return;
     };
     let name = common::unique_name("clock");
@@ -178,7 +178,7 @@ fn the_c_agent_steps_a_lockstep_run() {
     let mut child = Command::new(&exe).arg(&name).stderr(Stdio::null()).spawn().unwrap();
     for cycle in 1..=100u64 {
         spine.state_mut().cycle = cycle;
-        spine.publish(agent::monotonic_ns());
+        spine.publish(rtloop_agent::monotonic_ns());
         assert_eq!(spine.wait_command_for(cycle, || false), Lockstep::Command, "cycle {cycle}");
         assert_eq!(spine.command().unwrap().for_cycle, cycle);
     }
@@ -191,7 +191,7 @@ fn the_c_agent_steps_a_lockstep_run() {
 fn the_c_agent_exits_1_with_one_line_when_it_cannot_attach() {
     let dir = tempfile::tempdir().unwrap();
     let Some(exe) = c_agent(dir.path()) else {
-        testkit::skip("needs a C compiler (cc)");
+        rtloop_testkit::skip("needs a C compiler (cc)");
         return;
     };
     let out = Command::new(&exe).arg("bad/name").output().unwrap();
@@ -221,7 +221,7 @@ fn the_c_agent_exits_1_with_one_line_when_it_cannot_attach() {
 fn the_c_agent_refuses_a_planted_fifo_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let Some(exe) = c_agent(dir.path()) else {
-        testkit::skip("needs a C compiler (cc)");
+        rtloop_testkit::skip("needs a C compiler (cc)");
         return;
     };
     // Any local user can make a FIFO in /dev/shm. The header's attach used to read it as a
@@ -248,7 +248,7 @@ fn the_c_header_compiles_alone_without_warnings() {
     std::fs::write(&src, "#include \"rtloop_agent.h\"\nint main(void) { return (int)sizeof(rtloop_agent) == 0; }\n")
         .unwrap();
     if compile(&src, dir.path(), "only_header").is_none() {
-        testkit::skip("needs a C compiler (cc)");
+        rtloop_testkit::skip("needs a C compiler (cc)");
     }
 }
 
@@ -256,7 +256,7 @@ fn the_c_header_compiles_alone_without_warnings() {
 fn the_c_agent_survives_its_segment_truncated_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let Some(exe) = c_agent(dir.path()) else {
-        testkit::skip("needs a C compiler (cc)");
+        rtloop_testkit::skip("needs a C compiler (cc)");
         return;
     };
     // Truncated to 0, and truncated then grown again: the agent's next access faulted
@@ -267,10 +267,10 @@ fn the_c_agent_survives_its_segment_truncated_and_says_so() {
         let mut child = Command::new(&exe).arg(&name).stderr(Stdio::piped()).spawn().unwrap();
         let mut run = Run { cycle: 0, armed: 0, commands: 0, timeouts: 0 };
         run_until(&mut spine, &mut run, |_, r| r.armed >= 1 && r.commands >= 20);
-        let path = agent::segment_path(&name);
+        let path = rtloop_agent::segment_path(&name);
         let f = std::fs::File::create(&path).unwrap();
         if regrow {
-            f.set_len(agent::layout::TOTAL_SIZE as u64).unwrap();
+            f.set_len(rtloop_agent::layout::TOTAL_SIZE as u64).unwrap();
         }
         let status = wait_exit(&mut child, Duration::from_secs(10));
         let mut err = String::new();
@@ -283,8 +283,8 @@ fn the_c_agent_survives_its_segment_truncated_and_says_so() {
                  run; never write to /dev/shm/rtloop-{name} while a spine runs"
             )
         );
-        spine.publish(agent::monotonic_ns());
-        let want = if regrow { agent::SegmentLoss::Replaced } else { agent::SegmentLoss::Truncated };
+        spine.publish(rtloop_agent::monotonic_ns());
+        let want = if regrow { rtloop_agent::SegmentLoss::Replaced } else { rtloop_agent::SegmentLoss::Truncated };
         assert_eq!(spine.check_segment(), Some(want));
         drop(spine);
         assert!(!path.exists(), "the spine removes its file");
@@ -294,17 +294,17 @@ fn the_c_agent_survives_its_segment_truncated_and_says_so() {
 #[test]
 fn the_c_agent_refuses_a_segment_of_another_user() {
     if !common::can_chown() {
-        testkit::skip("needs root, to give a segment to user nobody");
+        rtloop_testkit::skip("needs root, to give a segment to user nobody");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let Some(exe) = c_agent(dir.path()) else {
-        testkit::skip("needs a C compiler (cc)");
+        rtloop_testkit::skip("needs a C compiler (cc)");
         return;
     };
     let name = common::unique_name("cnobody");
     let (spine, _) = Spine::create(&SpineConfig::new(&name, &common::servos(2), 100.0)).unwrap();
-    common::give_to_nobody(&agent::segment_path(&name));
+    common::give_to_nobody(&rtloop_agent::segment_path(&name));
     let out = Command::new(&exe).arg(&name).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
@@ -313,8 +313,8 @@ fn the_c_agent_refuses_a_segment_of_another_user() {
         format!(
             "agent: /dev/shm/rtloop-{name} belongs to {}, not to this agent's user (uid {}); attach only to a spine \
              your own user runs, or use another agent name",
-            agent::describe_owner(common::nobody().0),
-            agent::euid()
+            rtloop_agent::describe_owner(common::nobody().0),
+            rtloop_agent::euid()
         )
     );
     assert_eq!(spine.agent_pid(), None, "it never registered, let alone armed");
@@ -331,6 +331,6 @@ fn the_c_header_compiles_without_its_guard_too() {
     )
     .unwrap();
     if compile(&src, dir.path(), "no_guard").is_none() {
-        testkit::skip("needs a C compiler (cc)");
+        rtloop_testkit::skip("needs a C compiler (cc)");
     }
 }

@@ -4,9 +4,11 @@
 
 use crate::common;
 
-use agent::layout::{bytes_of, field, from_bytes, kind, CommandBlock, RawServoCommand, COMMAND_OFFSET, FIELD_NAMES};
-use agent::{validate, Agent, CommandError, Limits, Poll, Spine, SpineConfig, ValidCommand};
 use proptest::prelude::*;
+use rtloop_agent::layout::{
+    bytes_of, field, from_bytes, kind, CommandBlock, RawServoCommand, COMMAND_OFFSET, FIELD_NAMES,
+};
+use rtloop_agent::{validate, Agent, CommandError, Limits, Poll, Spine, SpineConfig, ValidCommand};
 
 /// A spine armed by an agent, the agent dropped: the test writes the block itself.
 fn armed_spine(servos: u32) -> Spine {
@@ -191,7 +193,7 @@ fn hostile_blocks_are_refused_per_servo_never_followed_blindly() {
     // Scribbling over the state block or the header's immutable fields changes nothing the
     // spine uses.
     common::write_raw(&name, 0, &[0xAA; 80]);
-    common::write_raw(&name, agent::layout::STATE_OFFSET, &[0x55; 200]);
+    common::write_raw(&name, rtloop_agent::layout::STATE_OFFSET, &[0x55; 200]);
     assert_eq!(spine.header().servo_count, 4);
     spine.publish(7);
 }
@@ -251,8 +253,10 @@ proptest! {
 
 #[test]
 fn property_case_counts_follow_proptest_cases() {
-    let test =
-        testkit::test_path(module_path!(), "arbitrary_servo_commands_never_panic_and_accepted_ones_are_in_limits");
+    let test = rtloop_testkit::test_path(
+        module_path!(),
+        "arbitrary_servo_commands_never_panic_and_accepted_ones_are_in_limits",
+    );
     assert_eq!(common::cases_run(&test, Some(7)), 7);
     if std::env::var_os("PROPTEST_CASES").is_none() {
         assert_eq!(common::cases_run(&test, None), 256, "the default when PROPTEST_CASES is unset");

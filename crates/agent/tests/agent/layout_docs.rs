@@ -2,7 +2,7 @@
 //! `docs/agent-protocol.md` and the `_Static_assert(offsetof(...))` lines of the C header
 //! are compared with the crate's structures, field by field.
 
-use agent::layout::{
+use rtloop_agent::layout::{
     BodyBlock, CommandBlock, Header, ImuBlock, Plain, RawServoCommand, RawServoState, ServoInfo, StateBlock,
 };
 use std::collections::BTreeMap;
@@ -130,14 +130,15 @@ fn the_c_header_asserts_the_same_offsets() {
     assert_eq!(found.len(), want.len(), "the C header asserts fields the layout lacks");
     assert_eq!(sizes_found, sizes(), "C header sizes");
     for (name, value) in [
-        ("RTLOOP_STATE_OFFSET", agent::layout::STATE_OFFSET),
-        ("RTLOOP_COMMAND_OFFSET", agent::layout::COMMAND_OFFSET),
-        ("RTLOOP_TOTAL_SIZE", agent::layout::TOTAL_SIZE),
-        ("RTLOOP_MAX_SERVOS", agent::layout::MAX_SERVOS),
-        ("RTLOOP_FROZEN_PREFIX", agent::layout::FROZEN_PREFIX),
+        ("RTLOOP_STATE_OFFSET", rtloop_agent::layout::STATE_OFFSET),
+        ("RTLOOP_COMMAND_OFFSET", rtloop_agent::layout::COMMAND_OFFSET),
+        ("RTLOOP_TOTAL_SIZE", rtloop_agent::layout::TOTAL_SIZE),
+        ("RTLOOP_MAX_SERVOS", rtloop_agent::layout::MAX_SERVOS),
+        ("RTLOOP_FROZEN_PREFIX", rtloop_agent::layout::FROZEN_PREFIX),
     ] {
         assert!(header.contains(&format!("#define {name} {value}\n")), "{name} should be {value}");
     }
-    assert!(header.contains(&format!("#define RTLOOP_AGENT_VERSION {}u\n", agent::layout::VERSION)));
-    assert!(header.contains(&format!("#define RTLOOP_MAGIC {:#018X}ull\n", agent::layout::MAGIC).replace("0X", "0x")));
+    assert!(header.contains(&format!("#define RTLOOP_AGENT_VERSION {}u\n", rtloop_agent::layout::VERSION)));
+    assert!(header
+        .contains(&format!("#define RTLOOP_MAGIC {:#018X}ull\n", rtloop_agent::layout::MAGIC).replace("0X", "0x")));
 }

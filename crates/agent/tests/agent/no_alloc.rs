@@ -4,15 +4,15 @@
 
 use crate::common;
 
-use agent::layout::{kind, COMMAND_OFFSET};
-use agent::{Agent, Limits, Poll, Spine, SpineConfig};
+use rtloop_agent::layout::{kind, COMMAND_OFFSET};
+use rtloop_agent::{Agent, Limits, Poll, Spine, SpineConfig};
 use std::os::unix::fs::FileExt;
 
 const MS: u64 = 1_000_000;
 
 #[test]
 fn the_harness_sees_an_allocation() {
-    let (calls, v) = testkit::count_allocations(|| std::hint::black_box(Vec::<u8>::with_capacity(8)));
+    let (calls, v) = rtloop_testkit::count_allocations(|| std::hint::black_box(Vec::<u8>::with_capacity(8)));
     drop(v);
     assert!(calls >= 1);
 }
@@ -23,11 +23,11 @@ fn publish_and_poll_never_allocate() {
     let (mut spine, _) = Spine::create(&SpineConfig::new(&name, &common::servos(12), 1000.0)).unwrap();
     let mut agent = Agent::attach(&name).unwrap();
     let limits = Limits::default();
-    let raw = std::fs::OpenOptions::new().write(true).open(agent::segment_path(&name)).unwrap();
+    let raw = std::fs::OpenOptions::new().write(true).open(rtloop_agent::segment_path(&name)).unwrap();
     let mut outcomes = [0u32; 7];
     let mut accepted = 0u32;
 
-    let (calls, ()) = testkit::count_allocations(|| {
+    let (calls, ()) = rtloop_testkit::count_allocations(|| {
         let mut now = 0u64;
         for cycle in 1..=2000u64 {
             now += MS;

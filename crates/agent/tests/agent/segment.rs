@@ -3,8 +3,8 @@
 
 use crate::common;
 
-use agent::layout::{Header, Plain, MAGIC, TOTAL_SIZE, VERSION};
-use agent::{Agent, AttachError, Spine, SpineConfig, SpineError};
+use rtloop_agent::layout::{Header, Plain, MAGIC, TOTAL_SIZE, VERSION};
+use rtloop_agent::{Agent, AttachError, Spine, SpineConfig, SpineError};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 
 fn config(name: &str) -> SpineConfig {
@@ -19,20 +19,20 @@ fn one_sentence(msg: &str) {
 #[test]
 fn names_are_validated() {
     for bad in ["", "a b", "a/b", "../x", "é", &"x".repeat(65), "a.b", "a\0b"] {
-        let err = agent::validate_name(bad).unwrap_err().to_string();
+        let err = rtloop_agent::validate_name(bad).unwrap_err().to_string();
         assert!(err.starts_with("agent name ") && err.contains("is invalid: use 1 to 64 characters"), "{err}");
         assert!(matches!(Spine::create(&config(bad)), Err(SpineError::Name(_))));
         assert!(matches!(Agent::attach(bad), Err(AttachError::Name(_))));
     }
     for good in ["a", "robot_1", "Upkie-2", &"x".repeat(64)] {
-        agent::validate_name(good).unwrap();
+        rtloop_agent::validate_name(good).unwrap();
     }
 }
 
 #[test]
 fn the_segment_is_0600_and_removed_on_drop() {
     let name = common::unique_name("mode");
-    let path = agent::segment_path(&name);
+    let path = rtloop_agent::segment_path(&name);
     // Whatever the umask, the mode is exactly 0600.
     // SAFETY: umask has no preconditions (this test binary's other tests do not depend on it).
     let old = unsafe { libc::umask(0) };
@@ -65,7 +65,7 @@ fn dead_pid() -> i32 {
     let mut child = std::process::Command::new("true").spawn().unwrap();
     let pid = child.id() as i32;
     child.wait().unwrap();
-    assert!(agent::pid_dead(pid));
+    assert!(rtloop_agent::pid_dead(pid));
     pid
 }
 
@@ -91,7 +91,7 @@ fn a_stale_segment_of_a_dead_spine_is_replaced_with_a_warning() {
 #[test]
 fn foreign_files_and_symlinks_are_never_replaced() {
     let name = common::unique_name("foreign");
-    let path = agent::segment_path(&name);
+    let path = rtloop_agent::segment_path(&name);
     std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).unwrap();
     std::fs::write(&path, vec![0xAB; 200]).unwrap();
     let err = Spine::create(&config(&name)).err().unwrap().to_string();
@@ -160,17 +160,17 @@ fn fake_segment(name: &str, len: usize, edit: impl FnOnce(&mut Header)) {
     std::mem::forget(spine);
     edit(&mut h);
     let mut bytes = vec![0u8; len];
-    let hb = agent::layout::bytes_of(&h);
+    let hb = rtloop_agent::layout::bytes_of(&h);
     let n = hb.len().min(len);
     bytes[..n].copy_from_slice(&hb[..n]);
-    std::fs::write(agent::segment_path(name), &bytes).unwrap();
+    std::fs::write(rtloop_agent::segment_path(name), &bytes).unwrap();
 }
 
 fn attach_err(name: &str) -> String {
     let err = Agent::attach(name).err().unwrap();
     let msg = err.to_string();
     one_sentence(&msg);
-    let _ = std::fs::remove_file(agent::segment_path(name));
+    let _ = std::fs::remove_file(rtloop_agent::segment_path(name));
     msg
 }
 
@@ -195,7 +195,7 @@ fn attach_refuses_a_wrong_segment_with_one_sentence() {
     fake_segment(&name, TOTAL_SIZE, |h| h.magic = 0);
     let err = Agent::attach(&name).err().unwrap();
     assert!(err.is_retryable(), "{err}");
-    let _ = std::fs::remove_file(agent::segment_path(&name));
+    let _ = std::fs::remove_file(rtloop_agent::segment_path(&name));
 
     let name = common::unique_name("version");
     fake_segment(&name, 100, |h| h.version = VERSION + 1);
@@ -269,7 +269,7 @@ fn spine_configuration_mistakes_are_one_sentence() {
     c.rate_hz = 100.0;
     c.timeout_ns = 0;
     one_sentence(&Spine::create(&c).err().unwrap().to_string());
-    assert!(!agent::segment_path(&name).exists());
+    assert!(!rtloop_agent::segment_path(&name).exists());
 }
 
 #[test]
@@ -278,7 +278,7 @@ fn a_segment_whose_spine_pid_names_no_process_is_foreign_not_a_live_spine() {
     // made "another spine (pid 0) owns …".
     for pid in [0, -1] {
         let name = common::unique_name("nopid");
-        fake_segment(&name, agent::layout::TOTAL_SIZE, |h| h.spine_pid = pid);
+        fake_segment(&name, rtloop_agent::layout::TOTAL_SIZE, |h| h.spine_pid = pid);
         let err = Spine::create(&config(&name)).err().unwrap().to_string();
         assert_eq!(
             err,
@@ -288,26 +288,26 @@ fn a_segment_whose_spine_pid_names_no_process_is_foreign_not_a_live_spine() {
             ),
             "spine_pid {pid}"
         );
-        assert!(agent::segment_path(&name).exists(), "left alone");
-        std::fs::remove_file(agent::segment_path(&name)).unwrap();
+        assert!(rtloop_agent::segment_path(&name).exists(), "left alone");
+        std::fs::remove_file(rtloop_agent::segment_path(&name)).unwrap();
     }
 }
 
 #[test]
 fn a_segment_planted_by_another_user_is_refused_by_the_spine_and_the_agent_naming_its_owner() {
     if !common::can_chown() {
-        testkit::skip("needs root, to give a segment to user nobody");
+        rtloop_testkit::skip("needs root, to give a segment to user nobody");
         return;
     }
     // Another user makes /dev/shm/rtloop-NAME first, naming a live pid (a whole, valid
     // segment, made here and given away): the spine said "another spine (pid N) owns …",
     // and the agents attached to it and armed it.
     let name = common::unique_name("planted");
-    let path = agent::segment_path(&name);
+    let path = rtloop_agent::segment_path(&name);
     let (planted, _) = Spine::create(&config(&name)).unwrap();
     common::give_to_nobody(&path);
     let (uid, _) = common::nobody();
-    let owner = agent::describe_owner(uid);
+    let owner = rtloop_agent::describe_owner(uid);
     assert!(owner.ends_with(&format!("(uid {uid})")) || owner == format!("uid {uid}"), "{owner}");
 
     let err = Spine::create(&config(&name)).err().unwrap();
@@ -332,7 +332,7 @@ fn a_segment_planted_by_another_user_is_refused_by_the_spine_and_the_agent_namin
         format!(
             "/dev/shm/rtloop-{name} belongs to {owner}, not to this agent's user (uid {}); attach only to a spine your \
              own user runs, or use another agent name",
-            agent::euid()
+            rtloop_agent::euid()
         )
     );
     assert_eq!(planted.agent_pid(), None, "the agent never registered");
@@ -345,11 +345,11 @@ fn a_segment_planted_by_another_user_is_refused_by_the_spine_and_the_agent_namin
 #[test]
 fn another_users_empty_leftover_is_refused_not_replaced() {
     if !common::can_chown() {
-        testkit::skip("needs root, to give a file to user nobody");
+        rtloop_testkit::skip("needs root, to give a file to user nobody");
         return;
     }
     let name = common::unique_name("theirs");
-    let path = agent::segment_path(&name);
+    let path = rtloop_agent::segment_path(&name);
     std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).unwrap();
     common::give_to_nobody(&path);
     let err = Spine::create(&config(&name)).err().unwrap().to_string();

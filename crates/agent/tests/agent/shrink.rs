@@ -6,8 +6,8 @@
 
 use crate::common;
 
-use agent::layout::{status, TOTAL_SIZE};
-use agent::{Agent, Lockstep, Poll, SegmentLoss, Spine, SpineConfig, SpineGone};
+use rtloop_agent::layout::{status, TOTAL_SIZE};
+use rtloop_agent::{Agent, Lockstep, Poll, SegmentLoss, Spine, SpineConfig, SpineGone};
 use std::os::unix::fs::OpenOptionsExt;
 
 fn armed(tag: &str) -> (Spine, Agent) {
@@ -25,7 +25,7 @@ fn armed(tag: &str) -> (Spine, Agent) {
 /// `loss`, stops following, polls nothing; the agent says the segment is lost; the spine,
 /// dropped, removes the file.
 fn both_survive(mut spine: Spine, mut agent: Agent, loss: SegmentLoss) {
-    let path = agent::segment_path(spine.name());
+    let path = rtloop_agent::segment_path(spine.name());
     // The spine's next cycle: publish (a write into the segment), then its check.
     spine.state_mut().cycle = 7;
     spine.publish(1);
@@ -50,7 +50,7 @@ fn a_segment_truncated_to_zero_under_a_live_spine_and_agent_kills_neither() {
     // `File::create` truncates, as `open(path, "w")` in any language does: every later
     // access to the mapping raised SIGBUS and killed the process.
     let (spine, agent) = armed("trunc0");
-    std::fs::File::create(agent::segment_path(spine.name())).unwrap();
+    std::fs::File::create(rtloop_agent::segment_path(spine.name())).unwrap();
     both_survive(spine, agent, SegmentLoss::Truncated);
 }
 
@@ -59,7 +59,7 @@ fn a_segment_shrunk_to_a_few_bytes_is_lost_too() {
     // A file written with a few bytes (`echo x > /dev/shm/rtloop-NAME`): its first page
     // stays mapped, the rest faults.
     let (spine, agent) = armed("trunc1");
-    std::fs::write(agent::segment_path(spine.name()), b"x").unwrap();
+    std::fs::write(rtloop_agent::segment_path(spine.name()), b"x").unwrap();
     both_survive(spine, agent, SegmentLoss::Truncated);
 }
 
@@ -68,7 +68,7 @@ fn a_segment_shrunk_then_grown_again_is_lost_without_a_fault() {
     // Truncated and grown back to its size: no access faults (the file is long enough
     // again), but every byte is zero: the magic word is gone.
     let (spine, agent) = armed("regrow");
-    let f = std::fs::OpenOptions::new().write(true).open(agent::segment_path(spine.name())).unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(rtloop_agent::segment_path(spine.name())).unwrap();
     f.set_len(0).unwrap();
     f.set_len(TOTAL_SIZE as u64).unwrap();
     both_survive(spine, agent, SegmentLoss::Replaced);
@@ -77,7 +77,7 @@ fn a_segment_shrunk_then_grown_again_is_lost_without_a_fault() {
 #[test]
 fn a_segment_that_grows_changes_nothing() {
     let (mut spine, mut agent) = armed("grow");
-    let f = std::fs::OpenOptions::new().write(true).open(agent::segment_path(spine.name())).unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(rtloop_agent::segment_path(spine.name())).unwrap();
     f.set_len(4 * TOTAL_SIZE as u64).unwrap();
     spine.publish(1);
     assert_eq!(spine.check_segment(), None);
@@ -94,7 +94,7 @@ fn a_lockstep_wait_ends_when_the_segment_is_truncated() {
     let mut config = SpineConfig::new(&name, &common::servos(2), 1000.0);
     config.lockstep = true;
     let (mut spine, _) = Spine::create(&config).unwrap();
-    let path = agent::segment_path(&name);
+    let path = rtloop_agent::segment_path(&name);
     // Truncated while the spine waits for an agent that never comes.
     let truncate = std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -114,7 +114,7 @@ fn a_leftover_that_holds_no_header_is_replaced_with_a_warning() {
     // ("too small to be an rtloop agent segment").
     for (tag, bytes) in [("empty", vec![]), ("one", b"x".to_vec()), ("zeros", vec![0u8; TOTAL_SIZE])] {
         let name = common::unique_name(tag);
-        let path = agent::segment_path(&name);
+        let path = rtloop_agent::segment_path(&name);
         let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).unwrap();
         std::io::Write::write_all(&mut f, &bytes).unwrap();
         let (spine, warning) = Spine::create(&SpineConfig::new(&name, &common::servos(1), 100.0)).unwrap();
@@ -167,7 +167,7 @@ fn a_fault_outside_every_segment_still_kills_the_process() {
     }
     let name = common::unique_name("fault");
     let (_spine, _) = Spine::create(&SpineConfig::new(&name, &common::servos(1), 100.0)).unwrap();
-    let test = testkit::test_path(module_path!(), "a_fault_outside_every_segment_still_kills_the_process");
+    let test = rtloop_testkit::test_path(module_path!(), "a_fault_outside_every_segment_still_kills_the_process");
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", &test, "--nocapture", "--test-threads", "1"])
         .env(FAULT_CHILD, &name)

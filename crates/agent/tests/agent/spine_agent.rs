@@ -3,8 +3,8 @@
 
 use crate::common;
 
-use agent::layout::{field, kind, status, MAX_SERVOS};
-use agent::{Agent, CommandError, Limits, Lockstep, Poll, Spine, SpineConfig, SpineGone, ValidCommand};
+use rtloop_agent::layout::{field, kind, status, MAX_SERVOS};
+use rtloop_agent::{Agent, CommandError, Limits, Lockstep, Poll, Spine, SpineConfig, SpineGone, ValidCommand};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ fn state_and_command_round_trip() {
     let mut spine = spine("rt", 12);
     let mut agent = Agent::attach(spine.name()).unwrap();
     assert_eq!(agent.header().servo_count, 12);
-    assert_eq!(agent.header().servos[3], agent::ServoInfo { id: 4, bus: 4 });
+    assert_eq!(agent.header().servos[3], rtloop_agent::ServoInfo { id: 4, bus: 4 });
     assert_eq!(agent.header().period_ns, 1_000_000);
     assert_eq!(agent.header().spine_pid as u32, std::process::id());
     assert_eq!(spine.agent_pid(), Some(std::process::id() as i32));
@@ -78,7 +78,7 @@ fn state_and_command_round_trip() {
         assert_eq!((p.kp_scale, p.watchdog_timeout, p.velocity), (Some(1.0), Some(0.1), None));
     }
     assert_eq!(spine.command_for(11, &limits), Some(Ok(ValidCommand::Brake)));
-    assert!(matches!(spine.command_for(12, &limits), Some(Err(agent::CommandError::NoSuchServo { .. }))));
+    assert!(matches!(spine.command_for(12, &limits), Some(Err(rtloop_agent::CommandError::NoSuchServo { .. }))));
     assert_eq!(spine.poll_command(2 * MS), Poll::Unchanged);
 
     // The published counters follow.
@@ -144,8 +144,8 @@ fn liveness_timeout_and_rearm_on_an_injected_clock() {
     assert!(spine.following());
 
     // A torn read (the agent died mid-write) is counted and does not count as a heartbeat.
-    let seq = u64::from_le_bytes(common::read_raw(&name, agent::layout::COMMAND_OFFSET, 8).try_into().unwrap());
-    common::write_raw(&name, agent::layout::COMMAND_OFFSET, &(seq | 1).to_le_bytes());
+    let seq = u64::from_le_bytes(common::read_raw(&name, rtloop_agent::layout::COMMAND_OFFSET, 8).try_into().unwrap());
+    common::write_raw(&name, rtloop_agent::layout::COMMAND_OFFSET, &(seq | 1).to_le_bytes());
     assert_eq!(spine.poll_command(t + 404 * MS), Poll::Torn);
     assert_eq!(spine.counters().torn, 1);
     assert_eq!(spine.poll_command(t + 600 * MS), Poll::TimedOut);
@@ -189,8 +189,8 @@ fn refusal_causes_beyond_the_record_are_counted_as_other() {
         spine.note_rejected(0, cycle as u64, &e);
     }
     let r = spine.refusals();
-    assert_eq!(r.causes().count(), agent::REFUSAL_CAUSES);
-    assert_eq!(r.other, (fields.len() - agent::REFUSAL_CAUSES) as u64);
+    assert_eq!(r.causes().count(), rtloop_agent::REFUSAL_CAUSES);
+    assert_eq!(r.other, (fields.len() - rtloop_agent::REFUSAL_CAUSES) as u64);
     assert_eq!(r.per_servo[0], fields.len() as u64);
 }
 
@@ -200,7 +200,7 @@ fn the_agent_sees_the_spine_go_away() {
     let mut agent = Agent::attach(spine.name()).unwrap();
     agent.read_state().unwrap();
     assert_eq!(agent.spine_gone(), None);
-    let path = agent::segment_path(spine.name());
+    let path = rtloop_agent::segment_path(spine.name());
     drop(spine);
     assert!(!path.exists(), "the segment is removed");
     assert_eq!(agent.spine_gone(), Some(SpineGone::Unlinked));
@@ -370,7 +370,7 @@ fn lockstep_waits_for_the_command_of_each_cycle() {
     };
     for cycle in 1..=50u64 {
         spine.state_mut().cycle = cycle;
-        spine.publish(agent::monotonic_ns());
+        spine.publish(rtloop_agent::monotonic_ns());
         assert_eq!(spine.wait_command_for(cycle, || stop.load(Ordering::Relaxed)), Lockstep::Command, "cycle {cycle}");
         assert_eq!(spine.command().unwrap().for_cycle, cycle);
         let Some(Ok(ValidCommand::Position(p))) = spine.command_for(0, &Limits::default()) else { panic!() };
@@ -391,7 +391,7 @@ fn lockstep_wait_ends_on_stop_on_the_arm_wait_on_a_timeout_and_when_the_agent_le
     let (mut spine, _) = Spine::create(&config).unwrap();
     let publish = |spine: &mut Spine, cycle: u64| {
         spine.state_mut().cycle = cycle;
-        spine.publish(agent::monotonic_ns());
+        spine.publish(rtloop_agent::monotonic_ns());
     };
     assert_eq!(spine.wait_command_for(1, || true), Lockstep::Stopped);
 
@@ -434,12 +434,12 @@ fn lockstep_wait_ends_on_stop_on_the_arm_wait_on_a_timeout_and_when_the_agent_le
 
     // A writer that died mid-write (odd sequence): the cycle times out, one torn cycle (not
     // one per look).
-    let seq = u64::from_le_bytes(common::read_raw(&name, agent::layout::COMMAND_OFFSET, 8).try_into().unwrap());
-    common::write_raw(&name, agent::layout::COMMAND_OFFSET, &(seq | 1).to_le_bytes());
+    let seq = u64::from_le_bytes(common::read_raw(&name, rtloop_agent::layout::COMMAND_OFFSET, 8).try_into().unwrap());
+    common::write_raw(&name, rtloop_agent::layout::COMMAND_OFFSET, &(seq | 1).to_le_bytes());
     publish(&mut spine, 4);
     assert_eq!(spine.wait_command_for(4, || false), Lockstep::TimedOut);
     assert_eq!(spine.counters().torn, 1);
-    common::write_raw(&name, agent::layout::COMMAND_OFFSET, &seq.to_le_bytes());
+    common::write_raw(&name, rtloop_agent::layout::COMMAND_OFFSET, &seq.to_le_bytes());
 
     // The agent detaches (exits): the wait ends at once, whatever the arm wait.
     drop(agent);
@@ -453,7 +453,7 @@ fn commands_are_followed_only_from_an_agent_of_this_version() {
     let mut seq = 0u64;
     let mut write = |spine: &Spine, version: u32, heartbeat: u64| {
         common::write_raw(&name, 84, &version.to_le_bytes());
-        let mut block = agent::CommandBlock::empty();
+        let mut block = rtloop_agent::CommandBlock::empty();
         seq += 2;
         block.seq = seq;
         block.heartbeat = heartbeat;

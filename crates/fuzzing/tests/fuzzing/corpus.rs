@@ -21,7 +21,7 @@ fn files(dir: &Path) -> Vec<PathBuf> {
 }
 
 fn replay(name: &str) {
-    let target = fuzzing::TARGETS.iter().find(|t| t.0 == name).unwrap_or_else(|| panic!("no target {name}")).1;
+    let target = rtloop_fuzzing::TARGETS.iter().find(|t| t.0 == name).unwrap_or_else(|| panic!("no target {name}")).1;
     let seeds = files(&fuzz_dir().join("corpus").join(name));
     assert!(!seeds.is_empty(), "fuzz/corpus/{name}/ has no seeds");
     let crashes = files(&fuzz_dir().join("artifacts").join(name));
@@ -63,15 +63,15 @@ macro_rules! replay_tests {
         #[test]
         fn every_target_is_replayed_and_has_a_fuzz_target_file() {
             let replayed = [$(stringify!($name)),*];
-            let names: Vec<&str> = fuzzing::TARGETS.iter().map(|t| t.0).collect();
+            let names: Vec<&str> = rtloop_fuzzing::TARGETS.iter().map(|t| t.0).collect();
             assert_eq!(names, replayed);
             for name in names {
                 let file = fuzz_dir().join("fuzz_targets").join(format!("{name}.rs"));
                 let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-                assert!(text.contains(&format!("fuzzing::{name}(")), "{} does not call fuzzing::{name}", file.display());
+                assert!(text.contains(&format!("rtloop_fuzzing::{name}(")), "{} does not call rtloop_fuzzing::{name}", file.display());
             }
             let files = files(&fuzz_dir().join("fuzz_targets"));
-            assert_eq!(files.len(), fuzzing::TARGETS.len(), "a fuzz target without a replay: {files:?}");
+            assert_eq!(files.len(), rtloop_fuzzing::TARGETS.len(), "a fuzz target without a replay: {files:?}");
         }
     };
 }

@@ -8,7 +8,7 @@
 //! in a file and loaded again at the next start.
 //!
 //! An [`Endpoint`] is the device side of one bus; [`serve`] runs every endpoint and its
-//! [`sim::SimBus`] in real time on one thread until asked to stop.
+//! [`rtloop_sim::SimBus`] in real time on one thread until asked to stop.
 //!
 //! Must never: block on one endpoint while others have work, or let a misbehaving client
 //! (garbage, a closed pty, a vanished peer) stop the server: errors are counted and the
@@ -22,8 +22,8 @@ pub use persist::{ConfigDir, ConfigError, ConfigStore};
 pub use pty::PtyFdcanusbEndpoint;
 pub use runner::{serve, EndpointReport, ServeHandle, ServeReport, ServedBus, ServoReport};
 
-use proto::CanFdFrame;
-use sim::SimBus;
+use rtloop_proto::CanFdFrame;
+use rtloop_sim::SimBus;
 use std::fmt;
 use std::os::fd::RawFd;
 

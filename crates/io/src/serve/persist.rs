@@ -312,7 +312,7 @@ impl ConfigStore {
 
     /// Power every servo of `bus` that has a stored file up with it. A file that cannot be
     /// read at all is an error (one sentence); lines that cannot be applied are warnings.
-    pub fn load_into(&self, bus: &mut sim::SimBus) -> Result<LoadReport, ConfigError> {
+    pub fn load_into(&self, bus: &mut rtloop_sim::SimBus) -> Result<LoadReport, ConfigError> {
         let servos = bus.servos_mut();
         if servos.len() != self.slots.len() {
             return Err(ConfigError::SlotMismatch { bus: self.bus, servos: servos.len(), slots: self.slots.len() });

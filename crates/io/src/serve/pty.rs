@@ -48,9 +48,9 @@ use nix::fcntl::{self, FcntlArg, OFlag};
 use nix::pty::PtyMaster;
 use nix::sys::stat::Mode;
 use nix::sys::termios::{self, SetArg};
-use proto::fdcanusb::{self, Line, LineError, MAX_LINE};
-use proto::CanFdFrame;
-use sim::SimBus;
+use rtloop_proto::fdcanusb::{self, Line, LineError, MAX_LINE};
+use rtloop_proto::CanFdFrame;
+use rtloop_sim::SimBus;
 
 use super::{Endpoint, EndpointCounters, EndpointError};
 use crate::transport::OpenError;

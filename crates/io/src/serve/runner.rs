@@ -24,9 +24,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use sim::console::ConsoleStats;
-use sim::servo::RequestErrors;
-use sim::SimBus;
+use rtloop_sim::console::ConsoleStats;
+use rtloop_sim::servo::RequestErrors;
+use rtloop_sim::SimBus;
 
 use super::persist::{ConfigStore, ConfigWriter, StoreCounts};
 use super::{Endpoint, EndpointCounters};

@@ -7,7 +7,7 @@
 //! * [`bcm::BcmSpi`] — the BCM283x SPI0 / AUX-SPI1 and GPIO registers through `/dev/mem`, chip
 //!   select by GPIO and busy-waits between phases, the way the official library reaches
 //!   10 MHz with microsecond gaps (root; Pi 3 and Pi 4);
-//! * [`SimSpi`] — the simulated pi3hat ([`sim::pi3hat::SimPi3hat`]), each transaction taking
+//! * [`SimSpi`] — the simulated pi3hat ([`rtloop_sim::pi3hat::SimPi3hat`]), each transaction taking
 //!   its SPI time on the given clock.
 //!
 //! Must never: allocate in `read`/`write`, or hide a failed transfer (every failure is a
@@ -156,7 +156,7 @@ pub enum SpiError {
     /// No such processor on a pi3hat (it has 1 to 3).
     NoSuchProcessor(u8),
     /// The simulated board refused the transaction (unknown register, malformed write, …).
-    Register(proto::pi3hat::RegisterError),
+    Register(rtloop_proto::pi3hat::RegisterError),
 }
 
 impl fmt::Display for SpiError {
@@ -188,7 +188,7 @@ pub trait Pi3hatSpi: Send {
     fn timing(&self) -> SpiTiming;
 
     /// The simulated board, when this is one (tests, fault injection, statistics).
-    fn as_sim_mut(&mut self) -> Option<&mut sim::pi3hat::SimPi3hat> {
+    fn as_sim_mut(&mut self) -> Option<&mut rtloop_sim::pi3hat::SimPi3hat> {
         None
     }
 
@@ -225,22 +225,22 @@ pub const SIM_SPI_LEAD_NS: u64 = 200_000;
 /// time is exactly SPI + wire + turnaround. On a real clock the board may run up to
 /// [`SIM_SPI_LEAD_NS`] ahead and the host sleeps, never spins ([`Clock::wait_for_simulated_ns`]).
 pub struct SimSpi<C: Clock + Send> {
-    board: sim::pi3hat::SimPi3hat,
+    board: rtloop_sim::pi3hat::SimPi3hat,
     clock: C,
 }
 
 impl<C: Clock + Send> SimSpi<C> {
     /// `board` on `clock` (share the cycle's clock: clones of a virtual clock share time).
-    pub fn new(board: sim::pi3hat::SimPi3hat, clock: C) -> Self {
+    pub fn new(board: rtloop_sim::pi3hat::SimPi3hat, clock: C) -> Self {
         SimSpi { board, clock }
     }
 
     /// The board.
-    pub fn board(&self) -> &sim::pi3hat::SimPi3hat {
+    pub fn board(&self) -> &rtloop_sim::pi3hat::SimPi3hat {
         &self.board
     }
 
-    fn finish(&self, t: sim::pi3hat::Transfer) -> Result<(), SpiError> {
+    fn finish(&self, t: rtloop_sim::pi3hat::Transfer) -> Result<(), SpiError> {
         self.clock.wait_for_simulated_ns(t.end_ns, SIM_SPI_LEAD_NS);
         t.result.map_err(SpiError::Register)
     }
@@ -270,7 +270,7 @@ impl<C: Clock + Send> Pi3hatSpi for SimSpi<C> {
         }
     }
 
-    fn as_sim_mut(&mut self) -> Option<&mut sim::pi3hat::SimPi3hat> {
+    fn as_sim_mut(&mut self) -> Option<&mut rtloop_sim::pi3hat::SimPi3hat> {
         Some(&mut self.board)
     }
 

@@ -1,12 +1,12 @@
 //! Behaviour of the multi-bus cycle over simulated buses in virtual time: every reply
 //! collected, round-robin writes, IMU read, per-servo missing replies, failing buses.
 
-use io::{
+use rtloop_io::{
     default_quadruped, Clock, CycleOptions, Cycler, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec,
     SimTransport, Transport, TransportError, TxFrame, VirtualClock,
 };
-use proto::CanFdFrame;
-use sim::{BusConfig, Servo, ServoConfig, SimBus};
+use rtloop_proto::CanFdFrame;
+use rtloop_sim::{BusConfig, Servo, ServoConfig, SimBus};
 
 fn bus_with(ids: &[u8]) -> SimBus {
     let mut bus = SimBus::new(BusConfig::default());
@@ -39,7 +39,7 @@ fn quadruped_cycle_collects_all_twelve_replies_and_the_imu() {
     // commands and three replies), far less than four buses' worth in series.
     let d = report.stats.duration_ns();
     assert!(d > 0 && d < report.stats.deadline_ns - report.stats.started_ns, "cycle took {d} ns");
-    let one_frame = sim::frame_time_ns(&robot_frame(&robot), 1_000_000, 5_000_000);
+    let one_frame = rtloop_sim::frame_time_ns(&robot_frame(&robot), 1_000_000, 5_000_000);
     assert!(d < 12 * one_frame, "cycle {d} ns vs frame {one_frame} ns");
 }
 
@@ -179,8 +179,8 @@ fn the_deadline_estimate_bounds_the_exact_wire_time() {
             for id in [0x1u32, 0x8001, 0x1FFF_FFFF] {
                 let mut f = CanFdFrame::new(id, &vec![fill; len]).unwrap();
                 f.pad_to_dlc();
-                let exact = sim::frame_time_ns(&f, 1_000_000, 5_000_000);
-                let bound = io::cycle::estimate_frame_time_ns(&f, 1_000_000, 5_000_000);
+                let exact = rtloop_sim::frame_time_ns(&f, 1_000_000, 5_000_000);
+                let bound = rtloop_io::cycle::estimate_frame_time_ns(&f, 1_000_000, 5_000_000);
                 assert!(bound >= exact, "len {len} fill {fill:#x} id {id:#x}: {bound} < {exact}");
                 // … and not wildly above it.
                 assert!(bound <= exact * 3 / 2, "len {len} fill {fill:#x} id {id:#x}: {bound} vs {exact}");

@@ -10,12 +10,12 @@
 //! ends, pass or panic; the last test here runs all the others again in a child process with
 //! a private `TMPDIR` and checks that they leave nothing in it.
 
-use io::fdcanusb::{FdcanusbOptions, FdcanusbTransport};
-use io::{MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec, Transport, TransportError};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::termios::{self, SetArg};
-use proto::fdcanusb::{self as lines, Line};
-use proto::CanFdFrame;
+use rtloop_io::fdcanusb::{FdcanusbOptions, FdcanusbTransport};
+use rtloop_io::{MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec, Transport, TransportError};
+use rtloop_proto::fdcanusb::{self as lines, Line};
+use rtloop_proto::CanFdFrame;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -577,7 +577,7 @@ fn every_other_test_here_leaves_nothing_in_the_temp_dir() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         // This module's tests only: the binary holds the whole crate's.
         .args([
-            &testkit::test_path(module_path!(), ""),
+            &rtloop_testkit::test_path(module_path!(), ""),
             "--skip",
             "every_other_test_here_leaves_nothing_in_the_temp_dir",
         ])

@@ -8,16 +8,16 @@
 //! state the robot hands out must answer exactly the request it claims to, never a later one,
 //! with the missing, late and lost counts adding up.
 
-use io::fdcanusb::{FdcanusbOptions, FdcanusbTransport};
-use io::serve::{PtyFdcanusbEndpoint, ServeHandle, ServedBus};
-use io::{
+use rtloop_io::fdcanusb::{FdcanusbOptions, FdcanusbTransport};
+use rtloop_io::serve::{PtyFdcanusbEndpoint, ServeHandle, ServedBus};
+use rtloop_io::{
     Clock, CycleReport, MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec, SimTransport,
     Transport, VirtualClock,
 };
-use proto::host::{PositionCommand, PositionResolution, QueryFormat, ServoState};
-use proto::register::reg;
-use proto::Resolution;
-use sim::{BusConfig, Servo, ServoConfig, SimBus};
+use rtloop_proto::host::{PositionCommand, PositionResolution, QueryFormat, ServoState};
+use rtloop_proto::register::reg;
+use rtloop_proto::Resolution;
+use rtloop_sim::{BusConfig, Servo, ServoConfig, SimBus};
 
 /// Commanded position per cycle index: the echo of it names the request.
 const REV_PER_CYCLE: f64 = 0.001;
@@ -226,7 +226,7 @@ fn replies_many_cycles_late_crowded_buses_and_lossy_wires_are_attributed_exactly
                     // Back to back, five or six servos ask more of the bus than it carries,
                     // for ever: the lowest-priority servo's replies can then be starved by the
                     // others' for longer than the late-reply window (100 ms), the one case the
-                    // scheme cannot settle (see io::robot). `rtloop run` warns before it starts
+                    // scheme cannot settle (see rtloop_io::robot). `rtloop run` warns before it starts
                     // when the model says a cycle does not fit its period.
                     continue;
                 }
@@ -257,7 +257,7 @@ fn replies_across_the_late_reply_window_are_attributed_to_their_own_request_in_v
     // The never-stale sweep, with delays across a small late-reply window (5 ms): replies in
     // time, late but inside the window, and later than it, where every request expires before
     // its answer arrives (up to 9 ms: an answer must be in within two windows of its request
-    // when the servo answers nothing else meanwhile, see io::robot), for one, two and eight tags, on a clean wire and one
+    // when the servo answers nothing else meanwhile, see rtloop_io::robot), for one, two and eight tags, on a clean wire and one
     // losing a tenth of the frames. Every state handed out answers exactly the request it
     // claims to, and every request is accounted for.
     const WINDOW_NS: u64 = 5_000_000;

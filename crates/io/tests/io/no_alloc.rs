@@ -2,13 +2,13 @@
 //! simulated buses with wire timing, IMU read, collect and decode 12 replies) perform no
 //! heap allocation at all.
 
-use io::{default_quadruped, RobotConfig, ServoCommand, ServoReply, VirtualClock};
-use proto::host::PositionCommand;
+use rtloop_io::{default_quadruped, RobotConfig, ServoCommand, ServoReply, VirtualClock};
+use rtloop_proto::host::PositionCommand;
 
 /// The harness itself must be able to see an allocation, or the test below proves nothing.
 #[test]
 fn the_counting_allocator_sees_allocations() {
-    let (calls, v) = testkit::count_allocations(|| std::hint::black_box(Vec::<u64>::with_capacity(16)));
+    let (calls, v) = rtloop_testkit::count_allocations(|| std::hint::black_box(Vec::<u64>::with_capacity(16)));
     drop(v);
     assert!(calls >= 1);
 }
@@ -26,7 +26,7 @@ fn robot_cycles_never_allocate() {
         clock.advance_ns(1_000_000);
     }
 
-    testkit::start_counting();
+    rtloop_testkit::start_counting();
     let mut missing = 0;
     for k in 0..5000u32 {
         let t = k as f64 * 1e-3;
@@ -46,7 +46,7 @@ fn robot_cycles_never_allocate() {
         missing += report.missing;
         clock.advance_ns(1_000_000);
     }
-    let allocations = testkit::stop_counting();
+    let allocations = rtloop_testkit::stop_counting();
 
     assert_eq!(allocations, 0, "the cycle allocated");
     assert_eq!(missing, 0);
@@ -56,8 +56,8 @@ fn robot_cycles_never_allocate() {
 /// unqueried while waiting for a late answer, requests presumed lost) is on the hot path too.
 #[test]
 fn cycles_with_late_lost_and_unqueried_servos_never_allocate() {
-    use io::{Robot, ServoSpec, SimTransport, Transport};
-    use sim::{BusConfig, Servo, ServoConfig, SimBus};
+    use rtloop_io::{Robot, ServoSpec, SimTransport, Transport};
+    use rtloop_sim::{BusConfig, Servo, ServoConfig, SimBus};
     let (mut late, mut lost, mut unqueried) = (0, 0, 0);
     for (reply_tags, reply_delay_ns) in [(1u8, 1_500_000u64), (4, 500_000), (4, 2_500_000)] {
         let clock = VirtualClock::new(1_000_000_000);
@@ -78,13 +78,13 @@ fn cycles_with_late_lost_and_unqueried_servos_never_allocate() {
             robot.cycle(&commands, &mut replies, &mut imu);
             clock.advance_ns(1_000_000);
         }
-        testkit::start_counting();
+        rtloop_testkit::start_counting();
         for _ in 0..3000 {
             let r = robot.cycle(&commands, &mut replies, &mut imu);
             (late, lost, unqueried) = (late + r.late, lost + r.lost + r.expired, unqueried + r.unqueried);
             clock.advance_ns(1_000_000);
         }
-        let allocations = testkit::stop_counting();
+        let allocations = rtloop_testkit::stop_counting();
         assert_eq!(allocations, 0, "{reply_tags} tags, delay {reply_delay_ns} ns: the cycle allocated");
     }
     assert!(late > 0 && lost > 0 && unqueried > 0, "every path ran: late {late}, lost {lost}, unqueried {unqueried}");

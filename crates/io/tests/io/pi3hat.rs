@@ -2,9 +2,9 @@
 //! connectors JC1-JC4 of one shared board, full command and query with the attitude, cycles
 //! on a virtual clock (so the simulated SPI and wire times are exact and repeatable).
 
-use io::open::{open_buses, BusRequest, OpenOptions};
-use io::{BusUri, Clock, Pi3hatCarrier, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec, VirtualClock};
-use proto::host::PositionCommand;
+use rtloop_io::open::{open_buses, BusRequest, OpenOptions};
+use rtloop_io::{BusUri, Clock, Pi3hatCarrier, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec, VirtualClock};
+use rtloop_proto::host::PositionCommand;
 
 const SIM: BusUri = BusUri::Pi3hat { carrier: Pi3hatCarrier::Sim };
 
@@ -15,7 +15,7 @@ fn quadruped(clock: &VirtualClock, options: OpenOptions) -> Robot<VirtualClock> 
     let opened = open_buses(&requests, clock.clone(), options).unwrap();
     assert!(opened.imu.is_some(), "the board's IMU comes with its buses");
     let servos: Vec<ServoSpec> = (0..4).flat_map(|b| ids[b].iter().map(move |&id| ServoSpec { bus: b, id })).collect();
-    let config = RobotConfig { query: proto::host::QueryFormat::compact(), ..RobotConfig::default() };
+    let config = RobotConfig { query: rtloop_proto::host::QueryFormat::compact(), ..RobotConfig::default() };
     Robot::new(opened.transports, servos, opened.imu, clock.clone(), config).unwrap()
 }
 
@@ -65,13 +65,13 @@ fn pi3hat_cycles_never_allocate() {
         clock.advance_ns(1_000_000);
     }
     let commands: Vec<[ServoCommand; 12]> = (0..500).map(|k| [full_command(k); 12]).collect();
-    testkit::start_counting();
+    rtloop_testkit::start_counting();
     let mut missing = 0;
     for c in &commands {
         missing += robot.cycle(c, &mut replies, &mut imu).missing;
         clock.advance_ns(1_000_000);
     }
-    let allocations = testkit::stop_counting();
+    let allocations = rtloop_testkit::stop_counting();
     assert_eq!(allocations, 0, "{allocations} allocations in 500 cycles through the pi3hat");
     assert_eq!(missing, 0);
 }
@@ -109,8 +109,9 @@ fn the_buses_of_one_carrier_share_one_board() {
     let names: Vec<&str> = opened.transports.iter().map(|t| t.name()).collect();
     assert_eq!(names, ["pi3hat:sim:JC2", "pi3hat:sim:JC5"]);
     // One board: its SPI traffic (the bring-up of both ports) is counted in one place.
-    let spi = io::spi::SimSpi::new(sim::SimPi3hat::new(Default::default()), VirtualClock::new(0));
-    let (ports, imu) = io::pi3hat::open_shared(Box::new(spi), &[1, 2], Default::default(), "pi3hat:sim").unwrap();
+    let spi = rtloop_io::spi::SimSpi::new(rtloop_sim::SimPi3hat::new(Default::default()), VirtualClock::new(0));
+    let (ports, imu) =
+        rtloop_io::pi3hat::open_shared(Box::new(spi), &[1, 2], Default::default(), "pi3hat:sim").unwrap();
     assert!(std::sync::Arc::ptr_eq(ports[0].device(), ports[1].device()));
     assert!(imu.is_some());
 }
@@ -147,7 +148,7 @@ fn a_servo_that_is_not_there_is_missing_not_stale() {
 fn injected_faults_reach_the_buses_inside_the_board() {
     let clock = VirtualClock::new(1_000_000_000);
     let options = OpenOptions {
-        sim_bus: sim::BusConfig { drop_rate: 0.2, fault_seed: 3, ..Default::default() },
+        sim_bus: rtloop_sim::BusConfig { drop_rate: 0.2, fault_seed: 3, ..Default::default() },
         ..Default::default()
     };
     let mut robot = quadruped(&clock, options);
@@ -178,15 +179,15 @@ fn the_simulated_board_on_the_real_clock_sleeps_through_its_transactions_instead
     // core): far less CPU time than SPI time. And it never runs away from the clock: once
     // settled, the clock has reached the end of the board's last transaction. (A busy
     // machine only lowers the CPU time of either version; the bound is a factor 2 away.)
-    use io::spi::{ChipSelect, Pi3hatSpi};
-    let clock = io::MonotonicClock::default();
-    let mut spi = io::spi::SimSpi::new(sim::SimPi3hat::new(Default::default()), clock);
-    let mut ident = [0u8; sim::pi3hat::IDENT_LEN];
-    let busy = |spi: &io::spi::SimSpi<io::MonotonicClock>| spi.board().stats().spi_busy_ns;
+    use rtloop_io::spi::{ChipSelect, Pi3hatSpi};
+    let clock = rtloop_io::MonotonicClock::default();
+    let mut spi = rtloop_io::spi::SimSpi::new(rtloop_sim::SimPi3hat::new(Default::default()), clock);
+    let mut ident = [0u8; rtloop_sim::pi3hat::IDENT_LEN];
+    let busy = |spi: &rtloop_io::spi::SimSpi<rtloop_io::MonotonicClock>| spi.board().stats().spi_busy_ns;
     let cpu_start = thread_cpu_ns();
     while busy(&spi) < 20_000_000 {
-        spi.read(ChipSelect::Spi1Cs0, sim::pi3hat::reg::IDENT, &mut ident).unwrap();
-        assert!(spi.board().spi_free_ns() <= clock.now_ns() + io::spi::SIM_SPI_LEAD_NS, "ran away");
+        spi.read(ChipSelect::Spi1Cs0, rtloop_sim::pi3hat::reg::IDENT, &mut ident).unwrap();
+        assert!(spi.board().spi_free_ns() <= clock.now_ns() + rtloop_io::spi::SIM_SPI_LEAD_NS, "ran away");
     }
     spi.settle();
     assert!(clock.now_ns() >= spi.board().spi_free_ns(), "settle returned before the board was done");

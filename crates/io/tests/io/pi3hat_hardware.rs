@@ -1,12 +1,12 @@
 //! The hardware SPI carriers of the pi3hat where there is no pi3hat: `SpidevSpi::open` and
 //! `BcmSpi::open` must refuse with one sentence naming the device and the fix, and the
 //! `/dev/mem` carrier must refuse before it opens or maps anything. On a machine that does
-//! have the devices these refusals cannot be seen; such tests say so with `testkit::skip`
+//! have the devices these refusals cannot be seen; such tests say so with `rtloop_testkit::skip`
 //! (and never reconfigure a real Pi's pins from a test).
 
-use io::spi::bcm::BcmSpi;
-use io::spi::spidev::SpidevSpi;
-use io::spi::{ChipSelect, SpiTiming};
+use rtloop_io::spi::bcm::BcmSpi;
+use rtloop_io::spi::spidev::SpidevSpi;
+use rtloop_io::spi::{ChipSelect, SpiTiming};
 use std::path::Path;
 
 const PATHS: [ChipSelect; 3] = [ChipSelect::Spi1Cs0, ChipSelect::Spi1Cs1, ChipSelect::Spi0Cs0];
@@ -33,7 +33,9 @@ fn touches_dev_mem() -> bool {
 fn spidev_without_the_devices_names_the_first_missing_one_and_the_fix() {
     let present: Vec<&str> = PATHS.iter().map(|cs| cs.spidev_path()).filter(|p| Path::new(p).exists()).collect();
     match SpidevSpi::open(SpiTiming::default()) {
-        Ok(_) => testkit::skip("this machine has the pi3hat's spidev devices and they opened: no refusal to check"),
+        Ok(_) => {
+            rtloop_testkit::skip("this machine has the pi3hat's spidev devices and they opened: no refusal to check")
+        }
         Err(e) => {
             assert_eq!(e.uri, "pi3hat:spidev");
             one_sentence(&e.message);
@@ -43,7 +45,7 @@ fn spidev_without_the_devices_names_the_first_missing_one_and_the_fix() {
                 assert!(e.message.contains("dtparam=spi=on") && e.message.contains("dtoverlay=spi1-3cs"), "{e}");
                 assert!(e.message.ends_with("then reboot"), "{e}");
             } else {
-                testkit::skip("some spidev devices exist here: only the form of the refusal is checked");
+                rtloop_testkit::skip("some spidev devices exist here: only the form of the refusal is checked");
             }
         }
     }
@@ -61,7 +63,7 @@ fn spidev_refuses_a_timing_the_pi3hat_cannot_take() {
 #[test]
 fn mem_off_a_raspberry_pi_refuses_before_touching_dev_mem() {
     if Path::new("/proc/device-tree").exists() {
-        testkit::skip(
+        rtloop_testkit::skip(
             "this machine has a device tree: BcmSpi::open could take it for a Pi and reconfigure its GPIO pins, \
              which a test must not do",
         );

@@ -9,16 +9,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use io::diagnostic::{DiagError, DiagnosticClient, DiagnosticOptions};
-use io::fdcanusb::{FdcanusbOptions, FdcanusbTransport};
-use io::serve::persist::config_file_name;
-use io::serve::{ConfigDir, ConfigStore, PtyFdcanusbEndpoint, ServeHandle, ServedBus};
-use io::MonotonicClock;
+use rtloop_io::diagnostic::{DiagError, DiagnosticClient, DiagnosticOptions};
+use rtloop_io::fdcanusb::{FdcanusbOptions, FdcanusbTransport};
+use rtloop_io::serve::persist::config_file_name;
+use rtloop_io::serve::{ConfigDir, ConfigStore, PtyFdcanusbEndpoint, ServeHandle, ServedBus};
+use rtloop_io::MonotonicClock;
 
-fn bus(ids: &[u8]) -> sim::SimBus {
-    let mut bus = sim::SimBus::new(sim::BusConfig::default());
+fn bus(ids: &[u8]) -> rtloop_sim::SimBus {
+    let mut bus = rtloop_sim::SimBus::new(rtloop_sim::BusConfig::default());
     for &id in ids {
-        bus.add_servo(sim::Servo::new(sim::ServoConfig::new(id)));
+        bus.add_servo(rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(id)));
     }
     bus
 }

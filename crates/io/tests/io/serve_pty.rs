@@ -12,13 +12,13 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use io::serve::{Endpoint, PtyFdcanusbEndpoint, ServeHandle, ServedBus};
 use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::stat::Mode;
 use nix::sys::termios::{self, SetArg};
-use proto::fdcanusb::{self, Line};
-use proto::host::{decode_reply, ServoState};
+use rtloop_io::serve::{Endpoint, PtyFdcanusbEndpoint, ServeHandle, ServedBus};
+use rtloop_proto::fdcanusb::{self, Line};
+use rtloop_proto::host::{decode_reply, ServoState};
 
 /// Long enough for any expected line on a loaded machine; only a broken server waits it out.
 const LIVENESS: Duration = Duration::from_secs(2);
@@ -34,10 +34,10 @@ fn scratch_dir(tag: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(&format!("rtloop-serve-pty-{tag}-")).tempdir().expect("temp dir")
 }
 
-fn sim_bus() -> sim::SimBus {
-    let mut bus = sim::SimBus::new(sim::BusConfig::default());
-    bus.add_servo(sim::Servo::new(sim::ServoConfig::new(1)));
-    bus.add_servo(sim::Servo::new(sim::ServoConfig::new(2)));
+fn sim_bus() -> rtloop_sim::SimBus {
+    let mut bus = rtloop_sim::SimBus::new(rtloop_sim::BusConfig::default());
+    bus.add_servo(rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(1)));
+    bus.add_servo(rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(2)));
     bus
 }
 
@@ -421,7 +421,7 @@ fn every_other_test_here_leaves_nothing_in_the_temp_dir() {
     let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
         // This module's tests only: the binary holds the whole crate's.
         .args([
-            &testkit::test_path(module_path!(), ""),
+            &rtloop_testkit::test_path(module_path!(), ""),
             "--skip",
             "every_other_test_here_leaves_nothing_in_the_temp_dir",
         ])

@@ -2,11 +2,11 @@
 //! (pure, runs everywhere), and helpful open errors. Kernels without SocketCAN (no PF_CAN
 //! sockets) skip the parts that need a socket, saying so on stderr.
 
-use io::socketcan::{from_socketcan, kernel_supports_socketcan, to_socketcan, SocketCanTransport};
-use io::TransportError;
 use proptest::prelude::*;
-use proto::frame::{FrameFlags, DLC_LENGTHS};
-use proto::CanFdFrame;
+use rtloop_io::socketcan::{from_socketcan, kernel_supports_socketcan, to_socketcan, SocketCanTransport};
+use rtloop_io::TransportError;
+use rtloop_proto::frame::{FrameFlags, DLC_LENGTHS};
+use rtloop_proto::CanFdFrame;
 use socketcan::{CanAnyFrame, EmbeddedFrame, Id};
 
 fn frame(id: u32, payload: &[u8], flags: FrameFlags) -> CanFdFrame {
@@ -22,7 +22,7 @@ fn open_of_a_missing_interface_says_what_to_do() {
     let msg = e.to_string();
     match kernel_supports_socketcan() {
         Err(why) => {
-            testkit::skip(&format!("needs a kernel with CAN-FD SocketCAN (modprobe can_raw vcan): {why}"));
+            rtloop_testkit::skip(&format!("needs a kernel with CAN-FD SocketCAN (modprobe can_raw vcan): {why}"));
             assert!(msg.contains("this kernel has no SocketCAN support"), "{msg}");
             assert!(msg.contains("modprobe can_raw"), "{msg}");
             assert!(msg.contains("fdcanusb:") && msg.contains("udp:"), "{msg}");
@@ -37,7 +37,7 @@ fn open_of_a_missing_interface_says_what_to_do() {
 #[test]
 fn a_non_can_interface_is_refused_by_name() {
     if let Err(why) = kernel_supports_socketcan() {
-        testkit::skip(&format!("needs a kernel with CAN-FD SocketCAN (modprobe can_raw vcan): {why}"));
+        rtloop_testkit::skip(&format!("needs a kernel with CAN-FD SocketCAN (modprobe can_raw vcan): {why}"));
         return;
     }
     // The loopback interface exists everywhere and is not CAN.

@@ -3,16 +3,16 @@
 //! as a reconnect), garbage counted on both sides, the remote-address guard, and no heap
 //! allocation on the transport's hot path.
 
-use io::clock::monotonic_now_ns;
-use io::robot::encode_command;
-use io::serve::Endpoint;
-use io::udp::{UdpEndpoint, UdpTransport};
-use io::{
+use rtloop_io::clock::monotonic_now_ns;
+use rtloop_io::robot::encode_command;
+use rtloop_io::serve::Endpoint;
+use rtloop_io::udp::{UdpEndpoint, UdpTransport};
+use rtloop_io::{
     CycleOptions, MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec, Transport, TransportError,
 };
-use proto::udp::{decode_datagram, encode_datagram, MAX_DATAGRAM};
-use proto::CanFdFrame;
-use sim::{BusConfig, Servo, ServoConfig, SimBus};
+use rtloop_proto::udp::{decode_datagram, encode_datagram, MAX_DATAGRAM};
+use rtloop_proto::CanFdFrame;
+use rtloop_sim::{BusConfig, Servo, ServoConfig, SimBus};
 
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -353,15 +353,15 @@ fn send_flush_and_recv_do_not_allocate() {
     let mut buf = [0u8; 2048];
     let mut allocations = 0;
     for round in 0..50 {
-        testkit::start_counting();
+        rtloop_testkit::start_counting();
         t.send(&query, 0).unwrap();
         t.send(&query, 0).unwrap();
         t.flush(0).unwrap();
-        allocations += testkit::stop_counting();
+        allocations += rtloop_testkit::stop_counting();
         let (_, me) = peer.recv_from(&mut buf).unwrap();
         peer.send_to(&out[..n], me).unwrap();
         std::thread::sleep(Duration::from_micros(200));
-        testkit::start_counting();
+        rtloop_testkit::start_counting();
         let mut got = 0;
         let until = monotonic_now_ns() + 2_000_000_000;
         while got < 2 && monotonic_now_ns() < until {
@@ -371,12 +371,12 @@ fn send_flush_and_recv_do_not_allocate() {
             }
         }
         assert_eq!(t.recv(0), Ok(None));
-        allocations += testkit::stop_counting();
+        allocations += rtloop_testkit::stop_counting();
         assert_eq!(got, 2, "round {round}");
     }
     assert_eq!(allocations, 0);
 
     // The counter does see allocations on this thread (so the zero above means something).
-    let (seen, ()) = testkit::count_allocations(|| drop(std::hint::black_box(Vec::<u8>::with_capacity(8))));
+    let (seen, ()) = rtloop_testkit::count_allocations(|| drop(std::hint::black_box(Vec::<u8>::with_capacity(8))));
     assert_eq!(seen, 2, "one alloc and one dealloc");
 }

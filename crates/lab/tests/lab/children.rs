@@ -1,10 +1,10 @@
 //! The programs the lab starts die with it (issue 9, second round): a child started through
-//! `lab::child` is SIGKILLed by the kernel when the thread that started it ends without
+//! `rtloop_lab::child` is SIGKILLed by the kernel when the thread that started it ends without
 //! reaping it (what happens to every thread when the lab is killed), and its guard kills and
 //! reaps it on every path that returns. `crates/rtloop-cli/tests/cli/lab_children.rs` kills the real
 //! command.
 
-use lab::child::Tied;
+use rtloop_lab::child::Tied;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 
@@ -44,7 +44,7 @@ fn the_guard_kills_and_reaps_its_child() {
 
 #[test]
 fn output_runs_a_tied_child_to_completion() {
-    let out = lab::child::output(Command::new("sh").args(["-c", "echo tied; exit 3"])).unwrap();
+    let out = rtloop_lab::child::output(Command::new("sh").args(["-c", "echo tied; exit 3"])).unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "tied\n");
     assert_eq!(out.status.code(), Some(3));
     assert_eq!(out.status.signal(), None);

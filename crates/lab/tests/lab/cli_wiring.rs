@@ -2,8 +2,8 @@
 //! wakeup run through `cli::run` with JSON, CSV and plot output.
 
 use crate::common::parse;
-use lab::cli::{run, LabCommand};
-use rt::setup::Policy;
+use rtloop_lab::cli::{run, LabCommand};
+use rtloop_rt::setup::Policy;
 
 #[test]
 fn defaults_of_every_experiment() {

@@ -1,7 +1,7 @@
 //! `rtloop lab compare`: parsers checked on captured cyclictest and sockperf outputs, and an
 //! end-to-end run when both tools are installed.
 
-use lab::compare::{
+use rtloop_lab::compare::{
     compare, parse_cyclictest, parse_sockperf, wakeup_figures, wakeup_schedule, wakeup_setup, CompareOptions, Side,
     WAKEUP_ROUNDS,
 };
@@ -103,7 +103,7 @@ fn installed(program: &str) -> bool {
 #[test]
 fn end_to_end_prints_both_sides_and_a_json_line() {
     if !installed("cyclictest") || !installed("sockperf") {
-        testkit::skip("needs cyclictest (apt-get install rt-tests) and sockperf (apt-get install sockperf)");
+        rtloop_testkit::skip("needs cyclictest (apt-get install rt-tests) and sockperf (apt-get install sockperf)");
         return;
     }
     let out = compare(&CompareOptions { samples: 300, sizes: vec![64], json: true }).expect("compare runs");
@@ -185,7 +185,7 @@ fn compare_gives_cyclictest_the_settings_of_our_loop() {
     let value = |flag: &str| args.iter().position(|a| a == flag).map(|i| args[i + 1].as_str());
     let rt = &setup.ours.rt;
     // cyclictest -p N runs its thread SCHED_FIFO at N (no --policy given).
-    assert_eq!(rt.policy, rt::setup::Policy::Fifo);
+    assert_eq!(rt.policy, rtloop_rt::setup::Policy::Fifo);
     assert!(!args.iter().any(|a| a.starts_with("--policy")), "{args:?}");
     assert_eq!(value("-p"), Some(rt.priority.to_string().as_str()), "{args:?}");
     assert_eq!(value("-i"), Some(setup.period_us.to_string().as_str()), "{args:?}");
@@ -206,14 +206,14 @@ fn compare_gives_cyclictest_the_settings_of_our_loop() {
 fn cyclictest_rounds_merge_into_one_histogram() {
     // The fixture twice: every count doubles, so the figures stay those of one run.
     let one = parse_cyclictest(CYCLICTEST_HISTOGRAM).unwrap();
-    let two = lab::compare::parse_cyclictest_rounds(&[CYCLICTEST_HISTOGRAM, CYCLICTEST_HISTOGRAM]).unwrap();
+    let two = rtloop_lab::compare::parse_cyclictest_rounds(&[CYCLICTEST_HISTOGRAM, CYCLICTEST_HISTOGRAM]).unwrap();
     assert_eq!(two.samples, 2 * one.samples);
     assert_eq!((two.p50_us, two.p99_us, two.min_us, two.max_us), (one.p50_us, one.p99_us, one.min_us, one.max_us));
     assert_eq!(two.avg_us, one.avg_us);
     // Different runs: the median and the extremes are those of all the samples together.
     let low = "000010 000003\n# Min Latencies: 00010\n# Max Latencies: 00010\n# Histogram Overflows: 00000\n";
     let high = "000020 000001\n# Min Latencies: 00020\n# Max Latencies: 00020\n# Histogram Overflows: 00000\n";
-    let both = lab::compare::parse_cyclictest_rounds(&[high, low]).unwrap();
+    let both = rtloop_lab::compare::parse_cyclictest_rounds(&[high, low]).unwrap();
     assert_eq!(both.samples, 4);
     assert_eq!((both.p50_us, both.p99_us), (Some(10.0), Some(20.0)));
     assert_eq!((both.min_us, both.max_us, both.avg_us), (Some(10.0), Some(20.0), Some(12.5)));

@@ -1,9 +1,9 @@
 //! The lab's core: summaries, histograms, JSON and CSV reports, the wakeup experiment, the
 //! load generator, plots and conditions.
 
-use lab::conditions::Conditions;
-use lab::report::{render, text_histogram, write_csv, CommonOptions, Outcome, Run, Summary};
-use rt::setup::{Policy, RtSettings};
+use rtloop_lab::conditions::Conditions;
+use rtloop_lab::report::{render, text_histogram, write_csv, CommonOptions, Outcome, Run, Summary};
+use rtloop_rt::setup::{Policy, RtSettings};
 use std::path::PathBuf;
 
 fn temp_path(name: &str) -> PathBuf {
@@ -47,7 +47,7 @@ fn summary_of_known_samples() {
 fn histogram_lists_every_samples_bucket() {
     let samples = [300, 1_000, 1_100, 2_400, 55_000, 55_500, 1_200_000];
     let text = text_histogram(&samples, 30);
-    let buckets = lab::report::log_buckets(&samples);
+    let buckets = rtloop_lab::report::log_buckets(&samples);
     for &s in &samples {
         let b = buckets.iter().find(|b| b.lo_ns <= s && s < b.hi_ns).unwrap_or_else(|| panic!("no bucket for {s}"));
         assert!(b.count > 0);
@@ -160,7 +160,7 @@ fn wakeup_records_every_sample() {
         samples: 500,
         ..CommonOptions::default()
     };
-    let outcome = lab::wakeup::wakeup(&common, 1000).unwrap();
+    let outcome = rtloop_lab::wakeup::wakeup(&common, 1000).unwrap();
     assert_eq!(outcome.experiment, "wakeup");
     assert_eq!(outcome.runs.len(), 1);
     assert_eq!(outcome.runs[0].samples_ns.len(), 500);
@@ -171,11 +171,11 @@ fn wakeup_records_every_sample() {
 
 #[test]
 fn load_starts_and_stops_its_workers() {
-    let mut none = lab::load::Load::start(0).unwrap();
+    let mut none = rtloop_lab::load::Load::start(0).unwrap();
     assert_eq!(none.workers(), 0);
     assert!(none.stop().is_empty());
 
-    let mut load = lab::load::Load::start(2).unwrap();
+    let mut load = rtloop_lab::load::Load::start(2).unwrap();
     let start = std::time::Instant::now();
     while (load.running_workers() < 2 || load.rounds() < 4) && start.elapsed().as_secs() < 20 {
         std::thread::sleep(std::time::Duration::from_millis(10));
@@ -206,7 +206,7 @@ fn plot_writes_png_for_one_and_several_runs() {
         ..Outcome::default()
     };
     let path = temp_path("one.png");
-    lab::plot::plot(&one, &path, false).unwrap();
+    rtloop_lab::plot::plot(&one, &path, false).unwrap();
     assert_png(&path);
     std::fs::remove_file(&path).unwrap();
 
@@ -221,11 +221,11 @@ fn plot_writes_png_for_one_and_several_runs() {
         ..Outcome::default()
     };
     let path = temp_path("several.png");
-    lab::plot::plot(&several, &path, false).unwrap();
+    rtloop_lab::plot::plot(&several, &path, false).unwrap();
     assert_png(&path);
     std::fs::remove_file(&path).unwrap();
 
-    assert!(lab::plot::plot(&Outcome::default(), &temp_path("empty.png"), false).is_err());
+    assert!(rtloop_lab::plot::plot(&Outcome::default(), &temp_path("empty.png"), false).is_err());
 }
 
 #[test]

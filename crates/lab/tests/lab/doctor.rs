@@ -2,7 +2,7 @@
 //! JSON line agrees with the table. No verdict is asserted that depends on the machine, except
 //! the two that this VM's files decide (no /sys/kernel/realtime, no cpufreq).
 
-use lab::doctor::{checks, run, Status, CHECK_NAMES};
+use rtloop_lab::doctor::{checks, run, Status, CHECK_NAMES};
 use std::path::Path;
 use std::process::Command;
 
@@ -84,7 +84,12 @@ fn runs_unprivileged() {
     let out = Command::new(setpriv)
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
         .arg(&copy)
-        .args(["--exact", &testkit::test_path(module_path!(), "doctor_child"), "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            &rtloop_testkit::test_path(module_path!(), "doctor_child"),
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, "1")
         .output()
         .unwrap();

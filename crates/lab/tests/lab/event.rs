@@ -1,8 +1,8 @@
 //! The event experiment: one run per method, `samples` samples each, between threads and
 //! between processes. Counts only — timing depends on the machine.
 
-use lab::event::{event, EventMethod, EventOptions};
-use lab::report::CommonOptions;
+use rtloop_lab::event::{event, EventMethod, EventOptions};
+use rtloop_lab::report::CommonOptions;
 
 fn common(samples: usize) -> CommonOptions {
     CommonOptions { samples, ..CommonOptions::default() }
@@ -54,7 +54,7 @@ fn nonsense_options_are_refused() {
 #[test]
 #[ignore]
 fn print_figures() {
-    for (policy, priority) in [(rt::Policy::Other, 0), (rt::Policy::Fifo, 80)] {
+    for (policy, priority) in [(rtloop_rt::Policy::Other, 0), (rtloop_rt::Policy::Fifo, 80)] {
         for load in [0, 2] {
             for processes in [false, true] {
                 let mut common = common(5000);
@@ -63,7 +63,7 @@ fn print_figures() {
                 common.load = load;
                 let outcome = event(&common, &EventOptions { processes, ..EventOptions::default() }).unwrap();
                 for run in &outcome.runs {
-                    let s = lab::report::Summary::of(&run.samples_ns);
+                    let s = rtloop_lab::report::Summary::of(&run.samples_ns);
                     println!(
                         "{policy} load {load} {:<28} p50 {:>8.1} µs p99 {:>8.1} µs max {:>9.1} µs",
                         run.label, s.p50_us, s.p99_us, s.max_us

@@ -5,7 +5,7 @@
 //! which replies were missing is a failure, not a result; labels agree with their numbers.
 
 use clap::Parser;
-use lab::cli::{run, LabCommand};
+use rtloop_lab::cli::{run, LabCommand};
 
 #[derive(Parser, Debug)]
 struct Lab {
@@ -88,9 +88,9 @@ fn labels_agree_with_their_numbers() {
     assert!(out.contains("query-only (1 sample)\n"), "{out}");
     let (out, _) = lab_json(&["cycle", "--servos", "1-2", "--samples", "2"]);
     assert!(out.contains("cycle sim, 2 servos, 1000 Hz, query-only (2 samples)\n"), "{out}");
-    assert_eq!(lab::report::count(1, "missing reply", "missing replies"), "1 missing reply");
-    assert_eq!(lab::report::count(0, "cycle", "cycles"), "0 cycles");
-    assert_eq!(lab::report::count(2, "period", "periods"), "2 periods");
-    let err = lab::check::samples_in_all(10_000_000, 5, "x").unwrap_err().to_string();
+    assert_eq!(rtloop_lab::report::count(1, "missing reply", "missing replies"), "1 missing reply");
+    assert_eq!(rtloop_lab::report::count(0, "cycle", "cycles"), "0 cycles");
+    assert_eq!(rtloop_lab::report::count(2, "period", "periods"), "2 periods");
+    let err = rtloop_lab::check::samples_in_all(10_000_000, 5, "x").unwrap_err().to_string();
     assert!(err.contains("for 5 runs") && err.contains("50000000 samples in all"), "{err}");
 }

@@ -8,7 +8,7 @@
 //! TMPDIR in this process instead would move the files of the crate's other tests, which share
 //! the binary and run alongside, into the directory a test inspects.
 
-use lab::load::Load;
+use rtloop_lab::load::Load;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,7 +38,7 @@ impl TestTmpdir {
             return Some(TestTmpdir { path: PathBuf::from(path) });
         }
         let dir = tempfile::Builder::new().prefix("rtloop-lab-tmpdir-test-").tempdir().unwrap();
-        let test = testkit::test_path(module_path!(), name);
+        let test = rtloop_testkit::test_path(module_path!(), name);
         let out = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", &test, "--nocapture", "--test-threads=1"])
             .env("TMPDIR", dir.path())
@@ -185,8 +185,9 @@ fn an_experiment_that_fails_leaves_no_files_and_says_why_in_one_sentence() {
     else {
         return;
     };
-    let common = lab::report::CommonOptions { load: 1, samples: 10, ..Default::default() };
-    let err = lab::cycle::cycle(&common, "fdcanusb:/nonexistent/rtloop-lab-test", "1", 100.0).unwrap_err().to_string();
+    let common = rtloop_lab::report::CommonOptions { load: 1, samples: 10, ..Default::default() };
+    let err =
+        rtloop_lab::cycle::cycle(&common, "fdcanusb:/nonexistent/rtloop-lab-test", "1", 100.0).unwrap_err().to_string();
     assert!(!err.contains("OpenError") && !err.contains(" {"), "a Debug struct reached the user: {err}");
     assert!(err.contains("/nonexistent/rtloop-lab-test"), "{err}");
     assert_eq!(tmp.entries(), Vec::<String>::new(), "left behind after an error");

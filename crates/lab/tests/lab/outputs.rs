@@ -3,7 +3,7 @@
 //! regular file — a symbolic link is neither written through nor replaced — and a PNG write
 //! error is one sentence (issue 9, "safe by default" and §6; second round: `--force`).
 
-use lab::report::{write_csv, Outcome, Run};
+use rtloop_lab::report::{write_csv, Outcome, Run};
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
@@ -15,13 +15,13 @@ fn outcome() -> Outcome {
     }
 }
 
-type Writer = dyn Fn(&Path, bool) -> Result<(), lab::Error>;
+type Writer = dyn Fn(&Path, bool) -> Result<(), rtloop_lab::Error>;
 
 /// Both lab outputs, by file name and writer.
 fn writers() -> [(&'static str, &'static Writer); 2] {
     [
         ("samples.csv", &|p, force| write_csv(&outcome(), p, force)),
-        ("plot.png", &|p, force| lab::plot::plot(&outcome(), p, force)),
+        ("plot.png", &|p, force| rtloop_lab::plot::plot(&outcome(), p, force)),
     ]
 }
 
@@ -75,26 +75,27 @@ fn the_option_check_refuses_what_the_writer_would() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("old.csv");
     std::fs::write(&file, b"x").unwrap();
-    assert!(lab::check::output_file("--csv", &file, None, false).unwrap_err().to_string().contains("--force"));
-    lab::check::output_file("--csv", &file, None, true).unwrap();
+    assert!(rtloop_lab::check::output_file("--csv", &file, None, false).unwrap_err().to_string().contains("--force"));
+    rtloop_lab::check::output_file("--csv", &file, None, true).unwrap();
     let fifo = dir.path().join("fifo.csv");
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     for force in [false, true] {
-        let err = lab::check::output_file("--csv", &fifo, None, force).unwrap_err().to_string();
+        let err = rtloop_lab::check::output_file("--csv", &fifo, None, force).unwrap_err().to_string();
         assert!(err.contains("a FIFO") && err.contains("not even with --force"), "{err}");
         let err = write_csv(&outcome(), &fifo, force).unwrap_err().to_string();
         assert!(err.contains("a FIFO"), "{err}");
     }
     assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
-    lab::check::output_file("--csv", &dir.path().join("new.csv"), None, false).unwrap();
+    rtloop_lab::check::output_file("--csv", &dir.path().join("new.csv"), None, false).unwrap();
 }
 
 #[test]
 fn a_plot_that_cannot_be_written_says_why_in_one_sentence() {
-    let err =
-        lab::plot::plot(&outcome(), Path::new("/nonexistent/rtloop-lab/plot.png"), false).unwrap_err().to_string();
+    let err = rtloop_lab::plot::plot(&outcome(), Path::new("/nonexistent/rtloop-lab/plot.png"), false)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("/nonexistent/rtloop-lab"), "{err}");
     assert!(!err.contains("Os {") && !err.contains("IoError(") && !err.contains('\n'), "{err}");
 }

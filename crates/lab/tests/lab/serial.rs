@@ -1,8 +1,8 @@
 //! The serial experiment: one run per method over a pty, `samples` round trips each. Counts
 //! only — timing depends on the machine.
 
-use lab::report::CommonOptions;
-use lab::serial::{serial, SerialMethod, SerialOptions};
+use rtloop_lab::report::CommonOptions;
+use rtloop_lab::serial::{serial, SerialMethod, SerialOptions};
 
 fn common(samples: usize) -> CommonOptions {
     CommonOptions { samples, ..CommonOptions::default() }
@@ -52,7 +52,7 @@ fn nonsense_options_are_refused() {
 #[test]
 #[ignore]
 fn print_figures() {
-    for (policy, priority) in [(rt::Policy::Other, 0), (rt::Policy::Fifo, 80)] {
+    for (policy, priority) in [(rtloop_rt::Policy::Other, 0), (rtloop_rt::Policy::Fifo, 80)] {
         for load in [0, 2] {
             let mut common = common(5000);
             common.rt.policy = policy;
@@ -60,7 +60,7 @@ fn print_figures() {
             common.load = load;
             let outcome = serial(&common, &SerialOptions::default()).unwrap();
             for run in &outcome.runs {
-                let s = lab::report::Summary::of(&run.samples_ns);
+                let s = rtloop_lab::report::Summary::of(&run.samples_ns);
                 println!(
                     "{policy} load {load} {:<24} p50 {:>8.1} µs p99 {:>8.1} µs max {:>9.1} µs",
                     run.label, s.p50_us, s.p99_us, s.max_us

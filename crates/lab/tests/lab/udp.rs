@@ -1,8 +1,8 @@
 //! UDP echo experiment: run counts on loopback, namespace cleanup with --netns, method parsing.
 //! No timing assertions: latencies depend on the machine; only the shape of the result is checked.
 
-use lab::report::CommonOptions;
-use lab::udp::{udp_echo, RecvMethod, UdpEchoOptions};
+use rtloop_lab::report::CommonOptions;
+use rtloop_lab::udp::{udp_echo, RecvMethod, UdpEchoOptions};
 use std::process::Command;
 use std::sync::Mutex;
 
@@ -18,7 +18,7 @@ fn common(samples: usize) -> CommonOptions {
 
 /// One run per size × method, each labelled with what was measured; `network` is "loopback"
 /// or "netns", and a namespace run says so in its label too.
-fn assert_runs(outcome: &lab::report::Outcome, sizes: &[usize], samples: usize, network: &str) {
+fn assert_runs(outcome: &rtloop_lab::report::Outcome, sizes: &[usize], samples: usize, network: &str) {
     assert_eq!(outcome.runs.len(), sizes.len() * ALL_METHODS.len());
     assert!(outcome.setup.contains(&("network".to_string(), network.to_string())), "{:?}", outcome.setup);
     let suffix = if network == "netns" { ", netns" } else { "" };
@@ -60,11 +60,11 @@ fn netns_runs_complete_and_leave_nothing_behind() {
     let _serial = NETNS_TESTS.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
-        testkit::skip("--netns needs root to create network namespaces");
+        rtloop_testkit::skip("--netns needs root to create network namespaces");
         return;
     }
     if Command::new("ip").arg("-V").output().is_err() {
-        testkit::skip("needs the ip command (apt-get install iproute2)");
+        rtloop_testkit::skip("needs the ip command (apt-get install iproute2)");
         return;
     }
     let opts = UdpEchoOptions { sizes: vec![16, 1024], methods: ALL_METHODS.to_vec(), netns: true, port: 0 };
@@ -78,7 +78,7 @@ fn netns_bad_options_leave_nothing_behind() {
     let _serial = NETNS_TESTS.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 || Command::new("ip").arg("-V").output().is_err() {
-        testkit::skip("needs root and the ip command (iproute2) to create network namespaces");
+        rtloop_testkit::skip("needs root and the ip command (iproute2) to create network namespaces");
         return;
     }
     // Options are checked before the namespace is created, so a refusal creates nothing.
@@ -114,21 +114,25 @@ fn bad_options_are_refused_before_anything_runs() {
 #[test]
 fn serve_echo_rejects_bad_arguments() {
     let lifetime =
-        |seconds: f64, idle_seconds: f64| lab::udp::ServerLifetime { seconds, idle_seconds, parent_pid: None };
+        |seconds: f64, idle_seconds: f64| rtloop_lab::udp::ServerLifetime { seconds, idle_seconds, parent_pid: None };
     let second = lifetime(1.0, 1.0);
-    assert!(lab::udp::serve_echo("not-an-address", "blocking", second, false)
+    assert!(rtloop_lab::udp::serve_echo("not-an-address", "blocking", second, false)
         .unwrap_err()
         .to_string()
         .contains("not-an-address"));
-    assert!(lab::udp::serve_echo("127.0.0.1:0", "poll", second, false).unwrap_err().to_string().contains("poll"));
-    assert!(lab::udp::serve_echo("127.0.0.1:0", "blocking", lifetime(0.0, 1.0), false).is_err());
+    assert!(rtloop_lab::udp::serve_echo("127.0.0.1:0", "poll", second, false)
+        .unwrap_err()
+        .to_string()
+        .contains("poll"));
+    assert!(rtloop_lab::udp::serve_echo("127.0.0.1:0", "blocking", lifetime(0.0, 1.0), false).is_err());
     for idle in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-        let err = lab::udp::serve_echo("127.0.0.1:0", "blocking", lifetime(1.0, idle), false).unwrap_err().to_string();
+        let err =
+            rtloop_lab::udp::serve_echo("127.0.0.1:0", "blocking", lifetime(1.0, idle), false).unwrap_err().to_string();
         assert!(err.contains("--idle-seconds"), "{idle}: {err}");
     }
     for pid in [0, u32::MAX] {
-        let orphan = lab::udp::ServerLifetime { parent_pid: Some(pid), ..second };
-        let err = lab::udp::serve_echo("127.0.0.1:0", "blocking", orphan, false).unwrap_err().to_string();
+        let orphan = rtloop_lab::udp::ServerLifetime { parent_pid: Some(pid), ..second };
+        let err = rtloop_lab::udp::serve_echo("127.0.0.1:0", "blocking", orphan, false).unwrap_err().to_string();
         assert!(err.contains(&format!("--parent-pid {pid} is out of range")), "{err}");
     }
 }

@@ -4,8 +4,8 @@
 //! available memory.
 
 use crate::common::parse;
-use lab::cli::{run, LabCommand};
-use lab::load::{Capacity, Load};
+use rtloop_lab::cli::{run, LabCommand};
+use rtloop_lab::load::{Capacity, Load};
 
 /// The refusal of `args`: one sentence, naming `flag`, with no Rust Debug output in it.
 fn refusal(args: &[&str], flag: &str) -> String {
@@ -118,19 +118,19 @@ fn udp_echo_defaults_to_an_ephemeral_port() {
 }
 
 /// An echo server's lifetime of a moment.
-fn brief() -> lab::udp::ServerLifetime {
-    lab::udp::ServerLifetime { seconds: 0.2, idle_seconds: 10.0, parent_pid: None }
+fn brief() -> rtloop_lab::udp::ServerLifetime {
+    rtloop_lab::udp::ServerLifetime { seconds: 0.2, idle_seconds: 10.0, parent_pid: None }
 }
 
 #[test]
 fn the_echo_server_serves_loopback_unless_told_otherwise() {
     // Loopback, for a moment: fine.
-    lab::udp::serve_echo("127.0.0.1:0", "blocking", brief(), false).expect("loopback echo server");
+    rtloop_lab::udp::serve_echo("127.0.0.1:0", "blocking", brief(), false).expect("loopback echo server");
     // Every interface: refused unless asked for explicitly.
-    let err = lab::udp::serve_echo("0.0.0.0:0", "blocking", brief(), false).unwrap_err().to_string();
+    let err = rtloop_lab::udp::serve_echo("0.0.0.0:0", "blocking", brief(), false).unwrap_err().to_string();
     assert!(err.contains("--allow-remote"), "{err}");
     assert!(!err.contains('\n'), "{err}");
-    lab::udp::serve_echo("0.0.0.0:0", "blocking", brief(), true).expect("explicitly allowed");
+    rtloop_lab::udp::serve_echo("0.0.0.0:0", "blocking", brief(), true).expect("explicitly allowed");
     // The same through the command line.
     let err = refusal(&["udp-echo-server", "--bind", "0.0.0.0:0", "--seconds", "0.2"], "--allow-remote");
     assert!(err.contains("0.0.0.0"), "{err}");

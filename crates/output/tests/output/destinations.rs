@@ -3,7 +3,7 @@
 //! system path. Each refusal must leave the special file, and any link to it, exactly as it
 //! was, and leave no temporary file behind.
 
-use output::{OutputError, OutputFile};
+use rtloop_output::{OutputError, OutputFile};
 use std::ffi::CString;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
@@ -80,7 +80,7 @@ fn a_device_node_or_a_link_to_one_is_never_replaced_or_written() {
     let dir = tempfile::tempdir().unwrap();
     let dev = dir.path().join("null-like");
     if mknod_null(&dev).is_none() {
-        testkit::skip("needs root (CAP_MKNOD) to make a device node: run the tests as root");
+        rtloop_testkit::skip("needs root (CAP_MKNOD) to make a device node: run the tests as root");
         return;
     }
     let before = node(&dev);

@@ -2,7 +2,7 @@
 //! what appeared meanwhile, replaces (when asked) only an earlier export's files, and never
 //! creates or removes a file outside itself.
 
-use output::{OutputDir, OutputError};
+use rtloop_output::{OutputDir, OutputError};
 use std::fs;
 use std::path::Path;
 

@@ -184,7 +184,7 @@ fn hostile_numbers_in_a_model_never_panic_or_reach_a_servo() {
     }
     assert!(numbers.len() > 100, "the model has numbers to replace: {}", numbers.len());
     let hostile = ["nan", "inf", "-inf", "1e300", "-1e300", "-1", "0", "1e9", "abc", ""];
-    let mut rng = sim::rng::XorShift64::new(24);
+    let mut rng = rtloop_sim::rng::XorShift64::new(24);
     let (mut loaded, mut refused) = (0, 0);
     for _ in 0..300 {
         let range = numbers[(rng.next_u64() % numbers.len() as u64) as usize].clone();

@@ -3,10 +3,10 @@
 //! ground and a push in its IMU; bad models are refused with one sentence each.
 #![cfg(feature = "mujoco")]
 
-use proto::frame::CanFdFrame;
-use proto::host::PositionCommand;
 use rtloop_physics::{load, BuiltInPose, ModelSource, PhysicsError, PhysicsSpec, ServoJoint};
-use sim::{Push, Servo, ServoConfig, World};
+use rtloop_proto::frame::CanFdFrame;
+use rtloop_proto::host::PositionCommand;
+use rtloop_sim::{Push, Servo, ServoConfig, World};
 
 mod bad_models;
 
@@ -58,7 +58,7 @@ impl Robot {
     }
 }
 
-fn visit(servos: &mut [Servo]) -> Box<sim::ServoVisitor<'_>> {
+fn visit(servos: &mut [Servo]) -> Box<rtloop_sim::ServoVisitor<'_>> {
     Box::new(move |f| {
         for s in servos.iter_mut() {
             // The quadruped's layout: three servos per bus (one servo alone is on bus 0).
@@ -69,9 +69,9 @@ fn visit(servos: &mut [Servo]) -> Box<sim::ServoVisitor<'_>> {
 }
 
 fn position_frame(id: u8, cmd: &PositionCommand) -> CanFdFrame {
-    let mut buf = [0u8; proto::frame::MAX_DATA];
-    let mut w = proto::writer::FrameWriter::new(&mut buf);
-    proto::host::encode_position(&mut w, cmd, &Default::default(), None).unwrap();
+    let mut buf = [0u8; rtloop_proto::frame::MAX_DATA];
+    let mut w = rtloop_proto::writer::FrameWriter::new(&mut buf);
+    rtloop_proto::host::encode_position(&mut w, cmd, &Default::default(), None).unwrap();
     w.to_frame(0x8000 | u32::from(id)).unwrap()
 }
 
@@ -111,7 +111,7 @@ fn a_tilted_ground_shows_in_the_imu_and_a_push_moves_the_body() {
     let mut r = Robot::new(&spec);
     stand_up(&mut r, 1.0, 0.5);
     let imu = r.world.imu().unwrap();
-    let (roll, pitch) = sim::imu::roll_pitch(imu.quaternion);
+    let (roll, pitch) = rtloop_sim::imu::roll_pitch(imu.quaternion);
     assert!((pitch.to_degrees() - 8.0).abs() < 2.5, "standing on an 8° slope, nose up: pitch {}", pitch.to_degrees());
     assert!(roll.to_degrees().abs() < 2.0, "roll {}", roll.to_degrees());
     // Push sideways (to the robot's left) for 0.1 s: the IMU sees the acceleration.

@@ -13,14 +13,14 @@
 use moteus_protocol as official;
 use official::command::{BrakeCommand, PositionFormat, StopCommand};
 use proptest::prelude::*;
-use proto::host::{
+use rtloop_proto::host::{
     decode_reply, encode_brake, encode_position, encode_query, encode_stop, read_int_register, IntReading,
     PositionCommand, PositionResolution, QueryFormat, ServoState,
 };
-use proto::register::{class_of, integer_range, reg};
-use proto::servo::{serve, RegisterServer, ERROR_UNKNOWN_REGISTER};
-use proto::subframe::{subframes, Subframe};
-use proto::{FrameWriter, Resolution, Value};
+use rtloop_proto::register::{class_of, integer_range, reg};
+use rtloop_proto::servo::{serve, RegisterServer, ERROR_UNKNOWN_REGISTER};
+use rtloop_proto::subframe::{subframes, Subframe};
+use rtloop_proto::{FrameWriter, Resolution, Value};
 
 fn theirs(res: Resolution) -> official::Resolution {
     match res {
@@ -35,7 +35,7 @@ fn their_res(res: Option<Resolution>) -> official::Resolution {
     res.map_or(official::Resolution::Ignore, theirs)
 }
 
-fn ours(f: impl FnOnce(&mut FrameWriter) -> Result<(), proto::EncodeError>) -> Vec<u8> {
+fn ours(f: impl FnOnce(&mut FrameWriter) -> Result<(), rtloop_proto::EncodeError>) -> Vec<u8> {
     let mut buf = [0u8; 64];
     let mut w = FrameWriter::new(&mut buf);
     f(&mut w).unwrap();
@@ -130,7 +130,7 @@ fn safe_value(r: u16, res: Resolution) -> BoxedStrategy<f64> {
         // Integer registers (0x02D): the official crate sends `value as i32` there (as an
         // f32 at Float resolution), with no NaN → minimum mapping, so only plain
         // integers are comparable.
-        _ if class == proto::ScaleClass::Int => (-100_000i64..100_000).prop_map(|k| k as f64).boxed(),
+        _ if class == rtloop_proto::ScaleClass::Int => (-100_000i64..100_000).prop_map(|k| k as f64).boxed(),
         None => proptest::num::f32::NORMAL.prop_map(f64::from).boxed(),
         Some(max) => {
             let k_max = i64::from(max).min(100_000);
@@ -395,7 +395,7 @@ proptest! {
             // phase there, an unknown integer here) and treat the stay-within shadows of
             // torque and the scales as plain integers; compare the registers both map alike.
             let shadow = [0x042, 0x043, 0x044, 0x045, 0x047].contains(&r);
-            if proto::register::name_of(r).is_some() && !shadow {
+            if rtloop_proto::register::name_of(r).is_some() && !shadow {
                 prop_assert!(close(expected, their.unwrap_or(f32::NAN)), "reg {:#x}: {} vs {:?}", r, expected, their);
             }
         }

@@ -4,10 +4,10 @@
 use crate::common;
 
 use proptest::prelude::*;
-use proto::fdcanusb::{
+use rtloop_proto::fdcanusb::{
     crc8, parse_line, split_crc, write_can_send, write_err, write_ok, write_rcv, Line, LineError, ParsedLine, MAX_LINE,
 };
-use proto::frame::{CanFdFrame, FrameFlags};
+use rtloop_proto::frame::{CanFdFrame, FrameFlags};
 
 use moteus_protocol::fdcanusb as oracle;
 
@@ -372,7 +372,7 @@ proptest! {
 #[test]
 fn proptest_cases_is_respected() {
     // Run the property test in a child process and count its cases.
-    let test = testkit::test_path(module_path!(), "can_send_round_trips");
+    let test = rtloop_testkit::test_path(module_path!(), "can_send_round_trips");
     assert_eq!(common::cases_run(&test, Some(7)), 7);
     assert_eq!(common::cases_run(&test, None), 2000, "the default when PROPTEST_CASES is unset");
 }

@@ -18,17 +18,17 @@ mod value;
 mod writer;
 // Modules the speed-up did not touch: the frozen copies use the crate's own.
 mod register {
-    pub use proto::register::*;
+    pub use rtloop_proto::register::*;
 }
 mod varuint {
-    pub use proto::varuint::*;
+    pub use rtloop_proto::varuint::*;
 }
 mod frame {
-    pub use proto::frame::*;
+    pub use rtloop_proto::frame::*;
 }
 
 use proptest::prelude::*;
-use proto::Resolution;
+use rtloop_proto::Resolution;
 
 /// The frozen copy shares the crate's `Resolution` (unchanged by the speed-up).
 fn old_res(r: Resolution) -> Resolution {
@@ -72,16 +72,16 @@ fn queries(
     f: &[Option<Resolution>; 14],
     extras: &[(u16, Resolution)],
     raw: bool,
-) -> (proto::host::QueryFormat, host::QueryFormat) {
-    let mut new = proto::host::QueryFormat::from_telemetry(*f);
+) -> (rtloop_proto::host::QueryFormat, host::QueryFormat) {
+    let mut new = rtloop_proto::host::QueryFormat::from_telemetry(*f);
     let mut old = host::QueryFormat::from_telemetry(f.map(|r| r.map(old_res)));
     if raw {
         // Straight into the public array, unsorted, duplicates and telemetry registers kept.
-        for (i, &(r, res)) in extras.iter().take(proto::host::MAX_QUERY_EXTRA).enumerate() {
+        for (i, &(r, res)) in extras.iter().take(rtloop_proto::host::MAX_QUERY_EXTRA).enumerate() {
             new.extra[i] = (r, res);
             old.extra[i] = (r, old_res(res));
         }
-        let n = extras.len().min(proto::host::MAX_QUERY_EXTRA) as u8;
+        let n = extras.len().min(rtloop_proto::host::MAX_QUERY_EXTRA) as u8;
         new.extra_len = n;
         old.extra_len = n;
     } else {
@@ -100,14 +100,14 @@ fn queries(
 fn both(
     prefill: usize,
     wrote: bool,
-    new: impl FnOnce(&mut proto::FrameWriter) -> Result<(), proto::EncodeError>,
+    new: impl FnOnce(&mut rtloop_proto::FrameWriter) -> Result<(), rtloop_proto::EncodeError>,
     old: impl FnOnce(&mut writer::FrameWriter) -> Result<(), writer::EncodeError>,
 ) -> Result<(), TestCaseError> {
     let (mut a, mut b) = ([0xAAu8; 64], [0xAAu8; 64]);
-    let mut wa = proto::FrameWriter::new(&mut a);
+    let mut wa = rtloop_proto::FrameWriter::new(&mut a);
     let mut wb = writer::FrameWriter::new(&mut b);
     if wrote {
-        wa.write_registers(0x30, &[proto::Value::I8(1)]).unwrap();
+        wa.write_registers(0x30, &[rtloop_proto::Value::I8(1)]).unwrap();
         wb.write_registers(0x30, &[value::Value::I8(1)]).unwrap();
     }
     for _ in 0..prefill {
@@ -120,7 +120,7 @@ fn both(
     prop_assert_eq!(wa.as_slice(), wb.as_slice());
     prop_assert_eq!(wa.len(), wb.len());
     // What a later write sees (mode first or not) must agree too.
-    let ma = wa.write_registers(0, &[proto::Value::I8(0)]);
+    let ma = wa.write_registers(0, &[rtloop_proto::Value::I8(0)]);
     let mb = wb.write_registers(0, &[value::Value::I8(0)]);
     prop_assert_eq!(format!("{ma:?}"), format!("{mb:?}"));
     prop_assert_eq!(wa.as_slice(), wb.as_slice());
@@ -130,7 +130,7 @@ fn both(
 }
 
 /// The decoded states, bit for bit (NaN payloads and the sign of zero included).
-fn same_state(a: &proto::host::ServoState, b: &host::ServoState) -> Result<(), TestCaseError> {
+fn same_state(a: &rtloop_proto::host::ServoState, b: &host::ServoState) -> Result<(), TestCaseError> {
     let fa = [
         a.position,
         a.velocity,
@@ -171,14 +171,14 @@ fn same_state(a: &proto::host::ServoState, b: &host::ServoState) -> Result<(), T
 }
 
 fn decode_both(payload: &[u8]) -> Result<(), TestCaseError> {
-    let mut a = proto::host::ServoState::default();
+    let mut a = rtloop_proto::host::ServoState::default();
     let mut b = host::ServoState::default();
-    let ra = proto::host::decode_reply(payload, &mut a);
+    let ra = rtloop_proto::host::decode_reply(payload, &mut a);
     let rb = host::decode_reply(payload, &mut b);
     prop_assert_eq!(format!("{ra:?}"), format!("{rb:?}"));
     same_state(&a, &b)?;
     // The subframe parser on its own: every item (and the final offset) agrees.
-    let ia: Vec<String> = proto::subframe::subframes(payload).map(|s| format!("{s:?}")).collect();
+    let ia: Vec<String> = rtloop_proto::subframe::subframes(payload).map(|s| format!("{s:?}")).collect();
     let ib: Vec<String> = subframe::subframes(payload).map(|s| format!("{s:?}")).collect();
     prop_assert_eq!(ia, ib);
     Ok(())
@@ -192,18 +192,18 @@ fn reply_payload() -> impl Strategy<Value = Vec<u8>> {
     let sub = prop_oneof![
         8 => (reg, 1u16..6, resolution(), proptest::collection::vec(any::<u8>(), 24)).prop_map(|(start, count, res, bytes)| {
             let mut buf = [0u8; 64];
-            let mut w = proto::FrameWriter::new(&mut buf);
-            let values: Vec<proto::Value> = bytes
+            let mut w = rtloop_proto::FrameWriter::new(&mut buf);
+            let values: Vec<rtloop_proto::Value> = bytes
                 .chunks_exact(res.size())
                 .take(count as usize)
-                .map(|c| proto::Value::from_le_bytes(res, c).unwrap())
+                .map(|c| rtloop_proto::Value::from_le_bytes(res, c).unwrap())
                 .collect();
             let _ = w.reply_registers(start, &values);
             w.as_slice().to_vec()
         }),
         1 => (any::<u16>(), any::<u32>()).prop_map(|(r, c)| {
             let mut buf = [0u8; 64];
-            let mut w = proto::FrameWriter::new(&mut buf);
+            let mut w = rtloop_proto::FrameWriter::new(&mut buf);
             w.read_error(r, c).unwrap();
             w.as_slice().to_vec()
         }),
@@ -232,14 +232,14 @@ proptest! {
         wrote in proptest::bool::weighted(0.1),
     ) {
         let (qn, qo) = queries(&f, &extras, raw);
-        let cn = proto::host::PositionCommand::from_registers(v);
-        let rn = proto::host::PositionResolution::from_registers(r);
+        let cn = rtloop_proto::host::PositionCommand::from_registers(v);
+        let rn = rtloop_proto::host::PositionResolution::from_registers(r);
         let co = host::PositionCommand::from_registers(v);
         let ro = host::PositionResolution::from_registers(r.map(old_res));
         both(
             prefill,
             wrote,
-            |w| proto::host::encode_position(w, &cn, &rn, with_query.then_some(&qn)),
+            |w| rtloop_proto::host::encode_position(w, &cn, &rn, with_query.then_some(&qn)),
             |w| host::encode_position(w, &co, &ro, with_query.then_some(&qo)),
         )?;
     }
@@ -261,10 +261,10 @@ proptest! {
             prefill,
             wrote,
             |w| match which {
-                0 => proto::host::encode_query(w, &qn),
-                1 => proto::host::encode_stop(w, Some(&qn)),
-                2 => proto::host::encode_zero_velocity(w, Some(&qn)),
-                _ => proto::host::encode_brake(w, None),
+                0 => rtloop_proto::host::encode_query(w, &qn),
+                1 => rtloop_proto::host::encode_stop(w, Some(&qn)),
+                2 => rtloop_proto::host::encode_zero_velocity(w, Some(&qn)),
+                _ => rtloop_proto::host::encode_brake(w, None),
             },
             |w| match which {
                 0 => host::encode_query(w, &qo),
@@ -285,15 +285,15 @@ proptest! {
         wrote in proptest::bool::weighted(0.2),
     ) {
         let old: Vec<(u16, Option<f64>, value::Resolution)> = entries.iter().map(|&(r, x, res)| (r, x, old_res(res))).collect();
-        both(prefill, wrote, |w| proto::host::encode_writes(w, &entries), |w| host::encode_writes(w, &old))?;
+        both(prefill, wrote, |w| rtloop_proto::host::encode_writes(w, &entries), |w| host::encode_writes(w, &old))?;
         let reads: Vec<(u16, Resolution)> = entries.iter().map(|&(r, _, res)| (r, res)).collect();
         let old: Vec<(u16, value::Resolution)> = reads.iter().map(|&(r, res)| (r, old_res(res))).collect();
-        both(prefill, wrote, |w| proto::host::encode_reads(w, &reads), |w| host::encode_reads(w, &old))?;
+        both(prefill, wrote, |w| rtloop_proto::host::encode_reads(w, &reads), |w| host::encode_reads(w, &old))?;
         // Single values through the public scaling functions.
         for &(r, x, res) in &entries {
             let x = x.unwrap_or(f64::NAN);
             prop_assert_eq!(
-                format!("{:?}", proto::host::encode_register(r, x, res)),
+                format!("{:?}", rtloop_proto::host::encode_register(r, x, res)),
                 format!("{:?}", host::encode_register(r, x, old_res(res)))
             );
         }
@@ -310,7 +310,7 @@ proptest! {
         // Runs up to and past the 64 values one subframe may hold (and past 0xFFFF).
         let entries: Vec<(u16, Option<f64>, Resolution)> =
             (0..n).map(|k| (start.wrapping_add(k as u16), Some(x), res)).collect();
-        both(prefill, false, |w| proto::host::encode_writes(w, &entries), |w| host::encode_writes(w, &entries))?;
+        both(prefill, false, |w| rtloop_proto::host::encode_writes(w, &entries), |w| host::encode_writes(w, &entries))?;
     }
 
     #[test]
@@ -325,10 +325,10 @@ proptest! {
 
     #[test]
     fn single_values_decode_identically(bytes in any::<[u8; 4]>(), res in resolution(), r in any::<u16>()) {
-        let a = proto::Value::from_le_bytes(res, &bytes).unwrap();
+        let a = rtloop_proto::Value::from_le_bytes(res, &bytes).unwrap();
         let b = value::Value::from_le_bytes(old_res(res), &bytes).unwrap();
-        let class = proto::register::class_of(r);
+        let class = rtloop_proto::register::class_of(r);
         prop_assert_eq!(a.decode(class).to_bits(), b.decode(class).to_bits());
-        prop_assert_eq!(format!("{:?}", proto::host::read_int_register(r, a)), format!("{:?}", host::read_int_register(r, b)));
+        prop_assert_eq!(format!("{:?}", rtloop_proto::host::read_int_register(r, a)), format!("{:?}", host::read_int_register(r, b)));
     }
 }

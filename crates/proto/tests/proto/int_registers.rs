@@ -3,9 +3,9 @@
 //! is absent and counted — never wrapped, never a fraction.
 
 use proptest::prelude::*;
-use proto::host::{decode_reply, read_int_register, IntReading, ServoState};
-use proto::register::{integer_range, reg, ALL};
-use proto::{FrameWriter, Resolution, Value};
+use rtloop_proto::host::{decode_reply, read_int_register, IntReading, ServoState};
+use rtloop_proto::register::{integer_range, reg, ALL};
+use rtloop_proto::{FrameWriter, Resolution, Value};
 
 /// A reply of one subframe per `(start, values)`, decoded.
 fn decoded_many(subframes: &[(u16, &[Value])]) -> ServoState {
@@ -87,7 +87,7 @@ proptest! {
 
 #[test]
 fn integer_registers_written_at_float_resolution_are_truncated_like_python_int() {
-    use proto::host::encode_register;
+    use rtloop_proto::host::encode_register;
     assert_eq!(encode_register(reg::COMMAND_IGNORE_POSITION_BOUNDS, 0.7, Resolution::Float), Value::F32(0.0));
     assert_eq!(encode_register(reg::COMMAND_IGNORE_POSITION_BOUNDS, -1.81, Resolution::Float), Value::F32(-1.0));
     let zero = encode_register(reg::COMMAND_IGNORE_POSITION_BOUNDS, -0.0, Resolution::Float);

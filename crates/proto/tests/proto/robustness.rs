@@ -3,12 +3,12 @@
 //! always re-parses, `end_of_frame` runs exactly once).
 
 use proptest::prelude::*;
-use proto::host::{decode_reply, ServoState};
-use proto::register::class_of;
-use proto::servo::{serve, RegisterServer};
-use proto::subframe::{subframes, DecodeError, Subframe};
-use proto::varuint;
-use proto::{FrameWriter, Resolution, Value};
+use rtloop_proto::host::{decode_reply, ServoState};
+use rtloop_proto::register::class_of;
+use rtloop_proto::servo::{serve, RegisterServer};
+use rtloop_proto::subframe::{subframes, DecodeError, Subframe};
+use rtloop_proto::varuint;
+use rtloop_proto::{FrameWriter, Resolution, Value};
 
 /// Payloads that look like protocol: valid opcodes followed by plausible (and
 /// implausible) varuints and value bytes.
@@ -150,7 +150,7 @@ proptest! {
         prop_assert_eq!(result.err(), subframes(&payload).find_map(Result::err));
         prop_assert!(usize::from(state.extra_len) <= state.extra.len());
         for &(r, _) in state.extras() {
-            prop_assert!(proto::register::name_of(r).is_none() || r > 0x00F);
+            prop_assert!(rtloop_proto::register::name_of(r).is_none() || r > 0x00F);
         }
         // Error messages render without panicking.
         if let Err(e) = result {

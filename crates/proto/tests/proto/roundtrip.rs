@@ -5,13 +5,13 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use proto::host::{
+use rtloop_proto::host::{
     decode_reply, encode_position, encode_query, PositionCommand, PositionResolution, QueryFormat, ServoState,
 };
-use proto::register::{class_of, reg};
-use proto::servo::{serve, RegisterServer, ERROR_UNKNOWN_REGISTER};
-use proto::subframe::{subframes, DecodeError, Subframe};
-use proto::{EncodeError, FrameWriter, Resolution, ScaleClass, Value};
+use rtloop_proto::register::{class_of, reg};
+use rtloop_proto::servo::{serve, RegisterServer, ERROR_UNKNOWN_REGISTER};
+use rtloop_proto::subframe::{subframes, DecodeError, Subframe};
+use rtloop_proto::{EncodeError, FrameWriter, Resolution, ScaleClass, Value};
 
 const CLASSES: [ScaleClass; 11] = [
     ScaleClass::Position,
@@ -157,7 +157,7 @@ proptest! {
         let mut prev: Option<(u16, Resolution)> = None;
         for &(r, x, rs) in &entries {
             if let Some(x) = x {
-                expected.push((r, proto::host::encode_register(r, x, rs)));
+                expected.push((r, rtloop_proto::host::encode_register(r, x, rs)));
                 if prev != Some((r.wrapping_sub(1), rs)) {
                     runs += 1;
                 }
@@ -276,10 +276,10 @@ fn fake_servo() -> impl Strategy<Value = FakeServo> {
 
 fn assert_within(x: f64, got: f64, r: u16, res: Resolution) {
     let class = class_of(r);
-    if proto::register::integer_range(r).is_some() {
+    if rtloop_proto::register::integer_range(r).is_some() {
         // Integer registers are read as moteus reads them: truncated, invalid → absent.
-        let expected = match proto::host::read_int_register(r, Value::encode(x, class, res)) {
-            proto::host::IntReading::Int(i) => f64::from(i),
+        let expected = match rtloop_proto::host::read_int_register(r, Value::encode(x, class, res)) {
+            rtloop_proto::host::IntReading::Int(i) => f64::from(i),
             _ => f64::NAN,
         };
         assert!(got == expected || (got.is_nan() && expected.is_nan()), "reg {r:#x}: {got} != {expected}");

@@ -3,10 +3,10 @@
 //! register replies, client data reaches the server, and what a servo cannot act on is
 //! reported rather than dropped.
 
-use proto::servo::{serve, NotUnderstood, RegisterServer};
-use proto::subframe::{subframes, Subframe};
-use proto::value::{Resolution, Value};
-use proto::writer::FrameWriter;
+use rtloop_proto::servo::{serve, NotUnderstood, RegisterServer};
+use rtloop_proto::subframe::{subframes, Subframe};
+use rtloop_proto::value::{Resolution, Value};
+use rtloop_proto::writer::FrameWriter;
 
 /// A servo with one stream channel (1) holding `pending` bytes of output.
 #[derive(Default)]

@@ -4,11 +4,11 @@
 use crate::common;
 
 use proptest::prelude::*;
-use proto::frame::FrameFlags;
-use proto::udp::{
+use rtloop_proto::frame::FrameFlags;
+use rtloop_proto::udp::{
     decode_datagram, encode_datagram, DatagramWriter, UdpFrameError, HEADER_LEN, MAX_DATAGRAM, RECORD_HEADER_LEN,
 };
-use proto::CanFdFrame;
+use rtloop_proto::CanFdFrame;
 
 fn hex(s: &str) -> Vec<u8> {
     let digits: Vec<u8> = s.bytes().filter(|b| b.is_ascii_hexdigit()).collect();
@@ -236,7 +236,7 @@ proptest! {
 #[test]
 fn proptest_cases_is_respected() {
     // Run the property test in a child process and count its cases.
-    let test = testkit::test_path(module_path!(), "random_frames_round_trip_across_as_many_datagrams_as_needed");
+    let test = rtloop_testkit::test_path(module_path!(), "random_frames_round_trip_across_as_many_datagrams_as_needed");
     assert_eq!(common::cases_run(&test, Some(7)), 7);
     assert_eq!(common::cases_run(&test, None), 512, "the default when PROPTEST_CASES is unset");
 }

@@ -1,15 +1,15 @@
 //! The test vectors of spec §7 (moteus Python package 1.1.1), byte for byte, plus the
 //! grouping rules of the write combiner.
 
-use proto::frame::{ArbitrationId, CanFdFrame};
-use proto::host::{
+use rtloop_proto::frame::{ArbitrationId, CanFdFrame};
+use rtloop_proto::host::{
     decode_reply, encode_brake, encode_position, encode_query, encode_reads, encode_stop, encode_writes,
     encode_zero_velocity, PositionCommand, PositionResolution, QueryFormat, ServoState,
 };
-use proto::register::{reg, Mode};
-use proto::servo::{serve, RegisterServer, ERROR_UNKNOWN_REGISTER};
-use proto::subframe::{subframes, Subframe};
-use proto::{EncodeError, FrameWriter, Resolution, Value};
+use rtloop_proto::register::{reg, Mode};
+use rtloop_proto::servo::{serve, RegisterServer, ERROR_UNKNOWN_REGISTER};
+use rtloop_proto::subframe::{subframes, Subframe};
+use rtloop_proto::{EncodeError, FrameWriter, Resolution, Value};
 
 fn hex(s: &str) -> Vec<u8> {
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
@@ -103,7 +103,7 @@ impl RegisterServer for VectorServo {
             reg::TEMPERATURE => 25.0,
             _ => return Err(ERROR_UNKNOWN_REGISTER),
         };
-        Ok(Value::encode(x, proto::register::class_of(r), res))
+        Ok(Value::encode(x, rtloop_proto::register::class_of(r), res))
     }
 }
 

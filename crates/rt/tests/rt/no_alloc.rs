@@ -2,11 +2,11 @@
 //! allocator counts allocations made by this test's own thread only (the harness allocates on
 //! its other threads), and 5 000 real 100 µs periods must count zero.
 
-use rt::periodic::{OverrunPolicy, PeriodicLoop, PeriodicOptions};
+use rtloop_rt::periodic::{OverrunPolicy, PeriodicLoop, PeriodicOptions};
 
 /// Allocator calls made by this thread while `f` runs.
 fn allocations_during(f: impl FnOnce()) -> u64 {
-    testkit::count_allocations(f).0
+    rtloop_testkit::count_allocations(f).0
 }
 
 #[test]
@@ -44,7 +44,7 @@ fn the_stoppable_wait_never_allocates() {
     use std::sync::atomic::{AtomicBool, Ordering};
     let stop = AtomicBool::new(false);
     // A period longer than one stop-check slice, so the sliced sleep runs too.
-    let period = rt::periodic::STOP_CHECK_NS + 1_000_000;
+    let period = rtloop_rt::periodic::STOP_CHECK_NS + 1_000_000;
     let options = PeriodicOptions { busy_wait_ns: 20_000, overrun: OverrunPolicy::Skip, start_ns: None };
     let mut l = PeriodicLoop::new(period, options);
     let mut ticks = 0;
@@ -55,7 +55,7 @@ fn the_stoppable_wait_never_allocates() {
             }
             l.end_cycle();
         }
-        let now = rt::periodic::now_ns();
+        let now = rtloop_rt::periodic::now_ns();
         l.sleep_until_unless(now + 1_000_000, || stop.load(Ordering::Relaxed));
         stop.store(true, Ordering::Relaxed);
         assert!(l.wait_next_unless(|| stop.load(Ordering::Relaxed)).is_none());

@@ -2,7 +2,7 @@
 //! so every count is exact; plus a short run on the real clock checking only orderings.
 
 use proptest::prelude::*;
-use rt::periodic::{ManualClock, OverrunPolicy, PeriodicLoop, PeriodicOptions, Tick};
+use rtloop_rt::periodic::{ManualClock, OverrunPolicy, PeriodicLoop, PeriodicOptions, Tick};
 
 const PERIOD: u64 = 1_000;
 const START: u64 = 1_000;
@@ -124,7 +124,7 @@ fn real_clock_ticks_stay_on_the_grid_and_never_wake_early() {
     assert_eq!(s.cycles, 200);
     assert_eq!(s.cycles + s.skipped_periods, l.next_index());
     assert!(s.first_wake_ns <= s.last_wake_ns);
-    assert!(rt::now_ns() >= s.last_wake_ns);
+    assert!(rtloop_rt::now_ns() >= s.last_wake_ns);
 }
 
 /// What a run of cycles should count, computed independently of the loop.

@@ -4,7 +4,7 @@
 //! Requests are made on spawned threads, and mlockall (process-wide) only in child processes,
 //! so the rest of the test binary keeps its normal scheduling.
 
-use rt::setup::{
+use rtloop_rt::setup::{
     apply_to_current_thread, current_conditions, format_cpu_list, parse_cpu_list, validate, Applied, DeadlineParams,
     Policy, RtError, RtSettings, Setting,
 };
@@ -227,7 +227,7 @@ const CHILD_ENV: &str = "RTLOOP_RT_SETUP_CHILD";
 /// Re-run this test binary with only `child_entry`, as `uid` if given.
 fn run_child(role: &str, uid: Option<u32>) -> String {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", &testkit::test_path(module_path!(), "child_entry"), "--nocapture", "--test-threads=1"])
+    cmd.args(["--exact", &rtloop_testkit::test_path(module_path!(), "child_entry"), "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, role);
     if let Some(uid) = uid {
         cmd.uid(uid).gid(uid);

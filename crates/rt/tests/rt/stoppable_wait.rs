@@ -2,7 +2,7 @@
 //! `STOP_CHECK_NS`, whichever is less, however slow the loop — and a fast loop still makes
 //! exactly one sleep per period. Deterministic: the clock is a `ManualClock`.
 
-use rt::periodic::{ManualClock, OverrunPolicy, PeriodicLoop, PeriodicOptions, STOP_CHECK_NS};
+use rtloop_rt::periodic::{ManualClock, OverrunPolicy, PeriodicLoop, PeriodicOptions, STOP_CHECK_NS};
 use std::cell::Cell;
 
 const SECOND: u64 = 1_000_000_000;
@@ -89,6 +89,6 @@ fn the_real_clock_hears_a_stop_from_another_thread() {
     let mut l = PeriodicLoop::new(10 * SECOND, PeriodicOptions::default());
     let deadline = l.next_deadline_ns();
     assert_eq!(l.wait_next_unless(|| stop.load(Ordering::SeqCst)), None);
-    assert!(rt::periodic::now_ns() < deadline, "stopped before the 10 s deadline");
+    assert!(rtloop_rt::periodic::now_ns() < deadline, "stopped before the 10 s deadline");
     h.join().unwrap();
 }

@@ -7,8 +7,8 @@
 //! and the reply is what a simulated servo answers to it. Without a pi3hat, host costs are
 //! those of the in-process simulator (no SPI or USB hop between host and bus) and the IMU
 //! read costs nothing extra. On a pi3hat every frame crosses the board's SPI, and the model
-//! plays its transactions one by one ([`sim::model`]); the measurement then runs the same
-//! robot and frames through the simulated pi3hat (`io::open::open_buses`), on a virtual
+//! plays its transactions one by one ([`rtloop_sim::model`]); the measurement then runs the same
+//! robot and frames through the simulated pi3hat (`rtloop_io::open::open_buses`), on a virtual
 //! clock (exact simulated time) and on the real one (plus this host's own time).
 //!
 //! `--seed-case` reproduces the source post's figure (12 servos, full command and the
@@ -19,11 +19,11 @@
 //! Must never: send a frame to hardware (only simulated buses are measured), or change the
 //! model to match a measurement.
 
-use io::{BusUri, Clock, Pi3hatCarrier, ServoCommand, ServoReply};
 use rtloop::cycle_model::*;
 use rtloop::robot_spec::RobotSpec;
+use rtloop_io::{BusUri, Clock, Pi3hatCarrier, ServoCommand, ServoReply};
+use rtloop_sim::model::{predict, CriticalPath, CycleModel, Prediction, SpiPhase};
 use serde_json::{json, Value};
-use sim::model::{predict, CriticalPath, CycleModel, Prediction, SpiPhase};
 
 /// The source post's figure for its case, µs.
 pub const SEED_CYCLE_US: f64 = 740.0;
@@ -78,7 +78,7 @@ fn percentile(v: &[u64], q: f64) -> u64 {
 
 /// Run `cycles` cycles of `workload` on `robot` (simulated buses only) on `clock`, one every
 /// [`MEASURE_PERIOD_NS`] after [`WARMUP_CYCLES`] unmeasured ones, and time each
-/// [`io::Robot::cycle`] call. The robot is built as
+/// [`rtloop_io::Robot::cycle`] call. The robot is built as
 /// `rtloop run` builds it ([`RobotSpec::build`], the run's protocol settings); the simulated
 /// buses keep their wire time.
 pub fn measure<C: Clock + Clone + Send + 'static>(
@@ -91,13 +91,13 @@ pub fn measure<C: Clock + Clone + Send + 'static>(
         return Err("only simulated buses are measured (sim, pi3hat:sim)".into());
     }
     let mut r = robot
-        .build(clock.clone(), workload.robot_config(robot), io::open::OpenOptions::default())
+        .build(clock.clone(), workload.robot_config(robot), rtloop_io::open::OpenOptions::default())
         .map_err(|e| e.to_string())?;
     let n = r.servos().len();
     let motion = run_motion(n);
     let mut commands = vec![ServoCommand::Query; n];
     let mut replies = vec![ServoReply::default(); n];
-    let mut imu = sim::ImuSample::default();
+    let mut imu = rtloop_sim::ImuSample::default();
     let mut samples = Vec::with_capacity(usize::try_from(cycles).unwrap_or(0));
     let mut missing = 0u64;
     for k in 0..WARMUP_CYCLES + cycles {
@@ -152,13 +152,13 @@ impl Measurement {
                 b.bus, b.uri
             ));
         }
-        let virtual_clock = measure(robot, workload, io::VirtualClock::new(0), cycles);
-        // Measure as `rtloop run`'s cycle thread runs: with 1 ns of timer slack (rt::setup),
+        let virtual_clock = measure(robot, workload, rtloop_io::VirtualClock::new(0), cycles);
+        // Measure as `rtloop run`'s cycle thread runs: with 1 ns of timer slack (rtloop_rt::setup),
         // not the default 50 µs by which the kernel may defer each sleep of the simulated
         // board (it sleeps rather than spins on the real clock).
         // SAFETY: PR_SET_TIMERSLACK takes the slack as an integer argument; no memory is passed.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
-        let real_clock = measure(robot, workload, io::MonotonicClock::default(), cycles);
+        let real_clock = measure(robot, workload, rtloop_io::MonotonicClock::default(), cycles);
         match (virtual_clock, real_clock) {
             (Ok(virtual_clock), Ok(real_clock)) => Measurement::Done { virtual_clock, real_clock },
             (Err(e), _) | (_, Err(e)) => Measurement::Skipped(e),
@@ -240,14 +240,14 @@ fn connectors_label(robot: &RobotSpec) -> String {
     }
 }
 
-/// Every used processor's error status, read every `io::pi3hat::ERROR_STATUS_PERIOD_NS`: the
+/// Every used processor's error status, read every `rtloop_io::pi3hat::ERROR_STATUS_PERIOD_NS`: the
 /// SPI time it adds to that cycle, ns, and how many reads.
 fn error_status_ns(model: &CycleModel) -> (u64, usize) {
     let Some(host) = &model.pi3hat else { return (0, 0) };
     let mut processors: Vec<u8> = (0..model.servos_per_bus.len()).map(|i| host.processor(i)).collect();
     processors.sort_unstable();
     processors.dedup();
-    (processors.len() as u64 * host.transaction_ns(sim::pi3hat::ERROR_STATUS_LEN), processors.len())
+    (processors.len() as u64 * host.transaction_ns(rtloop_sim::pi3hat::ERROR_STATUS_LEN), processors.len())
 }
 
 /// The table for `robot`: the model term by term, then the measurement beside it.
@@ -316,9 +316,9 @@ pub fn render_table_for(robot: &RobotSpec, m: &CycleModel, p: &Prediction, measu
         s += &format!(
             "not in the total: every {} ms, {reads} error-status read{} of {} B (+{:.1} µs on that cycle; it shows in \
              the max)\n",
-            io::pi3hat::ERROR_STATUS_PERIOD_NS / 1_000_000,
+            rtloop_io::pi3hat::ERROR_STATUS_PERIOD_NS / 1_000_000,
             if reads == 1 { "" } else { "s" },
-            sim::pi3hat::ERROR_STATUS_LEN,
+            rtloop_sim::pi3hat::ERROR_STATUS_LEN,
             us(ns)
         );
     }
@@ -346,7 +346,7 @@ pub fn render_table_for(robot: &RobotSpec, m: &CycleModel, p: &Prediction, measu
     s
 }
 
-fn terms_json(terms: &[sim::model::Term]) -> Vec<Value> {
+fn terms_json(terms: &[rtloop_sim::model::Term]) -> Vec<Value> {
     terms.iter().map(|t| json!({"name": t.name, "us": us(t.ns), "explanation": t.explanation})).collect()
 }
 
@@ -373,7 +373,7 @@ pub fn render_json_for(robot: &RobotSpec, m: &CycleModel, p: &Prediction, measur
                 "critical_path": match hat.critical { CriticalPath::Spi => "spi", CriticalPath::Wire => "wire" },
                 "critical_explanation": hat.explanation,
                 "error_status_us": us(error_status),
-                "error_status_period_ms": io::pi3hat::ERROR_STATUS_PERIOD_NS / 1_000_000,
+                "error_status_period_ms": rtloop_io::pi3hat::ERROR_STATUS_PERIOD_NS / 1_000_000,
             })
         }
         _ => Value::Null,
@@ -414,7 +414,7 @@ impl SeedColumn {
         self.prediction.terms.iter().find(|t| t.name == name).map_or(0, |t| t.ns)
     }
 
-    fn spi(&self) -> &sim::model::Pi3hatPrediction {
+    fn spi(&self) -> &rtloop_sim::model::Pi3hatPrediction {
         self.prediction.pi3hat.as_ref().expect("the seed robot is on a pi3hat")
     }
 
@@ -694,9 +694,9 @@ mod tests {
     /// handed over at once — the frames `rtloop run` sends, on the bus `rtloop run` uses.
     fn simulated_bus_ns(n: u8) -> u64 {
         let robot = RobotSpec::default_quadruped();
-        let mut bus = sim::SimBus::new(sim::BusConfig::default());
+        let mut bus = rtloop_sim::SimBus::new(rtloop_sim::BusConfig::default());
         for id in 1..=n {
-            bus.add_servo(sim::Servo::new(sim::ServoConfig::new(id)));
+            bus.add_servo(rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(id)));
             bus.submit(&run_command_frame(&robot, id).unwrap(), 0).unwrap();
         }
         let mut last = 0;
@@ -714,10 +714,11 @@ mod tests {
     #[test]
     fn the_model_rtloop_run_reports_matches_the_simulated_bus_for_1_to_6_servos() {
         for n in 1..=6u8 {
-            let robot = RobotSpec { buses: vec![BusSpec { bus: 1, uri: io::BusUri::Sim, servos: (1..=n).collect() }] };
+            let robot =
+                RobotSpec { buses: vec![BusSpec { bus: 1, uri: rtloop_io::BusUri::Sim, servos: (1..=n).collect() }] };
             let predicted = predict(&model_for(&robot).wire_only()).bus_total_ns();
             let actual = simulated_bus_ns(n);
-            // Only the frames' content stuffing is estimated (see sim::model): within 1 %.
+            // Only the frames' content stuffing is estimated (see rtloop_sim::model): within 1 %.
             let err = predicted as f64 / actual as f64 - 1.0;
             assert!(
                 err.abs() < 0.01,
@@ -731,7 +732,7 @@ mod tests {
     fn the_model_and_the_transport_time_spi_transactions_alike() {
         let model = model_for(&pi3hat_quadruped());
         let host = model.pi3hat.as_ref().unwrap();
-        let run = io::spi::SpiTiming::default();
+        let run = rtloop_io::spi::SpiTiming::default();
         assert_eq!(u64::from(run.cs_hold_ns), host.spi.cs_hold_ns);
         for n in 0..=69 {
             assert_eq!(host.transaction_ns(n), run.transaction_ns(n), "{n} bytes");
@@ -750,7 +751,7 @@ mod tests {
         assert!(r_hat < r_plain, "{r_hat} vs {r_plain}");
         // The SPI write is exactly what the transport clocks for the real frame.
         let frame = run_command_frame(&hat, 1).unwrap();
-        assert_eq!(c_hat, usize::from(io::pi3hat::unpadded_len(&frame)));
+        assert_eq!(c_hat, usize::from(rtloop_io::pi3hat::unpadded_len(&frame)));
         // The seed case's full command is longer than the run's.
         let (c_seed, r_seed) = frame_sizes(&hat, Workload::SeedCase);
         assert!(c_seed > c_plain && r_seed == r_plain, "{c_seed} {r_seed}");
@@ -769,7 +770,7 @@ mod tests {
     /// to one read per processor (two: JC1-JC4 sit on processors 1 and 2) behind the model
     /// (and a read that happens to show one more reply can put it a little ahead). The
     /// content's stuff bits are estimated by the model (within 1 % of the wire, see
-    /// `sim::model`), the rest — bytes, bus order, holds, frames, turnarounds — is the same
+    /// `rtloop_sim::model`), the rest — bytes, bus order, holds, frames, turnarounds — is the same
     /// arithmetic on both sides. The whole quadruped, SPI-bound, agrees to the nanosecond.
     #[test]
     fn the_pi3hat_model_matches_the_simulated_board_within_two_status_reads() {
@@ -785,7 +786,7 @@ mod tests {
                     }
                     let model = model_of(&robot, workload);
                     let p = predict(&model);
-                    let m = measure(&robot, workload, io::VirtualClock::new(0), 50).unwrap();
+                    let m = measure(&robot, workload, rtloop_io::VirtualClock::new(0), 50).unwrap();
                     assert_eq!(m.missing, 0);
                     let status = us(model.pi3hat.as_ref().unwrap().transaction_ns(6));
                     let tolerance = 2.0 * status + 0.01 * us(p.bus_total_ns());
@@ -810,8 +811,8 @@ mod tests {
     #[test]
     fn virtual_measurements_repeat_exactly() {
         let robot = pi3hat_quadruped();
-        let a = measure(&robot, Workload::Run, io::VirtualClock::new(0), 30).unwrap();
-        let b = measure(&robot, Workload::Run, io::VirtualClock::new(0), 30).unwrap();
+        let a = measure(&robot, Workload::Run, rtloop_io::VirtualClock::new(0), 30).unwrap();
+        let b = measure(&robot, Workload::Run, rtloop_io::VirtualClock::new(0), 30).unwrap();
         assert_eq!(a, b);
     }
 
@@ -823,7 +824,7 @@ mod tests {
             Measurement::Skipped(why) => assert!(why.contains("bus 1 is pi3hat:spidev"), "{why}"),
             other => panic!("{other:?}"),
         }
-        assert!(measure(&robot, Workload::Run, io::VirtualClock::new(0), 1).is_err());
+        assert!(measure(&robot, Workload::Run, rtloop_io::VirtualClock::new(0), 1).is_err());
     }
 
     #[test]

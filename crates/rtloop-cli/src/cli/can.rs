@@ -32,18 +32,20 @@
 //! (durations go through a ring to a writer thread).
 
 use crate::cli::servo::Outcome;
-use io::open::{BusRequest, OpenOptions};
-use io::pi3hat::{ProcessorInfo, SharedPi3hat};
-use io::spi::SpiTiming;
-use io::{BusUri, Clock, CycleOptions, Cycler, MonotonicClock, Pi3hatCarrier, RxFrame, TransportCounters, TxFrame};
-use proto::frame::ArbitrationId;
-use proto::CanFdFrame;
 use rtloop::devices::{device_refusal, explain_bus_error};
 use rtloop::frame::{hex, parse_hex};
 use rtloop::numbers::{millis_from_user, seconds_from_user, MAX_DURATION_S, MAX_TIMEOUT_MS};
 use rtloop::robot_spec::parse_id_list;
-use sim::pi3hat::CanPortConfig;
-use sim::ImuSample;
+use rtloop_io::open::{BusRequest, OpenOptions};
+use rtloop_io::pi3hat::{ProcessorInfo, SharedPi3hat};
+use rtloop_io::spi::SpiTiming;
+use rtloop_io::{
+    BusUri, Clock, CycleOptions, Cycler, MonotonicClock, Pi3hatCarrier, RxFrame, TransportCounters, TxFrame,
+};
+use rtloop_proto::frame::ArbitrationId;
+use rtloop_proto::CanFdFrame;
+use rtloop_sim::pi3hat::CanPortConfig;
+use rtloop_sim::ImuSample;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -321,8 +323,8 @@ pub fn spi_timing_from_user(hz: f64) -> Result<SpiTiming, String> {
 
 /// The CPU of `--realtime CPU`: a number naming one of this machine's online CPUs.
 pub fn realtime_cpu_from_user(text: &str) -> Result<usize, String> {
-    let online = rt::setup::online_cpus().filter(|l| !l.is_empty());
-    let listed = online.as_deref().map_or_else(|| "0".to_string(), rt::setup::format_cpu_list);
+    let online = rtloop_rt::setup::online_cpus().filter(|l| !l.is_empty());
+    let listed = online.as_deref().map_or_else(|| "0".to_string(), rtloop_rt::setup::format_cpu_list);
     let cpu = text.trim().parse::<usize>().map_err(|_| {
         format!("--realtime {text} is not a CPU number: give one of this machine's online CPUs ({listed})")
     })?;
@@ -529,14 +531,14 @@ fn plan(req: &CanRequest) -> Result<Plan, String> {
 /// Pin the thread to `cpu`, make it SCHED_RR and lock memory (pi3hat_tool's `--realtime`);
 /// what the system refuses is a warning on stderr and the command goes on without it.
 fn apply_realtime(cpu: usize) {
-    let settings = rt::RtSettings {
-        policy: rt::Policy::RoundRobin,
+    let settings = rtloop_rt::RtSettings {
+        policy: rtloop_rt::Policy::RoundRobin,
         priority: REALTIME_PRIORITY,
         cpus: vec![cpu],
         mlock: true,
-        ..rt::RtSettings::default()
+        ..rtloop_rt::RtSettings::default()
     };
-    match rt::setup::apply_to_current_thread(&settings) {
+    match rtloop_rt::setup::apply_to_current_thread(&settings) {
         Ok(applied) => {
             for w in &applied.warnings {
                 crate::cli::console::note(format!("rtloop can: warning: --realtime {}: {}", w.what, w.message));
@@ -667,7 +669,7 @@ pub fn run(req: &CanRequest) -> Result<Outcome, String> {
         open_options.pi3hat.timing = t;
     }
     let clock = MonotonicClock::default();
-    let opened = io::open::open_buses(&requests, clock, open_options).map_err(|e| e.to_string())?;
+    let opened = rtloop_io::open::open_buses(&requests, clock, open_options).map_err(|e| e.to_string())?;
     let pi3hat_of = |bus: u8| -> Option<&SharedPi3hat> {
         let BusUri::Pi3hat { carrier } = plan.buses.get(&bus)? else { return None };
         opened.pi3hats.iter().find(|(c, _)| c == carrier).map(|(_, d)| d)
@@ -741,7 +743,7 @@ pub fn run(req: &CanRequest) -> Result<Outcome, String> {
             .collect();
         (!said.is_empty()).then(|| said.join("; "))
     };
-    let first_bus_error = |st: &io::CycleStats| {
+    let first_bus_error = |st: &rtloop_io::CycleStats| {
         st.bus_errors
             .iter()
             .zip(&numbers)
@@ -749,7 +751,7 @@ pub fn run(req: &CanRequest) -> Result<Outcome, String> {
     };
     let mut rx = vec![RxFrame::default(); 256];
     let mut attitude = ImuSample::default();
-    let print_frames = |st: &io::CycleStats, rx: &[RxFrame], out: &mut String| {
+    let print_frames = |st: &rtloop_io::CycleStats, rx: &[RxFrame], out: &mut String| {
         // Frames drained before the writes arrived before this cycle's requests: not its answers.
         for r in rx[..(st.stored as usize).min(rx.len())].iter().filter(|r| !r.drained) {
             *out += &format_rx(numbers[r.bus], &r.frame);
@@ -803,7 +805,7 @@ pub fn run(req: &CanRequest) -> Result<Outcome, String> {
     let end = plan.duration.map(|d| start.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)));
     let (mut cycles, mut window_start, mut window_cycles, mut timeouts) = (0u64, start, 0u64, 0u64);
     let (mut bus_error_cycles, mut bus_error, mut no_attitude) = (0u64, None, 0u64);
-    let mut last = io::CycleStats::default();
+    let mut last = rtloop_io::CycleStats::default();
     let mut last_attitude: Option<ImuSample> = None;
     let mut previous_end = start;
     while !rtloop::signals::stop_requested() && end.is_none_or(|e| clock.now_ns() < e) {

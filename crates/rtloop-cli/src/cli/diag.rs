@@ -20,10 +20,10 @@
 //! never waited on) or larger than [`MAX_RESTORE_BYTES`]; or exit 0 when anything was refused.
 
 use crate::cli::servo::Outcome;
-use io::diagnostic::{ConsoleAnswer, DiagError, DiagnosticClient, DiagnosticOptions, MAX_COMMAND};
-use io::{BusUri, MonotonicClock, Transport};
 use rtloop::frame::hex;
 use rtloop::numbers::{millis_from_user, MAX_TIMEOUT_MS};
+use rtloop_io::diagnostic::{ConsoleAnswer, DiagError, DiagnosticClient, DiagnosticOptions, MAX_COMMAND};
+use rtloop_io::{BusUri, MonotonicClock, Transport};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
@@ -75,8 +75,8 @@ pub fn run(req: &DiagRequest) -> Result<Outcome, String> {
         answer_timeout_ns: timeout_ns.saturating_mul(4).max(2_000_000_000),
         ..Default::default()
     };
-    let open = io::open::OpenOptions { fdcanusb_crc: req.crc, ..Default::default() };
-    let transport = io::open::open_bus(&req.uri, &[req.id], open).map_err(|e| e.to_string())?;
+    let open = rtloop_io::open::OpenOptions { fdcanusb_crc: req.crc, ..Default::default() };
+    let transport = rtloop_io::open::open_bus(&req.uri, &[req.id], open).map_err(|e| e.to_string())?;
     let mut client = DiagnosticClient::new(transport, MonotonicClock::default(), req.id, options)
         .map_err(|e| format!("--id: {e}"))?;
     // Whatever an earlier client left unread is not an answer to us.

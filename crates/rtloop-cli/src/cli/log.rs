@@ -14,13 +14,13 @@
 //! `| head`, ends a dump early without an error); leave `export --json` without its JSON
 //! line, even when the export fails.
 
-use output::{FileIdentity, OutputError, OutputFile};
+use rtloop_output::{FileIdentity, OutputError, OutputFile};
+use rtloop_tlog::reader::{FileReader, ItemFilter};
+use rtloop_tlog::survey::{Problem, ProblemKind, Problems};
 use serde_json::{json, Value as Json};
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::Path;
-use tlog::reader::{FileReader, ItemFilter};
-use tlog::survey::{Problem, ProblemKind, Problems};
 
 /// What a `log` subcommand has to say: its normal output (stdout), warnings about damage
 /// it met (stderr, one line each), and — when it failed after all but still had something
@@ -46,7 +46,7 @@ fn open(path: &Path) -> Result<FileReader, String> {
 /// Open the log (a regular file only, never waiting on a FIFO) and remember which file it
 /// is, so no output can be written onto it.
 fn open_input(path: &Path) -> Result<(FileReader, FileIdentity), String> {
-    let file = tlog::reader::open_file(path).map_err(|e| cannot_read(path, e))?;
+    let file = rtloop_tlog::reader::open_file(path).map_err(|e| cannot_read(path, e))?;
     let identity = FileIdentity::of_file(&file).map_err(|e| cannot_read(path, e))?;
     let reader = FileReader::from_file(file).map_err(|e| cannot_read(path, e))?;
     Ok((reader, identity))
@@ -89,7 +89,7 @@ fn iso(us: i64) -> String {
 /// µs as seconds for JSON: the nearest f64 to the exact quotient, which prints back as the
 /// exact decimal (1700000001502000 µs → 1700000001.502), unlike `us as f64 * 1e-6`.
 fn seconds(us: i64) -> f64 {
-    tlog::value::micros_to_seconds(us)
+    rtloop_tlog::value::micros_to_seconds(us)
 }
 
 mod parquet;
@@ -112,7 +112,7 @@ pub fn info(path: &Path, as_json: bool) -> Result<String, String> {
             .iter()
             .map(|r| {
                 json!({"id": r.id, "name": r.name, "items": items_of(r.id),
-                       "schema": r.schema.as_ref().map(|s| tlog::export::record_json_schema(&r.name, s)),
+                       "schema": r.schema.as_ref().map(|s| rtloop_tlog::export::record_json_schema(&r.name, s)),
                        "schema_error": r.schema_error})
             })
             .collect();
@@ -166,8 +166,8 @@ pub fn info(path: &Path, as_json: bool) -> Result<String, String> {
     }
     for r in &records {
         let fields = match &r.schema {
-            Some(tlog::schema::Schema::Object(f)) => {
-                tlog::value::unique_names(f.iter().map(|f| f.name.as_str())).join(", ")
+            Some(rtloop_tlog::schema::Schema::Object(f)) => {
+                rtloop_tlog::value::unique_names(f.iter().map(|f| f.name.as_str())).join(", ")
             }
             Some(_) => "(not an object)".into(),
             None => format!("(schema unreadable: {})", r.schema_error.clone().unwrap_or_default()),
@@ -217,7 +217,7 @@ pub fn dump(
             return Err(format!(
                 "no record named '{name}' in {}: {}",
                 path.display(),
-                tlog::export::describe_records(&names)
+                rtloop_tlog::export::describe_records(&names)
             ));
         }
     }
@@ -265,7 +265,7 @@ pub fn dump(
             }
             Err(e) => {
                 problems.note_read_error(&e);
-                json!({"error": e.to_string(), "offset": tlog::reader::error_offset(&e)})
+                json!({"error": e.to_string(), "offset": rtloop_tlog::reader::error_offset(&e)})
             }
         };
         if let Err(e) = writeln!(out, "{line}") {
@@ -324,7 +324,7 @@ fn default_record(reader: &FileReader) -> Result<String, String> {
     }
     let all: Vec<String> = records.iter().map(|r| r.name.clone()).collect();
     if all.is_empty() {
-        return Err(format!("nothing to export: {}", tlog::export::describe_records(&all)));
+        return Err(format!("nothing to export: {}", rtloop_tlog::export::describe_records(&all)));
     }
     let with_data: Vec<String> = records
         .iter()
@@ -494,7 +494,7 @@ fn export_to(
         return export_parquet(path, reader, identity, out, record, force);
     }
     let flag = if format == "csv" { "--csv" } else { "--mcap" };
-    let cannot_export = |e: tlog::format::TlogError| format!("cannot export {}: {e}", path.display());
+    let cannot_export = |e: rtloop_tlog::format::TlogError| format!("cannot export {}: {e}", path.display());
     if format == "csv" {
         let record = match record {
             Some(r) => r.to_string(),
@@ -502,7 +502,8 @@ fn export_to(
         };
         let mut output = create_output(out, identity, force, flag)?;
         let bar = progress_bar("csv");
-        let stats = tlog::export::to_csv(&reader, &record, output.file(), bar.as_ref()).map_err(cannot_export)?;
+        let stats =
+            rtloop_tlog::export::to_csv(&reader, &record, output.file(), bar.as_ref()).map_err(cannot_export)?;
         if let Some(b) = bar {
             b.finish_and_clear();
         }
@@ -523,7 +524,7 @@ fn export_to(
     } else {
         let mut output = create_output(out, identity, force, flag)?;
         let bar = progress_bar("mcap");
-        let stats = tlog::export::to_mcap(&reader, output.file(), bar.as_ref()).map_err(cannot_export)?;
+        let stats = rtloop_tlog::export::to_mcap(&reader, output.file(), bar.as_ref()).map_err(cannot_export)?;
         if let Some(b) = bar {
             b.finish_and_clear();
         }
@@ -558,10 +559,10 @@ pub fn plot(path: &Path, fields: &str, out: &Path, force: bool, one_axis: bool) 
     }
     let (reader, identity) = open_input(path)?;
     let mut output = create_output(out, identity, force, "--out")?;
-    let options = tlog::plot::PlotOptions { one_axis, ..tlog::plot::PlotOptions::default() };
+    let options = rtloop_tlog::plot::PlotOptions { one_axis, ..rtloop_tlog::plot::PlotOptions::default() };
     // Nothing to draw at all is an error from the plotter (no file is put in place); a
     // field with nothing beside others that drew is a warning (its panel is empty).
-    let stats = tlog::plot::plot(&reader, &list, &options, BufWriter::new(output.file()))
+    let stats = rtloop_tlog::plot::plot(&reader, &list, &options, BufWriter::new(output.file()))
         .map_err(|e| format!("cannot plot {}: {e}", path.display()))?;
     output.commit().map_err(|e| e.to_string())?;
     let mut warnings: Vec<String> = stats.problems.iter().map(ToString::to_string).collect();

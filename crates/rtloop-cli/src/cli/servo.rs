@@ -14,14 +14,14 @@
 //! Must never: report a state that did not come back, or exit 0 when a reply was missing.
 //! A missing reply is an error that says which servo, which bus and what to check.
 
-use io::{BusUri, Clock, MonotonicClock, RobotConfig, ServoCommand, ServoReply, TransportCounters};
-use proto::host::{PositionResolution, QueryFormat, ServoState};
-use proto::register::Mode;
 use rtloop::devices::{device_refusal, explain_bus_error};
 use rtloop::numbers::{
     check_position_registers, millis_from_user, seconds_from_user, Watchdog, MAX_DURATION_S, MAX_TIMEOUT_MS,
 };
 use rtloop::robot_spec::{BusSpec, RobotSpec};
+use rtloop_io::{BusUri, Clock, MonotonicClock, RobotConfig, ServoCommand, ServoReply, TransportCounters};
+use rtloop_proto::host::{PositionResolution, QueryFormat, ServoState};
+use rtloop_proto::register::Mode;
 use serde_json::{json, Value};
 
 /// The exit status of a device command that ran but did not get everything it expected.
@@ -168,12 +168,12 @@ pub fn run(req: &ServoRequest) -> Result<Outcome, String> {
     config.cycle.rx_baseline_wait_ns = timeout_ns;
     config.cycle.busy_poll = req.busy_poll;
     let clock = MonotonicClock::default();
-    let open = io::open::OpenOptions { fdcanusb_crc: req.crc, ..Default::default() };
+    let open = rtloop_io::open::OpenOptions { fdcanusb_crc: req.crc, ..Default::default() };
     let mut robot = spec.build(clock, config, open).map_err(|e| e.to_string())?;
     let commands = [req.command];
     let mut replies = [ServoReply::default()];
     let mut imu = Default::default();
-    let counters = |robot: &io::Robot<MonotonicClock>| robot.cycler().bus_counters(0).unwrap_or_default();
+    let counters = |robot: &rtloop_io::Robot<MonotonicClock>| robot.cycler().bus_counters(0).unwrap_or_default();
     let no_reply = |before: &TransportCounters, now: &TransportCounters| match device_refusal(&req.uri, before, now) {
         Some(refusal) => format!("no reply from servo {}: {refusal}", req.id),
         None => format!(
@@ -296,7 +296,7 @@ pub fn run(req: &ServoRequest) -> Result<Outcome, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use io::TransportError;
+    use rtloop_io::TransportError;
 
     #[test]
     fn text_output_uses_a_fixed_precision_per_unit() {
@@ -319,13 +319,13 @@ mod tests {
 
     #[test]
     fn bus_errors_say_what_to_do() {
-        let udp = io::uri::parse("udp:127.0.0.1:1").unwrap();
+        let udp = rtloop_io::uri::parse("udp:127.0.0.1:1").unwrap();
         let e = explain_bus_error(&udp, TransportError::Disconnected);
         assert!(e.starts_with("nothing is listening at udp:127.0.0.1:1"), "{e}");
         assert!(e.contains("rtloop sim --udp 127.0.0.1:1"), "{e}");
-        let v6 = io::uri::parse("udp:[::1]:9000").unwrap();
+        let v6 = rtloop_io::uri::parse("udp:[::1]:9000").unwrap();
         assert!(explain_bus_error(&v6, TransportError::Disconnected).contains("--udp [::1]:9000"));
-        let pty = io::uri::parse("fdcanusb:/tmp/x").unwrap();
+        let pty = rtloop_io::uri::parse("fdcanusb:/tmp/x").unwrap();
         assert!(explain_bus_error(&pty, TransportError::Disconnected).contains("unplugged"));
     }
 
@@ -334,10 +334,10 @@ mod tests {
         let before = TransportCounters::default();
         let now = TransportCounters {
             device_errors: 1,
-            last_device_error: io::DeviceMessage::new(b"unknown command"),
+            last_device_error: rtloop_io::DeviceMessage::new(b"unknown command"),
             ..TransportCounters::default()
         };
-        let uri = io::uri::parse("fdcanusb:/tmp/x").unwrap();
+        let uri = rtloop_io::uri::parse("fdcanusb:/tmp/x").unwrap();
         assert_eq!(device_refusal(&uri, &before, &before), None);
         let said = device_refusal(&uri, &before, &now).unwrap();
         assert!(said.contains("`ERR unknown command`"), "{said}");

@@ -25,7 +25,7 @@ fn c_agent(dir: &Scratch) -> Option<PathBuf> {
         Ok(o) if o.status.success() => Some(out),
         Ok(o) => panic!("examples/agent.c does not compile: {}", String::from_utf8_lossy(&o.stderr)),
         Err(_) => {
-            testkit::skip("needs a C compiler (cc) to build examples/agent.c");
+            rtloop_testkit::skip("needs a C compiler (cc) to build examples/agent.c");
             None
         }
     }
@@ -68,8 +68,8 @@ fn event_time(j: &Value, kind: &str) -> f64 {
 
 /// Every `cycle` record of a log: (time s, index, command modes).
 fn command_modes(log: &Path) -> Vec<(f64, u64, Vec<u64>)> {
-    let reader = tlog::reader::FileReader::open(log).unwrap();
-    let filter = tlog::reader::ItemFilter { record: Some("cycle".into()), ..Default::default() };
+    let reader = rtloop_tlog::reader::FileReader::open(log).unwrap();
+    let filter = rtloop_tlog::reader::ItemFilter { record: Some("cycle".into()), ..Default::default() };
     let mut out = Vec::new();
     for item in reader.items(filter) {
         let item = item.unwrap();
@@ -273,10 +273,10 @@ fn finish(mut child: Child, limit: Duration) -> std::process::Output {
     child.wait_with_output().unwrap()
 }
 
-fn attach(name: &str) -> agent::Agent {
+fn attach(name: &str) -> rtloop_agent::Agent {
     let start = std::time::Instant::now();
     loop {
-        match agent::Agent::attach(name) {
+        match rtloop_agent::Agent::attach(name) {
             Ok(a) => return a,
             Err(e) if e.is_retryable() && start.elapsed() < Duration::from_secs(30) => {
                 std::thread::sleep(Duration::from_millis(2))
@@ -287,14 +287,14 @@ fn attach(name: &str) -> agent::Agent {
 }
 
 /// Write the command answering `cycle`: hold every servo at 0 rev.
-fn answer(a: &mut agent::Agent, cycle: u64) {
+fn answer(a: &mut rtloop_agent::Agent, cycle: u64) {
     let count = a.header().servo_count as usize;
     let c = a.command_mut();
     c.for_cycle = cycle;
     for s in c.servos[..count].iter_mut() {
-        *s = agent::RawServoCommand::QUERY;
-        s.kind = agent::layout::kind::POSITION;
-        s.present = agent::layout::field::POSITION | agent::layout::field::VELOCITY;
+        *s = rtloop_agent::RawServoCommand::QUERY;
+        s.kind = rtloop_agent::layout::kind::POSITION;
+        s.present = rtloop_agent::layout::field::POSITION | rtloop_agent::layout::field::VELOCITY;
         s.position = 0.0;
         s.velocity = 0.0;
     }
@@ -321,7 +321,7 @@ fn lockstep_agent(
         let mut token_before_silence = None;
         while a.spine_gone().is_none() {
             let Ok(s) = a.read_state().copied() else { continue };
-            if s.cycle == last || s.status == agent::layout::status::ENDED {
+            if s.cycle == last || s.status == rtloop_agent::layout::status::ENDED {
                 std::thread::sleep(Duration::from_micros(50));
                 continue;
             }
@@ -359,8 +359,8 @@ fn a_lockstep_agent_silent_while_following_gets_the_safe_command_and_a_fresh_tok
     assert_eq!(event_kinds(&j), ["agent_armed", "agent_timeout", "agent_rearmed", "shutdown"], "{j}");
     // The state after the silent cycle 200: cycle 201, SAFE, one timeout, a new token; the
     // agent re-arms with it (rearms counts every arming, the first included).
-    assert_eq!(seen[0], (201, agent::layout::status::SAFE, 1, 1, true), "{seen:?}");
-    assert_eq!(seen[1], (202, agent::layout::status::FOLLOWING, 1, 2, true), "{seen:?}");
+    assert_eq!(seen[0], (201, rtloop_agent::layout::status::SAFE, 1, 1, true), "{seen:?}");
+    assert_eq!(seen[1], (202, rtloop_agent::layout::status::FOLLOWING, 1, 2, true), "{seen:?}");
     let a = &j["agent"];
     assert_eq!((a["timeouts"].as_u64(), a["rearms"].as_u64(), a["torn"].as_u64()), (Some(1), Some(2), Some(0)), "{j}");
     // 500 cycles: cycle 0 measures (queries only), cycle 200 timed out.
@@ -419,7 +419,7 @@ fn a_lockstep_agent_may_wait_for_a_measured_state_before_its_first_command() {
     let j = summary_of(&o);
     assert_eq!(event_kinds(&j), ["agent_armed", "shutdown"], "{j}");
     // The first state waited on is cycle 1, answering cycle 0's query.
-    assert_eq!(*first.lock().unwrap(), Some((1, 0, 1, agent::layout::status::WAITING)));
+    assert_eq!(*first.lock().unwrap(), Some((1, 0, 1, rtloop_agent::layout::status::WAITING)));
     let a = &j["agent"];
     assert_eq!((a["commands_applied"].as_u64(), a["cycles_without_command"].as_u64()), (Some(499), Some(1)), "{j}");
 }
@@ -449,7 +449,7 @@ fn foreign_agent(name: String, version: Option<u32>) -> std::thread::JoinHandle<
         use std::os::unix::fs::FileExt;
         let path = rtloop::agent::segment_path(&name);
         support::wait_for("the spine's segment", Duration::from_secs(30), || {
-            std::fs::metadata(&path).is_ok_and(|m| m.len() as usize == agent::layout::TOTAL_SIZE)
+            std::fs::metadata(&path).is_ok_and(|m| m.len() as usize == rtloop_agent::layout::TOTAL_SIZE)
         });
         let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
         if let Some(v) = version {
@@ -460,15 +460,15 @@ fn foreign_agent(name: String, version: Option<u32>) -> std::thread::JoinHandle<
             let mut b = [0u8; 8];
             f.read_exact_at(&mut b, at as u64).map(|_| u64::from_le_bytes(b)).unwrap_or(0)
         };
-        let state = agent::layout::STATE_OFFSET;
-        while word(state + 32) as u32 != agent::layout::status::ENDED && path.exists() {
+        let state = rtloop_agent::layout::STATE_OFFSET;
+        while word(state + 32) as u32 != rtloop_agent::layout::status::ENDED && path.exists() {
             let cycle = word(state + 8);
             if cycle == last {
                 std::thread::sleep(Duration::from_micros(200));
                 continue;
             }
             last = cycle;
-            let mut block = agent::CommandBlock::empty();
+            let mut block = rtloop_agent::CommandBlock::empty();
             seq += 2;
             written += 1;
             block.seq = seq;
@@ -477,11 +477,11 @@ fn foreign_agent(name: String, version: Option<u32>) -> std::thread::JoinHandle<
             block.arm_token = word(state + 56);
             block.servo_count = 12;
             for s in block.servos[..12].iter_mut() {
-                s.kind = agent::layout::kind::POSITION;
-                s.present = agent::layout::field::POSITION;
+                s.kind = rtloop_agent::layout::kind::POSITION;
+                s.present = rtloop_agent::layout::field::POSITION;
                 s.position = 0.1;
             }
-            let _ = f.write_all_at(agent::layout::bytes_of(&block), agent::layout::COMMAND_OFFSET as u64);
+            let _ = f.write_all_at(rtloop_agent::layout::bytes_of(&block), rtloop_agent::layout::COMMAND_OFFSET as u64);
         }
         written
     })
@@ -552,22 +552,22 @@ struct AfterReset {
     modes: Vec<i32>,
     positions: Vec<f64>,
     imu: [f64; 4],
-    body: agent::layout::BodyBlock,
+    body: rtloop_agent::layout::BodyBlock,
 }
 
 /// Write the command answering `cycle`: every servo to `targets[i]` rev, stiff enough to
 /// carry the quadruped.
-fn answer_pose(a: &mut agent::Agent, cycle: u64, targets: &[f64]) {
+fn answer_pose(a: &mut rtloop_agent::Agent, cycle: u64, targets: &[f64]) {
     let count = a.header().servo_count as usize;
     let c = a.command_mut();
     c.for_cycle = cycle;
     for (i, s) in c.servos[..count].iter_mut().enumerate() {
-        *s = agent::RawServoCommand::QUERY;
-        s.kind = agent::layout::kind::POSITION;
-        s.present = agent::layout::field::POSITION
-            | agent::layout::field::VELOCITY
-            | agent::layout::field::MAXIMUM_TORQUE
-            | agent::layout::field::WATCHDOG_TIMEOUT;
+        *s = rtloop_agent::RawServoCommand::QUERY;
+        s.kind = rtloop_agent::layout::kind::POSITION;
+        s.present = rtloop_agent::layout::field::POSITION
+            | rtloop_agent::layout::field::VELOCITY
+            | rtloop_agent::layout::field::MAXIMUM_TORQUE
+            | rtloop_agent::layout::field::WATCHDOG_TIMEOUT;
         s.position = targets[i];
         s.velocity = 0.0;
         s.maximum_torque = 8.0;
@@ -586,7 +586,7 @@ fn resetting_agent(
     seeds: Vec<u64>,
     every: u64,
     pose: fn(u64, f64, usize) -> f64,
-) -> std::thread::JoinHandle<(Vec<AfterReset>, agent::StateBlock)> {
+) -> std::thread::JoinHandle<(Vec<AfterReset>, rtloop_agent::StateBlock)> {
     std::thread::spawn(move || {
         let mut a = attach(&name);
         let mut last = u64::MAX;
@@ -595,10 +595,10 @@ fn resetting_agent(
         let mut seeds = seeds.into_iter();
         let mut k = 0u64;
         let mut start = Vec::new();
-        let mut final_state = agent::StateBlock::empty();
+        let mut final_state = rtloop_agent::StateBlock::empty();
         while a.spine_gone().is_none() {
             let Ok(s) = a.read_state().copied() else { continue };
-            if s.status == agent::layout::status::ENDED {
+            if s.status == rtloop_agent::layout::status::ENDED {
                 break;
             }
             if s.cycle == last || s.servos[0].request_cycle < 0 {
@@ -623,7 +623,7 @@ fn resetting_agent(
                 }
             }
             a.rearm_if_needed();
-            if pending.is_none() && k >= every && s.status == agent::layout::status::FOLLOWING {
+            if pending.is_none() && k >= every && s.status == rtloop_agent::layout::status::FOLLOWING {
                 if let Some(seed) = seeds.next() {
                     pending = Some(a.request_reset(seed));
                 }
@@ -651,7 +651,7 @@ fn stand_ramp(k: u64, start: f64, i: usize) -> f64 {
 #[test]
 fn a_lockstep_agent_resets_the_physical_robot_to_the_same_pose_for_the_same_seed() {
     if !cfg!(feature = "physics") {
-        testkit::skip(
+        rtloop_testkit::skip(
             "rtloop-cli built without the physics feature (tools/test builds it with --features \"$(tools/features)\")",
         );
         return;
@@ -670,7 +670,7 @@ fn a_lockstep_agent_resets_the_physical_robot_to_the_same_pose_for_the_same_seed
     assert_eq!(j["agent"]["resets_refused"], 0, "{j}");
     assert_eq!(seen.len(), 3, "{seen:?}");
     for (i, r) in seen.iter().enumerate() {
-        assert_eq!(r.result, agent::layout::reset::DONE, "{r:?}");
+        assert_eq!(r.result, rtloop_agent::layout::reset::DONE, "{r:?}");
         assert_eq!(r.resets, i as u64 + 1);
         // Every servo stopped: the agent's next commands start afresh.
         assert!(r.modes.iter().all(|&m| m == 0), "modes after a reset: {:?}", r.modes);
@@ -700,8 +700,8 @@ fn a_lockstep_agent_resets_the_physical_robot_to_the_same_pose_for_the_same_seed
 #[test]
 fn a_reset_without_physics_or_outside_lockstep_is_refused_with_its_reason_and_counted() {
     for (extra, reason, sentence) in [
-        (&["--lockstep"][..], agent::layout::reset::NO_PHYSICS, "run with --physics"),
-        (&[][..], agent::layout::reset::NOT_LOCKSTEP, "run with --lockstep"),
+        (&["--lockstep"][..], rtloop_agent::layout::reset::NO_PHYSICS, "run with --physics"),
+        (&[][..], rtloop_agent::layout::reset::NOT_LOCKSTEP, "run with --lockstep"),
     ] {
         let name = name(&format!("refused{reason}"));
         let agent = resetting_agent(name.clone(), vec![5], 20, |_, _, _| 0.0);
@@ -732,7 +732,7 @@ fn refused_torques_are_reported_with_the_field_the_limit_the_servos_and_the_coun
     // naming servo 1 only.
     let name = name("torque");
     let agent = support::hold_agent(name.clone(), |_, s, _| {
-        s.present |= agent::layout::field::MAXIMUM_TORQUE;
+        s.present |= rtloop_agent::layout::field::MAXIMUM_TORQUE;
         s.maximum_torque = 10.0;
     });
     let o = spine(&["--agent", &name, "--duration", "0.3"]).wait_with_output().unwrap();
@@ -777,7 +777,7 @@ fn status_of(name: &str) -> u32 {
     use std::os::unix::fs::FileExt;
     let Ok(f) = std::fs::File::open(rtloop::agent::segment_path(name)) else { return 0 };
     let mut b = [0u8; 4];
-    match f.read_exact_at(&mut b, agent::layout::STATE_OFFSET as u64 + 32) {
+    match f.read_exact_at(&mut b, rtloop_agent::layout::STATE_OFFSET as u64 + 32) {
         Ok(()) => u32::from_le_bytes(b),
         Err(_) => 0,
     }
@@ -796,11 +796,11 @@ fn a_segment_truncated_or_regrown_under_a_running_spine_ends_the_run_safe_with_o
         let agent = support::hold_agent(name.clone(), |_, _, _| {});
         let run = spine(&["--agent", &name, "--duration", "30"]);
         support::wait_for("the agent to arm the spine", Duration::from_secs(30), || {
-            status_of(&name) == agent::layout::status::FOLLOWING
+            status_of(&name) == rtloop_agent::layout::status::FOLLOWING
         });
         let f = std::fs::File::create(&path).unwrap();
         if regrow {
-            f.set_len(agent::layout::TOTAL_SIZE as u64).unwrap();
+            f.set_len(rtloop_agent::layout::TOTAL_SIZE as u64).unwrap();
         }
         let o = finish(run, Duration::from_secs(60));
         agent.join().unwrap();
@@ -850,16 +850,20 @@ fn an_empty_leftover_segment_does_not_block_the_next_run() {
 
 #[test]
 fn a_segment_planted_by_another_user_is_refused_naming_its_owner() {
-    if agent::euid() != 0 {
-        testkit::skip("needs root, to give a segment to user nobody");
+    if rtloop_agent::euid() != 0 {
+        rtloop_testkit::skip("needs root, to give a segment to user nobody");
         return;
     }
     // Another user made /dev/shm/rtloop-NAME first, naming a live pid: the spine said
     // "another spine (pid N) owns …", not that the file is not even its user's.
     let name = name("planted");
     let path = rtloop::agent::segment_path(&name);
-    let (planted, _) =
-        agent::Spine::create(&agent::SpineConfig::new(&name, &[agent::ServoInfo { id: 1, bus: 1 }], 100.0)).unwrap();
+    let (planted, _) = rtloop_agent::Spine::create(&rtloop_agent::SpineConfig::new(
+        &name,
+        &[rtloop_agent::ServoInfo { id: 1, bus: 1 }],
+        100.0,
+    ))
+    .unwrap();
     std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
     let o = spine(&["--agent", &name, "--duration", "0.1"]).wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
@@ -870,8 +874,8 @@ fn a_segment_planted_by_another_user_is_refused_naming_its_owner() {
         format!(
             "rtloop: {} belongs to {}, not to this spine's user; pick another --agent name, or have {} remove it",
             path.display(),
-            agent::describe_owner(65534),
-            agent::describe_owner(65534)
+            rtloop_agent::describe_owner(65534),
+            rtloop_agent::describe_owner(65534)
         )
     );
     drop(planted);

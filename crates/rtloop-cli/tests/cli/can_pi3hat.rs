@@ -309,7 +309,7 @@ fn realtime_runs_with_what_the_system_grants() {
 fn hardware_carriers_that_are_absent_say_so() {
     for (uri, device) in [("pi3hat:spidev", "/dev/spidev0.0"), ("pi3hat:mem", "/dev/mem")] {
         if Path::new(device).exists() {
-            testkit::skip(&format!("{device} exists here: {uri} may reach real hardware"));
+            rtloop_testkit::skip(&format!("{device} exists here: {uri} may reach real hardware"));
             continue;
         }
         assert_one_clear_message(&["can", "--transport", uri, "--write-can", "1,8001,1300,r"], uri);

@@ -69,7 +69,7 @@ fn node_client() -> Option<&'static Path> {
 /// passed its checks, the run's foxglove counts).
 fn client_against_a_run(offer: &str) -> Option<(Json, bool, Json)> {
     let Some(dir) = node_client() else {
-        testkit::skip("node and npm are needed for the official Foxglove TypeScript client");
+        rtloop_testkit::skip("node and npm are needed for the official Foxglove TypeScript client");
         return None;
     };
     let port = free_tcp_port();

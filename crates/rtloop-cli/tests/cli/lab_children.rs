@@ -189,12 +189,12 @@ fn is_root() -> bool {
 #[test]
 fn compare_takes_cyclictest_with_it_on_sigterm_and_sigkill() {
     if !on_path("cyclictest") {
-        testkit::skip("needs cyclictest (apt-get install rt-tests)");
+        rtloop_testkit::skip("needs cyclictest (apt-get install rt-tests)");
         return;
     }
     if !is_root() {
         // Without root, cyclictest -p 90 fails at once and there is nothing to outlive rtloop.
-        testkit::skip("needs root: cyclictest -p 90 (what lab compare runs) refuses to start otherwise");
+        rtloop_testkit::skip("needs root: cyclictest -p 90 (what lab compare runs) refuses to start otherwise");
         return;
     }
     for sig in [libc::SIGTERM, libc::SIGKILL] {
@@ -207,12 +207,12 @@ fn compare_takes_cyclictest_with_it_on_sigterm_and_sigkill() {
 #[test]
 fn compare_takes_the_sockperf_server_with_it_on_sigterm_and_sigkill() {
     if !on_path("sockperf") {
-        testkit::skip("needs sockperf (apt-get install sockperf)");
+        rtloop_testkit::skip("needs sockperf (apt-get install sockperf)");
         return;
     }
     if !on_path("cyclictest") || !is_root() {
         // The sockperf half still runs; it only starts sooner.
-        testkit::skip("cyclictest's half of lab compare did not run: needs rt-tests and root");
+        rtloop_testkit::skip("cyclictest's half of lab compare did not run: needs rt-tests and root");
     }
     for sig in [libc::SIGTERM, libc::SIGKILL] {
         let lab = start(&["lab", "compare", "--samples", "1000", "--sizes", "64"]);
@@ -289,11 +289,11 @@ fn the_echo_server_ends_when_idle_or_when_the_lab_is_gone() {
 
 fn netns_ready() -> bool {
     if !is_root() {
-        testkit::skip("needs root to create network namespaces (sudo)");
+        rtloop_testkit::skip("needs root to create network namespaces (sudo)");
         return false;
     }
     if Command::new("ip").arg("-V").output().is_err() {
-        testkit::skip("needs the ip command (apt-get install iproute2)");
+        rtloop_testkit::skip("needs the ip command (apt-get install iproute2)");
         return false;
     }
     true

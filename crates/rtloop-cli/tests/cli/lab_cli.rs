@@ -119,11 +119,11 @@ fn refusals_are_one_line_with_exit_code_2() {
 fn netns_ready() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
-        testkit::skip("needs root to create network namespaces (sudo)");
+        rtloop_testkit::skip("needs root to create network namespaces (sudo)");
         return false;
     }
     if Command::new("ip").arg("-V").output().is_err() {
-        testkit::skip("needs the ip command (apt-get install iproute2)");
+        rtloop_testkit::skip("needs the ip command (apt-get install iproute2)");
         return false;
     }
     true
@@ -205,7 +205,7 @@ fn bench_scripts_find_the_binary_in_any_target_dir() {
     std::fs::create_dir(&bin).unwrap();
     write_executable(&bin.join("cargo"), FAKE_CARGO);
     if !on_path("cyclictest") {
-        testkit::skip("the cyclictest side of wakeup_vs_cyclictest.sh ran against a stand-in: needs rt-tests (apt-get install rt-tests)");
+        rtloop_testkit::skip("the cyclictest side of wakeup_vs_cyclictest.sh ran against a stand-in: needs rt-tests (apt-get install rt-tests)");
         write_executable(&bin.join("cyclictest"), FAKE_CYCLICTEST);
     }
     let path = std::env::join_paths(

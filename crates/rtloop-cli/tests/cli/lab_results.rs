@@ -140,7 +140,7 @@ fn nothing_but_a_regular_file_is_ever_replaced() {
 
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
-        testkit::skip("the device-node case needs root to mknod (sudo)");
+        rtloop_testkit::skip("the device-node case needs root to mknod (sudo)");
     } else {
         // A device node like /dev/null, made here so nothing of the system is at stake.
         let dev = dir.path("null.png");

@@ -11,6 +11,7 @@
 
 use crate::support;
 
+use rtloop_tlog::writer::{FileWriter, WriterOptions};
 use serde::Serialize;
 use serde_json::Value;
 use std::ffi::CString;
@@ -20,7 +21,6 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use support::*;
-use tlog::writer::{FileWriter, WriterOptions};
 
 const T0_US: i64 = 1_700_000_000_000_000;
 
@@ -117,7 +117,7 @@ fn export_and_plot_never_replace_a_device_fifo_or_socket_even_with_force() {
     let node = dir.path("null-like");
     let have_node = mknod_char(&node, 3);
     if !have_node {
-        testkit::skip("needs root (CAP_MKNOD) to make a device node; FIFOs and sockets are still checked");
+        rtloop_testkit::skip("needs root (CAP_MKNOD) to make a device node; FIFOs and sockets are still checked");
     }
     let mut cases: Vec<(&str, String, &str)> = vec![
         ("--csv", s(&fifo).into(), "is a FIFO"),
@@ -230,7 +230,9 @@ fn a_dump_that_cannot_write_fails_and_says_so() {
         }
         assert!(std::fs::symlink_metadata(&node).unwrap().file_type().is_char_device());
     } else {
-        testkit::skip("needs root (CAP_MKNOD) to make a /dev/full-like node; the read-only sink is still checked");
+        rtloop_testkit::skip(
+            "needs root (CAP_MKNOD) to make a /dev/full-like node; the read-only sink is still checked",
+        );
     }
 
     // A reader that went away (`| head`): the dump just ends, successfully and quietly.
@@ -320,7 +322,9 @@ fn a_fifo_device_or_directory_is_not_read_as_a_log_and_never_blocks() {
     let zero = dir.path("zero-like");
     let have_node = mknod_char(&zero, 5);
     if !have_node {
-        testkit::skip("needs root (CAP_MKNOD) to make a /dev/zero-like node; FIFOs and directories are still checked");
+        rtloop_testkit::skip(
+            "needs root (CAP_MKNOD) to make a /dev/zero-like node; FIFOs and directories are still checked",
+        );
     }
     let out = dir.path("out.csv");
     let png = dir.path("out.png");
@@ -352,8 +356,8 @@ fn a_fifo_device_or_directory_is_not_read_as_a_log_and_never_blocks() {
 
 /// Items of `record` that read back from the log at `path`.
 fn items_in(path: &Path, record: &str) -> u64 {
-    let reader = tlog::reader::FileReader::open(path).unwrap();
-    let filter = tlog::reader::ItemFilter { record: Some(record.into()), ..Default::default() };
+    let reader = rtloop_tlog::reader::FileReader::open(path).unwrap();
+    let filter = rtloop_tlog::reader::ItemFilter { record: Some(record.into()), ..Default::default() };
     reader.items(filter).filter(Result::is_ok).count() as u64
 }
 
@@ -361,7 +365,7 @@ fn items_in(path: &Path, record: &str) -> u64 {
 fn on_a_full_disk_the_run_counts_only_what_reached_the_log() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 || Command::new("unshare").arg("--version").output().is_err() {
-        testkit::skip("needs root and unshare (util-linux) to mount a small tmpfs in a private mount namespace");
+        rtloop_testkit::skip("needs root and unshare (util-linux) to mount a small tmpfs in a private mount namespace");
         return;
     }
     let dir = Scratch::new("full-disk");

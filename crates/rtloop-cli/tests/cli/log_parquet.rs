@@ -11,11 +11,11 @@ use crate::support;
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, RecordBatch};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use rtloop_tlog::writer::{FileWriter, WriterOptions};
 use serde::Serialize;
 use serde_json::Value;
 use std::path::Path;
 use support::*;
-use tlog::writer::{FileWriter, WriterOptions};
 
 const T0_US: i64 = 1_700_000_000_000_000;
 
@@ -23,7 +23,7 @@ const T0_US: i64 = 1_700_000_000_000_000;
 struct Cycle {
     index: u64,
     cycle_us: f64,
-    #[serde(serialize_with = "tlog::schema::typed_vec")]
+    #[serde(serialize_with = "rtloop_tlog::schema::typed_vec")]
     servo: Vec<Servo>,
 }
 

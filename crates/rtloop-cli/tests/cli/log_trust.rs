@@ -5,11 +5,11 @@
 
 use crate::support;
 
+use rtloop_tlog::writer::{FileWriter, WriterOptions};
 use serde::Serialize;
 use serde_json::Value;
 use std::path::Path;
 use support::*;
-use tlog::writer::{FileWriter, WriterOptions};
 
 /// 2023-11-14T22:13:20Z in µs since the UNIX epoch.
 const T0_US: i64 = 1_700_000_000_000_000;
@@ -292,7 +292,7 @@ fn export_reports_skipped_blocks_on_stderr_and_in_json() {
     good_log(&log);
     let mut bytes = std::fs::read(&log).unwrap();
     // The last payload byte of the 11th data block (found by a clean reader) gets flipped.
-    let reader = tlog::reader::FileReader::from_bytes(bytes.clone()).unwrap();
+    let reader = rtloop_tlog::reader::FileReader::from_bytes(bytes.clone()).unwrap();
     let items: Vec<_> = reader.items(Default::default()).map(Result::unwrap).collect();
     let victim = items[10].offset;
     let end = items[11].offset as usize;
@@ -376,8 +376,8 @@ impl Drop for KillOnDrop {
 
 fn cycle_items(path: &Path) -> usize {
     let Ok(bytes) = std::fs::read(path) else { return 0 };
-    let Ok(reader) = tlog::reader::FileReader::from_bytes(bytes) else { return 0 };
-    let filter = tlog::reader::ItemFilter { record: Some("cycle".into()), ..Default::default() };
+    let Ok(reader) = rtloop_tlog::reader::FileReader::from_bytes(bytes) else { return 0 };
+    let filter = rtloop_tlog::reader::ItemFilter { record: Some("cycle".into()), ..Default::default() };
     reader.items(filter).filter(Result::is_ok).count()
 }
 
@@ -405,7 +405,7 @@ fn a_running_log_reaches_the_file_long_before_the_write_buffer_fills() {
     child.0.kill().unwrap(); // SIGKILL
     child.0.wait().unwrap();
     let len = std::fs::metadata(&log).unwrap().len();
-    // tlog::writer::FILE_BUFFER_BYTES: the file grew although the buffer never filled.
+    // rtloop_tlog::writer::FILE_BUFFER_BYTES: the file grew although the buffer never filled.
     assert!(len < 64 * 1024, "{len} bytes");
     assert!(cycle_items(&log) >= seen, "what was in the file before the kill is still there");
     let text = stdout(&rtloop(&["log", "info", s(&log)]));

@@ -134,7 +134,7 @@ fn the_moteus_cpp_library_recipe_works_on_the_simulator_pty() {
     // at hand (read in any case: the guide must still have it).
     let example = readme_example();
     let Some(lib) = std::env::var_os("RTLOOP_MOTEUS_CPP").map(PathBuf::from) else {
-        testkit::skip(
+        rtloop_testkit::skip(
             "the moteus C++ library is in no package registry (PyPI's moteus is Python, the moteus crate is Rust, \
              Debian has none); set RTLOOP_MOTEUS_CPP=<moteus checkout>/lib/cpp to compile and run the example of docs/moteus-tools.md",
         );
@@ -147,7 +147,7 @@ fn the_moteus_cpp_library_recipe_works_on_the_simulator_pty() {
     );
     let Some(cxx) = ["c++", "g++", "clang++"].into_iter().find(|c| Command::new(c).arg("--version").output().is_ok())
     else {
-        testkit::skip(
+        rtloop_testkit::skip(
             "needs a C++ compiler (apt-get install g++) to build the moteus C++ example of docs/moteus-tools.md",
         );
         return;

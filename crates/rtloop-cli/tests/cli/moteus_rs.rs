@@ -131,7 +131,7 @@ fn the_moteus_crate_reads_a_config_value_over_the_pty() {
     let serial = match apt_packages(&["libudev-dev", "pkg-config"]) {
         Ok(()) => true,
         Err(why) => {
-            testkit::skip(&format!(
+            rtloop_testkit::skip(&format!(
                 "moteus::Fdcanusb::open not tried (the crate's serialport feature needs libudev: {why}); \
                  the crate ran over a descriptor opened by the program instead"
             ));

@@ -84,7 +84,7 @@ fn tail(text: &str, lines: usize) -> String {
 fn report_skips(pytest_output: &str) {
     for line in pytest_output.lines() {
         if let Some(rest) = line.strip_prefix("SKIPPED ") {
-            testkit::skip(&format!("pytest {rest}"));
+            rtloop_testkit::skip(&format!("pytest {rest}"));
         }
     }
 }

@@ -8,7 +8,7 @@
 //! * A `text` block is the expected output of the command just before it, line by line.
 //! * A command whose `"` quotes are still open continues on the next lines.
 //! * Commands that need a tool this machine lacks (cyclictest and sockperf for
-//!   `rtloop lab compare`, nightly for fuzzing) are skipped with `testkit::skip`, saying so.
+//!   `rtloop lab compare`, nightly for fuzzing) are skipped with `rtloop_testkit::skip`, saying so.
 
 use crate::support;
 
@@ -165,7 +165,7 @@ fn every_command_of_the_readme_tour_works_as_written() {
     let mut background = Background(Vec::new());
     for step in &steps {
         if let Some(why) = missing_tool(&step.command) {
-            testkit::skip(&format!("tour `{}`: {why}", step.command));
+            rtloop_testkit::skip(&format!("tour `{}`: {why}", step.command));
             continue;
         }
         if step.background {

@@ -265,7 +265,7 @@ fn cpu_dma_latency_now() -> Option<i32> {
 fn a_real_time_run_holds_cpu_dma_latency_at_zero_as_cyclictest_does() {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 || cpu_dma_latency_now().is_none() {
-        testkit::skip("needs root and /dev/cpu_dma_latency to hold the CPUs' idle latency at 0 (run as root)");
+        rtloop_testkit::skip("needs root and /dev/cpu_dma_latency to hold the CPUs' idle latency at 0 (run as root)");
         return;
     }
     let mut child = Command::new(rtloop_bin())
@@ -305,7 +305,7 @@ fn fifo_allowed() -> bool {
 fn the_default_policy_is_fifo_with_memory_locked_where_the_process_may_and_other_in_lockstep() {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 || !fifo_allowed() {
-        testkit::skip("needs root allowed SCHED_FIFO (run as root, outside a container that forbids it)");
+        rtloop_testkit::skip("needs root allowed SCHED_FIFO (run as root, outside a container that forbids it)");
         return;
     }
     let o = rtloop(&["run", "--duration", "0.3", "--json", "--quiet"]);
@@ -337,7 +337,7 @@ fn an_unprivileged_default_run_falls_back_to_other_with_one_warning_and_policy_o
     // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     if !root || Command::new("setpriv").arg("--version").output().is_err() {
-        testkit::skip("needs root and setpriv to run rtloop as an unprivileged user");
+        rtloop_testkit::skip("needs root and setpriv to run rtloop as an unprivileged user");
         return;
     }
     let unprivileged = |args: &[&str]| {

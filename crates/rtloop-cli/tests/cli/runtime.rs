@@ -170,7 +170,7 @@ fn an_unprivileged_user_asking_for_fifo_gets_a_warning_and_the_loop_runs() {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     if !root || Command::new("setpriv").arg("--version").output().is_err() {
-        testkit::skip("needs root and setpriv to run rtloop as an unprivileged user");
+        rtloop_testkit::skip("needs root and setpriv to run rtloop as an unprivileged user");
         return;
     }
     let o = Command::new("setpriv")

@@ -104,7 +104,7 @@ fn tview_reads_the_config_and_plots_servo_stats_from_the_simulator() {
             cmd.env("DISPLAY", &x.display).env("QT_QPA_PLATFORM", "xcb");
         }
         Err(why) => {
-            testkit::skip(&format!("tview ran with QT_QPA_PLATFORM=offscreen, not in an X window: {why}"));
+            rtloop_testkit::skip(&format!("tview ran with QT_QPA_PLATFORM=offscreen, not in an X window: {why}"));
             cmd.env_remove("DISPLAY").env("QT_QPA_PLATFORM", "offscreen");
         }
     }

@@ -3,17 +3,18 @@
 //! range, or the commands `rtloop run` sends with it make a (simulated moteus) servo latch
 //! mode 11 once they stop — within the value given (or the 0.1 s default when absent).
 
-use io::{Clock, ServoCommand, ServoReply, VirtualClock};
 use rtloop::config::{RunConfig, MAX_WATCHDOG_TIMEOUT_S};
 use rtloop::robot_spec::{BusSpec, RobotSpec};
+use rtloop_io::{Clock, ServoCommand, ServoReply, VirtualClock};
 
 /// Command one simulated servo with the run's position command for `config`, then only
 /// query it (reads do not feed the watchdog) until it latches mode 11. Returns the seconds
 /// that took, or `None` if it never did within `give_up_s`.
 fn seconds_to_timeout(config: &RunConfig, give_up_s: f64) -> Option<f64> {
     let clock = VirtualClock::new(1_000_000_000);
-    let spec = RobotSpec { buses: vec![BusSpec { bus: 1, uri: io::BusUri::Sim, servos: vec![1] }] };
-    let mut robot = spec.build(clock.clone(), io::RobotConfig::default(), io::open::OpenOptions::default()).unwrap();
+    let spec = RobotSpec { buses: vec![BusSpec { bus: 1, uri: rtloop_io::BusUri::Sim, servos: vec![1] }] };
+    let mut robot =
+        spec.build(clock.clone(), rtloop_io::RobotConfig::default(), rtloop_io::open::OpenOptions::default()).unwrap();
     let mut motion = rtloop::motion::Motion::from_config(config);
     motion.set_start([0.0].into_iter());
     let mut commands = [ServoCommand::Query];

@@ -3,7 +3,7 @@
 //! and the operator's few remote commands handed back.
 //!
 //! **How data leaves the loop.** The cycle thread hands each cycle to the telemetry thread
-//! through the same wait-free ring as the log ([`tlog::realtime`]): a full ring drops the
+//! through the same wait-free ring as the log ([`rtloop_tlog::realtime`]): a full ring drops the
 //! message and counts it, never waits. On the telemetry thread a [`Fanout`] turns every
 //! cycle a publisher wants (its decimation, `every` N cycles, by the cycle's index) into a
 //! [`LiveCycle`] and hands it to each [`LiveSink`]; events go to every sink, undecimated.
@@ -499,7 +499,7 @@ pub struct ImuMsg {
 
 impl ImuMsg {
     /// From the cycle's IMU sample.
-    pub fn from_sample(s: &sim::ImuSample) -> Self {
+    pub fn from_sample(s: &rtloop_sim::ImuSample) -> Self {
         let [w, x, y, z] = s.quaternion;
         let v = |a: [f64; 3]| Vec3 { x: a[0], y: a[1], z: a[2] };
         ImuMsg { orientation: Quat { x, y, z, w }, rate_dps: v(s.rate_dps), accel_mps2: v(s.accel_mps2) }

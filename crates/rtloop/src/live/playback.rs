@@ -28,6 +28,8 @@ use super::foxglove::{
 };
 use super::{live_cycle, EventMsg, LiveRobot, LiveSink, LiveStats};
 use crate::telemetry::{CycleLog, ServoLog};
+use rtloop_tlog::reader::{FileReader, ItemFilter};
+use rtloop_tlog::survey::{Problem, ProblemKind, Problems};
 use serde_json::Value as Json;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -35,8 +37,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tlog::reader::{FileReader, ItemFilter};
-use tlog::survey::{Problem, ProblemKind, Problems};
 
 /// The slowest and fastest playback speeds.
 pub const SPEED_RANGE: (f64, f64) = (0.01, 1000.0);
@@ -88,7 +88,7 @@ pub enum PlaybackError {
         /// The log.
         path: std::path::PathBuf,
         /// Why.
-        source: tlog::format::TlogError,
+        source: rtloop_tlog::format::TlogError,
     },
     /// The log has no timestamped item.
     #[error("{} has no timestamped items to play: give a log `rtloop run --log` wrote", .path.display())]
@@ -117,7 +117,7 @@ pub enum PlaybackError {
     Live(#[from] super::LiveError),
     /// The process may not open as many files as serving needs (`ulimit -n`).
     #[error(transparent)]
-    OpenFiles(#[from] rt::setup::OpenFilesError),
+    OpenFiles(#[from] rtloop_rt::setup::OpenFilesError),
 }
 
 /// Check `--speed`.
@@ -176,7 +176,7 @@ pub fn cycle_from_record(v: &Json) -> Option<CycleLog> {
         timed_out: v["timed_out"].as_bool().unwrap_or(false),
         servos_len: 0,
         servos: [ServoLog::default(); crate::controller::MAX_SERVOS],
-        imu: sim::ImuSample::default(),
+        imu: rtloop_sim::ImuSample::default(),
     };
     arr(&v["imu"]["quaternion"], &mut c.imu.quaternion);
     arr(&v["imu"]["rate_dps"], &mut c.imu.rate_dps);
@@ -250,9 +250,9 @@ fn state(c: &Control, did_seek: bool) -> PlaybackState {
 pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, PlaybackError> {
     let speed = check_speed(opts.speed)?;
     // The log, the standard streams, and the server's sockets.
-    rt::setup::ensure_open_files("rtloop log serve", 16 + super::foxglove::OPEN_FILES)?;
+    rtloop_rt::setup::ensure_open_files("rtloop log serve", 16 + super::foxglove::OPEN_FILES)?;
     let cannot_read = |source| PlaybackError::Read { path: path.to_path_buf(), source };
-    let file = tlog::reader::open_file(path).map_err(cannot_read)?;
+    let file = rtloop_tlog::reader::open_file(path).map_err(cannot_read)?;
     let reader = FileReader::from_file(file).map_err(cannot_read)?;
     let (first_us, last_us) =
         reader.survey().data_span_us.ok_or_else(|| PlaybackError::Untimed { path: path.to_path_buf() })?;
@@ -337,12 +337,14 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Play
     sink.start(&robot);
     let mut other: HashMap<u64, Arc<super::foxglove::server::Channel>> = HashMap::new();
     for r in &records {
-        if Some(r.id) == cycle_id || Some(r.id) == event_id || r.name == tlog::realtime::STATS_RECORD {
+        if Some(r.id) == cycle_id || Some(r.id) == event_id || r.name == rtloop_tlog::realtime::STATS_RECORD {
             continue;
         }
         if let Some(schema) = &r.schema {
-            let ch =
-                sink.advertise_json(&format!("/log/{}", r.name), &tlog::export::record_json_schema(&r.name, schema))?;
+            let ch = sink.advertise_json(
+                &format!("/log/{}", r.name),
+                &rtloop_tlog::export::record_json_schema(&r.name, schema),
+            )?;
             other.insert(r.id, ch);
         }
     }

@@ -396,7 +396,7 @@ pub fn publisher(config: &LiveConfig, robot: &str, remote: Arc<RemoteControl>) -
                 }
                 if let Some(reason) = refusal.as_deref() {
                     let event = EventOut {
-                        stamp_us: tlog::realtime::now_us(),
+                        stamp_us: rtloop_tlog::realtime::now_us(),
                         bus: 0,
                         servo: 0,
                         kind: "remote_refused",

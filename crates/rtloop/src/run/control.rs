@@ -15,23 +15,23 @@ pub(super) struct StateMsg {
     pub(super) cycle: u64,
     pub(super) servos_len: usize,
     pub(super) servos: [ServoStatus; MAX_SERVOS],
-    pub(super) imu: sim::ImuSample,
+    pub(super) imu: rtloop_sim::ImuSample,
     pub(super) last_cycle: CycleFigures,
     pub(super) safe_mode: bool,
     pub(super) events_len: usize,
-    pub(super) events: [io::safety::Event; EVENTS_PER_MESSAGE],
-    pub(super) body: Option<sim::BodyState>,
+    pub(super) events: [rtloop_io::safety::Event; EVENTS_PER_MESSAGE],
+    pub(super) body: Option<rtloop_sim::BodyState>,
 }
 
 impl StateMsg {
     pub(super) fn new() -> Self {
-        let none = io::safety::Event { at_ns: 0, servo: None, kind: EventKind::Shutdown };
+        let none = rtloop_io::safety::Event { at_ns: 0, servo: None, kind: EventKind::Shutdown };
         StateMsg {
             time_s: 0.0,
             cycle: 0,
             servos_len: 0,
             servos: [ServoStatus::default(); MAX_SERVOS],
-            imu: sim::ImuSample::default(),
+            imu: rtloop_sim::ImuSample::default(),
             last_cycle: CycleFigures::default(),
             safe_mode: false,
             events_len: 0,

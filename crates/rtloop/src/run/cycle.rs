@@ -5,7 +5,7 @@
 use super::*;
 
 pub(super) struct LoopResult<K: Clock> {
-    pub(super) periodic: rt::periodic::LoopStats,
+    pub(super) periodic: rtloop_rt::periodic::LoopStats,
     pub(super) missing: u64,
     pub(super) accounting: ReplyAccounting,
     pub(super) timeouts: u64,
@@ -58,7 +58,7 @@ pub(super) fn enforce_watchdog(commands: &mut [ServoCommand], watchdog_s: f64) {
     }
 }
 
-/// Robot exchange numbers ([`io::CycleReport::cycle`]) of the last periods, to tell a
+/// Robot exchange numbers ([`rtloop_io::CycleReport::cycle`]) of the last periods, to tell a
 /// controller which period's request a state answers. Fixed size: no allocation.
 pub(super) struct PeriodOfExchange {
     pub(super) slots: [(u64, u64); Self::SLOTS],
@@ -227,7 +227,7 @@ struct CycleLoop<'a, C: Controller, K: Clock> {
     statuses: Vec<ServoStatus>,
     periods: Box<PeriodOfExchange>,
     answered: Vec<bool>,
-    imu: sim::ImuSample,
+    imu: rtloop_sim::ImuSample,
     figures: CycleFigures,
     counts: Counts,
     accounting: ReplyAccounting,
@@ -290,7 +290,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             statuses: vec![ServoStatus::default(); n],
             periods: Box::new(PeriodOfExchange::new()),
             answered: vec![false; n],
-            imu: sim::ImuSample::default(),
+            imu: rtloop_sim::ImuSample::default(),
             figures: CycleFigures::default(),
             counts,
             accounting: ReplyAccounting::default(),
@@ -377,12 +377,12 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
     /// The pushes on the body (`faults.push`), timed from the first period.
     fn schedule_pushes(&mut self, config: &RunConfig, start: u64) {
         for p in config.pushes().unwrap_or_default() {
-            let push = sim::Push {
+            let push = rtloop_sim::Push {
                 force_n: p.force_n,
                 from_ns: start.saturating_add(secs_to_ns(p.at_s)),
                 duration_ns: secs_to_ns(p.duration_s),
             };
-            // At most sim::world::MAX_PUSHES: RunConfig::validate checks it.
+            // At most rtloop_sim::world::MAX_PUSHES: RunConfig::validate checks it.
             self.robot.cycler_mut().with_world(|world, _| world.push(push));
         }
     }
@@ -394,7 +394,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         if self.physics_failed {
             return true;
         }
-        let Some(fault) = self.robot.cycler().world().and_then(sim::World::fault) else { return false };
+        let Some(fault) = self.robot.cycler().world().and_then(rtloop_sim::World::fault) else { return false };
         // The event's value: the plant's time when it failed, in ms.
         let at_ms = (fault.time_s() * 1e3).max(0.0) as u64;
         let now = self.clock.now_ns();
@@ -412,7 +412,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
     fn reset_world(&mut self, seed: u64) {
         let done = self.robot.cycler_mut().with_world(|world, visit| {
             let done = world.reset(seed, visit);
-            visit(&mut |_, servo| servo.console_command(sim::servo::ConsoleCommand::Stop));
+            visit(&mut |_, servo| servo.console_command(rtloop_sim::servo::ConsoleCommand::Stop));
             done
         });
         match done {
@@ -565,7 +565,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
     /// After the bus cycle: the supervisor's check of the replies, and what the controller
     /// sees next period. Returns the cycle's duration, ns.
     #[inline]
-    fn read_replies(&mut self, tick: &Tick, report: &io::CycleReport) -> u64 {
+    fn read_replies(&mut self, tick: &Tick, report: &rtloop_io::CycleReport) -> u64 {
         let now = self.clock.now_ns();
         self.periods.note(report.cycle, tick.index);
         self.supervisor.check(now, &self.servos, &self.replies);
@@ -585,7 +585,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
     /// The cycle, the controller's telemetry and the new events to the log (a wait-free
     /// ring; `crate::telemetry`). Telemetry nobody reads is dropped here, every cycle.
     #[inline]
-    fn hand_off(&mut self, tick: &Tick, dt: u64, report: &io::CycleReport) {
+    fn hand_off(&mut self, tick: &Tick, dt: u64, report: &rtloop_io::CycleReport) {
         if let Some(log) = self.logger.as_mut() {
             if log.wants_cycle(tick.index) {
                 let (servos, buses) = (&self.servos, &self.bus_numbers);
@@ -603,7 +603,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
 
     /// The summary's counts, and the figures `progress` publishes.
     #[inline]
-    fn count(&mut self, report: &io::CycleReport, dt: u64) {
+    fn count(&mut self, report: &rtloop_io::CycleReport, dt: u64) {
         let c = &mut self.counts;
         c.missing += report.missing as u64;
         self.accounting.add(report);
@@ -695,7 +695,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
     /// What the summary is made of.
     fn into_result(
         self,
-        periodic: rt::periodic::LoopStats,
+        periodic: rtloop_rt::periodic::LoopStats,
         ending: Ending,
         (loop_started, loop_wall_s): (Instant, f64),
         shutdown_cycles: u64,
@@ -783,7 +783,7 @@ pub(super) fn log_events<T>(
 /// the summary reaches the log and the live publishers. Reads each bus's event log without
 /// emptying it (the summary drains it at the end, with the final counts of coalesced frame
 /// losses); `logged[b]` counts bus b's entries handed over. No allocation: the bus's log is
-/// a fixed ring of at most `sim::EVENT_CAPACITY` entries.
+/// a fixed ring of at most `rtloop_sim::EVENT_CAPACITY` entries.
 pub(super) fn log_injected<T, K: Clock>(
     log: &mut LogHandOff<T>,
     robot: &mut Robot<K>,
@@ -807,20 +807,20 @@ pub(super) fn log_injected<T, K: Clock>(
 }
 
 /// The name of an injected event, in the summary and the log.
-pub(super) fn injected_name(kind: &sim::InjectedKind) -> &'static str {
+pub(super) fn injected_name(kind: &rtloop_sim::InjectedKind) -> &'static str {
     match kind {
-        sim::InjectedKind::OverheatStarted => "injected_overheat",
-        sim::InjectedKind::FaultLatched { .. } => "servo_fault_latched",
-        sim::InjectedKind::FrameDropped { .. } => "injected_frame_drops",
-        sim::InjectedKind::FrameCorrupted { .. } => "injected_frame_corruption",
+        rtloop_sim::InjectedKind::OverheatStarted => "injected_overheat",
+        rtloop_sim::InjectedKind::FaultLatched { .. } => "servo_fault_latched",
+        rtloop_sim::InjectedKind::FrameDropped { .. } => "injected_frame_drops",
+        rtloop_sim::InjectedKind::FrameCorrupted { .. } => "injected_frame_corruption",
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::enforce_watchdog;
-    use io::ServoCommand;
-    use proto::host::PositionCommand;
+    use rtloop_io::ServoCommand;
+    use rtloop_proto::host::PositionCommand;
 
     #[test]
     fn no_controller_command_leaves_without_a_valid_watchdog() {

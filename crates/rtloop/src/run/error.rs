@@ -15,10 +15,10 @@ pub enum RunError {
         /// The key, e.g. `realtime.policy`.
         key: &'static str,
         /// The word and the words it takes.
-        source: rt::UnknownName,
+        source: rtloop_rt::UnknownName,
     },
     /// A simulated fault rate that is not a probability.
-    FaultRate(sim::NotAProbability),
+    FaultRate(rtloop_sim::NotAProbability),
     /// The configuration file cannot be read.
     ReadConfig {
         /// The file.
@@ -44,7 +44,7 @@ pub enum RunError {
     /// system refused a real-time request): the sentence after `--strict: `.
     Strict(String),
     /// The real-time settings are invalid.
-    Realtime(rt::setup::RtError),
+    Realtime(rtloop_rt::setup::RtError),
     /// A bus cannot be opened, or the robot's buses and servos are wrong.
     Bus(crate::robot_spec::RobotSpecError),
     /// A live publisher cannot start (a taken port, an unreachable router).
@@ -78,7 +78,7 @@ pub enum RunError {
     /// The physics could not start: the model, its map, or the coupling.
     Physics(crate::physics::AttachError),
     /// The process may not open as many files as the run needs (`ulimit -n`).
-    OpenFiles(rt::setup::OpenFilesError),
+    OpenFiles(rtloop_rt::setup::OpenFilesError),
 }
 
 impl std::fmt::Display for RunError {

@@ -10,7 +10,7 @@
 //! or one error listing them all with `strict`; the default policy `auto` asks for SCHED_FIFO
 //! at [`AUTO_PRIORITY`](crate::config::AUTO_PRIORITY), locked memory and the held idle latency where the process may, and
 //! says in one warning what it did not get), then sleeps to absolute deadlines in
-//! [`rt::periodic::PeriodicLoop`]. Each iteration: the control law's commands (computed
+//! [`rtloop_rt::periodic::PeriodicLoop`]. Each iteration: the control law's commands (computed
 //! here, or by a control thread through wait-free ring buffers), the safety supervisor's
 //! override, one multi-bus cycle, the supervisor's check.
 //!
@@ -30,10 +30,10 @@ use crate::controller::MAX_SERVOS;
 use crate::controller::{Controller, CycleFigures, Flow, Output, Reported, ServoStatus, State, MAX_EVENTS_PER_CYCLE};
 use crate::stats::Percentiles;
 use crate::telemetry::{CycleLog, LogHandOff, LogMsg, LogSink};
-use io::safety::{EventKind, SafetyConfig, Supervisor};
-use io::{Clock, MonotonicClock, Robot, ServoCommand, ServoReply, ServoSpec};
-use rt::periodic::{OverrunPolicy, PeriodicLoop, PeriodicOptions, Tick, TimeSource};
-use rt::setup::{Policy, RtSettings};
+use rtloop_io::safety::{EventKind, SafetyConfig, Supervisor};
+use rtloop_io::{Clock, MonotonicClock, Robot, ServoCommand, ServoReply, ServoSpec};
+use rtloop_rt::periodic::{OverrunPolicy, PeriodicLoop, PeriodicOptions, Tick, TimeSource};
+use rtloop_rt::setup::{Policy, RtSettings};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -87,7 +87,7 @@ const CONTROL_START_TIMEOUT: Duration = Duration::from_secs(1);
 pub const EXIT_DEGRADED: u8 = 1;
 
 /// Simulated time for a lockstep run: the loop's sleeps move the robot's virtual clock.
-struct VirtualTime(io::VirtualClock);
+struct VirtualTime(rtloop_io::VirtualClock);
 
 impl TimeSource for VirtualTime {
     fn now_ns(&mut self) -> u64 {
@@ -114,13 +114,13 @@ pub fn execute<C: Controller + 'static>(
             return Err(RunError::LockstepOnRealBuses);
         }
         // Starts at 0: the log's stamps are simulated time, the same in every run.
-        let clock = io::VirtualClock::new(0);
+        let clock = rtloop_io::VirtualClock::new(0);
         execute_on(opts, hooks, controller, clock.clone(), VirtualTime(clock))
     } else {
         // A simulated robot has no hardware whose answer a spin could catch sooner: its waits
         // sleep, so the default SCHED_FIFO cycle thread never holds a core while it waits.
         let clock =
             if opts.config.robot().all_simulated() { MonotonicClock { spin_ns: 0 } } else { MonotonicClock::default() };
-        execute_on(opts, hooks, controller, clock, rt::periodic::Monotonic)
+        execute_on(opts, hooks, controller, clock, rtloop_rt::periodic::Monotonic)
     }
 }

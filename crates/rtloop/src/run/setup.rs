@@ -26,8 +26,11 @@ pub(super) fn rt_settings(config: &RunConfig) -> Result<RtSettings, RunError> {
     if policy == Policy::Deadline {
         // Reserve 90 % of each period for the cycle thread.
         let period = config.period_ns();
-        settings.deadline =
-            Some(rt::setup::DeadlineParams { runtime_ns: period / 10 * 9, deadline_ns: period, period_ns: period });
+        settings.deadline = Some(rtloop_rt::setup::DeadlineParams {
+            runtime_ns: period / 10 * 9,
+            deadline_ns: period,
+            period_ns: period,
+        });
     }
     Ok(settings)
 }
@@ -40,7 +43,7 @@ pub(super) fn model_warning(config: &RunConfig) -> Option<String> {
     if !config.sim.wire_time && robot.all_simulated() {
         return None;
     }
-    let predicted_ns = sim::model::predict(&model_of_run(config)).total_ns;
+    let predicted_ns = rtloop_sim::model::predict(&model_of_run(config)).total_ns;
     let period_ns = config.period_ns();
     if predicted_ns <= period_ns {
         return None;
@@ -85,16 +88,20 @@ fn open_robot<K: Clock + Clone + Send + 'static>(
     let mut robot_config = crate::cycle_model::robot_config_for(robot_spec);
     // Never let one cycle run into the next period, nor keep Ctrl-C waiting.
     robot_config.cycle.timeout_ns = (config.period_ns() / 10 * 9).clamp(50_000, MAX_CYCLE_TIMEOUT_NS);
-    let sim_bus = sim::BusConfig {
+    let sim_bus = rtloop_sim::BusConfig {
         drop_rate: config.faults.drop_rate,
         corrupt_rate: config.faults.corrupt_rate,
         // Validated: at most 10 s, so the product cannot overflow.
         reply_delay_ns: config.faults.reply_delay_us.saturating_mul(1000),
         fault_seed: seed,
-        ..if config.sim.wire_time { sim::BusConfig::default() } else { sim::BusConfig::without_wire_time() }
+        ..if config.sim.wire_time {
+            rtloop_sim::BusConfig::default()
+        } else {
+            rtloop_sim::BusConfig::without_wire_time()
+        }
     };
     sim_bus.validate().map_err(RunError::FaultRate)?;
-    let open = io::open::OpenOptions { sim_bus, ..Default::default() };
+    let open = rtloop_io::open::OpenOptions { sim_bus, ..Default::default() };
     let mut robot = robot_spec.build(clock, robot_config, open).map_err(RunError::Bus)?;
     if config.sim.start_position_rev != 0.0 {
         let p = config.sim.start_position_rev;
@@ -111,7 +118,7 @@ fn open_robot<K: Clock + Clone + Send + 'static>(
 
 /// The telemetry thread (the log file, the live publishers) and the hand-off the cycle thread
 /// feeds it through; neither when there is no log and nothing live.
-type Telemetry<T> = (Option<LogHandOff<T>>, Option<tlog::realtime::LogThread>);
+type Telemetry<T> = (Option<LogHandOff<T>>, Option<rtloop_tlog::realtime::LogThread>);
 
 /// Start the telemetry thread: it writes `log` (with `C`'s own record) and offers every
 /// message to `fanout` when `live_every` is set. A lockstep run's log waits for the writer.
@@ -123,7 +130,7 @@ fn start_telemetry<C: Controller>(
 ) -> Result<Telemetry<C::Telemetry>, RunError> {
     Ok(match (log, live_every) {
         (Some(path), _) => {
-            let mut writer = tlog::writer::FileWriter::create(path)
+            let mut writer = rtloop_tlog::writer::FileWriter::create(path)
                 .map_err(|e| RunError::CreateLog { path: path.clone(), error: e.to_string() })?;
             let mut sink = LogSink::<C::Telemetry>::register(&mut writer, C::TELEMETRY_RECORD)
                 .map_err(|e| RunError::Log { path: path.clone(), error: e.to_string() })?;
@@ -132,7 +139,7 @@ fn start_telemetry<C: Controller>(
                 sink.set_epoch_offset_us(0);
             }
             let live = Arc::clone(fanout);
-            let (logger, thread) = tlog::realtime::spawn(LOG_RING_MESSAGES, writer, move |w, m| {
+            let (logger, thread) = rtloop_tlog::realtime::spawn(LOG_RING_MESSAGES, writer, move |w, m| {
                 if live_every.is_some() {
                     live.lock().unwrap_or_else(|e| e.into_inner()).offer(&m);
                 }
@@ -145,11 +152,11 @@ fn start_telemetry<C: Controller>(
         }
         (None, Some(every)) => {
             // No file: the thread only feeds the publishers; its log goes nowhere.
-            let writer = tlog::writer::FileWriter::new(std::io::sink(), Default::default())
+            let writer = rtloop_tlog::writer::FileWriter::new(std::io::sink(), Default::default())
                 .map_err(|e| RunError::LiveTelemetry(e.to_string()))?;
             let live = Arc::clone(fanout);
             let (logger, thread) =
-                tlog::realtime::spawn(LOG_RING_MESSAGES, writer, move |_, m: LogMsg<C::Telemetry>| {
+                rtloop_tlog::realtime::spawn(LOG_RING_MESSAGES, writer, move |_, m: LogMsg<C::Telemetry>| {
                     live.lock().unwrap_or_else(|e| e.into_inner()).offer(&m);
                     Ok(())
                 })
@@ -162,7 +169,7 @@ fn start_telemetry<C: Controller>(
 
 /// Close the telemetry thread and say what the log and the live publishers got.
 fn finish_telemetry(
-    log_thread: Option<tlog::realtime::LogThread>,
+    log_thread: Option<rtloop_tlog::realtime::LogThread>,
     log: Option<&std::path::PathBuf>,
     fanout: &std::sync::Mutex<crate::live::Fanout>,
     live_every: Option<u32>,
@@ -201,13 +208,13 @@ fn finish_telemetry(
 
 /// The error of real-time settings the cycle thread could not apply: with `strict`, every
 /// refusal in one sentence; otherwise the settings were invalid.
-fn realtime_error(e: rt::setup::RtError) -> RunError {
+fn realtime_error(e: rtloop_rt::setup::RtError) -> RunError {
     match e {
-        rt::setup::RtError::Refused(ws) => RunError::Strict(format!(
+        rtloop_rt::setup::RtError::Refused(ws) => RunError::Strict(format!(
             "the system refused {} real-time request{}: {}",
             ws.len(),
             if ws.len() == 1 { "" } else { "s" },
-            rt::setup::RtError::Refused(ws).refusals()
+            rtloop_rt::setup::RtError::Refused(ws).refusals()
         )),
         invalid => RunError::Realtime(invalid),
     }
@@ -215,16 +222,18 @@ fn realtime_error(e: rt::setup::RtError) -> RunError {
 
 /// `--policy auto`: what it could not get (the scheduler and memory lock refusals, and
 /// `refused_before` the cycle thread started) becomes one warning, the first.
-fn merge_auto_refusals(applied: &mut rt::setup::Applied, mut refused_before: Vec<String>, priority: i32) {
+fn merge_auto_refusals(applied: &mut rtloop_rt::setup::Applied, mut refused_before: Vec<String>, priority: i32) {
     let (mine, rest): (Vec<_>, Vec<_>) = applied
         .warnings
         .drain(..)
-        .partition(|w| matches!(w.what, rt::setup::Setting::Scheduler | rt::setup::Setting::MemoryLock));
+        .partition(|w| matches!(w.what, rtloop_rt::setup::Setting::Scheduler | rtloop_rt::setup::Setting::MemoryLock));
     applied.warnings = rest;
     let mut refused: Vec<String> = mine.iter().map(|w| refusal_clause(&w.message)).collect();
     refused.append(&mut refused_before);
     if let Some(w) = auto_warning(applied, &refused, priority) {
-        applied.warnings.insert(0, rt::setup::Warning { what: rt::setup::Setting::Scheduler, message: w });
+        applied
+            .warnings
+            .insert(0, rtloop_rt::setup::Warning { what: rtloop_rt::setup::Setting::Scheduler, message: w });
     }
 }
 
@@ -260,7 +269,7 @@ where
     let files = RUN_OPEN_FILES
         + config.live.open_files()
         + crate::live::LiveConfig::SINK_OPEN_FILES * hooks.publishers.len() as u64;
-    rt::setup::ensure_open_files("this run", files).map_err(RunError::OpenFiles)?;
+    rtloop_rt::setup::ensure_open_files("this run", files).map_err(RunError::OpenFiles)?;
     let strict = config.realtime.strict;
     let mut warnings = Vec::new();
     if let Some(w) = model_warning(&config) {
@@ -288,7 +297,7 @@ where
     let mut auto_refused: Vec<String> = Vec::new();
     // Hold the CPUs out of deep idle states while the loop runs, as cyclictest does.
     let cpu_dma_latency = if config.holds_cpu_dma_latency() {
-        match rt::setup::CpuDmaLatency::hold_zero() {
+        match rtloop_rt::setup::CpuDmaLatency::hold_zero() {
             Ok(held) => Some(held),
             Err(e) if strict => return Err(RunError::Strict(e.to_string())),
             Err(e) if auto => {
@@ -308,7 +317,7 @@ where
 
     let progress = Arc::new(Progress::default());
     let thread_progress = Arc::clone(&progress);
-    let (warn_tx, warn_rx) = std::sync::mpsc::channel::<Result<rt::setup::Applied, rt::setup::RtError>>();
+    let (warn_tx, warn_rx) = std::sync::mpsc::channel::<Result<rtloop_rt::setup::Applied, rtloop_rt::setup::RtError>>();
     let control = config.realtime.control_thread;
     let period_s = config.period_ns() as f64 * 1e-9;
     let thread_config = config.clone();
@@ -335,7 +344,7 @@ where
     let handle = std::thread::Builder::new()
         .name("rtloop-cycle".into())
         .spawn(move || -> Option<LoopResult<K>> {
-            let applied = rt::setup::apply_to_current_thread(&settings);
+            let applied = rtloop_rt::setup::apply_to_current_thread(&settings);
             let ok = applied.is_ok();
             let _ = warn_tx.send(applied);
             if !ok {
@@ -422,7 +431,7 @@ pub(super) fn refusal_clause(message: &str) -> String {
 
 /// The one warning of `--policy auto` when something was refused: what the thread runs
 /// with, what was refused, and how to grant it. `None` when everything was granted.
-pub(super) fn auto_warning(applied: &rt::setup::Applied, refused: &[String], priority: i32) -> Option<String> {
+pub(super) fn auto_warning(applied: &rtloop_rt::setup::Applied, refused: &[String], priority: i32) -> Option<String> {
     if refused.is_empty() {
         return None;
     }
@@ -443,11 +452,11 @@ pub(super) fn auto_warning(applied: &rt::setup::Applied, refused: &[String], pri
 
 /// The cycle-time model of this run: CAN-FD wire time, unless every bus is simulated without
 /// it (`--no-wire-time`), where frames take no time and only the host costs remain.
-pub(super) fn model_of_run(config: &RunConfig) -> sim::model::CycleModel {
+pub(super) fn model_of_run(config: &RunConfig) -> rtloop_sim::model::CycleModel {
     let robot = config.robot();
     let model = crate::cycle_model::model_for(&robot);
     if config.sim.wire_time || !robot.all_simulated() {
         return model;
     }
-    sim::model::CycleModel { nominal_bitrate: u32::MAX, data_bitrate: u32::MAX, turnaround_ns: 0, ..model }
+    rtloop_sim::model::CycleModel { nominal_bitrate: u32::MAX, data_bitrate: u32::MAX, turnaround_ns: 0, ..model }
 }

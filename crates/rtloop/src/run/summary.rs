@@ -134,7 +134,7 @@ pub struct InjectedSummary {
 /// Where the replies that were not fresh went: a late reply is attributed to the request it
 /// answers (never reported fresh), a servo whose answer is still outstanding is commanded
 /// without a query, and a request without an answer within the late-reply window is
-/// presumed lost (see `io::robot`).
+/// presumed lost (see `rtloop_io::robot`).
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
 pub struct ReplyAccounting {
     /// Requests sent with a query.
@@ -154,7 +154,7 @@ pub struct ReplyAccounting {
 }
 
 impl ReplyAccounting {
-    pub(super) fn add(&mut self, r: &io::CycleReport) {
+    pub(super) fn add(&mut self, r: &rtloop_io::CycleReport) {
         self.queried += u64::from(r.queried);
         self.late += u64::from(r.late);
         self.lost += u64::from(r.lost);
@@ -417,12 +417,12 @@ pub(super) fn problems_of<K: Clock>(
                 Some(0) => format!(
                     "an agent wrote commands without stating its protocol version (agent_version 0), this spine \
                      speaks {}; the spine ignored them",
-                    agent::layout::VERSION
+                    rtloop_agent::layout::VERSION
                 ),
                 v => format!(
                     "an agent of protocol version {}, this spine {}, tried to attach; the spine ignored its commands",
                     v.map_or_else(|| "?".to_string(), |v| v.to_string()),
-                    agent::layout::VERSION
+                    rtloop_agent::layout::VERSION
                 ),
             },
             "physics_reset_failed" => format!(
@@ -434,7 +434,7 @@ pub(super) fn problems_of<K: Clock>(
                 "the spine refused the agent's reset at {:.3} s: {}",
                 e.time,
                 match e.value.and_then(|v| u32::try_from(v).ok()) {
-                    Some(agent::layout::reset::NOT_LOCKSTEP) => {
+                    Some(rtloop_agent::layout::reset::NOT_LOCKSTEP) => {
                         "a reset is reproducible only in simulated time; run with --lockstep"
                     }
                     _ => "the run has no physics world to reset; run with --physics",
@@ -469,7 +469,7 @@ pub(super) fn summarize<K: Clock>(
     bus_numbers: &[u8],
     buses: usize,
     mut result: LoopResult<K>,
-    applied: &rt::setup::Applied,
+    applied: &rtloop_rt::setup::Applied,
     seed: u64,
 ) -> RunSummary {
     let mut final_state = BTreeMap::new();
@@ -530,10 +530,12 @@ pub(super) fn summarize<K: Clock>(
             injected.frames_corrupted += st.frames_corrupted_injected;
             while let Some(e) = bus.pop_event() {
                 let detail = match e.kind {
-                    sim::InjectedKind::OverheatStarted => None,
-                    sim::InjectedKind::FaultLatched { code } => Some(format!("fault code {code}")),
-                    sim::InjectedKind::FrameDropped { count, .. } => Some(format!("{count} frames lost on the wire")),
-                    sim::InjectedKind::FrameCorrupted { count, .. } => {
+                    rtloop_sim::InjectedKind::OverheatStarted => None,
+                    rtloop_sim::InjectedKind::FaultLatched { code } => Some(format!("fault code {code}")),
+                    rtloop_sim::InjectedKind::FrameDropped { count, .. } => {
+                        Some(format!("{count} frames lost on the wire"))
+                    }
+                    rtloop_sim::InjectedKind::FrameCorrupted { count, .. } => {
                         Some(format!("{count} frames bit-flipped on the wire"))
                     }
                 };
@@ -550,7 +552,7 @@ pub(super) fn summarize<K: Clock>(
     }
     events.sort_by(|a, b| a.time.total_cmp(&b.time));
     let mut problems = problems_of(&events, &result, servos, bus_numbers, &config.safety.on_fault);
-    if let Some(fault) = result.robot.cycler().world().and_then(sim::World::fault) {
+    if let Some(fault) = result.robot.cycler().world().and_then(rtloop_sim::World::fault) {
         problems.push(fault.to_string());
     }
     let p = &result.periodic;
@@ -574,7 +576,7 @@ pub(super) fn summarize<K: Clock>(
         imu_samples: result.imu_samples,
         cycle_us: p.cycle,
         wakeup_us: p.wakeup,
-        model_cycle_us: sim::model::predict(&model_of_run(config)).total_ns as f64 / 1000.0,
+        model_cycle_us: rtloop_sim::model::predict(&model_of_run(config)).total_ns as f64 / 1000.0,
         ended_by_controller: result.ended_by_controller,
         lockstep: config.sim.lockstep,
         wall_s: result.loop_wall_s,

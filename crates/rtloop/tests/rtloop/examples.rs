@@ -114,9 +114,9 @@ fn custom_telemetry_logs_one_item_per_cycle_and_reads_it_back() {
     assert_eq!(number_before(&out, "stand_targets items"), cycles, "{out}");
     // Read it ourselves: the record is there, one decodable item per cycle; the shutdown
     // cycles are in `cycle` only.
-    let reader = tlog::reader::FileReader::open(&log).unwrap();
+    let reader = rtloop_tlog::reader::FileReader::open(&log).unwrap();
     assert!(reader.record("stand_targets").is_some());
-    let only = |name: &str| tlog::reader::ItemFilter { record: Some(name.into()), ..Default::default() };
+    let only = |name: &str| rtloop_tlog::reader::ItemFilter { record: Some(name.into()), ..Default::default() };
     let items: Vec<_> = reader.items(only("stand_targets")).collect::<Result<_, _>>().unwrap();
     assert_eq!(items.len() as u64, cycles);
     let shutdown = number_before(&out, "shutdown cycles");
@@ -300,9 +300,9 @@ mod with_a_body {
 fn allocations_in_real_time<C: Controller + 'static>(runtime: Runtime, controller: C) -> (u64, RunSummary) {
     let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     ALLOCATIONS.store(u64::MAX, Ordering::SeqCst);
-    let runtime = runtime
-        .rate_hz(1000.0)
-        .on_realtime_section(testkit::start_counting, || ALLOCATIONS.store(testkit::stop_counting(), Ordering::SeqCst));
+    let runtime = runtime.rate_hz(1000.0).on_realtime_section(rtloop_testkit::start_counting, || {
+        ALLOCATIONS.store(rtloop_testkit::stop_counting(), Ordering::SeqCst)
+    });
     let summary = runtime.run(controller).expect("the run starts");
     (ALLOCATIONS.load(Ordering::SeqCst), summary)
 }
@@ -310,7 +310,7 @@ fn allocations_in_real_time<C: Controller + 'static>(runtime: Runtime, controlle
 #[test]
 fn the_harness_sees_an_allocation() {
     let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let (calls, v) = testkit::count_allocations(|| std::hint::black_box(Vec::<u8>::with_capacity(8)));
+    let (calls, v) = rtloop_testkit::count_allocations(|| std::hint::black_box(Vec::<u8>::with_capacity(8)));
     drop(v);
     assert!(calls >= 1);
 }

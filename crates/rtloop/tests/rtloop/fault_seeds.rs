@@ -1,17 +1,18 @@
 //! Fault injection is seeded per bus: the buses of one robot lose different frames, and the
 //! same run seed repeats a run loss for loss. Deterministic: virtual clock, simulated buses.
 
-use io::{ServoCommand, ServoReply, VirtualClock};
 use rtloop::robot_spec::{BusSpec, RobotSpec};
+use rtloop_io::{ServoCommand, ServoReply, VirtualClock};
 
 /// Which cycles lost servo 1's reply, per bus, over 300 query cycles of a robot with servo 1
 /// on each of buses 1 and 2, 30 % of frames dropped, fault seed `seed`.
 fn losses(seed: u64) -> [Vec<bool>; 2] {
     let clock = VirtualClock::new(1_000_000_000);
-    let spec = RobotSpec { buses: (1..=2).map(|bus| BusSpec { bus, uri: io::BusUri::Sim, servos: vec![1] }).collect() };
-    let sim_bus = sim::BusConfig { drop_rate: 0.3, fault_seed: seed, ..sim::BusConfig::default() };
-    let options = io::open::OpenOptions { sim_bus, ..Default::default() };
-    let mut robot = spec.build(clock.clone(), io::RobotConfig::default(), options).unwrap();
+    let spec =
+        RobotSpec { buses: (1..=2).map(|bus| BusSpec { bus, uri: rtloop_io::BusUri::Sim, servos: vec![1] }).collect() };
+    let sim_bus = rtloop_sim::BusConfig { drop_rate: 0.3, fault_seed: seed, ..rtloop_sim::BusConfig::default() };
+    let options = rtloop_io::open::OpenOptions { sim_bus, ..Default::default() };
+    let mut robot = spec.build(clock.clone(), rtloop_io::RobotConfig::default(), options).unwrap();
     let commands = [ServoCommand::Query; 2];
     let mut replies = [ServoReply::default(); 2];
     let mut imu = Default::default();

@@ -5,7 +5,7 @@
 /// The examples and the no-allocation tests count the cycle thread's allocations. Counting is
 /// per thread (on only where a test turned it on), so the other tests are not disturbed.
 #[global_allocator]
-static ALLOCATOR: testkit::CountingAllocator = testkit::CountingAllocator;
+static ALLOCATOR: rtloop_testkit::CountingAllocator = rtloop_testkit::CountingAllocator;
 
 #[path = "../../../rtloop-cli/tests/cli/support/mod.rs"]
 mod support;

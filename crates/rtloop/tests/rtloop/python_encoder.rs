@@ -2,19 +2,19 @@
 //! thousands of random queries (telemetry fields and extras at every resolution, extras far
 //! apart and adjacent), position commands (every field, every resolution, values on and
 //! around scale boundaries, NaN, ±inf, out of range) and stop / brake, each encoded by
-//! `moteus.Controller.make_*` in a venv and by `proto::host`, compared as `HEXID HEXDATA`.
+//! `moteus.Controller.make_*` in a venv and by `rtloop_proto::host`, compared as `HEXID HEXDATA`.
 //!
 //! The official Rust crate groups far-apart query extras differently (see
 //! `crates/proto/tests/proto/differential.rs`); this is the byte-exact reference.
 
 use crate::support;
 
-use proto::frame::ArbitrationId;
-use proto::host::{
+use rtloop_proto::frame::ArbitrationId;
+use rtloop_proto::host::{
     encode_brake, encode_position, encode_query, encode_stop, PositionCommand, PositionResolution, QueryFormat,
 };
-use proto::register::class_of;
-use proto::{FrameWriter, Resolution};
+use rtloop_proto::register::class_of;
+use rtloop_proto::{FrameWriter, Resolution};
 use serde_json::{json, Map, Value as Json};
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -124,7 +124,7 @@ fn random_query(rng: &mut Rng) -> (QueryFormat, Json) {
 /// A value for register `r` at `res`: ordinary values, exact scale steps (the truncation
 /// boundary), tiny and huge ones, and the non-finite values.
 fn random_value(rng: &mut Rng, r: u16, res: Resolution) -> f64 {
-    let integer = proto::register::integer_range(r).is_some();
+    let integer = rtloop_proto::register::integer_range(r).is_some();
     let scale = class_of(r).scale(res);
     let x = match rng.below(10) {
         0 | 1 => rng.uniform(-3.0, 3.0),
@@ -144,7 +144,11 @@ fn random_value(rng: &mut Rng, r: u16, res: Resolution) -> f64 {
     }
 }
 
-fn ours(id: u8, reply: bool, f: impl FnOnce(&mut FrameWriter) -> Result<(), proto::EncodeError>) -> Option<String> {
+fn ours(
+    id: u8,
+    reply: bool,
+    f: impl FnOnce(&mut FrameWriter) -> Result<(), rtloop_proto::EncodeError>,
+) -> Option<String> {
     let mut buf = [0u8; 64];
     let mut w = FrameWriter::new(&mut buf);
     // The Python client writes past 64 bytes without complaint; rtloop refuses: skip those.

@@ -37,8 +37,9 @@ fn run_config(
 ) -> (u64, rtloop::RunSummary) {
     let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     ALLOCATIONS.store(0, Ordering::SeqCst);
-    let mut runtime = Runtime::from_config(config.clone())
-        .on_realtime_section(testkit::start_counting, || ALLOCATIONS.store(testkit::stop_counting(), Ordering::SeqCst));
+    let mut runtime = Runtime::from_config(config.clone()).on_realtime_section(rtloop_testkit::start_counting, || {
+        ALLOCATIONS.store(rtloop_testkit::stop_counting(), Ordering::SeqCst)
+    });
     if let Some(log) = log {
         runtime = runtime.log(log);
     }
@@ -59,7 +60,7 @@ fn run_config(
 #[test]
 fn the_harness_sees_an_allocation() {
     let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let (calls, v) = testkit::count_allocations(|| std::hint::black_box(Vec::<u8>::with_capacity(8)));
+    let (calls, v) = rtloop_testkit::count_allocations(|| std::hint::black_box(Vec::<u8>::with_capacity(8)));
     drop(v);
     assert!(calls >= 1);
 }
@@ -109,7 +110,9 @@ fn live_publishing_and_remote_commands_never_allocate_on_the_cycle_thread() {
     ALLOCATIONS.store(0, Ordering::SeqCst);
     let config = RunConfig { rate_hz: 2000.0, duration_s: 1.5, ..RunConfig::default() };
     let runtime = Runtime::from_config(config.clone())
-        .on_realtime_section(testkit::start_counting, || ALLOCATIONS.store(testkit::stop_counting(), Ordering::SeqCst))
+        .on_realtime_section(rtloop_testkit::start_counting, || {
+            ALLOCATIONS.store(rtloop_testkit::stop_counting(), Ordering::SeqCst)
+        })
         .publish(Allocating(Vec::new()), 1);
     // The operator holds the servos, then re-arms, while the loop runs.
     let remote = runtime.remote_control();
@@ -170,9 +173,9 @@ fn the_agent_spine_never_allocates_while_it_follows_an_agent() {
         }
     });
     ALLOCATIONS.store(0, Ordering::SeqCst);
-    let runtime = rtloop::Runtime::new()
-        .duration_s(1.0)
-        .on_realtime_section(testkit::start_counting, || ALLOCATIONS.store(testkit::stop_counting(), Ordering::SeqCst));
+    let runtime = rtloop::Runtime::new().duration_s(1.0).on_realtime_section(rtloop_testkit::start_counting, || {
+        ALLOCATIONS.store(rtloop_testkit::stop_counting(), Ordering::SeqCst)
+    });
     let summary = runtime.run(spine).unwrap();
     agent.join().unwrap();
     let f = figures.summary();

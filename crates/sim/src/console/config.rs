@@ -61,7 +61,7 @@
 
 use crate::rng::XorShift64;
 use crate::servo::ServoConfig;
-use tlog::schema::{Field, Schema};
+use rtloop_tlog::schema::{Field, Schema};
 
 /// Why a `conf` request was refused. The `Display` text starts with the phrase the
 /// firmware uses (`unknown group`, `error reading`, `error setting`), which moteus_tool
@@ -1044,16 +1044,16 @@ fn bring_into_range(spec: &Spec, raw: f64) -> f64 {
 }
 
 /// Append the mjlib data encoding of one value.
-fn encode_value(ctype: CType, value: f64, out: &mut Vec<u8>) -> Result<(), tlog::format::TlogError> {
+fn encode_value(ctype: CType, value: f64, out: &mut Vec<u8>) -> Result<(), rtloop_tlog::format::TlogError> {
     // Values are in their type's range (checked on every way in), so the casts are exact.
     match ctype {
-        CType::Bool => tlog::ser::to_bytes(&(value != 0.0), out),
-        CType::U8 => tlog::ser::to_bytes(&(value as u8), out),
-        CType::I8 => tlog::ser::to_bytes(&(value as i8), out),
-        CType::U16 => tlog::ser::to_bytes(&(value as u16), out),
-        CType::I32 => tlog::ser::to_bytes(&(value as i32), out),
-        CType::U32 => tlog::ser::to_bytes(&(value as u32), out),
-        CType::F32 => tlog::ser::to_bytes(&(value as f32), out),
+        CType::Bool => rtloop_tlog::ser::to_bytes(&(value != 0.0), out),
+        CType::U8 => rtloop_tlog::ser::to_bytes(&(value as u8), out),
+        CType::I8 => rtloop_tlog::ser::to_bytes(&(value as i8), out),
+        CType::U16 => rtloop_tlog::ser::to_bytes(&(value as u16), out),
+        CType::I32 => rtloop_tlog::ser::to_bytes(&(value as i32), out),
+        CType::U32 => rtloop_tlog::ser::to_bytes(&(value as u32), out),
+        CType::F32 => rtloop_tlog::ser::to_bytes(&(value as f32), out),
     }
 }
 
@@ -1061,7 +1061,7 @@ fn encode_value(ctype: CType, value: f64, out: &mut Vec<u8>) -> Result<(), tlog:
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use tlog::value::{decode, Value};
+    use rtloop_tlog::value::{decode, Value};
 
     fn config() -> Config {
         Config::new(&ServoConfig::new(5))
@@ -1448,7 +1448,7 @@ mod tests {
     }
 
     #[test]
-    fn group_data_decodes_against_group_schema() -> Result<(), tlog::format::TlogError> {
+    fn group_data_decodes_against_group_schema() -> Result<(), rtloop_tlog::format::TlogError> {
         let mut config = config();
         assert_eq!(config.set("servo.timeout_mode", "10"), Ok(()));
         assert_eq!(config.set("motor.offset.3", "-1.5"), Ok(()));

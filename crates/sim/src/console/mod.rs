@@ -429,8 +429,8 @@ impl Console {
             return block("emit", name, &data);
         }
         let mut out = String::new();
-        let flat = tlog::schema::Schema::parse_binary(&records::schema(i))
-            .and_then(|schema| tlog::value::decode(&schema, &data))
+        let flat = rtloop_tlog::schema::Schema::parse_binary(&records::schema(i))
+            .and_then(|schema| rtloop_tlog::value::decode(&schema, &data))
             .map(|value| {
                 let mut flat = Vec::new();
                 value.flatten(name, &mut flat);

@@ -4,7 +4,7 @@
 //! field) read them unchanged.
 //!
 //! Each record is a plain serde struct; its schema and data bytes come from the TLOG
-//! crate's encoder ([`tlog::schema::schema_of`], [`tlog::ser::to_bytes`]) — the same bytes a
+//! crate's encoder ([`rtloop_tlog::schema::schema_of`], [`rtloop_tlog::ser::to_bytes`]) — the same bytes a
 //! TLOG file carries, one implementation for both. Must never: change a field's type or
 //! order without the schema following (they are derived from the same struct), or report a
 //! value the simulated servo does not have (fields the model lacks are fixed, documented
@@ -205,10 +205,10 @@ pub fn index_of(name: &str) -> Option<usize> {
 /// The binary schema of record `index` (mjlib's schema encoding).
 pub fn schema(index: usize) -> Vec<u8> {
     let schema = match index {
-        0 => tlog::schema::schema_of::<Firmware>(),
-        1 => tlog::schema::schema_of::<Git>(),
-        2 => tlog::schema::schema_of::<ServoStats>(),
-        _ => tlog::schema::schema_of::<ServoCmd>(),
+        0 => rtloop_tlog::schema::schema_of::<Firmware>(),
+        1 => rtloop_tlog::schema::schema_of::<Git>(),
+        2 => rtloop_tlog::schema::schema_of::<ServoStats>(),
+        _ => rtloop_tlog::schema::schema_of::<ServoCmd>(),
     };
     // The record types are fixed structs of scalars and fixed arrays, which schema_of
     // always handles (a unit test checks each); an empty schema would only make a reader
@@ -220,10 +220,10 @@ pub fn schema(index: usize) -> Vec<u8> {
 pub fn data(index: usize, servo: &Servo, out: &mut Vec<u8>) {
     // Encoding plain structs into a Vec cannot fail (see `schema`).
     let _ = match index {
-        0 => tlog::ser::to_bytes(&firmware(servo), out),
-        1 => tlog::ser::to_bytes(&git(), out),
-        2 => tlog::ser::to_bytes(&servo_stats(servo), out),
-        _ => tlog::ser::to_bytes(&servo_cmd(servo), out),
+        0 => rtloop_tlog::ser::to_bytes(&firmware(servo), out),
+        1 => rtloop_tlog::ser::to_bytes(&git(), out),
+        2 => rtloop_tlog::ser::to_bytes(&servo_stats(servo), out),
+        _ => rtloop_tlog::ser::to_bytes(&servo_cmd(servo), out),
     };
 }
 
@@ -320,19 +320,20 @@ mod tests {
     fn every_record_has_a_schema_its_data_decodes_against() {
         let servo = Servo::new(ServoConfig::new(3));
         for (i, name) in NAMES.iter().enumerate() {
-            let schema = tlog::schema::Schema::parse_binary(&schema(i)).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let schema =
+                rtloop_tlog::schema::Schema::parse_binary(&schema(i)).unwrap_or_else(|e| panic!("{name}: {e}"));
             let mut bytes = Vec::new();
             data(i, &servo, &mut bytes);
-            let value = tlog::value::decode(&schema, &bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let value = rtloop_tlog::value::decode(&schema, &bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
             let mut flat = Vec::new();
             value.flatten("", &mut flat);
             assert!(flat.len() >= 3, "{name}: {flat:?}");
         }
         let mut bytes = Vec::new();
         data(0, &servo, &mut bytes);
-        let schema = tlog::schema::Schema::parse_binary(&schema(0)).unwrap();
+        let schema = rtloop_tlog::schema::Schema::parse_binary(&schema(0)).unwrap();
         let mut flat = Vec::new();
-        tlog::value::decode(&schema, &bytes).unwrap().flatten("", &mut flat);
+        rtloop_tlog::value::decode(&schema, &bytes).unwrap().flatten("", &mut flat);
         let serial0 = flat.iter().find(|(k, _)| k.contains("serial_number")).map(|(_, v)| v.as_f64());
         assert_eq!(serial0, Some(Some(f64::from(servo.serial_number()[0]))));
     }

@@ -1,10 +1,10 @@
 //! The simulated bus: arbitration order, wire timing, queues, events, and the model.
 
 use crate::common::*;
-use proto::frame::CanFdFrame;
-use proto::host::{decode_reply, PositionCommand, ServoState};
-use sim::model::{predict, CycleModel};
-use sim::{frame_time_ns, BusConfig, BusFull, Servo, ServoConfig, SimBus};
+use rtloop_proto::frame::CanFdFrame;
+use rtloop_proto::host::{decode_reply, PositionCommand, ServoState};
+use rtloop_sim::model::{predict, CycleModel};
+use rtloop_sim::{frame_time_ns, BusConfig, BusFull, Servo, ServoConfig, SimBus};
 
 fn bus_with(cfg: BusConfig, ids: &[u8]) -> SimBus {
     let mut bus = SimBus::new(cfg);
@@ -179,7 +179,7 @@ fn the_same_scenario_is_deterministic() {
 
 #[test]
 fn model_predicts_the_default_quadruped_within_ten_percent() {
-    let (mut buses, _imu) = sim::default_quadruped();
+    let (mut buses, _imu) = rtloop_sim::default_quadruped();
     let sample = position_comprehensive(1, &cmd());
     let mut probe = Servo::new(ServoConfig::new(1));
     let reply = reply_of(&mut probe, &sample, 0);
@@ -230,8 +230,8 @@ fn real_frames_stuff_about_as_the_model_assumes() {
             // The model's representative frame: same id and length, content of 0x55.
             let mut neutral = f;
             neutral.data[..content].fill(0x55);
-            let extra =
-                sim::frame_bits(&f).dynamic_stuff_bits as f64 - sim::frame_bits(&neutral).dynamic_stuff_bits as f64;
+            let extra = rtloop_sim::frame_bits(&f).dynamic_stuff_bits as f64
+                - rtloop_sim::frame_bits(&neutral).dynamic_stuff_bits as f64;
             let fraction = extra / (8.0 * content as f64);
             assert!((0.08..0.20).contains(&fraction), "pos {pos}: {fraction}");
             total += fraction;
@@ -243,7 +243,7 @@ fn real_frames_stuff_about_as_the_model_assumes() {
 
 #[test]
 fn default_quadruped_layout() {
-    let (buses, mut imu) = sim::default_quadruped();
+    let (buses, mut imu) = rtloop_sim::default_quadruped();
     let ids: Vec<Vec<u8>> = buses.iter().map(|b| b.servos().iter().map(|s| s.id()).collect()).collect();
     assert_eq!(ids, vec![vec![1, 2, 3], vec![4, 5, 6], vec![7, 8, 9], vec![10, 11, 12]]);
     assert_eq!(*buses[0].config(), BusConfig::default());

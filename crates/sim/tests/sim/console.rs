@@ -4,10 +4,10 @@
 //! register protocol.
 
 use crate::common::*;
-use proto::frame::CanFdFrame;
-use proto::subframe::{subframes, Subframe};
-use proto::writer::FrameWriter;
-use sim::{Servo, ServoConfig};
+use rtloop_proto::frame::CanFdFrame;
+use rtloop_proto::subframe::{subframes, Subframe};
+use rtloop_proto::writer::FrameWriter;
+use rtloop_sim::{Servo, ServoConfig};
 
 /// A simulated servo and a clock, with a console client.
 struct Bench {
@@ -26,7 +26,7 @@ impl Bench {
     fn handle(&mut self, payload: &[u8], reply: bool) -> Option<CanFdFrame> {
         self.t += MS;
         let id = self.servo.id();
-        let frame = CanFdFrame::new(proto::frame::ArbitrationId::command(id, reply).build(), payload).unwrap();
+        let frame = CanFdFrame::new(rtloop_proto::frame::ArbitrationId::command(id, reply).build(), payload).unwrap();
         let mut out = CanFdFrame::default();
         self.servo.handle_frame(&frame, self.t, &mut out).then_some(out)
     }
@@ -110,9 +110,9 @@ impl Bench {
 }
 
 fn decode(schema: &[u8], data: &[u8]) -> Vec<(String, f64)> {
-    let schema = tlog::schema::Schema::parse_binary(schema).unwrap();
+    let schema = rtloop_tlog::schema::Schema::parse_binary(schema).unwrap();
     let mut flat = Vec::new();
-    tlog::value::decode(&schema, data).unwrap().flatten("", &mut flat);
+    rtloop_tlog::value::decode(&schema, data).unwrap().flatten("", &mut flat);
     flat.into_iter().filter_map(|(k, v)| v.as_f64().map(|x| (k, x))).collect()
 }
 
@@ -130,7 +130,7 @@ fn tel_lists_the_records_and_serves_schema_and_data_that_decode() {
     let (head, data) = b.block("tel get firmware");
     assert_eq!(head, "emit firmware");
     let flat = decode(&schema, &data);
-    assert_eq!(field(&flat, "model"), f64::from(sim::servo::MODEL_NUMBER));
+    assert_eq!(field(&flat, "model"), f64::from(rtloop_sim::servo::MODEL_NUMBER));
     assert_eq!(field(&flat, "serial_number.0"), f64::from(b.servo.serial_number()[0]));
 
     // servo_stats follows the joint.
@@ -297,7 +297,7 @@ fn conf_enumerate_streams_every_key_through_the_bounded_output() {
     let all = b.command("conf enumerate");
     let lines: Vec<&str> = all.trim_end().lines().collect();
     assert!(lines.len() > 250, "{} keys", lines.len());
-    assert!(all.len() > sim::console::OUTPUT_CAPACITY, "the dump is bigger than the output buffer");
+    assert!(all.len() > rtloop_sim::console::OUTPUT_CAPACITY, "the dump is bigger than the output buffer");
     assert_eq!(lines.last(), Some(&"OK"));
     assert!(lines.contains(&"id.id 4"), "{all}");
     assert!(lines.iter().any(|l| l.starts_with("servo.default_timeout_s ")));

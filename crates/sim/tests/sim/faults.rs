@@ -2,10 +2,10 @@
 //! servo overheat, the counters and the event log. Everything runs in virtual time.
 
 use crate::common::*;
-use proto::frame::CanFdFrame;
-use proto::host::{decode_reply, PositionCommand, ServoState};
-use proto::register::fault;
-use sim::{
+use rtloop_proto::frame::CanFdFrame;
+use rtloop_proto::host::{decode_reply, PositionCommand, ServoState};
+use rtloop_proto::register::fault;
+use rtloop_sim::{
     BusConfig, FrameLoss, InjectedEvent, InjectedKind, OverheatState, Servo, ServoConfig, SimBus, OVERHEAT_RAMP_NS,
 };
 

@@ -7,10 +7,10 @@
 //! content bits), so the two agree within a stated bound instead of to the nanosecond.
 
 use crate::common::*;
-use proto::frame::CanFdFrame;
-use proto::host::PositionCommand;
-use sim::model::{predict, CycleModel};
-use sim::{BusConfig, Servo, ServoConfig, SimBus};
+use rtloop_proto::frame::CanFdFrame;
+use rtloop_proto::host::PositionCommand;
+use rtloop_sim::model::{predict, CycleModel};
+use rtloop_sim::{BusConfig, Servo, ServoConfig, SimBus};
 
 /// How far the model may be from the simulated bus: the content's stuff bits differ from
 /// the assumed 13 % by at most a few bits per frame (0.2 µs each at 5 Mbit/s), i.e. well

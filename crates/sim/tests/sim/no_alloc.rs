@@ -2,12 +2,12 @@
 //! allocations made on the test's own thread while counting is switched on.
 
 use crate::common::*;
-use proto::frame::CanFdFrame;
-use proto::host::PositionCommand;
+use rtloop_proto::frame::CanFdFrame;
+use rtloop_proto::host::PositionCommand;
 
 #[test]
 fn cycles_on_the_default_quadruped_do_not_allocate() {
-    let (mut buses, mut imu) = sim::default_quadruped();
+    let (mut buses, mut imu) = rtloop_sim::default_quadruped();
     for bus in &mut buses {
         bus.enable_trace(8);
     }
@@ -16,7 +16,7 @@ fn cycles_on_the_default_quadruped_do_not_allocate() {
         (0..4u8).map(|b| (1..=3u8).map(|k| position_comprehensive(b * 3 + k, &cmd)).collect()).collect();
     let junk = raw(1, &[0x1f, 0xff, 0xff, 0xff, 0xff, 0x7f, 0x0d, 0x00, 0x05]);
 
-    testkit::start_counting();
+    rtloop_testkit::start_counting();
     let mut received = 0;
     for cycle in 0..200u64 {
         let t0 = cycle * MS;
@@ -38,14 +38,14 @@ fn cycles_on_the_default_quadruped_do_not_allocate() {
             }
         }
     }
-    let mut servo = sim::Servo::new(sim::ServoConfig::new(1));
+    let mut servo = rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(1));
     let mut reply = CanFdFrame::default();
     for k in 0..100u64 {
         let _ = servo.handle_frame(&frames[0][0], k * MS, &mut reply);
         let _ = servo.handle_frame(&junk, k * MS, &mut reply);
         let _ = servo.telemetry();
     }
-    let allocations = testkit::stop_counting();
+    let allocations = rtloop_testkit::stop_counting();
 
     assert_eq!(allocations, 0);
     assert!(received >= 200 * 12, "{received}");
@@ -53,18 +53,18 @@ fn cycles_on_the_default_quadruped_do_not_allocate() {
 
 #[test]
 fn cycles_with_injected_faults_do_not_allocate() {
-    let cfg = sim::BusConfig {
+    let cfg = rtloop_sim::BusConfig {
         drop_rate: 0.2,
         corrupt_rate: 0.1,
         reply_delay_ns: 20_000,
         fault_seed: 7,
-        ..sim::BusConfig::default()
+        ..rtloop_sim::BusConfig::default()
     };
-    let mut buses: Vec<sim::SimBus> = (0..4u8)
+    let mut buses: Vec<rtloop_sim::SimBus> = (0..4u8)
         .map(|b| {
-            let mut bus = sim::SimBus::new(cfg);
+            let mut bus = rtloop_sim::SimBus::new(cfg);
             for k in 1..=3u8 {
-                bus.add_servo(sim::Servo::new(sim::ServoConfig::new(b * 3 + k)));
+                bus.add_servo(rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(b * 3 + k)));
             }
             bus.enable_trace(8);
             bus
@@ -77,7 +77,7 @@ fn cycles_with_injected_faults_do_not_allocate() {
         (0..4u8).map(|b| (1..=3u8).map(|k| position_comprehensive(b * 3 + k, &cmd)).collect()).collect();
     let junk = raw(1, &[0x1f, 0xff, 0xff, 0xff, 0xff, 0x7f, 0x0d, 0x00, 0x05]);
 
-    testkit::start_counting();
+    rtloop_testkit::start_counting();
     let mut received = 0u64;
     let mut events = 0usize;
     let mut latched = 0usize;
@@ -99,7 +99,7 @@ fn cycles_with_injected_faults_do_not_allocate() {
                 }
             }
             events += bus.drain_events(|e| {
-                if matches!(e.kind, sim::InjectedKind::FaultLatched { .. }) {
+                if matches!(e.kind, rtloop_sim::InjectedKind::FaultLatched { .. }) {
                     latched += 1;
                 }
             });
@@ -107,7 +107,7 @@ fn cycles_with_injected_faults_do_not_allocate() {
             let _ = bus.stats();
         }
     }
-    let allocations = testkit::stop_counting();
+    let allocations = rtloop_testkit::stop_counting();
 
     assert_eq!(allocations, 0);
     let lost: u64 = buses.iter().map(|b| b.stats().frames_dropped_injected + b.stats().frames_corrupted_injected).sum();
@@ -118,6 +118,6 @@ fn cycles_with_injected_faults_do_not_allocate() {
     assert_eq!(buses[0].servos()[0].mode(), 1);
 }
 
-fn bus_submit_junk(bus: &mut sim::SimBus, junk: &CanFdFrame, t: u64) {
+fn bus_submit_junk(bus: &mut rtloop_sim::SimBus, junk: &CanFdFrame, t: u64) {
     bus.submit(junk, t).unwrap();
 }

@@ -4,11 +4,11 @@
 //! spec names — refused, counted, never a panic.
 
 use proptest::prelude::*;
-use sim::pi3hat::{
+use rtloop_sim::pi3hat::{
     decode_attitude, reg, CanPortConfig, Pi3hatConfig, RegisterError, SimPi3hat, ATTITUDE_SHORT_LEN,
     CAN_PROTOCOL_VERSION, IMU_PROTOCOL_VERSION,
 };
-use sim::{BusConfig, Imu, Servo, ServoConfig, SimBus};
+use rtloop_sim::{BusConfig, Imu, Servo, ServoConfig, SimBus};
 
 /// A board with servos `ids` on JC1 (and the same on JC2 with ids + 10), and an IMU.
 fn board(cfg: Pi3hatConfig, ids: &[u8]) -> SimPi3hat {
@@ -208,7 +208,7 @@ fn can_configuration_round_trips_and_sets_the_bit_rates() {
     let mut b = board(Pi3hatConfig::default(), &[1]);
     let cfg = CanPortConfig { nominal_bitrate: 500_000, data_bitrate: 2_000_000, ..CanPortConfig::FD_DEFAULT };
     assert_eq!(b.write(1, reg::SET_CONFIG_PORT1, &cfg.encode(), 0).result, Ok(()));
-    let mut back = [0u8; sim::pi3hat::CAN_CONFIG_LEN];
+    let mut back = [0u8; rtloop_sim::pi3hat::CAN_CONFIG_LEN];
     b.read(1, reg::CONFIG_PORT1, &mut back, 0);
     assert_eq!(CanPortConfig::decode(&back), Some(cfg));
     assert_eq!(b.bus(2).unwrap().config().data_bitrate, 2_000_000);

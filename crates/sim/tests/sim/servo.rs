@@ -2,12 +2,12 @@
 
 use crate::common::*;
 use proptest::prelude::*;
-use proto::frame::{ArbitrationId, CanFdFrame, BROADCAST};
-use proto::host::{decode_reply, PositionCommand, ServoState};
-use proto::register::{fault, reg};
-use proto::value::Resolution;
-use proto::writer::FrameWriter;
-use sim::{Servo, ServoConfig};
+use rtloop_proto::frame::{ArbitrationId, CanFdFrame, BROADCAST};
+use rtloop_proto::host::{decode_reply, PositionCommand, ServoState};
+use rtloop_proto::register::{fault, reg};
+use rtloop_proto::value::Resolution;
+use rtloop_proto::writer::FrameWriter;
+use rtloop_sim::{Servo, ServoConfig};
 
 fn unloaded(id: u8) -> ServoConfig {
     ServoConfig { load_torque_nm: 0.0, ..ServoConfig::new(id) }
@@ -68,8 +68,8 @@ fn identity_and_counter_registers() {
     assert_eq!(st.get(reg::REGISTER_MAP_VERSION), Some(5.0));
     assert_eq!(st.get(reg::MULTIPLEX_ID), Some(7.0));
     assert_eq!(st.get(reg::MILLISECOND_COUNTER), Some(1234.0));
-    assert_eq!(st.get(reg::MODEL_NUMBER), Some(f64::from(sim::servo::MODEL_NUMBER)));
-    assert_eq!(st.get(reg::FIRMWARE_VERSION), Some(f64::from(sim::servo::FIRMWARE_VERSION)));
+    assert_eq!(st.get(reg::MODEL_NUMBER), Some(f64::from(rtloop_sim::servo::MODEL_NUMBER)));
+    assert_eq!(st.get(reg::FIRMWARE_VERSION), Some(f64::from(rtloop_sim::servo::FIRMWARE_VERSION)));
     assert!(st.get(reg::SERIAL_NUMBER1).is_some() && st.get(reg::SERIAL_NUMBER3).is_some());
     assert_eq!(st.errors, 0);
 }
@@ -391,8 +391,8 @@ fn a_command_register_read_in_the_frame_that_wrote_it_echoes_the_written_value()
     for (k, target) in [0.25, -0.5, 0.125].into_iter().enumerate() {
         let mut buf = [0u8; 64];
         let mut w = FrameWriter::new(&mut buf);
-        w.write_registers(reg::MODE, &[proto::Value::I8(10)]).unwrap();
-        w.write_registers(reg::COMMAND_POSITION, &[proto::Value::F32(target as f32)]).unwrap();
+        w.write_registers(reg::MODE, &[rtloop_proto::Value::I8(10)]).unwrap();
+        w.write_registers(reg::COMMAND_POSITION, &[rtloop_proto::Value::F32(target as f32)]).unwrap();
         w.read_registers(reg::COMMAND_POSITION, 1, Resolution::Float).unwrap();
         let reply = reply_of(&mut s, &raw(1, w.as_slice()), k as u64 * MS);
         let mut st = ServoState::default();

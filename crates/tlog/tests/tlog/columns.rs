@@ -1,4 +1,4 @@
-//! `tlog::columns::read` against the reference it must agree with, and on hostile input.
+//! `rtloop_tlog::columns::read` against the reference it must agree with, and on hostile input.
 //!
 //! * Random serde records written to a log (every schema type the serde side produces:
 //!   fixed and variable integers, floats, bools, strings, bytes, timestamps, durations,
@@ -17,14 +17,14 @@
 //! Runs `PROPTEST_CASES` cases (proptest's default when unset).
 
 use proptest::prelude::*;
+use rtloop_tlog::columns::{self, Cell, Column, ColumnData, ColumnOptions, Columns, ColumnsError, NO_TIMESTAMP};
+use rtloop_tlog::format::{write_string, write_varint, write_varuint};
+use rtloop_tlog::reader::{FileReader, ItemFilter};
+use rtloop_tlog::schema::{self, Duration, Field, Schema, Timestamp};
+use rtloop_tlog::value::{micros_to_seconds, Value};
+use rtloop_tlog::writer::{FileWriter, WriterOptions};
 use serde::{Deserialize, Serialize, Serializer};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use tlog::columns::{self, Cell, Column, ColumnData, ColumnOptions, Columns, ColumnsError, NO_TIMESTAMP};
-use tlog::format::{write_string, write_varint, write_varuint};
-use tlog::reader::{FileReader, ItemFilter};
-use tlog::schema::{self, Duration, Field, Schema, Timestamp};
-use tlog::value::{micros_to_seconds, Value};
-use tlog::writer::{FileWriter, WriterOptions};
 
 const START_US: i64 = 1_700_000_000_000_000;
 
@@ -356,7 +356,7 @@ fn sample_log(samples: &[Sample], untimed: &[bool], options: WriterOptions) -> V
         let t = START_US + i as i64 * 1_000;
         if untimed.get(i).copied().unwrap_or(false) {
             let mut payload = Vec::new();
-            tlog::ser::to_bytes(s, &mut payload).unwrap();
+            rtloop_tlog::ser::to_bytes(s, &mut payload).unwrap();
             writer.write_data(handle.id(), None, &payload).unwrap();
         } else {
             writer.write(&handle, t, s).unwrap();
@@ -749,7 +749,7 @@ proptest! {
         mixed_schema_too in any::<bool>(),
     ) {
         let payloads: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
-        let schema = if mixed_schema_too { mixed_schema() } else { tlog::schema::schema_of::<Sample>().unwrap() };
+        let schema = if mixed_schema_too { mixed_schema() } else { rtloop_tlog::schema::schema_of::<Sample>().unwrap() };
         let reader = raw_log(&schema.to_binary(), &payloads);
         let got = assert_agrees(&reader, "x", &ColumnOptions::default())?;
         prop_assert_eq!(got.rows() as u64 + got.problems.skipped(), payloads.len() as u64);
@@ -762,7 +762,7 @@ proptest! {
         cut in prop::option::of(any::<prop::sample::Index>()),
     ) {
         let mut payload = Vec::new();
-        tlog::ser::to_bytes(&sample, &mut payload).unwrap();
+        rtloop_tlog::ser::to_bytes(&sample, &mut payload).unwrap();
         for (at, xor) in flips {
             let at = at.index(payload.len());
             payload[at] ^= xor;
@@ -770,7 +770,7 @@ proptest! {
         if let Some(cut) = cut {
             payload.truncate(cut.index(payload.len() + 1));
         }
-        let reader = raw_log(&tlog::schema::schema_of::<Sample>().unwrap().to_binary(), &[&payload, &payload]);
+        let reader = raw_log(&rtloop_tlog::schema::schema_of::<Sample>().unwrap().to_binary(), &[&payload, &payload]);
         assert_agrees(&reader, "x", &ColumnOptions::default())?;
         assert_agrees(&reader, "x", &ColumnOptions { enum_names: true, ..ColumnOptions::default() })?;
     }
@@ -905,7 +905,7 @@ fn assert_chunks_agree(
             }
         }
     }
-    let mut problems = tlog::survey::Problems::default();
+    let mut problems = rtloop_tlog::survey::Problems::default();
     for chunk in &chunks {
         problems.merge(chunk.problems.clone());
     }
@@ -962,9 +962,15 @@ fn chunks_of_a_damaged_log_carry_its_damage() {
         columns::read_chunks(&reader, "sample", &ColumnOptions::default(), 4).unwrap().map(Result::unwrap).collect();
     let whole = columns::read(&reader, "sample", &ColumnOptions::default()).unwrap();
     assert!(whole.rows() > 4 && whole.rows() < 20, "{}", whole.rows());
-    assert!(whole.problems.list().iter().any(|p| p.kind == tlog::survey::ProblemKind::Truncated));
+    assert!(whole.problems.list().iter().any(|p| p.kind == rtloop_tlog::survey::ProblemKind::Truncated));
     // The cut is met after the last item: its chunk may have no rows, but it comes.
-    assert!(chunks.last().unwrap().problems.list().iter().any(|p| p.kind == tlog::survey::ProblemKind::Truncated));
+    assert!(chunks
+        .last()
+        .unwrap()
+        .problems
+        .list()
+        .iter()
+        .any(|p| p.kind == rtloop_tlog::survey::ProblemKind::Truncated));
     assert_eq!(chunks.iter().map(Columns::rows).sum::<usize>(), whole.rows());
 }
 
@@ -1037,7 +1043,7 @@ proptest! {
         }
         // Payloads that do not decode, between ones that do.
         let payloads: Vec<&[u8]> = payload_bytes.iter().map(Vec::as_slice).collect();
-        let reader = raw_log(&tlog::schema::schema_of::<Sample>().unwrap().to_binary(), &payloads);
+        let reader = raw_log(&rtloop_tlog::schema::schema_of::<Sample>().unwrap().to_binary(), &payloads);
         assert_chunks_agree(&reader, "x", &ColumnOptions::default(), rows)?;
     }
 }

@@ -5,14 +5,14 @@
 //!
 //! Also: the closing stats record is stamped with the data's time, not the closing time.
 
+use rtloop_tlog::reader::{FileReader, ItemFilter};
+use rtloop_tlog::realtime::{spawn, STATS_RECORD};
+use rtloop_tlog::writer::{FileWriter, WriterOptions, FILE_BUFFER_BYTES};
 use serde::Serialize;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use tlog::reader::{FileReader, ItemFilter};
-use tlog::realtime::{spawn, STATS_RECORD};
-use tlog::writer::{FileWriter, WriterOptions, FILE_BUFFER_BYTES};
 
 /// Set in the child process: the path of the log it writes.
 const CHILD_ENV: &str = "TLOG_DURABILITY_CHILD_LOG";
@@ -56,7 +56,7 @@ fn child(path: &Path) -> ! {
         Ok(())
     })
     .unwrap();
-    let wait_for = |logger: &tlog::realtime::RtLogger<Msg>, n: u64| {
+    let wait_for = |logger: &rtloop_tlog::realtime::RtLogger<Msg>, n: u64| {
         while logger.flushed() < n {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -89,7 +89,10 @@ fn a_sigkilled_writer_leaves_everything_it_acknowledged_as_flushed() {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            &testkit::test_path(module_path!(), "a_sigkilled_writer_leaves_everything_it_acknowledged_as_flushed"),
+            &rtloop_testkit::test_path(
+                module_path!(),
+                "a_sigkilled_writer_leaves_everything_it_acknowledged_as_flushed",
+            ),
             "--nocapture",
         ])
         .env(CHILD_ENV, &path)

@@ -1,10 +1,10 @@
 //! Exports: CSV rows and header, MCAP that the mcap crate reads back, a PNG plot.
 
+use rtloop_tlog::export::{to_csv, to_mcap};
+use rtloop_tlog::plot::{plot, PlotOptions};
+use rtloop_tlog::reader::FileReader;
+use rtloop_tlog::writer::{FileWriter, WriterOptions};
 use serde::Serialize;
-use tlog::export::{to_csv, to_mcap};
-use tlog::plot::{plot, PlotOptions};
-use tlog::reader::FileReader;
-use tlog::writer::{FileWriter, WriterOptions};
 
 #[derive(Serialize, Default)]
 struct Joint {
@@ -17,7 +17,7 @@ struct Status {
     mode: u8,
     label: String,
     servo: [Joint; 2],
-    #[serde(serialize_with = "tlog::schema::typed_vec")]
+    #[serde(serialize_with = "rtloop_tlog::schema::typed_vec")]
     extra: Vec<i32>,
 }
 
@@ -61,7 +61,7 @@ fn csv_has_a_header_and_one_row_per_item() {
     // Items 1.. have a longer `extra` than the first: their extra values have no column,
     // and that is counted, not silent.
     assert_eq!(stats.problems.len(), 1, "{:?}", stats.problems);
-    assert_eq!(stats.problems[0].kind, tlog::survey::ProblemKind::ValuesWithoutColumn);
+    assert_eq!(stats.problems[0].kind, rtloop_tlog::survey::ProblemKind::ValuesWithoutColumn);
     assert_eq!(stats.problems[0].count, 166);
     assert_eq!(stats.skipped(), 0);
     let text = String::from_utf8(out).unwrap();

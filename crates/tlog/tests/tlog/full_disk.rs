@@ -4,11 +4,11 @@
 //! The file it leaves is read back and its items counted: that is the truth the counts must
 //! match.
 
+use rtloop_tlog::reader::{FileReader, ItemFilter};
+use rtloop_tlog::realtime::spawn;
+use rtloop_tlog::writer::{FileWriter, WriterOptions, FILE_BUFFER_BYTES};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
-use tlog::reader::{FileReader, ItemFilter};
-use tlog::realtime::spawn;
-use tlog::writer::{FileWriter, WriterOptions, FILE_BUFFER_BYTES};
 
 /// A disk that holds `capacity` bytes: a write that does not fit is cut short, and once it
 /// is full every write fails with "no space left".
@@ -63,7 +63,7 @@ fn samples_in(file: Vec<u8>) -> Vec<u64> {
 }
 
 /// Log `total` samples through the real-time hand-off onto a disk of `capacity` bytes.
-fn log_onto(capacity: usize, total: u64) -> (tlog::realtime::LogStats, FillingDisk) {
+fn log_onto(capacity: usize, total: u64) -> (rtloop_tlog::realtime::LogStats, FillingDisk) {
     let disk = FillingDisk::new(capacity);
     let mut writer = FileWriter::with_buffer(disk.clone(), WriterOptions::default(), FILE_BUFFER_BYTES).unwrap();
     let handle = writer.register::<Sample>("sample").unwrap();

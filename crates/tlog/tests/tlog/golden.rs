@@ -2,7 +2,7 @@
 //!
 //! If this fails, files we write no longer match what mjlib itself writes.
 
-use tlog::writer::{FileWriter, WriterOptions};
+use rtloop_tlog::writer::{FileWriter, WriterOptions};
 
 /// 2020-03-10T00:00:00Z in µs since the UNIX epoch.
 const GOLDEN_TIMESTAMP_US: i64 = 1_583_798_400_000_000;

@@ -9,13 +9,13 @@
 //! `seek_markers`, `survey`, `export::to_csv`, `export::to_mcap`, `plot::plot`.
 
 use proptest::prelude::*;
+use rtloop_tlog::export::{to_csv, to_mcap};
+use rtloop_tlog::plot::{plot, PlotOptions};
+use rtloop_tlog::reader::{FileReader, ItemFilter};
+use rtloop_tlog::schema::{self, Duration, Field, Schema, Timestamp};
+use rtloop_tlog::writer::{FileWriter, WriterOptions};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use tlog::export::{to_csv, to_mcap};
-use tlog::plot::{plot, PlotOptions};
-use tlog::reader::{FileReader, ItemFilter};
-use tlog::schema::{self, Duration, Field, Schema, Timestamp};
-use tlog::writer::{FileWriter, WriterOptions};
 
 const START_US: i64 = 1_700_000_000_000_000;
 
@@ -156,7 +156,7 @@ fn exercise(bytes: &[u8]) {
         }
         // Plot the first columns of the record, as panels and on one axis.
         if let Some(Schema::Object(fields)) = &record.schema {
-            let names = tlog::value::unique_names(fields.iter().map(|f| f.name.as_str()));
+            let names = rtloop_tlog::value::unique_names(fields.iter().map(|f| f.name.as_str()));
             let wanted: Vec<String> = names.iter().take(2).map(|n| format!("{}.{n}", record.name)).collect();
             let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
             for one_axis in [false, true] {

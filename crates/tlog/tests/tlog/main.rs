@@ -6,7 +6,7 @@
 // The no-allocation checks count the calls of their own thread only (testkit), so the
 // other tests of this binary, running alongside, cannot disturb them.
 #[global_allocator]
-static ALLOCATOR: testkit::CountingAllocator = testkit::CountingAllocator;
+static ALLOCATOR: rtloop_testkit::CountingAllocator = rtloop_testkit::CountingAllocator;
 
 mod columns;
 mod durability;

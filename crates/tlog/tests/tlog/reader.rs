@@ -1,8 +1,8 @@
 //! Reader tests: mjlib's golden bytes, and round trips through this crate's writer
 //! (typed values, seeking by time, walking a record backwards).
 
-use tlog::reader::{FileReader, ItemFilter};
-use tlog::value::Value;
+use rtloop_tlog::reader::{FileReader, ItemFilter};
+use rtloop_tlog::value::Value;
 
 /// mjlib's golden test file: schema "test" with the opaque schema bytes "testschema", and
 /// one data block "testdata" stamped 2020-03-10T00:00:00Z.
@@ -86,7 +86,7 @@ fn golden_from_a_file_matches_memory() {
 
 #[test]
 fn not_a_log_is_bad_magic() {
-    assert!(matches!(FileReader::from_bytes(b"TLOG0002\0".to_vec()), Err(tlog::format::TlogError::BadMagic)));
+    assert!(matches!(FileReader::from_bytes(b"TLOG0002\0".to_vec()), Err(rtloop_tlog::format::TlogError::BadMagic)));
     assert!(FileReader::from_bytes(b"TLOG".to_vec()).is_err());
     assert!(FileReader::from_bytes(Vec::new()).is_err());
     let empty = FileReader::from_bytes(b"TLOG0003\0".to_vec()).unwrap();
@@ -96,16 +96,22 @@ fn not_a_log_is_bad_magic() {
 #[test]
 fn value_decodes_nothing_past_the_payload() {
     // A tiny sanity check that the public decode API is reachable from outside the crate.
-    let schema = tlog::schema::Schema::Object(vec![tlog::schema::Field::new("x", tlog::schema::Schema::Bool)]);
-    assert_eq!(tlog::value::decode(&schema, &[1]).unwrap(), Value::Object(vec![("x".into(), Value::Bool(true))]));
-    assert!(tlog::value::decode(&schema, &[]).is_err());
+    let schema = rtloop_tlog::schema::Schema::Object(vec![rtloop_tlog::schema::Field::new(
+        "x",
+        rtloop_tlog::schema::Schema::Bool,
+    )]);
+    assert_eq!(
+        rtloop_tlog::value::decode(&schema, &[1]).unwrap(),
+        Value::Object(vec![("x".into(), Value::Bool(true))])
+    );
+    assert!(rtloop_tlog::value::decode(&schema, &[]).is_err());
 }
 
 // ---- round trips through this crate's writer ----
 
+use rtloop_tlog::schema::Timestamp;
+use rtloop_tlog::writer::{FileWriter, WriterOptions};
 use serde::Serialize;
-use tlog::schema::Timestamp;
-use tlog::writer::{FileWriter, WriterOptions};
 
 #[derive(Serialize, Default, Clone, Copy)]
 enum Mode {
@@ -126,9 +132,9 @@ struct Status {
     delta: i16,
     name: String,
     servo: [Servo; 2],
-    #[serde(serialize_with = "tlog::schema::typed_vec")]
+    #[serde(serialize_with = "rtloop_tlog::schema::typed_vec")]
     torques: Vec<f32>,
-    #[serde(serialize_with = "tlog::schema::typed_option")]
+    #[serde(serialize_with = "rtloop_tlog::schema::typed_option")]
     limit: Option<f64>,
     stamp: Timestamp,
     mode: Mode,
@@ -346,6 +352,6 @@ fn surviving_items_skip_and_count_a_corrupt_block_and_a_cut() {
     assert_eq!(offsets, [28, 28 + 2 * data.len() as u64]);
     let problems = items.problems.into_vec();
     let kinds: Vec<_> = problems.iter().map(|p| (p.kind, p.count)).collect();
-    use tlog::survey::ProblemKind;
+    use rtloop_tlog::survey::ProblemKind;
     assert_eq!(kinds, [(ProblemKind::CorruptBlock, 1), (ProblemKind::Truncated, 1)], "{problems:?}");
 }

@@ -3,17 +3,17 @@
 //! and the real-time side of the API is allocation-free (checked with a counting allocator
 //! that only counts on threads that switch it on).
 
+use rtloop_tlog::format::{block_type, data_flags, read_i64, read_string, read_varuint, TlogError};
+use rtloop_tlog::realtime::{spawn, STATS_RECORD, WAIT_STALL_LIMIT};
+use rtloop_tlog::writer::{FileWriter, WriterOptions};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tlog::format::{block_type, data_flags, read_i64, read_string, read_varuint, TlogError};
-use tlog::realtime::{spawn, STATS_RECORD, WAIT_STALL_LIMIT};
-use tlog::writer::{FileWriter, WriterOptions};
 
 // ----------------------------------------------------------------------------------------
 /// Run `f` with counting on; returns its result and the allocator calls it made.
 fn counting<R>(f: impl FnOnce() -> R) -> (R, u64) {
-    let (n, r) = testkit::count_allocations(f);
+    let (n, r) = rtloop_testkit::count_allocations(f);
     (r, n)
 }
 
@@ -259,7 +259,7 @@ fn dropping_the_thread_handle_still_closes_the_file() {
 fn gated_writer(
     capacity: usize,
     gate: &Arc<AtomicBool>,
-) -> (SharedBuf, tlog::realtime::RtLogger<u64>, tlog::realtime::LogThread) {
+) -> (SharedBuf, rtloop_tlog::realtime::RtLogger<u64>, rtloop_tlog::realtime::LogThread) {
     let sink = SharedBuf::default();
     let mut writer = FileWriter::new(sink.clone(), WriterOptions::default()).unwrap();
     let handle = writer.register::<Sample>("sample").unwrap();
@@ -276,7 +276,7 @@ fn gated_writer(
 
 /// Log with the wait-free call until the ring is full (the writer is held inside a
 /// message); returns how many were logged. None is dropped: `log` is only called on room.
-fn fill_ring(logger: &mut tlog::realtime::RtLogger<u64>) -> u64 {
+fn fill_ring(logger: &mut rtloop_tlog::realtime::RtLogger<u64>) -> u64 {
     // The writer takes the first message and holds it: wait until it has, so the ring
     // stays full afterwards.
     assert!(logger.log(0));

@@ -2,9 +2,9 @@
 //! that survived without the reader ever panicking.
 
 use proptest::prelude::*;
-use tlog::format::TlogError;
-use tlog::reader::{FileReader, ItemFilter};
-use tlog::writer::{FileWriter, WriterOptions};
+use rtloop_tlog::format::TlogError;
+use rtloop_tlog::reader::{FileReader, ItemFilter};
+use rtloop_tlog::writer::{FileWriter, WriterOptions};
 
 const START_US: i64 = 1_600_000_000_000_000;
 
@@ -60,7 +60,7 @@ fn build_log() -> (Vec<u8>, Vec<Written>) {
     (bytes, written)
 }
 
-fn read_all(bytes: Vec<u8>) -> Option<(Vec<tlog::reader::Item>, Vec<TlogError>)> {
+fn read_all(bytes: Vec<u8>) -> Option<(Vec<rtloop_tlog::reader::Item>, Vec<TlogError>)> {
     let reader = FileReader::from_bytes(bytes).ok()?;
     let (mut items, mut errors) = (Vec::new(), Vec::new());
     for result in reader.items(ItemFilter::default()) {

@@ -2,12 +2,12 @@
 //! and `/dev/zero` would read as an empty log. Both are made here, in a temporary directory
 //! (mkfifo; mknod of a zero-like node when running as root), never taken from /dev.
 
+use rtloop_tlog::format::TlogError;
+use rtloop_tlog::reader::FileReader;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
-use tlog::format::TlogError;
-use tlog::reader::FileReader;
 
 fn c_path(path: &Path) -> CString {
     CString::new(path.as_os_str().as_bytes()).unwrap()
@@ -55,7 +55,7 @@ fn a_directory_and_a_device_are_refused() {
     // SAFETY: a valid NUL-terminated path; mknod only creates a file.
     let made = unsafe { libc::mknod(c_path(&zero).as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 5)) };
     if made != 0 {
-        testkit::skip("needs root (CAP_MKNOD) to make a device node; the directory is still checked");
+        rtloop_testkit::skip("needs root (CAP_MKNOD) to make a device node; the directory is still checked");
         return;
     }
     assert_refused(open_guarded(&zero), "a character device");

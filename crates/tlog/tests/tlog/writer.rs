@@ -3,12 +3,12 @@
 //! only when smaller, previous offsets, CRCs, seek markers, index) are laid out as mjlib's
 //! readers expect.
 
+use rtloop_tlog::format::{self, block_type, data_flags, read_i64, read_u32, read_u64, read_varuint, TlogError};
+use rtloop_tlog::schema::{self, schema_of, Duration, Field, Schema, Timestamp};
+use rtloop_tlog::ser::to_bytes;
+use rtloop_tlog::writer::{FileWriter, WriterOptions};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use tlog::format::{self, block_type, data_flags, read_i64, read_u32, read_u64, read_varuint, TlogError};
-use tlog::schema::{self, schema_of, Duration, Field, Schema, Timestamp};
-use tlog::ser::to_bytes;
-use tlog::writer::{FileWriter, WriterOptions};
 
 /// One block of a file as laid out on disk.
 #[derive(Debug)]

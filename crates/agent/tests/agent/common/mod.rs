@@ -1,8 +1,8 @@
 //! Shared by the tests: unique segment names, servo lists, raw access to a segment.
 #![allow(dead_code)]
 
-use agent::layout::{bytes_of, Plain, COMMAND_OFFSET};
-use agent::ServoInfo;
+use rtloop_agent::layout::{bytes_of, Plain, COMMAND_OFFSET};
+use rtloop_agent::ServoInfo;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -19,7 +19,7 @@ pub fn servos(n: u32) -> Vec<ServoInfo> {
 
 /// Write `bytes` at `offset` into the segment of `name`, as a hostile process would.
 pub fn write_raw(name: &str, offset: usize, bytes: &[u8]) {
-    let f = std::fs::OpenOptions::new().write(true).open(agent::segment_path(name)).unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(rtloop_agent::segment_path(name)).unwrap();
     f.write_all_at(bytes, offset as u64).unwrap();
 }
 
@@ -30,7 +30,7 @@ pub fn write_command_raw<T: Plain>(name: &str, block: &T) {
 
 /// Read `len` bytes at `offset` from the segment of `name`.
 pub fn read_raw(name: &str, offset: usize, len: usize) -> Vec<u8> {
-    let f = std::fs::File::open(agent::segment_path(name)).unwrap();
+    let f = std::fs::File::open(rtloop_agent::segment_path(name)).unwrap();
     let mut v = vec![0; len];
     f.read_exact_at(&mut v, offset as u64).unwrap();
     v
@@ -60,7 +60,7 @@ pub struct PlantedFifo {
 
 impl PlantedFifo {
     pub fn new(name: &str) -> PlantedFifo {
-        let path = agent::segment_path(name);
+        let path = rtloop_agent::segment_path(name);
         let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: `c` is a NUL-terminated path that outlives the call.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0, "mkfifo: {}", std::io::Error::last_os_error());
@@ -107,7 +107,7 @@ pub fn nobody() -> (u32, u32) {
 /// Whether this process may give files away (`chown` to another user): root. Tests of
 /// another user's segment skip visibly otherwise.
 pub fn can_chown() -> bool {
-    agent::euid() == 0
+    rtloop_agent::euid() == 0
 }
 
 /// Give the file at `path` to user `nobody`, as if that user had made it.

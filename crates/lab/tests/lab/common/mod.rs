@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use clap::Parser;
-use lab::cli::LabCommand;
+use rtloop_lab::cli::LabCommand;
 
 #[derive(Parser, Debug)]
 struct Lab {

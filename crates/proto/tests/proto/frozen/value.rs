@@ -12,7 +12,7 @@
 //! "unset"), round instead of truncating, or panic on any input (NaN, ±inf, huge values).
 
 // Frozen: the resolutions, the scale classes and their scales are the crate's own (unchanged).
-pub use proto::{Resolution, ScaleClass};
+pub use rtloop_proto::{Resolution, ScaleClass};
 
 /// A register value exactly as it travels in a subframe.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -13,12 +13,12 @@ use super::{
     cannot_read, create_output, default_record, nothing_written, open_input, problems_json, progress_bar, ExportDone,
     ExportFailed, ExportReport, Outcome,
 };
-use output::{FileIdentity, OutputError};
+use rtloop_output::{FileIdentity, OutputError};
+use rtloop_tlog::reader::FileReader;
+use rtloop_tlog::survey::{Problem, ProblemKind};
 use serde_json::{json, Value as Json};
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
-use tlog::reader::FileReader;
-use tlog::survey::{Problem, ProblemKind};
 
 /// Whether `out` names a single Parquet file (`….parquet`) rather than a directory.
 fn is_parquet_file(out: &Path) -> bool {
@@ -68,7 +68,7 @@ fn parquet_records(reader: &FileReader, path: &Path, record: Option<&str>) -> Re
             return Err(format!(
                 "no record named '{name}' in {}: {}",
                 path.display(),
-                tlog::export::describe_records(&all)
+                rtloop_tlog::export::describe_records(&all)
             ));
         }
         return Ok(vec![name.to_string()]);
@@ -80,7 +80,11 @@ fn parquet_records(reader: &FileReader, path: &Path, record: Option<&str>) -> Re
         }
     }
     if names.is_empty() {
-        return Err(format!("nothing to export from {}: {}", path.display(), tlog::export::describe_records(&all)));
+        return Err(format!(
+            "nothing to export from {}: {}",
+            path.display(),
+            rtloop_tlog::export::describe_records(&all)
+        ));
     }
     Ok(names)
 }
@@ -188,8 +192,8 @@ pub(super) fn export_parquet(
 }
 
 /// Check an output directory's path and create its temporary directory.
-fn create_output_dir(dest: &Path, force: bool) -> Result<output::OutputDir, String> {
-    output::OutputDir::create(dest, force, "parquet").map_err(|e| match e {
+fn create_output_dir(dest: &Path, force: bool) -> Result<rtloop_output::OutputDir, String> {
+    rtloop_output::OutputDir::create(dest, force, "parquet").map_err(|e| match e {
         OutputError::Exists { dest } => format!(
             "--parquet {}: it already exists; give --force to replace an earlier export there, or choose a new \
              directory (a path ending in .parquet writes one record to one file)",

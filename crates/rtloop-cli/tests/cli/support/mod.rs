@@ -555,10 +555,13 @@ impl Drop for Scratch {
 /// for the spine), arms, and for every new state holds every servo at 0 rev (position and
 /// velocity 0) after `shape(servo index, command, cycle)` has had its say — a test's way to
 /// send bad commands. It ends when the spine goes away.
-pub fn hold_agent(name: String, shape: fn(usize, &mut agent::RawServoCommand, u64)) -> std::thread::JoinHandle<()> {
+pub fn hold_agent(
+    name: String,
+    shape: fn(usize, &mut rtloop_agent::RawServoCommand, u64),
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut a = loop {
-            match agent::Agent::attach(&name) {
+            match rtloop_agent::Agent::attach(&name) {
                 Ok(a) => break a,
                 Err(e) if e.is_retryable() => std::thread::sleep(Duration::from_millis(2)),
                 Err(e) => panic!("{e}"),
@@ -577,9 +580,9 @@ pub fn hold_agent(name: String, shape: fn(usize, &mut agent::RawServoCommand, u6
             let c = a.command_mut();
             c.for_cycle = cycle;
             for (i, s) in c.servos[..count].iter_mut().enumerate() {
-                *s = agent::RawServoCommand::QUERY;
-                s.kind = agent::layout::kind::POSITION;
-                s.present = agent::layout::field::POSITION | agent::layout::field::VELOCITY;
+                *s = rtloop_agent::RawServoCommand::QUERY;
+                s.kind = rtloop_agent::layout::kind::POSITION;
+                s.present = rtloop_agent::layout::field::POSITION | rtloop_agent::layout::field::VELOCITY;
                 s.position = 0.0;
                 s.velocity = 0.0;
                 shape(i, s, cycle);

@@ -1,13 +1,13 @@
 //! Helpers shared by the integration tests: building host frames and decoding replies.
 #![allow(dead_code)]
 
-use proto::frame::{ArbitrationId, CanFdFrame};
-use proto::host::{
+use rtloop_proto::frame::{ArbitrationId, CanFdFrame};
+use rtloop_proto::host::{
     decode_reply, encode_position, encode_query, encode_stop, PositionCommand, PositionResolution, QueryFormat,
     ServoState,
 };
-use proto::writer::FrameWriter;
-use sim::Servo;
+use rtloop_proto::writer::FrameWriter;
+use rtloop_sim::Servo;
 
 pub const MS: u64 = 1_000_000;
 
@@ -68,7 +68,7 @@ pub fn reply_of(servo: &mut Servo, frame: &CanFdFrame, t: u64) -> CanFdFrame {
 }
 
 /// Run the bus event by event until it is idle; returns the replies with their end times.
-pub fn run_to_idle(bus: &mut sim::SimBus) -> Vec<(proto::frame::CanFdFrame, u64)> {
+pub fn run_to_idle(bus: &mut rtloop_sim::SimBus) -> Vec<(rtloop_proto::frame::CanFdFrame, u64)> {
     let mut out = Vec::new();
     let mut guard = 0;
     while let Some(t) = bus.next_event_ns() {
