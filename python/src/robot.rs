@@ -37,6 +37,7 @@ use rtloop_proto::host::{PositionCommand, PositionResolution, QueryFormat};
 use rtloop_proto::register::class_of;
 use rtloop_proto::Resolution;
 use rtloop_sim::ImuSample;
+use rtloop_simrobot::SimRobot;
 
 use crate::values::{self, Given, Refusal, FIELDS, NAMES, REGISTERS};
 
@@ -667,22 +668,32 @@ trait Driver: Send {
     fn push(&mut self, push: rtloop_sim::Push) -> Option<bool>;
 }
 
-impl<C: Clock + Send> Driver for rtloop_io::Robot<C> {
+/// A robot and the simulated robot behind its simulated buses, if any.
+struct Opened<C: Clock> {
+    robot: rtloop_io::Robot<C>,
+    sim: Option<SimRobot>,
+}
+
+impl<C: Clock + Send> Driver for Opened<C> {
     fn cycle(&mut self, commands: &[ServoCommand], replies: &mut [ServoReply], imu: &mut ImuSample) -> CycleReport {
-        rtloop_io::Robot::cycle(self, commands, replies, imu)
+        // The simulated body catches up with the cycle's start: what the servos answer is
+        // the plant's state then.
+        if let Some(sim) = &self.sim {
+            sim.advance_to(self.robot.cycler().clock().now_ns());
+        }
+        self.robot.cycle(commands, replies, imu)
     }
     fn now_ns(&self) -> u64 {
-        self.cycler().clock().now_ns()
+        self.robot.cycler().clock().now_ns()
     }
     fn wait_until_ns(&self, t_ns: u64) {
-        self.cycler().clock().wait_until_ns(t_ns)
+        self.robot.cycler().clock().wait_until_ns(t_ns)
     }
     fn body(&self) -> Option<(rtloop_sim::BodyState, u64)> {
-        let world = self.cycler().world()?;
-        Some((world.body()?, world.steps()))
+        self.sim.as_ref()?.world_body()
     }
     fn push(&mut self, push: rtloop_sim::Push) -> Option<bool> {
-        self.cycler_mut().with_world(|w, _| w.push(push))
+        self.sim.as_ref()?.push(push)
     }
 }
 
@@ -903,21 +914,17 @@ fn open_robot<C: Clock + Clone + Send + 'static>(
             }
         }
     }
-    let sim_bus = rtloop_sim::BusConfig { fault_seed: plan.seed, ..plan.sim_bus };
-    let options = rtloop_io::open::OpenOptions { sim_bus, ..Default::default() };
-    let (transports, imu) = spec.open(clock.clone(), options).map_err(|e| OpenFailure::Os(e.to_string()))?;
-    let servos: Vec<ServoSpec> = spec.servo_specs();
-    let mut robot = rtloop_io::Robot::new(transports, servos.clone(), imu, clock, plan.robot_config(spec))
-        .map_err(|e| OpenFailure::Setup(e.to_string()))?;
-    if let Some(p) = plan.start_position {
-        for s in &servos {
-            robot.cycler_mut().with_sim_bus(s.bus, |b| b.servo_mut(s.id).map(|servo| servo.set_position(p)));
-        }
-    }
-    if let Some(physics) = &plan.physics {
-        rtloop::physics::attach(&mut robot, physics, &spec.buses).map_err(|e| OpenFailure::Setup(e.to_string()))?;
-    }
-    Ok(Box::new(robot))
+    let setup = rtloop::robot_spec::SimSetup {
+        options: rtloop_simrobot::SimOptions { bus: rtloop_sim::BusConfig { fault_seed: plan.seed, ..plan.sim_bus } },
+        start_position_rev: plan.start_position,
+        physics: plan.physics.clone(),
+    };
+    let config = plan.robot_config(spec);
+    let (robot, sim) = spec.build_with(clock, config, Default::default(), &setup).map_err(|e| match e {
+        rtloop::robot_spec::BuildError::Open(e) => OpenFailure::Os(e.to_string()),
+        other => OpenFailure::Setup(other.to_string()),
+    })?;
+    Ok(Box::new(Opened { robot, sim }))
 }
 
 /// "ids 1..12" when the ids run without gaps, else "ids 1, 2, 5".

@@ -20,8 +20,8 @@ use pyo3::exceptions::{PyFileExistsError, PyFileNotFoundError, PyNotADirectoryEr
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use rtloop::sim_buses::{ServedSpec, SimRequest};
-use rtloop_io::serve::{ServeHandle, ServeReport, ServedBus};
 use rtloop_io::BusUri;
+use rtloop_simrobot::serve::{ServeHandle, ServeReport, ServedBus};
 
 /// Add this part's classes, functions and exceptions to the extension module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -17,11 +17,12 @@ use std::sync::Mutex;
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyPermissionError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use rtloop_io::open::{open_bus, OpenOptions};
+use rtloop_io::open::OpenOptions;
 use rtloop_io::{
     BusUri, CycleOptions, CycleStats, Cycler, MonotonicClock, RxFrame, TransportCounters, TxFrame, MAX_BUSES,
 };
 use rtloop_proto::CanFdFrame;
+use rtloop_simrobot::open_bus;
 
 /// Add this part's classes to the extension module (called from the module initialiser in `lib.rs`).
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -128,13 +129,14 @@ impl FrameCycler {
         }
         let sim_bus =
             if sim_instant { rtloop_sim::BusConfig::without_wire_time() } else { rtloop_sim::BusConfig::default() };
-        let options = OpenOptions { fdcanusb_crc, sim_bus, ..Default::default() };
+        let options = OpenOptions { fdcanusb_crc, ..Default::default() };
+        let sim = rtloop_simrobot::SimOptions { bus: sim_bus };
         let to_open = parsed.clone();
         let opened = py.detach(move || {
             let mut transports = Vec::with_capacity(to_open.len());
             for (number, uri) in &to_open {
                 let ids = sim_ids.iter().find(|(n, _)| n == number).map(|(_, ids)| ids.as_slice()).unwrap_or(&[]);
-                transports.push(open_bus(uri, ids, options).map_err(|e| (*number, uri.clone(), e))?);
+                transports.push(open_bus(uri, ids, options, sim).map_err(|e| (*number, uri.clone(), e))?);
             }
             Ok(transports)
         });

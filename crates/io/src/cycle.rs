@@ -23,12 +23,16 @@
 //! past the deadline, or let one failing bus stop the others.
 
 use crate::clock::Clock;
+use crate::transport::ImuSample;
 use crate::transport::{ImuSource, Transport, TransportError};
 use rtloop_proto::CanFdFrame;
-use rtloop_sim::ImuSample;
 
 /// The most buses one cycle drives.
 pub const MAX_BUSES: usize = 16;
+
+/// The most reply tags a servo may use ([`crate::RobotConfig::reply_tags`]): CAN source ids
+/// `host_id .. host_id + tags`.
+pub const MAX_REPLY_TAGS: u8 = 16;
 
 /// A frame to send: which bus, the frame, and whether its destination will answer.
 #[derive(Debug, Clone, Copy, Default)]
@@ -149,11 +153,6 @@ impl CycleStats {
 pub struct Cycler<C: Clock> {
     buses: Vec<Box<dyn Transport>>,
     imu: Option<Box<dyn ImuSource>>,
-    /// Physics under the simulated servos ([`Cycler::attach_world`]): stepped to the start
-    /// of every cycle, and the IMU's source when its plant has a body.
-    world: Option<rtloop_sim::World>,
-    /// The world's body as the last cycle's IMU read it.
-    body: Option<rtloop_sim::BodyState>,
     clock: C,
     /// Per-bus scratch, sized at construction so a cycle never allocates.
     expected: Vec<u32>,
@@ -214,7 +213,7 @@ impl std::fmt::Display for SetupError {
                 f,
                 "host id {host_id} with {reply_tags} reply tags does not fit: give 1 to {} tags and keep \
                  host id + tags at most 127",
-                crate::robot::MAX_REPLY_TAGS
+                MAX_REPLY_TAGS
             ),
         }
     }
@@ -240,8 +239,6 @@ impl<C: Clock> Cycler<C> {
         Ok(Cycler {
             buses,
             imu,
-            world: None,
-            body: None,
             clock,
             expected: vec![0; n],
             received: vec![0; n],
@@ -261,7 +258,7 @@ impl<C: Clock> Cycler<C> {
 
     /// The cycle reads an IMU (a simulated one, or a pi3hat's).
     pub fn has_imu(&self) -> bool {
-        self.imu.is_some() || self.world.as_ref().is_some_and(|w| w.body().is_some())
+        self.imu.is_some()
     }
 
     /// Number of buses.
@@ -272,61 +269,6 @@ impl<C: Clock> Cycler<C> {
     /// Running counters of bus `i` (protocol errors, disconnects, reconnects, …).
     pub fn bus_counters(&self, i: usize) -> Option<crate::transport::TransportCounters> {
         self.buses.get(i).map(|b| b.counters())
-    }
-
-    /// Couple the simulated servos `world` links to its plant: from the next cycle on, the
-    /// world is stepped to each cycle's start (the servos' controllers and the plant together),
-    /// and the IMU reads the plant's body when it has one. Fails, coupling nothing, when a
-    /// linked servo is not on a simulated bus.
-    pub fn attach_world(&mut self, mut world: rtloop_sim::World) -> Result<(), rtloop_sim::WorldError> {
-        let buses = &mut self.buses;
-        let coupled = world.couple(&mut |f| crate::simulated::visit_sim_servos(buses, f));
-        if let Err(e) = coupled {
-            crate::simulated::visit_sim_servos(buses, &mut |_, s| s.set_coupled(false));
-            return Err(e);
-        }
-        self.world = Some(world);
-        Ok(())
-    }
-
-    /// Step the attached world to `t_ns` now, ahead of the cycle that starts then: a loop
-    /// calls it with its next deadline after a cycle, so that the physics is computed in the
-    /// slack between cycles, not at the start of the next one, before its frames go out. The
-    /// result is the same either way (the world steps at fixed times); without a world it
-    /// does nothing.
-    pub fn advance_world_to(&mut self, t_ns: u64) {
-        if let Some(world) = self.world.as_mut() {
-            let buses = &mut self.buses;
-            world.advance_to(t_ns, &mut |f| crate::simulated::visit_sim_servos(buses, f));
-        }
-    }
-
-    /// The attached world's body as the last cycle read it (when its IMU was read): what
-    /// goes with that cycle's IMU sample. `None` before the first cycle or without a body.
-    pub fn body(&self) -> Option<rtloop_sim::BodyState> {
-        self.body
-    }
-
-    /// The attached world.
-    pub fn world(&self) -> Option<&rtloop_sim::World> {
-        self.world.as_ref()
-    }
-
-    /// Run `f` on the attached world with a visitor of the simulated servos (to reset it, or
-    /// push its body); `None` without a world.
-    pub fn with_world<R>(
-        &mut self,
-        f: impl FnOnce(&mut rtloop_sim::World, &mut rtloop_sim::world::ServoVisitor<'_>) -> R,
-    ) -> Option<R> {
-        let world = self.world.as_mut()?;
-        let buses = &mut self.buses;
-        Some(f(world, &mut |g| crate::simulated::visit_sim_servos(buses, g)))
-    }
-
-    /// Run `f` on the simulated bus at index `i`, if that bus is simulated (in process or
-    /// inside a simulated pi3hat); `None` otherwise.
-    pub fn with_sim_bus<R>(&mut self, i: usize, f: impl FnOnce(&mut rtloop_sim::SimBus) -> R) -> Option<R> {
-        crate::simulated::with_sim_bus(&mut **self.buses.get_mut(i)?, f)
     }
 
     /// The name of bus `i`.
@@ -362,10 +304,6 @@ impl<C: Clock> Cycler<C> {
         let opts = self.options;
         let nbus = self.buses.len();
         let mut st = CycleStats { started_ns: self.clock.now_ns(), ..Default::default() };
-        // 0. The physics catches up with the servos' time: what they answer this cycle is the
-        //    plant's state now.
-        self.advance_world_to(st.started_ns);
-
         // 1. Per-bus wire estimate: each frame and (if answered) a reply of similar size,
         //    plus one exposed turnaround.
         for b in 0..nbus {
@@ -490,11 +428,7 @@ impl<C: Clock> Cycler<C> {
         }
 
         // 4. The IMU, while replies are in flight.
-        if let Some(body) = self.world.as_ref().and_then(rtloop_sim::World::body) {
-            *imu = body.to_imu();
-            self.body = Some(body);
-            st.imu_present = true;
-        } else if let Some(src) = self.imu.as_mut() {
+        if let Some(src) = self.imu.as_mut() {
             st.imu_present = matches!(src.read(st.tx_done_ns, imu), Ok(true));
         }
 
@@ -592,7 +526,7 @@ impl<C: Clock> Cycler<C> {
 }
 
 /// Upper bound of one frame's wire time, in closed form: the deadline estimate needs a
-/// bound, not the exact stuffed bit count (which `rtloop_sim::frame_time_ns` computes by walking
+/// bound, not the exact stuffed bit count (which the simulator's wire model computes by walking
 /// every bit — a few hundred nanoseconds per frame the hot path does not need to spend).
 /// Arbitration, ACK, EOF and intermission at the nominal rate with worst-case stuffing of
 /// the header (one stuff bit per four); DLC, payload, stuff count and CRC at the data rate

@@ -4,12 +4,15 @@
 //! [`open_buses`] opens a robot's buses together: every bus that names the same pi3hat
 //! carrier becomes a port of one shared device, and that board's IMU becomes the robot's.
 //!
+//! The simulated addresses (`sim`, `pi3hat:sim`) are part of the address language, but what
+//! answers them is not this crate's: the caller passes a [`SimulatedDevices`] (the simulated
+//! robot, rtloop-simrobot), which hands over a transport for a `sim` bus and an SPI carrier
+//! for a simulated pi3hat — driven from then on like any device.
+//!
 //! Must never: open anything the address does not name, or hide why an open failed.
 
-use crate::clock::{Clock, MonotonicClock};
 use crate::pi3hat::Pi3hatOptions;
-use crate::simulated::{SimImu, SimTransport};
-use crate::spi::{Pi3hatSpi, SimSpi, SpiTiming};
+use crate::spi::{Pi3hatSpi, SpiTiming};
 use crate::transport::{ImuSource, OpenError, Transport};
 use crate::uri::{BusUri, Pi3hatCarrier};
 
@@ -18,12 +21,40 @@ use crate::uri::{BusUri, Pi3hatCarrier};
 pub struct OpenOptions {
     /// fdcanusb: append the ` *XX` CRC suffix to our lines (needed on UART links).
     pub fdcanusb_crc: bool,
-    /// `sim` and `pi3hat:sim`: wire timing and fault injection of the simulated buses. Its
-    /// `fault_seed` is the run's: [`open_buses`] gives each bus its own, derived from it and
-    /// the bus number ([`rtloop_sim::bus_fault_seed`]), so no two buses lose the same frames.
-    pub sim_bus: rtloop_sim::BusConfig,
     /// pi3hat: SPI timing, CAN configuration, attitude.
     pub pi3hat: Pi3hatOptions,
+}
+
+/// What answers the simulated addresses: a transport for each `sim` bus, an SPI carrier for
+/// each simulated pi3hat. rtloop-simrobot's simulated robot implements it; [`NoSimulation`]
+/// refuses them.
+pub trait SimulatedDevices {
+    /// The transport of `request` (a `sim` address), bus `index` of the robot's list.
+    fn bus(&mut self, index: usize, request: &BusRequest<'_>) -> Result<Box<dyn Transport>, OpenError>;
+    /// The SPI carrier of a simulated pi3hat whose connectors carry `buses` (each with its
+    /// index in the robot's list), at `timing`.
+    fn pi3hat(&mut self, buses: &[(usize, BusRequest<'_>)], timing: SpiTiming)
+        -> Result<Box<dyn Pi3hatSpi>, OpenError>;
+}
+
+/// No simulator: a simulated address is refused, with the way to get one.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoSimulation;
+
+impl SimulatedDevices for NoSimulation {
+    fn bus(&mut self, _index: usize, request: &BusRequest<'_>) -> Result<Box<dyn Transport>, OpenError> {
+        Err(refused(request.uri))
+    }
+    fn pi3hat(&mut self, buses: &[(usize, BusRequest<'_>)], _: SpiTiming) -> Result<Box<dyn Pi3hatSpi>, OpenError> {
+        Err(refused(buses.first().map_or(&BusUri::Pi3hat { carrier: Pi3hatCarrier::Sim }, |b| b.1.uri)))
+    }
+}
+
+fn refused(uri: &BusUri) -> OpenError {
+    OpenError {
+        uri: uri.to_string(),
+        message: "a simulated bus needs the simulated robot: open it with rtloop-simrobot (rtloop run does)".into(),
+    }
 }
 
 /// One bus to open.
@@ -33,8 +64,8 @@ pub struct BusRequest<'a> {
     pub number: u8,
     /// Where it is.
     pub uri: &'a BusUri,
-    /// Servo ids to simulate on it when it is simulated (ignored otherwise).
-    pub sim_servo_ids: &'a [u8],
+    /// The servo ids on it (what a simulated bus is populated with; the others ignore it).
+    pub servo_ids: &'a [u8],
 }
 
 /// A robot's opened buses: transports in the order asked, and the IMU if one came with them
@@ -49,27 +80,28 @@ pub struct OpenedBuses {
     pub pi3hats: Vec<(Pi3hatCarrier, crate::pi3hat::SharedPi3hat)>,
 }
 
-/// Open the bus at `uri`. A `sim` bus is an in-process simulated bus populated with
-/// `sim_servo_ids` (ignored by the other transports). A pi3hat address opens a board for this
-/// one bus (as bus 1, JC1); use [`open_buses`] for several buses of one board.
-/// `options.sim_bus` is used as given (its seed too).
-pub fn open_bus(uri: &BusUri, sim_servo_ids: &[u8], options: OpenOptions) -> Result<Box<dyn Transport>, OpenError> {
-    if let Some(t) = open_single(uri, sim_servo_ids, options, options.sim_bus)? {
-        return Ok(t);
-    }
-    let mut opened = open_buses(&[BusRequest { number: 1, uri, sim_servo_ids }], MonotonicClock::default(), options)?;
+/// Open the bus at `uri` on its own (a pi3hat address opens a board for this one bus, as
+/// bus 1, JC1; use [`open_buses`] for several buses of one board); `simulated` answers a
+/// simulated address.
+pub fn open_bus(
+    uri: &BusUri,
+    servo_ids: &[u8],
+    options: OpenOptions,
+    simulated: &mut dyn SimulatedDevices,
+) -> Result<Box<dyn Transport>, OpenError> {
+    let mut opened = open_buses(&[BusRequest { number: 1, uri, servo_ids }], options, simulated)?;
     opened.transports.pop().ok_or_else(|| OpenError { uri: uri.to_string(), message: "nothing was opened".into() })
 }
 
 /// A transport that is one bus on its own; `None` for a pi3hat, whose buses open together.
 fn open_single(
-    uri: &BusUri,
-    sim_servo_ids: &[u8],
+    index: usize,
+    request: &BusRequest<'_>,
     options: OpenOptions,
-    bus_config: rtloop_sim::BusConfig,
+    simulated: &mut dyn SimulatedDevices,
 ) -> Result<Option<Box<dyn Transport>>, OpenError> {
-    Ok(Some(match uri {
-        BusUri::Sim => Box::new(SimTransport::new(sim_bus(bus_config, sim_servo_ids), "sim")),
+    Ok(Some(match request.uri {
+        BusUri::Sim => simulated.bus(index, request)?,
         BusUri::Fdcanusb { path } => {
             let opts = crate::fdcanusb::FdcanusbOptions { crc: options.fdcanusb_crc, ..Default::default() };
             Box::new(crate::fdcanusb::FdcanusbTransport::open(path, opts)?)
@@ -80,25 +112,19 @@ fn open_single(
     }))
 }
 
-/// Open every bus of a robot. Buses naming the same pi3hat carrier share one board (bus N on
-/// connector JC N); simulated ones (`sim`, `pi3hat:sim`) run on `clock` (a clone of the
-/// cycle's clock, so that a virtual clock's time is shared).
-pub fn open_buses<C: Clock + Clone + Send + 'static>(
+/// Open every bus of a robot, in the order asked. Buses naming the same pi3hat carrier share
+/// one board (bus N on connector JC N); `simulated` answers the simulated addresses.
+pub fn open_buses(
     requests: &[BusRequest<'_>],
-    clock: C,
     options: OpenOptions,
+    simulated: &mut dyn SimulatedDevices,
 ) -> Result<OpenedBuses, OpenError> {
     let mut slots: Vec<Option<Box<dyn Transport>>> = (0..requests.len()).map(|_| None).collect();
     let mut imu: Option<Box<dyn ImuSource>> = None;
     let mut carriers: Vec<Pi3hatCarrier> = Vec::new();
     let mut pi3hats = Vec::new();
-    // Each simulated bus gets its own fault seed, derived from the run's and its number.
-    let bus_config = |number: u8| rtloop_sim::BusConfig {
-        fault_seed: rtloop_sim::bus_fault_seed(options.sim_bus.fault_seed, number),
-        ..options.sim_bus
-    };
     for (i, r) in requests.iter().enumerate() {
-        match open_single(r.uri, r.sim_servo_ids, options, bus_config(r.number))? {
+        match open_single(i, r, options, simulated)? {
             Some(t) => slots[i] = Some(t),
             None => {
                 if let BusUri::Pi3hat { carrier } = r.uri {
@@ -122,19 +148,8 @@ pub fn open_buses<C: Clock + Clone + Send + 'static>(
         }
         let spi: Box<dyn Pi3hatSpi> = match carrier {
             Pi3hatCarrier::Sim => {
-                let mut board = rtloop_sim::pi3hat::SimPi3hat::new(sim_pi3hat_config(options.pi3hat.timing));
-                for &i in &mine {
-                    let r = &requests[i];
-                    let mut config = bus_config(r.number);
-                    if r.number == 5 && config.nominal_bitrate != u32::MAX {
-                        // JC5 is the board's slow classic-CAN port.
-                        config.nominal_bitrate = 125_000;
-                        config.data_bitrate = 125_000;
-                    }
-                    board.attach_bus(r.number, sim_bus(config, r.sim_servo_ids));
-                }
-                board.attach_imu(rtloop_sim::Imu::new(rtloop_sim::DEFAULT_IMU_SEED));
-                Box::new(SimSpi::new(board, clock.clone()))
+                let buses: Vec<(usize, BusRequest<'_>)> = mine.iter().map(|&i| (i, requests[i])).collect();
+                simulated.pi3hat(&buses, options.pi3hat.timing)?
             }
             Pi3hatCarrier::Spidev => Box::new(crate::spi::spidev::SpidevSpi::open(options.pi3hat.timing)?),
             Pi3hatCarrier::Mem => Box::new(crate::spi::bcm::BcmSpi::open(options.pi3hat.timing)?),
@@ -178,26 +193,4 @@ fn open_auto(timing: SpiTiming) -> Result<Box<dyn Pi3hatSpi>, OpenError> {
             message: format!("no pi3hat found: through /dev/mem, {mem_error}; through spidev, {}", e.message),
         }),
     }
-}
-
-fn sim_bus(config: rtloop_sim::BusConfig, ids: &[u8]) -> rtloop_sim::SimBus {
-    let mut bus = rtloop_sim::SimBus::new(config);
-    for &id in ids {
-        bus.add_servo(rtloop_sim::Servo::new(rtloop_sim::ServoConfig::new(id)));
-    }
-    bus
-}
-
-fn sim_pi3hat_config(t: SpiTiming) -> rtloop_sim::Pi3hatConfig {
-    rtloop_sim::Pi3hatConfig {
-        spi_hz: t.speed_hz,
-        cs_hold_ns: u64::from(t.cs_hold_ns),
-        address_hold_ns: u64::from(t.address_hold_ns),
-        ..Default::default()
-    }
-}
-
-/// The simulated IMU for a robot whose buses are all simulated in process.
-pub fn sim_imu() -> Box<dyn ImuSource> {
-    Box::new(SimImu(rtloop_sim::Imu::new(rtloop_sim::DEFAULT_IMU_SEED)))
 }

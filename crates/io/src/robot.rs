@@ -68,15 +68,12 @@
 //! the answer to a request newer than the one it answers.
 
 use crate::clock::Clock;
+pub use crate::cycle::MAX_REPLY_TAGS;
 use crate::cycle::{CycleOptions, CycleStats, Cycler, RxFrame, SetupError, TxFrame};
-use crate::transport::{ImuSource, Transport};
+use crate::transport::{ImuSample, ImuSource, Transport};
 use rtloop_proto::frame::ArbitrationId;
 use rtloop_proto::host::{self, PositionCommand, PositionResolution, QueryFormat, ServoState};
 use rtloop_proto::{CanFdFrame, FrameWriter};
-use rtloop_sim::ImuSample;
-
-/// The most reply tags (host source ids) a robot may use.
-pub const MAX_REPLY_TAGS: u8 = 16;
 
 /// Where a servo is: bus index and CAN id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

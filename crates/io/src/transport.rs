@@ -1,11 +1,13 @@
-//! The interface every CAN-FD bus implements, whatever carries it (in-process simulator
-//! today; fdcanusb, SocketCAN and UDP next).
+//! The interface every CAN-FD bus implements, whatever carries it: an fdcanusb, SocketCAN,
+//! UDP, a pi3hat's port — or a simulated bus, which implements it outside this crate
+//! (rtloop-simrobot), as any other device would.
 //!
 //! One `Transport` is one bus. The cycle talks to every bus through this trait, so a
 //! transport must never block past the instant it is given, never allocate in `send`,
 //! `recv` or `drain`, and report failures as a [`TransportError`] value (no strings built
 //! on the hot path) so one failing bus never stops the others.
 
+pub use rtloop_proto::pi3hat::ImuSample;
 use rtloop_proto::CanFdFrame;
 use std::fmt;
 use std::os::fd::RawFd;
@@ -30,7 +32,7 @@ pub struct TransportCounters {
     pub reconnects: u64,
     /// The CAN controller's own health, for transports that can read it (a pi3hat's error
     /// status register); `None` for the others.
-    pub can_status: Option<crate::pi3hat::CanErrorStatus>,
+    pub can_status: Option<rtloop_proto::pi3hat::CanErrorStatus>,
 }
 
 /// A short text a device sent (e.g. the `unknown command` of an fdcanusb `ERR unknown command`),
@@ -114,11 +116,7 @@ impl fmt::Display for TransportError {
 impl std::error::Error for TransportError {}
 
 /// One CAN-FD bus.
-///
-/// `Any` so that the code that built a transport can reach its concrete type through a
-/// `Box<dyn Transport>` (a simulator's bus, for fault injection:
-/// [`crate::simulated::with_sim_bus`]) without the trait knowing of simulators.
-pub trait Transport: Send + std::any::Any {
+pub trait Transport: Send {
     /// A short human name, e.g. `sim` or `fdcanusb:/dev/ttyACM0`.
     fn name(&self) -> &str;
 
@@ -213,10 +211,10 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
 }
 
-/// Where the cycle gets the robot's attitude from.
+/// Where the cycle gets the robot's attitude from (a pi3hat's, or a simulated robot's).
 pub trait ImuSource: Send {
     /// Read the latest attitude into `out` at `now_ns`; `Ok(false)` when none is available.
-    fn read(&mut self, now_ns: u64, out: &mut rtloop_sim::ImuSample) -> Result<bool, TransportError>;
+    fn read(&mut self, now_ns: u64, out: &mut ImuSample) -> Result<bool, TransportError>;
 }
 
 /// A transport that could not be opened: which address, and one sentence saying what is

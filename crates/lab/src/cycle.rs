@@ -65,11 +65,13 @@ fn build_robot(transport: &str, ids: &[u8]) -> Result<Robot<MonotonicClock>, Err
     let config = RobotConfig::default();
     if transport == "sim" && ids.iter().copied().eq(QUADRUPED_IDS) {
         // The errors' Display is the one sentence for the user (never their Debug form).
-        return rtloop_io::default_quadruped(MonotonicClock::default(), config).map_err(Error::Quadruped);
+        return rtloop_simrobot::quadruped(MonotonicClock::default(), config)
+            .map(|(robot, _)| robot)
+            .map_err(Error::Quadruped);
     }
     let uri = rtloop_io::uri::parse(transport).map_err(CheckError::Transport)?;
     // OpenError's Display already says "cannot open URI: what is wrong and what to do".
-    let bus = rtloop_io::open::open_bus(&uri, ids, rtloop_io::open::OpenOptions::default())?;
+    let bus = rtloop_simrobot::open_bus(&uri, ids, Default::default(), Default::default())?;
     let servos = ids.iter().map(|&id| ServoSpec { bus: 0, id }).collect();
     Robot::new(vec![bus], servos, None, MonotonicClock::default(), config)
         .map_err(|source| Error::Robot { transport: transport.to_string(), source })

@@ -173,6 +173,54 @@ impl CanPortConfig {
     }
 }
 
+/// The health of one CAN port, from register 6.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CanErrorStatus {
+    /// Activity: 0 synchronizing, 1 idle, 2 receiving, 3 transmitting.
+    pub activity: u8,
+    /// Last error code of the data phase (0 none, 7 unchanged).
+    pub data_last_error: u8,
+    /// Last error code (0 none, 7 unchanged).
+    pub last_error: u8,
+    /// A protocol exception happened.
+    pub protocol_exception: bool,
+    /// The controller is bus-off.
+    pub bus_off: bool,
+    /// An error counter reached the warning limit (96).
+    pub warning: bool,
+    /// The controller is error-passive.
+    pub error_passive: bool,
+    /// Receive error counter.
+    pub rx_errors: u8,
+    /// Transmit error counter.
+    pub tx_errors: u8,
+    /// Times the controller was reset.
+    pub resets: u8,
+}
+
+impl CanErrorStatus {
+    /// Parse one port's six bytes.
+    pub fn decode(b: &[u8; 6]) -> Self {
+        CanErrorStatus {
+            activity: b[0] >> 6,
+            data_last_error: (b[0] >> 3) & 7,
+            last_error: b[0] & 7,
+            protocol_exception: b[1] & 0b1000 != 0,
+            bus_off: b[1] & 0b100 != 0,
+            warning: b[1] & 0b10 != 0,
+            error_passive: b[1] & 1 != 0,
+            rx_errors: b[2],
+            tx_errors: b[3],
+            resets: b[4],
+        }
+    }
+
+    /// Nothing wrong: not bus-off, passive or warning.
+    pub fn is_healthy(&self) -> bool {
+        !(self.bus_off || self.error_passive || self.warning)
+    }
+}
+
 /// One attitude report (register 34).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct ImuSample {

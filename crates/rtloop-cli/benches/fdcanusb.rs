@@ -56,8 +56,8 @@ fn ours(path: &str, ids: &[u8], busy_poll: bool) -> Run {
     config.cycle.busy_poll = busy_poll;
     config.cycle.timeout_ns = 100_000_000;
     let clock = MonotonicClock::default();
-    let mut robot = match spec.build(clock, config, Default::default()) {
-        Ok(robot) => robot,
+    let mut robot = match spec.build(clock, config, Default::default(), Default::default()) {
+        Ok((robot, _)) => robot,
         Err(e) => return Run { rate_hz: None, failed: 1, first_error: Some(format!("opening {path}: {e}")) },
     };
     let commands = vec![ServoCommand::Query; ids.len()];

@@ -85,8 +85,8 @@ fn lockstep_loop() -> f64 {
 fn robot_alone() -> f64 {
     let spec = RobotSpec::default_quadruped();
     let clock = VirtualClock::new(0);
-    let open = rtloop::io::open::OpenOptions { sim_bus: rtloop::sim::BusConfig::default(), ..Default::default() };
-    let mut robot = spec.build(clock.clone(), rtloop::cycle_model::robot_config_for(&spec), open).expect("robot");
+    let config = rtloop::cycle_model::robot_config_for(&spec);
+    let (mut robot, _sim) = spec.build(clock.clone(), config, Default::default(), Default::default()).expect("robot");
     let n = robot.servos().len();
     let commands = vec![IoCommand::Query; n];
     let mut replies = vec![ServoReply::default(); n];

@@ -10,7 +10,6 @@
 
 use std::path::PathBuf;
 
-use rtloop_io::{Clock, Robot};
 use rtloop_physics::{BuiltInPose, ModelSource, PhysicsError, PhysicsSpec, ServoJoint};
 use serde::{Deserialize, Serialize};
 
@@ -235,12 +234,12 @@ pub enum AttachError {
     Coupling(#[from] rtloop_sim::WorldError),
 }
 
-/// Load the model `config` names and couple the simulated servos of `robot` to it.
-pub fn attach<K: Clock>(robot: &mut Robot<K>, config: &PhysicsConfig, buses: &[BusSpec]) -> Result<(), AttachError> {
+/// Load the model `config` names and couple the servos of the simulated robot `sim` to it.
+pub fn attach(sim: &rtloop_simrobot::SimRobot, config: &PhysicsConfig, buses: &[BusSpec]) -> Result<(), AttachError> {
     let spec = config.spec(buses)?;
     let loaded = rtloop_physics::load(&spec).map_err(PhysicsConfigError::Model)?;
     let world = rtloop_sim::World::new(loaded.plant, loaded.links)?.with_gains(config.kp, config.kd);
-    robot.cycler_mut().attach_world(world)?;
+    sim.attach_world(world)?;
     Ok(())
 }
 

@@ -16,9 +16,47 @@
 //! bus number (1-255; 1-5 on a pi3hat), or both forms in one file is one clear error that
 //! names the flag or line and shows a correct form.
 
-use rtloop_io::{BusUri, Clock, Robot, RobotConfig, ServoSpec, Transport};
+use rtloop_io::{BusUri, Clock, ImuSource, Robot, RobotConfig, ServoSpec, Transport};
+use rtloop_simrobot::SimRobot;
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;
+
+/// A robot's buses, opened ([`RobotSpec::open`]).
+pub struct OpenedRobot {
+    /// One transport per bus, in bus order.
+    pub transports: Vec<Box<dyn Transport>>,
+    /// The attitude source: a pi3hat's, or the simulated robot's.
+    pub imu: Option<Box<dyn ImuSource>>,
+    /// The simulated robot behind the simulated buses, when some are.
+    pub sim: Option<SimRobot>,
+}
+
+/// How the simulated parts of a robot start ([`RobotSpec::build_with`]).
+#[derive(Debug, Clone, Default)]
+pub struct SimSetup {
+    /// The simulated buses' wire timing and faults (`options.bus.fault_seed`: the run's seed).
+    pub options: rtloop_simrobot::SimOptions,
+    /// Where the simulated joints start, rev (`None`: where their configuration says).
+    pub start_position_rev: Option<f64>,
+    /// A body under the simulated servos.
+    pub physics: Option<crate::physics::PhysicsConfig>,
+}
+
+/// Why a robot could not be built ([`RobotSpec::build_with`]). The Display is the one sentence
+/// the user sees.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// A bus could not be opened.
+    #[error(transparent)]
+    Open(RobotSpecError),
+    /// The buses and servos do not make a robot.
+    #[error(transparent)]
+    Setup(RobotSpecError),
+    /// The body could not be put under the servos.
+    #[error(transparent)]
+    Physics(crate::physics::AttachError),
+}
 
 /// The transport of a `servo_bus_map` file that names none.
 pub const DEFAULT_MAP_TRANSPORT: &str = "pi3hat";
@@ -501,9 +539,10 @@ impl RobotSpec {
         Ok(spec)
     }
 
-    /// Open every bus and build the robot. Simulated buses get their servos; the buses of one
-    /// pi3hat share its board, whose IMU becomes the robot's; otherwise a fully simulated
-    /// robot gets the simulated IMU. `options.sim_bus.fault_seed` is the run's seed: each
+    /// Open every bus and build the robot. Simulated buses get their servos and belong to the
+    /// simulated robot that comes back beside it (`None` when no bus is simulated); the buses
+    /// of one pi3hat share its board, whose IMU becomes the robot's; otherwise a fully
+    /// simulated robot gets the simulated IMU. `sim.bus.fault_seed` is the run's seed: each
     /// simulated bus gets its own, derived from it and the bus number
     /// ([`rtloop_sim::bus_fault_seed`]), so no two buses lose the same frames.
     pub fn build<C: Clock + Clone + Send + 'static>(
@@ -511,31 +550,62 @@ impl RobotSpec {
         clock: C,
         config: RobotConfig,
         options: rtloop_io::open::OpenOptions,
-    ) -> Result<Robot<C>, RobotSpecError> {
-        let (transports, imu) = self.open(clock.clone(), options)?;
+        sim: rtloop_simrobot::SimOptions,
+    ) -> Result<(Robot<C>, Option<SimRobot>), RobotSpecError> {
+        let opened = self.open(clock.clone(), options, sim)?;
         let servos = self.servo_specs();
-        Ok(Robot::new(transports, servos, imu, clock, config)?)
+        Ok((Robot::new(opened.transports, servos, opened.imu, clock, config)?, opened.sim))
     }
 
-    /// Open every bus (see [`build`](Self::build)): the transports in bus order, and the IMU.
-    #[allow(clippy::type_complexity)]
+    /// [`build`](Self::build), with the simulated parts set up as `setup` says: their
+    /// faults, where their joints start, and a body (physics) under their servos, whose
+    /// attitude then becomes the robot's IMU.
+    pub fn build_with<C: Clock + Clone + Send + 'static>(
+        &self,
+        clock: C,
+        config: RobotConfig,
+        options: rtloop_io::open::OpenOptions,
+        setup: &SimSetup,
+    ) -> Result<(Robot<C>, Option<SimRobot>), BuildError> {
+        let opened = self.open(clock.clone(), options, setup.options).map_err(BuildError::Open)?;
+        let sim = opened.sim;
+        let mut imu = opened.imu;
+        if let (Some(p), Some(sim)) = (setup.start_position_rev, &sim) {
+            for s in self.servo_specs() {
+                sim.with_bus(s.bus, |b| b.servo_mut(s.id).map(|servo| servo.set_position(p)));
+            }
+        }
+        // After the start position: with a body, the model's pose is where the joints are.
+        if let Some(physics) = &setup.physics {
+            let sim = sim.clone().unwrap_or_default();
+            crate::physics::attach(&sim, physics, &self.buses).map_err(BuildError::Physics)?;
+            if sim.world_body().is_some() {
+                imu = Some(sim.imu_source());
+            }
+        }
+        let robot = Robot::new(opened.transports, self.servo_specs(), imu, clock, config)
+            .map_err(|e| BuildError::Setup(e.into()))?;
+        Ok((robot, sim))
+    }
+
+    /// Open every bus (see [`build`](Self::build)).
     pub fn open<C: Clock + Clone + Send + 'static>(
         &self,
         clock: C,
         options: rtloop_io::open::OpenOptions,
-    ) -> Result<(Vec<Box<dyn Transport>>, Option<Box<dyn rtloop_io::ImuSource>>), RobotSpecError> {
+        sim: rtloop_simrobot::SimOptions,
+    ) -> Result<OpenedRobot, RobotSpecError> {
         self.validate()?;
         let requests: Vec<rtloop_io::open::BusRequest<'_>> = self
             .buses
             .iter()
-            .map(|b| rtloop_io::open::BusRequest { number: b.bus, uri: &b.uri, sim_servo_ids: &b.servos })
+            .map(|b| rtloop_io::open::BusRequest { number: b.bus, uri: &b.uri, servo_ids: &b.servos })
             .collect();
-        let opened = rtloop_io::open::open_buses(&requests, clock, options).map_err(|source| {
+        let (opened, simulated) = rtloop_simrobot::open_buses(&requests, clock, options, sim).map_err(|source| {
             let buses = self.buses.iter().filter(|b| b.uri.to_string() == source.uri).map(|b| b.bus).collect();
             RobotSpecError::Open { buses, source }
         })?;
-        let imu = opened.imu.or_else(|| self.all_simulated().then(rtloop_io::open::sim_imu));
-        Ok((opened.transports, imu))
+        Ok(OpenedRobot { transports: opened.transports, imu: opened.imu, sim: simulated })
     }
 
     /// Every servo with the index of its bus.

@@ -1,20 +1,24 @@
 //! Simulated servos served behind real operating-system devices — a pseudo-terminal speaking
 //! the fdcanusb protocol, or a UDP port — so that unmodified moteus clients, and rtloop's own
 //! transports, can drive them: what `rtloop sim` and the Python package's `rtloop.sim` serve.
+//! Who it is for: those two (they share it so both refuse the same flags, paths and
+//! addresses); a robot builder's control law never needs it. The serving itself is
+//! rtloop-simrobot's ([`rtloop_simrobot::serve`]); this module turns the flags, read as a robot
+//! file's buses are ([`crate::robot_spec`]), into what to serve.
 //!
 //! [`plan`] turns flags into [`ServedSpec`]s, [`load_buses`] builds the simulated buses and
 //! loads each servo's stored configuration (`config_dir`: `DIR/bus<B>-servo<ID>.cfg`, see
-//! [`rtloop_io::serve::persist`]), and [`endpoint`] creates the device side of one bus; serving
-//! them is [`rtloop_io::serve::runner`]'s.
+//! [`rtloop_simrobot::serve::persist`]), and [`endpoint`] creates the device side of one bus; serving
+//! them is [`rtloop_simrobot::serve::runner`]'s.
 //!
 //! Must never: serve on an address other hosts can reach unless told to (`allow_remote`);
 //! replace anything at a `fdcanusb:` path but a stale link of a killed simulator (the rules
-//! are in [`rtloop_io::serve::pty`]); read or write a configuration through a link (the rules are
-//! in [`rtloop_io::serve::persist`]).
+//! are in [`rtloop_simrobot::serve::pty`]); read or write a configuration through a link (the rules are
+//! in [`rtloop_simrobot::serve::persist`]).
 
 use crate::robot_spec::parse_id_list;
-use rtloop_io::serve::Endpoint;
 use rtloop_io::BusUri;
+use rtloop_simrobot::serve::Endpoint;
 use std::path::Path;
 
 /// What is wrong with the buses asked for: `Display` is the one sentence `rtloop sim` (with
@@ -55,7 +59,7 @@ pub enum SimBusError {
     /// The device cannot be created (a path that is taken, an address that cannot be bound).
     Device(rtloop_io::OpenError),
     /// The configuration directory or a stored configuration cannot be read.
-    Config(rtloop_io::serve::ConfigError),
+    Config(rtloop_simrobot::serve::ConfigError),
 }
 
 impl std::fmt::Display for SimBusError {
@@ -182,12 +186,12 @@ pub fn plan(
 /// the Python package's `rtloop.sim`, so both refuse the same paths and addresses.
 pub fn endpoint(spec: &ServedSpec, allow_remote: bool) -> Result<Box<dyn Endpoint>, SimBusError> {
     match &spec.uri {
-        BusUri::Fdcanusb { path } => rtloop_io::serve::pty::PtyFdcanusbEndpoint::create(Path::new(path))
+        BusUri::Fdcanusb { path } => rtloop_simrobot::serve::pty::PtyFdcanusbEndpoint::create(Path::new(path))
             .map(|e| Box::new(e) as Box<dyn Endpoint>)
             .map_err(SimBusError::Device),
         BusUri::Udp { host, port, bus } => {
             let addr = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
-            rtloop_io::udp::UdpEndpoint::bind(&addr, *bus, allow_remote)
+            rtloop_simrobot::serve::UdpEndpoint::bind(&addr, *bus, allow_remote)
                 .map(|e| Box::new(e) as Box<dyn Endpoint>)
                 .map_err(SimBusError::Device)
         }
@@ -200,9 +204,9 @@ pub fn endpoint(spec: &ServedSpec, allow_remote: bool) -> Result<Box<dyn Endpoin
 #[derive(Debug)]
 pub struct LoadedBuses {
     /// Per requested bus, in order: the bus and where its `conf write`s go.
-    pub buses: Vec<(rtloop_sim::SimBus, Option<rtloop_io::serve::ConfigStore>)>,
+    pub buses: Vec<(rtloop_sim::SimBus, Option<rtloop_simrobot::serve::ConfigStore>)>,
     /// The configuration directory, when one was given.
-    pub config_dir: Option<std::sync::Arc<rtloop_io::serve::ConfigDir>>,
+    pub config_dir: Option<std::sync::Arc<rtloop_simrobot::serve::ConfigDir>>,
     /// Problems worth a warning (a stored line that cannot be applied, two servos on one id).
     pub warnings: Vec<String>,
     /// What the start should say (a servo that a stored `id.id` moved to another id).
@@ -214,7 +218,9 @@ pub struct LoadedBuses {
 /// Shared with the Python package's `rtloop.sim`; the texts carry no `rtloop sim:` prefix.
 pub fn load_buses(req: &SimRequest) -> Result<LoadedBuses, SimBusError> {
     let config_dir = match &req.config_dir {
-        Some(path) => Some(std::sync::Arc::new(rtloop_io::serve::ConfigDir::open(path).map_err(SimBusError::Config)?)),
+        Some(path) => {
+            Some(std::sync::Arc::new(rtloop_simrobot::serve::ConfigDir::open(path).map_err(SimBusError::Config)?))
+        }
         None => None,
     };
     let mut buses = Vec::new();
@@ -232,7 +238,7 @@ pub fn load_buses(req: &SimRequest) -> Result<LoadedBuses, SimBusError> {
         }
         let store = config_dir
             .as_ref()
-            .map(|dir| rtloop_io::serve::ConfigStore::new(dir.clone(), spec.bus, spec.servos.clone()));
+            .map(|dir| rtloop_simrobot::serve::ConfigStore::new(dir.clone(), spec.bus, spec.servos.clone()));
         if let Some(store) = &store {
             let loaded = store.load_into(&mut bus).map_err(SimBusError::Config)?;
             warnings.extend(loaded.warnings.iter().cloned());
@@ -240,7 +246,11 @@ pub fn load_buses(req: &SimRequest) -> Result<LoadedBuses, SimBusError> {
                 notes.push(format!(
                     "bus {}: servo {slot} answers to id {id} (its stored configuration, {}, sets id.id {id})",
                     spec.bus,
-                    store.dir().path().join(rtloop_io::serve::persist::config_file_name(spec.bus, *slot)).display()
+                    store
+                        .dir()
+                        .path()
+                        .join(rtloop_simrobot::serve::persist::config_file_name(spec.bus, *slot))
+                        .display()
                 ));
             }
             let mut ids: Vec<u8> = bus.servos().iter().map(rtloop_sim::Servo::id).collect();

@@ -60,7 +60,7 @@ pub use model::{predict, CycleModel, Prediction};
 pub use pi3hat::{Pi3hatConfig, SimPi3hat};
 pub use plant::{BodyState, IndependentJoints, JointParams, Plant, PlantError};
 pub use servo::{OverheatState, Servo, ServoConfig, Telemetry, OVERHEAT_OVERSHOOT_C, OVERHEAT_RAMP_NS};
-pub use world::{JointLink, Push, ServoVisitor, World, WorldError};
+pub use world::{JointLink, Push, Servos, World, WorldError};
 
 /// Seed of the IMU [`default_quadruped`] builds.
 pub const DEFAULT_IMU_SEED: u64 = 1;

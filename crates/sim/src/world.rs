@@ -4,9 +4,9 @@
 //! fixed steps of the plant's time step — each step every servo's controller turns its joint's
 //! state into a torque ([`Servo::drive`]), the plant advances under all the torques at once,
 //! and every servo is handed its joint's new state ([`Servo::set_joint_state`]) — and giving
-//! the IMU the body's state. The servos live on their buses; the world reaches them through a
-//! visitor the caller supplies (it owns the buses), and finds each one's joint from its bus
-//! index and id.
+//! the IMU the body's state. The servos live on their buses; the world reaches each linked one
+//! by bus index and id through [`Servos`], which the buses' owner implements (a slice of
+//! [`SimBus`]es does).
 //! What it must never do: allocate or panic after construction, read a clock (time comes in
 //! as `now_ns`), or hand a servo a state the plant could not compute: after a
 //! [`PlantError`] the plant is not stepped again, the servos keep their last finite joint
@@ -14,13 +14,24 @@
 
 use core::f64::consts::TAU;
 
+use crate::bus::SimBus;
 use crate::imu::ImuSample;
 use crate::plant::{BodyState, Plant, PlantError};
 use crate::servo::Servo;
 
-/// Reaches every simulated servo: called with a function, it calls that function once per
-/// servo with the servo's bus index. The buses' owner supplies it.
-pub type ServoVisitor<'a> = dyn FnMut(&mut dyn FnMut(usize, &mut Servo)) + 'a;
+/// The robot's simulated servos, as a [`World`] reaches them: by bus index (the position of
+/// the bus in the robot's bus list, from 0) and CAN id.
+pub trait Servos {
+    /// The servo with CAN id `id` on bus index `bus`, if the robot has one there.
+    fn servo_mut(&mut self, bus: usize, id: u8) -> Option<&mut Servo>;
+}
+
+/// Buses indexed by their position: bus index `i` is `self[i]`.
+impl Servos for [SimBus] {
+    fn servo_mut(&mut self, bus: usize, id: u8) -> Option<&mut Servo> {
+        self.get_mut(bus)?.servo_mut(id)
+    }
+}
 
 /// A servo's joint: the servo on bus index `bus` with CAN id `id` turns plant joint `joint`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,19 +111,14 @@ impl core::fmt::Display for WorldError {
 
 impl core::error::Error for WorldError {}
 
-/// The link of the servo with CAN id `id` on bus index `bus`.
-fn link_of(links: &[JointLink], bus: usize, id: u8) -> Option<&JointLink> {
-    links.iter().find(|l| l.bus == bus && l.id == id)
-}
-
-/// Hand every linked servo `visit` reaches its joint's state as the plant has it.
-fn hand_joint_states(links: &[JointLink], plant: &dyn Plant, visit: &mut ServoVisitor<'_>) {
-    visit(&mut |bus, servo| {
-        if let Some(l) = link_of(links, bus, servo.id()) {
+/// Hand every linked servo its joint's state as the plant has it.
+fn hand_joint_states(links: &[JointLink], plant: &dyn Plant, servos: &mut dyn Servos) {
+    for l in links {
+        if let Some(servo) = servos.servo_mut(l.bus, l.id) {
             let (pos, vel) = plant.joint_state(l.joint);
             servo.set_joint_state(pos / TAU, vel / TAU);
         }
-    });
+    }
 }
 
 /// Longest stretch of time one [`World::advance_to`] integrates (1 s): after a longer gap
@@ -215,26 +221,22 @@ impl World {
         self.fault
     }
 
-    /// Couple every linked servo `visit` reaches (it calls its argument once per simulated
-    /// servo with the servo's bus index) and hand it its joint's state. Fails on the first
-    /// linked servo `visit` did not reach.
-    pub fn couple(&mut self, visit: &mut ServoVisitor<'_>) -> Result<(), WorldError> {
-        let mut reached = [false; 256];
-        let (links, gains) = (&self.links, self.gains);
-        visit(&mut |bus, servo| {
-            if let Some(i) = links.iter().position(|l| l.bus == bus && l.id == servo.id()) {
-                reached[i.min(255)] = true;
+    /// Couple every linked servo of `servos` and hand it its joint's state. Fails, coupling
+    /// none, when a linked servo is not there.
+    pub fn couple(&mut self, servos: &mut dyn Servos) -> Result<(), WorldError> {
+        if let Some(l) = self.links.iter().find(|l| servos.servo_mut(l.bus, l.id).is_none()) {
+            return Err(WorldError::MissingServo { servo: (l.bus, l.id) });
+        }
+        for l in &self.links {
+            if let Some(servo) = servos.servo_mut(l.bus, l.id) {
                 servo.set_coupled(true);
-                if let Some((kp, kd)) = gains {
+                if let Some((kp, kd)) = self.gains {
                     servo.set_stored_gains(kp, kd);
                 }
             }
-        });
-        hand_joint_states(&self.links, &*self.plant, visit);
-        match self.links.iter().enumerate().find(|(i, _)| !reached[(*i).min(255)]) {
-            Some((_, l)) => Err(WorldError::MissingServo { servo: (l.bus, l.id) }),
-            None => Ok(()),
         }
+        hand_joint_states(&self.links, &*self.plant, servos);
+        Ok(())
     }
 
     /// Schedule a push on the body (see [`Push`]); pushes that overlap add up. False, and
@@ -249,9 +251,9 @@ impl World {
         }
     }
 
-    /// Step servos and plant to `now_ns` (see the module docs). The first call sets the time
-    /// origin. `visit` as for [`World::couple`].
-    pub fn advance_to(&mut self, now_ns: u64, visit: &mut ServoVisitor<'_>) {
+    /// Step the linked servos of `servos` and the plant to `now_ns` (see the module docs).
+    /// The first call sets the time origin.
+    pub fn advance_to(&mut self, now_ns: u64, servos: &mut dyn Servos) {
         let Some(mut t) = self.time_ns else {
             self.time_ns = Some(now_ns);
             return;
@@ -269,19 +271,18 @@ impl World {
                 continue;
             }
             self.apply_push(t);
-            let (links, torque) = (&self.links, &mut self.torque);
-            torque.fill(0.0);
-            visit(&mut |bus, servo| {
-                if let Some(l) = link_of(links, bus, servo.id()) {
-                    torque[l.joint] = servo.drive(t, dt);
+            self.torque.fill(0.0);
+            for l in &self.links {
+                if let Some(servo) = servos.servo_mut(l.bus, l.id) {
+                    self.torque[l.joint] = servo.drive(t, dt);
                 }
-            });
+            }
             if let Err(e) = self.plant.step(&self.torque) {
                 self.fault = Some(e);
                 continue;
             }
             self.steps += 1;
-            hand_joint_states(&self.links, &*self.plant, visit);
+            hand_joint_states(&self.links, &*self.plant, servos);
         }
         self.time_ns = Some(t);
     }
@@ -318,14 +319,14 @@ impl World {
 
     /// Back to the plant's initial state (perturbed as `seed` says), handing every coupled
     /// servo its joint's state. False when the plant cannot reset.
-    pub fn reset(&mut self, seed: u64, visit: &mut ServoVisitor<'_>) -> bool {
+    pub fn reset(&mut self, seed: u64, servos: &mut dyn Servos) -> bool {
         if !self.plant.reset(seed) {
             return false;
         }
         self.fault = None;
         self.pushes = [None; MAX_PUSHES];
         self.pushing = [0.0; 3];
-        hand_joint_states(&self.links, &*self.plant, visit);
+        hand_joint_states(&self.links, &*self.plant, servos);
         true
     }
 }
@@ -345,12 +346,13 @@ mod tests {
         }
     }
 
-    fn visit_all(servos: &mut [Servo]) -> Box<ServoVisitor<'_>> {
-        Box::new(move |f| {
-            for s in servos.iter_mut() {
-                f(0, s)
-            }
-        })
+    /// Servos all on bus index 0.
+    struct OneBus(Vec<Servo>);
+
+    impl Servos for OneBus {
+        fn servo_mut(&mut self, bus: usize, id: u8) -> Option<&mut Servo> {
+            self.0.iter_mut().find(|s| bus == 0 && s.id() == id)
+        }
     }
 
     #[test]
@@ -366,8 +368,8 @@ mod tests {
         let e = World::new(plant(), vec![JointLink { bus: 0, id: 1, joint: 0 }, JointLink { bus: 0, id: 1, joint: 1 }]);
         assert!(matches!(e, Err(WorldError::ServoTwice { servo: (0, 1) })));
         let mut w = World::new(plant(), vec![JointLink { bus: 0, id: 9, joint: 0 }]).unwrap();
-        let mut servos = vec![Servo::new(ServoConfig::new(1))];
-        assert_eq!(w.couple(&mut *visit_all(&mut servos)), Err(WorldError::MissingServo { servo: (0, 9) }));
+        let mut servos = OneBus(vec![Servo::new(ServoConfig::new(1))]);
+        assert_eq!(w.couple(&mut servos), Err(WorldError::MissingServo { servo: (0, 9) }));
     }
 
     /// A plant that records the push it is handed each step.
@@ -403,7 +405,7 @@ mod tests {
         let ms = 1_000_000;
         assert!(w.push(Push { force_n: [10.0, 0.0, 0.0], from_ns: 2 * ms, duration_ns: 3 * ms }));
         assert!(w.push(Push { force_n: [0.0, 5.0, 0.0], from_ns: 4 * ms, duration_ns: 2 * ms }));
-        let mut none = |_: &mut dyn FnMut(usize, &mut Servo)| {};
+        let mut none = OneBus(Vec::new());
         w.advance_to(0, &mut none);
         w.advance_to(8 * ms, &mut none);
         // Steps end at 1..=8 ms; a push acts in the steps that end within [from, from + duration).
@@ -433,10 +435,10 @@ mod tests {
         use rtloop_proto::frame::CanFdFrame;
         let cfg = ServoConfig { initial_position_rev: 0.05, ..ServoConfig::new(1) };
         let mut free = Servo::new(cfg);
-        let mut coupled = vec![Servo::new(cfg)];
+        let mut coupled = OneBus(vec![Servo::new(cfg)]);
         let plant = IndependentJoints::new(vec![params(&cfg)], &[0.05], cfg.step_ns);
         let mut world = World::new(Box::new(plant), vec![JointLink { bus: 0, id: 1, joint: 0 }]).unwrap();
-        world.couple(&mut *visit_all(&mut coupled)).unwrap();
+        world.couple(&mut coupled).unwrap();
         // Position mode, target 0.2 rev, through a real command frame at t = 0.
         let mut buf = [0u8; rtloop_proto::frame::MAX_DATA];
         let mut w = rtloop_proto::writer::FrameWriter::new(&mut buf);
@@ -444,17 +446,17 @@ mod tests {
         rtloop_proto::host::encode_position(&mut w, &cmd, &Default::default(), None).unwrap();
         let frame: CanFdFrame = w.to_frame(0x8001).unwrap();
         let mut reply = CanFdFrame::default();
-        world.advance_to(0, &mut *visit_all(&mut coupled));
+        world.advance_to(0, &mut coupled);
         free.advance_to(0);
         free.handle_frame(&frame, 0, &mut reply);
-        coupled[0].handle_frame(&frame, 0, &mut reply);
+        coupled.0[0].handle_frame(&frame, 0, &mut reply);
         for k in 1..=50u64 {
             let t = k * 1_000_000;
             free.advance_to(t);
-            world.advance_to(t, &mut *visit_all(&mut coupled));
-            coupled[0].advance_to(t);
+            world.advance_to(t, &mut coupled);
+            coupled.0[0].advance_to(t);
         }
-        let (a, b) = (free.position(), coupled[0].position());
+        let (a, b) = (free.position(), coupled.0[0].position());
         assert!((a - b).abs() < 1e-9, "free {a} coupled {b}");
         assert!(a > 0.08, "the joint moved toward its target from 0.05: {a}");
         assert_eq!(world.steps(), 500);

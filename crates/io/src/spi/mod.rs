@@ -1,14 +1,15 @@
 //! Reaching the pi3hat's processors over SPI: one register read or write on one chip select,
 //! with the hold times the processors need, whatever carries it.
 //!
-//! Three carriers implement [`Pi3hatSpi`]:
+//! Two hardware carriers implement [`Pi3hatSpi`] here:
 //! * [`spidev::SpidevSpi`] — Linux's `spidev` driver (`/dev/spidev0.0`, `/dev/spidev1.0`,
 //!   `/dev/spidev1.1`, `SPI_IOC_MESSAGE`); no root needed;
 //! * [`bcm::BcmSpi`] — the BCM283x SPI0 / AUX-SPI1 and GPIO registers through `/dev/mem`, chip
 //!   select by GPIO and busy-waits between phases, the way the official library reaches
 //!   10 MHz with microsecond gaps (root; Pi 3 and Pi 4);
-//! * [`SimSpi`] — the simulated pi3hat ([`rtloop_sim::pi3hat::SimPi3hat`]), each transaction taking
-//!   its SPI time on the given clock.
+//!
+//! and the simulated pi3hat implements it too, outside this crate (rtloop-simrobot's
+//! `SimSpi`): the driver above it ([`crate::pi3hat`]) cannot tell.
 //!
 //! Must never: allocate in `read`/`write`, or hide a failed transfer (every failure is a
 //! [`SpiError`]); the hardware carriers open nothing until asked and say in one sentence why
@@ -17,7 +18,6 @@
 pub mod bcm;
 pub mod spidev;
 
-use crate::clock::Clock;
 use std::fmt;
 
 /// The data part of one transaction, for the hardware carriers.
@@ -155,7 +155,8 @@ pub enum SpiError {
     NoSuchBus(u8),
     /// No such processor on a pi3hat (it has 1 to 3).
     NoSuchProcessor(u8),
-    /// The simulated board refused the transaction (unknown register, malformed write, …).
+    /// The board refused the transaction (unknown register, malformed write, …): what a
+    /// simulated board says; real processors do not answer.
     Register(rtloop_proto::pi3hat::RegisterError),
 }
 
@@ -187,11 +188,6 @@ pub trait Pi3hatSpi: Send {
     /// The clock and holds in use.
     fn timing(&self) -> SpiTiming;
 
-    /// The simulated board, when this is one (tests, fault injection, statistics).
-    fn as_sim_mut(&mut self) -> Option<&mut rtloop_sim::pi3hat::SimPi3hat> {
-        None
-    }
-
     /// The earliest instant a read could find something new, when the carrier can know it
     /// (the simulated board can); `None` for hardware, which is polled.
     fn ready_hint_ns(&self) -> Option<u64> {
@@ -199,7 +195,7 @@ pub trait Pi3hatSpi: Send {
     }
 
     /// When the last transaction handed to the carrier ends, when that can be later than the
-    /// call returned (a simulated board running ahead of a real clock, see [`SimSpi`]);
+    /// call returned (a simulated board running ahead of a real clock);
     /// `None` for hardware, whose transactions are over when the call returns.
     fn busy_until_ns(&self) -> Option<u64> {
         None
@@ -208,81 +204,4 @@ pub trait Pi3hatSpi: Send {
     /// Return once every transaction handed over so far has ended (a simulated board that ran
     /// ahead of a real clock: sleep until it is done). Hardware: nothing to do.
     fn settle(&mut self) {}
-}
-
-/// How far the simulated board's SPI may run ahead of a real clock, ns. A simulated board has
-/// no hardware to poll: a transaction's result is ready when the call computes it, so the host
-/// need not wait for each one. It sleeps only when the board is more than this far ahead (to
-/// half of it, so a wakeup up to 100 µs late costs the board's timeline nothing) and when the
-/// board has every reply owed ([`Pi3hatSpi::settle`]), so a cycle still ends when the board's
-/// SPI does. Never spinning keeps a SCHED_FIFO cycle thread on `pi3hat:sim` from holding a
-/// core (it spun for 85 % of one at 1 kHz).
-pub const SIM_SPI_LEAD_NS: u64 = 200_000;
-
-/// The simulated pi3hat as an SPI carrier: each transaction is handed to the board at the
-/// clock's now (the board starts it when its SPI is free). On a virtual clock the call returns
-/// when the board says the SPI bus is free again, moving time forward, so a cycle's simulated
-/// time is exactly SPI + wire + turnaround. On a real clock the board may run up to
-/// [`SIM_SPI_LEAD_NS`] ahead and the host sleeps, never spins ([`Clock::wait_for_simulated_ns`]).
-pub struct SimSpi<C: Clock + Send> {
-    board: rtloop_sim::pi3hat::SimPi3hat,
-    clock: C,
-}
-
-impl<C: Clock + Send> SimSpi<C> {
-    /// `board` on `clock` (share the cycle's clock: clones of a virtual clock share time).
-    pub fn new(board: rtloop_sim::pi3hat::SimPi3hat, clock: C) -> Self {
-        SimSpi { board, clock }
-    }
-
-    /// The board.
-    pub fn board(&self) -> &rtloop_sim::pi3hat::SimPi3hat {
-        &self.board
-    }
-
-    fn finish(&self, t: rtloop_sim::pi3hat::Transfer) -> Result<(), SpiError> {
-        self.clock.wait_for_simulated_ns(t.end_ns, SIM_SPI_LEAD_NS);
-        t.result.map_err(SpiError::Register)
-    }
-}
-
-impl<C: Clock + Send> Pi3hatSpi for SimSpi<C> {
-    fn name(&self) -> &str {
-        "sim"
-    }
-
-    fn read(&mut self, cs: ChipSelect, address: u8, out: &mut [u8]) -> Result<(), SpiError> {
-        let t = self.board.read(cs.processor(), address, out, self.clock.now_ns());
-        self.finish(t)
-    }
-
-    fn write(&mut self, cs: ChipSelect, address: u8, data: &[u8]) -> Result<(), SpiError> {
-        let t = self.board.write(cs.processor(), address, data, self.clock.now_ns());
-        self.finish(t)
-    }
-
-    fn timing(&self) -> SpiTiming {
-        let c = self.board.config();
-        SpiTiming {
-            speed_hz: c.spi_hz,
-            cs_hold_ns: c.cs_hold_ns.min(u64::from(u32::MAX)) as u32,
-            address_hold_ns: c.address_hold_ns.min(u64::from(u32::MAX)) as u32,
-        }
-    }
-
-    fn as_sim_mut(&mut self) -> Option<&mut rtloop_sim::pi3hat::SimPi3hat> {
-        Some(&mut self.board)
-    }
-
-    fn ready_hint_ns(&self) -> Option<u64> {
-        self.board.next_event_ns()
-    }
-
-    fn busy_until_ns(&self) -> Option<u64> {
-        Some(self.board.spi_free_ns())
-    }
-
-    fn settle(&mut self) {
-        self.clock.wait_for_simulated_ns(self.board.spi_free_ns(), 0);
-    }
 }

@@ -90,14 +90,14 @@ pub fn measure<C: Clock + Clone + Send + 'static>(
     if !robot.all_simulated() {
         return Err("only simulated buses are measured (sim, pi3hat:sim)".into());
     }
-    let mut r = robot
-        .build(clock.clone(), workload.robot_config(robot), rtloop_io::open::OpenOptions::default())
+    let (mut r, _sim) = robot
+        .build(clock.clone(), workload.robot_config(robot), Default::default(), Default::default())
         .map_err(|e| e.to_string())?;
     let n = r.servos().len();
     let motion = run_motion(n);
     let mut commands = vec![ServoCommand::Query; n];
     let mut replies = vec![ServoReply::default(); n];
-    let mut imu = rtloop_sim::ImuSample::default();
+    let mut imu = rtloop_io::ImuSample::default();
     let mut samples = Vec::with_capacity(usize::try_from(cycles).unwrap_or(0));
     let mut missing = 0u64;
     for k in 0..WARMUP_CYCLES + cycles {

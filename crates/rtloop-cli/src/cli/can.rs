@@ -658,7 +658,7 @@ pub fn run(req: &CanRequest) -> Result<Outcome, String> {
     let requests: Vec<BusRequest<'_>> = numbers
         .iter()
         .zip(&sim_ids)
-        .map(|(&number, ids)| BusRequest { number, uri: &plan.buses[&number], sim_servo_ids: ids })
+        .map(|(&number, ids)| BusRequest { number, uri: &plan.buses[&number], servo_ids: ids })
         .collect();
     let mut open_options = OpenOptions::default();
     open_options.pi3hat.attitude = req.read_att;
@@ -669,7 +669,8 @@ pub fn run(req: &CanRequest) -> Result<Outcome, String> {
         open_options.pi3hat.timing = t;
     }
     let clock = MonotonicClock::default();
-    let opened = rtloop_io::open::open_buses(&requests, clock, open_options).map_err(|e| e.to_string())?;
+    let (opened, _sim) =
+        rtloop_simrobot::open_buses(&requests, clock, open_options, Default::default()).map_err(|e| e.to_string())?;
     let pi3hat_of = |bus: u8| -> Option<&SharedPi3hat> {
         let BusUri::Pi3hat { carrier } = plan.buses.get(&bus)? else { return None };
         opened.pi3hats.iter().find(|(c, _)| c == carrier).map(|(_, d)| d)

@@ -76,7 +76,8 @@ pub fn run(req: &DiagRequest) -> Result<Outcome, String> {
         ..Default::default()
     };
     let open = rtloop_io::open::OpenOptions { fdcanusb_crc: req.crc, ..Default::default() };
-    let transport = rtloop_io::open::open_bus(&req.uri, &[req.id], open).map_err(|e| e.to_string())?;
+    let transport =
+        rtloop_simrobot::open_bus(&req.uri, &[req.id], open, Default::default()).map_err(|e| e.to_string())?;
     let mut client = DiagnosticClient::new(transport, MonotonicClock::default(), req.id, options)
         .map_err(|e| format!("--id: {e}"))?;
     // Whatever an earlier client left unread is not an answer to us.

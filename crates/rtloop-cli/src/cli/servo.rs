@@ -169,7 +169,7 @@ pub fn run(req: &ServoRequest) -> Result<Outcome, String> {
     config.cycle.busy_poll = req.busy_poll;
     let clock = MonotonicClock::default();
     let open = rtloop_io::open::OpenOptions { fdcanusb_crc: req.crc, ..Default::default() };
-    let mut robot = spec.build(clock, config, open).map_err(|e| e.to_string())?;
+    let (mut robot, _sim) = spec.build(clock, config, open, Default::default()).map_err(|e| e.to_string())?;
     let commands = [req.command];
     let mut replies = [ServoReply::default()];
     let mut imu = Default::default();

@@ -3,7 +3,7 @@
 //! clients, and rtloop's own transports, can drive them. Runs until Ctrl-C.
 //!
 //! Every servo serves its diagnostic console as well as its registers. `--config-dir DIR`
-//! keeps each servo's configuration in `DIR/bus<B>-servo<ID>.cfg` ([`rtloop_io::serve::persist`]):
+//! keeps each servo's configuration in `DIR/bus<B>-servo<ID>.cfg` ([`rtloop_simrobot::serve::persist`]):
 //! loaded at start (a line that cannot be applied is a warning naming the file and line; a
 //! stored `id.id` moves the servo to that id, and the start says so), written whenever a
 //! client sends `conf write`. Without it, `conf write` keeps the configuration in memory
@@ -11,8 +11,8 @@
 //!
 //! Must never: serve on an address other hosts can reach unless told to
 //! (`--allow-remote`); replace anything at a `--fdcanusb` path but a stale link of a killed
-//! simulator (the rules are in [`rtloop_io::serve::pty`]); read or write a configuration through a
-//! link (the rules are in [`rtloop_io::serve::persist`]); or start with a number it cannot honour
+//! simulator (the rules are in [`rtloop_simrobot::serve::pty`]); read or write a configuration through a
+//! link (the rules are in [`rtloop_simrobot::serve::persist`]); or start with a number it cannot honour
 //! (every flag is range-checked first, see `numbers`).
 
 use rtloop::numbers::{seconds_from_user, MAX_DURATION_S};
@@ -32,7 +32,7 @@ pub fn run(req: &SimRequest) -> Result<String, String> {
     let mut served = Vec::new();
     for (spec, (bus, store)) in req.buses.iter().zip(buses) {
         let endpoint = endpoint(spec, req.allow_remote).map_err(|e| format!("bus {}: {e}", spec.bus))?;
-        let mut s = rtloop_io::serve::runner::ServedBus::new(bus, endpoint);
+        let mut s = rtloop_simrobot::serve::runner::ServedBus::new(bus, endpoint);
         s.store = store;
         served.push(s);
     }
@@ -66,7 +66,7 @@ pub fn run(req: &SimRequest) -> Result<String, String> {
             stop.store(true, std::sync::atomic::Ordering::SeqCst);
         });
     }
-    let options = rtloop_io::serve::runner::ServeOptions { busy_poll: req.busy_poll };
-    let report = rtloop_io::serve::runner::serve_with(&mut served, stop, options);
+    let options = rtloop_simrobot::serve::runner::ServeOptions { busy_poll: req.busy_poll };
+    let report = rtloop_simrobot::serve::runner::serve_with(&mut served, stop, options);
     Ok(format!("rtloop sim: stopped. {report}"))
 }

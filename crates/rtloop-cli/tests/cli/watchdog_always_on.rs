@@ -14,7 +14,7 @@ fn seconds_to_timeout(config: &RunConfig, give_up_s: f64) -> Option<f64> {
     let clock = VirtualClock::new(1_000_000_000);
     let spec = RobotSpec { buses: vec![BusSpec { bus: 1, uri: rtloop_io::BusUri::Sim, servos: vec![1] }] };
     let mut robot =
-        spec.build(clock.clone(), rtloop_io::RobotConfig::default(), rtloop_io::open::OpenOptions::default()).unwrap();
+        spec.build(clock.clone(), rtloop_io::RobotConfig::default(), Default::default(), Default::default()).unwrap().0;
     let mut motion = rtloop::motion::Motion::from_config(config);
     motion.set_start([0.0].into_iter());
     let mut commands = [ServoCommand::Query];

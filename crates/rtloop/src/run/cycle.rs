@@ -4,7 +4,7 @@
 
 use super::*;
 
-pub(super) struct LoopResult<K: Clock> {
+pub(super) struct LoopResult {
     pub(super) periodic: rtloop_rt::periodic::LoopStats,
     pub(super) missing: u64,
     pub(super) accounting: ReplyAccounting,
@@ -26,12 +26,14 @@ pub(super) struct LoopResult<K: Clock> {
     pub(super) answered: Vec<bool>,
     pub(super) supervisor: Supervisor,
     pub(super) start_ns: u64,
-    pub(super) robot: Robot<K>,
+    pub(super) sim: Option<SimRobot>,
 }
 
 /// Everything the cycle thread needs, prepared before it starts.
 pub struct CycleSetup<K: Clock> {
     pub(super) robot: Robot<K>,
+    /// The simulated robot behind the simulated buses, when some are: the loop steps it.
+    pub(super) sim: Option<SimRobot>,
     pub(super) config: RunConfig,
     pub(super) shutdown: ServoCommand,
     pub(super) overrun: OverrunPolicy,
@@ -103,6 +105,22 @@ pub(super) fn fill_statuses(
     }
 }
 
+/// One bus cycle of the robot, the simulated robot (if any) first brought to the cycle's start:
+/// what its servos answer is the plant's state then.
+#[inline]
+fn cycle_robot<K: Clock>(
+    robot: &mut Robot<K>,
+    sim: Option<&SimRobot>,
+    commands: &[ServoCommand],
+    replies: &mut [ServoReply],
+    imu: &mut rtloop_io::ImuSample,
+) -> rtloop_io::CycleReport {
+    if let Some(sim) = sim {
+        sim.advance_to(robot.cycler().clock().now_ns());
+    }
+    robot.cycle(commands, replies, imu)
+}
+
 /// The real-time half of the run: set-up, the periods, the shutdown cycles, the controller's
 /// `stop`. Everything between the `enter_rt` and `leave_rt` hooks must not allocate, lock or
 /// block (tests/rt_no_alloc.rs).
@@ -113,9 +131,9 @@ pub(super) fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
     hooks: &Hooks,
     law: ControlLaw<C>,
     logger: Option<LogHandOff<C::Telemetry>>,
-) -> LoopResult<K> {
-    let CycleSetup { robot, config, shutdown, overrun, bus_numbers } = setup;
-    let mut cl = CycleLoop::new(robot, &config, bus_numbers, progress, hooks, law, logger);
+) -> LoopResult {
+    let CycleSetup { robot, sim, config, shutdown, overrun, bus_numbers } = setup;
+    let mut cl = CycleLoop::new(robot, sim, &config, bus_numbers, progress, hooks, law, logger);
     cl.measure_start();
     cl.start_controller();
     let period_ns = config.period_ns();
@@ -209,6 +227,9 @@ impl Answer {
 /// before the real-time section, so the per-cycle methods only overwrite them.
 struct CycleLoop<'a, C: Controller, K: Clock> {
     robot: Robot<K>,
+    /// The simulated robot, stepped to each cycle's start before it, and to the next period's
+    /// start right after it (in the slack: the same steps either way).
+    sim: Option<SimRobot>,
     clock: K,
     servos: Vec<ServoSpec>,
     bus_numbers: Vec<u8>,
@@ -227,7 +248,7 @@ struct CycleLoop<'a, C: Controller, K: Clock> {
     statuses: Vec<ServoStatus>,
     periods: Box<PeriodOfExchange>,
     answered: Vec<bool>,
-    imu: rtloop_sim::ImuSample,
+    imu: rtloop_io::ImuSample,
     figures: CycleFigures,
     counts: Counts,
     accounting: ReplyAccounting,
@@ -251,6 +272,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
     /// Allocates every buffer the loop will use: nothing is allocated after this.
     fn new(
         robot: Robot<K>,
+        sim: Option<SimRobot>,
         config: &RunConfig,
         bus_numbers: Vec<u8>,
         progress: &'a Progress,
@@ -273,6 +295,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         };
         CycleLoop {
             robot,
+            sim,
             clock,
             servos,
             injected_logged: vec![0usize; bus_numbers.len()],
@@ -290,7 +313,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             statuses: vec![ServoStatus::default(); n],
             periods: Box::new(PeriodOfExchange::new()),
             answered: vec![false; n],
-            imu: rtloop_sim::ImuSample::default(),
+            imu: rtloop_io::ImuSample::default(),
             figures: CycleFigures::default(),
             counts,
             accounting: ReplyAccounting::default(),
@@ -309,7 +332,13 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
     /// has answered. Before the real-time section (it may allocate).
     fn measure_start(&mut self) {
         for _ in 0..START_QUERIES {
-            self.accounting.add(&self.robot.cycle(&self.queries, &mut self.replies, &mut self.imu));
+            self.accounting.add(&cycle_robot(
+                &mut self.robot,
+                self.sim.as_ref(),
+                &self.queries,
+                &mut self.replies,
+                &mut self.imu,
+            ));
             if self.replies.iter().all(|r| r.request_cycle.is_some()) || stop_requested(self.hooks) {
                 break;
             }
@@ -324,7 +353,13 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
                 .iter()
                 .map(|r| if r.state.mode == Some(11) { ServoCommand::Stop } else { ServoCommand::Query })
                 .collect();
-            self.accounting.add(&self.robot.cycle(&clear, &mut self.replies, &mut self.imu));
+            self.accounting.add(&cycle_robot(
+                &mut self.robot,
+                self.sim.as_ref(),
+                &clear,
+                &mut self.replies,
+                &mut self.imu,
+            ));
             for (i, c) in clear.iter().enumerate() {
                 if *c == ServoCommand::Stop {
                     let servo = self.servos.get(i).copied();
@@ -332,7 +367,13 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
                 }
             }
             // A reply shows the state from before its own frame's command: read the result.
-            self.accounting.add(&self.robot.cycle(&self.queries, &mut self.replies, &mut self.imu));
+            self.accounting.add(&cycle_robot(
+                &mut self.robot,
+                self.sim.as_ref(),
+                &self.queries,
+                &mut self.replies,
+                &mut self.imu,
+            ));
         }
         Self::note_answered(&mut self.answered, &self.replies);
         fill_statuses(&mut self.statuses, &self.replies, &self.servos, &self.bus_numbers, &self.periods);
@@ -350,7 +391,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             last_cycle: &self.figures,
             safe_mode: self.supervisor.tripped_at().is_some(),
             events,
-            body: self.robot.cycler().body(),
+            body: self.sim.as_ref().and_then(SimRobot::body),
         };
         match &mut self.law {
             ControlLaw::Inline(controller) => controller.start(&first),
@@ -368,7 +409,9 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             for o in overheats {
                 let at = start.saturating_add(secs_to_ns(o.at_s));
                 for s in self.servos.iter().filter(|s| s.id == o.id) {
-                    self.robot.cycler_mut().with_sim_bus(s.bus, |bus| bus.schedule_overheat(o.id, at));
+                    if let Some(sim) = &self.sim {
+                        sim.with_bus(s.bus, |bus| bus.schedule_overheat(o.id, at));
+                    }
                 }
             }
         }
@@ -383,7 +426,9 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
                 duration_ns: secs_to_ns(p.duration_s),
             };
             // At most rtloop_sim::world::MAX_PUSHES: RunConfig::validate checks it.
-            self.robot.cycler_mut().with_world(|world, _| world.push(push));
+            if let Some(sim) = &self.sim {
+                sim.push(push);
+            }
         }
     }
 
@@ -394,7 +439,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         if self.physics_failed {
             return true;
         }
-        let Some(fault) = self.robot.cycler().world().and_then(rtloop_sim::World::fault) else { return false };
+        let Some(fault) = self.sim.as_ref().and_then(SimRobot::world_fault) else { return false };
         // The event's value: the plant's time when it failed, in ms.
         let at_ms = (fault.time_s() * 1e3).max(0.0) as u64;
         let now = self.clock.now_ns();
@@ -410,11 +455,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
     /// the run). Nothing without a world.
     #[inline]
     fn reset_world(&mut self, seed: u64) {
-        let done = self.robot.cycler_mut().with_world(|world, visit| {
-            let done = world.reset(seed, visit);
-            visit(&mut |_, servo| servo.console_command(rtloop_sim::servo::ConsoleCommand::Stop));
-            done
-        });
+        let done = self.sim.as_ref().and_then(|sim| sim.reset_world(seed));
         match done {
             None => {}
             Some(true) => self.commands.fill(ServoCommand::Stop),
@@ -467,14 +508,16 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         if let Some(seed) = answer.reset_world {
             self.reset_world(seed);
         }
-        let report = self.robot.cycle(&self.commands, &mut self.replies, &mut self.imu);
+        let report = cycle_robot(&mut self.robot, self.sim.as_ref(), &self.commands, &mut self.replies, &mut self.imu);
         let dt = self.read_replies(tick, &report);
         self.hand_off(tick, dt, &report);
         self.count(&report, dt);
         lp.end_cycle();
         // With physics: the body's next steps now, in the slack before the next period, rather
         // than on the next cycle's critical path (the same steps either way).
-        self.robot.cycler_mut().advance_world_to(lp.next_deadline_ns());
+        if let Some(sim) = &self.sim {
+            sim.advance_to(lp.next_deadline_ns());
+        }
         self.progress.overruns.store(lp.overruns(), Ordering::Relaxed);
         answer.flow
     }
@@ -492,7 +535,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             last_cycle: &self.figures,
             safe_mode: self.supervisor.tripped_at().is_some(),
             events: events.get(self.events_seen..).unwrap_or(&[]),
-            body: self.robot.cycler().body(),
+            body: self.sim.as_ref().and_then(SimRobot::body),
         };
         self.events_seen = events.len();
         match &mut self.law {
@@ -596,7 +639,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
                 log.log(LogMsg::Custom { at_ns: tick.woke_ns, value });
             }
             self.events_logged = log_events(log, &self.supervisor, self.events_logged, &self.bus_numbers);
-            log_injected(log, &mut self.robot, &mut self.injected_logged, &self.bus_numbers);
+            log_injected(log, self.sim.as_ref(), &mut self.injected_logged, &self.bus_numbers);
         }
         self.telemetry = None;
     }
@@ -647,7 +690,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             }
             let sent = if phase == 0 { &self.commands } else { &self.queries };
             let woke = self.clock.now_ns();
-            let report = self.robot.cycle(sent, &mut self.replies, &mut self.imu);
+            let report = cycle_robot(&mut self.robot, self.sim.as_ref(), sent, &mut self.replies, &mut self.imu);
             self.periods.note(report.cycle, index);
             self.accounting.add(&report);
             shutdown_cycles += 1;
@@ -662,7 +705,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
                 self.cycle_log.fill(&tick, dt, &report, servos, buses, sent, &self.replies, &self.imu);
                 log.log(LogMsg::Cycle(self.cycle_log));
                 self.events_logged = log_events(log, &self.supervisor, self.events_logged, &self.bus_numbers);
-                log_injected(log, &mut self.robot, &mut self.injected_logged, &self.bus_numbers);
+                log_injected(log, self.sim.as_ref(), &mut self.injected_logged, &self.bus_numbers);
             }
         }
         shutdown_cycles
@@ -680,7 +723,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             last_cycle: &self.figures,
             safe_mode: self.supervisor.tripped_at().is_some(),
             events: events.get(self.events_seen..).unwrap_or(&[]),
-            body: self.robot.cycler().body(),
+            body: self.sim.as_ref().and_then(SimRobot::body),
         };
         match &mut self.law {
             ControlLaw::Inline(controller) => controller.stop(&last),
@@ -700,7 +743,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         (loop_started, loop_wall_s): (Instant, f64),
         shutdown_cycles: u64,
         start_ns: u64,
-    ) -> LoopResult<K> {
+    ) -> LoopResult {
         LoopResult {
             periodic,
             missing: self.counts.missing,
@@ -719,7 +762,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             answered: self.answered,
             supervisor: self.supervisor,
             start_ns,
-            robot: self.robot,
+            sim: self.sim,
         }
     }
 }
@@ -784,15 +827,16 @@ pub(super) fn log_events<T>(
 /// emptying it (the summary drains it at the end, with the final counts of coalesced frame
 /// losses); `logged[b]` counts bus b's entries handed over. No allocation: the bus's log is
 /// a fixed ring of at most `rtloop_sim::EVENT_CAPACITY` entries.
-pub(super) fn log_injected<T, K: Clock>(
+pub(super) fn log_injected<T>(
     log: &mut LogHandOff<T>,
-    robot: &mut Robot<K>,
+    sim: Option<&SimRobot>,
     logged: &mut [usize],
     bus_numbers: &[u8],
 ) {
+    let Some(robot) = sim else { return };
     for (b, logged) in logged.iter_mut().enumerate() {
         let bus = bus_numbers.get(b).copied().unwrap_or(0);
-        robot.cycler_mut().with_sim_bus(b, |sim| {
+        robot.with_bus(b, |sim| {
             for e in sim.events().skip(*logged) {
                 log.log(LogMsg::Event {
                     at_ns: e.at_ns,

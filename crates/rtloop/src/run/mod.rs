@@ -34,6 +34,7 @@ use rtloop_io::safety::{EventKind, SafetyConfig, Supervisor};
 use rtloop_io::{Clock, MonotonicClock, Robot, ServoCommand, ServoReply, ServoSpec};
 use rtloop_rt::periodic::{OverrunPolicy, PeriodicLoop, PeriodicOptions, Tick, TimeSource};
 use rtloop_rt::setup::{Policy, RtSettings};
+use rtloop_simrobot::SimRobot;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -77,14 +77,14 @@ pub(super) fn watchdog_warning(config: &RunConfig) -> Option<String> {
 }
 
 /// The robot of a run: its buses opened with the run's protocol settings and a cycle timeout
-/// within the period, the simulated ones with the configured faults (from `seed`) and start
-/// position.
+/// within the period, the simulated ones with the configured faults (from `seed`), start
+/// position and body; and the simulated robot behind them, when some are simulated.
 fn open_robot<K: Clock + Clone + Send + 'static>(
     config: &RunConfig,
     robot_spec: &crate::robot_spec::RobotSpec,
     clock: K,
     seed: u64,
-) -> Result<Robot<K>, RunError> {
+) -> Result<(Robot<K>, Option<rtloop_simrobot::SimRobot>), RunError> {
     let mut robot_config = crate::cycle_model::robot_config_for(robot_spec);
     // Never let one cycle run into the next period, nor keep Ctrl-C waiting.
     robot_config.cycle.timeout_ns = (config.period_ns() / 10 * 9).clamp(50_000, MAX_CYCLE_TIMEOUT_NS);
@@ -101,19 +101,15 @@ fn open_robot<K: Clock + Clone + Send + 'static>(
         }
     };
     sim_bus.validate().map_err(RunError::FaultRate)?;
-    let open = rtloop_io::open::OpenOptions { sim_bus, ..Default::default() };
-    let mut robot = robot_spec.build(clock, robot_config, open).map_err(RunError::Bus)?;
-    if config.sim.start_position_rev != 0.0 {
-        let p = config.sim.start_position_rev;
-        for s in robot.servos().to_vec() {
-            robot.cycler_mut().with_sim_bus(s.bus, |b| b.servo_mut(s.id).map(|servo| servo.set_position(p)));
-        }
-    }
-    // After the start position: with a body, the model's pose is where the joints are.
-    if let Some(physics) = &config.physics {
-        crate::physics::attach(&mut robot, physics, &robot_spec.buses).map_err(RunError::Physics)?;
-    }
-    Ok(robot)
+    let setup = crate::robot_spec::SimSetup {
+        options: rtloop_simrobot::SimOptions { bus: sim_bus },
+        start_position_rev: (config.sim.start_position_rev != 0.0).then_some(config.sim.start_position_rev),
+        physics: config.physics.clone(),
+    };
+    robot_spec.build_with(clock, robot_config, Default::default(), &setup).map_err(|e| match e {
+        crate::robot_spec::BuildError::Open(e) | crate::robot_spec::BuildError::Setup(e) => RunError::Bus(e),
+        crate::robot_spec::BuildError::Physics(e) => RunError::Physics(e),
+    })
 }
 
 /// The telemetry thread (the log file, the live publishers) and the hand-off the cycle thread
@@ -285,7 +281,7 @@ where
     }
     let seed =
         config.faults.seed.unwrap_or_else(|| if lockstep { LOCKSTEP_SEED } else { crate::config::random_seed() });
-    let robot = open_robot(&config, &robot_spec, clock, seed)?;
+    let (robot, sim) = open_robot(&config, &robot_spec, clock, seed)?;
     let servos: Vec<ServoSpec> = robot.servos().to_vec();
     let bus_numbers: Vec<u8> = robot_spec.buses.iter().map(|b| b.bus).collect();
     let buses = robot.cycler().bus_count();
@@ -343,7 +339,7 @@ where
     let (logger, log_thread) = start_telemetry::<C>(opts.log.as_ref(), lockstep, &fanout, live_every)?;
     let handle = std::thread::Builder::new()
         .name("rtloop-cycle".into())
-        .spawn(move || -> Option<LoopResult<K>> {
+        .spawn(move || -> Option<LoopResult> {
             let applied = rtloop_rt::setup::apply_to_current_thread(&settings);
             let ok = applied.is_ok();
             let _ = warn_tx.send(applied);
@@ -352,7 +348,8 @@ where
                 main_thread.unpark();
                 return None;
             }
-            let setup = CycleSetup { robot, config: thread_config, shutdown, overrun, bus_numbers: thread_bus_numbers };
+            let setup =
+                CycleSetup { robot, sim, config: thread_config, shutdown, overrun, bus_numbers: thread_bus_numbers };
             let (law, control_handle) = if control {
                 let (to_control, from_cycle) = rtrb::RingBuffer::<ToControl>::new(4);
                 let (to_cycle, from_control) = rtrb::RingBuffer::<CommandMsg<C::Telemetry>>::new(4);

@@ -358,9 +358,9 @@ pub(crate) fn servo_name(id: Option<u8>, bus: Option<u8>) -> String {
 }
 
 /// What went wrong in a run, one sentence each (empty: nothing).
-pub(super) fn problems_of<K: Clock>(
+pub(super) fn problems_of(
     events: &[EventRecord],
-    result: &LoopResult<K>,
+    result: &LoopResult,
     servos: &[ServoSpec],
     bus_numbers: &[u8],
     on_fault: &str,
@@ -463,12 +463,12 @@ pub(super) fn problems_of<K: Clock>(
     problems
 }
 
-pub(super) fn summarize<K: Clock>(
+pub(super) fn summarize(
     config: &RunConfig,
     servos: &[ServoSpec],
     bus_numbers: &[u8],
     buses: usize,
-    mut result: LoopResult<K>,
+    result: LoopResult,
     applied: &rtloop_rt::setup::Applied,
     seed: u64,
 ) -> RunSummary {
@@ -524,7 +524,8 @@ pub(super) fn summarize<K: Clock>(
     }
     for b in 0..buses {
         let bus_number = bus_numbers.get(b).copied();
-        result.robot.cycler_mut().with_sim_bus(b, |bus| {
+        let Some(sim) = &result.sim else { break };
+        sim.with_bus(b, |bus| {
             let st = bus.stats();
             injected.frames_dropped += st.frames_dropped_injected;
             injected.frames_corrupted += st.frames_corrupted_injected;
@@ -552,7 +553,7 @@ pub(super) fn summarize<K: Clock>(
     }
     events.sort_by(|a, b| a.time.total_cmp(&b.time));
     let mut problems = problems_of(&events, &result, servos, bus_numbers, &config.safety.on_fault);
-    if let Some(fault) = result.robot.cycler().world().and_then(rtloop_sim::World::fault) {
+    if let Some(fault) = result.sim.as_ref().and_then(SimRobot::world_fault) {
         problems.push(fault.to_string());
     }
     let p = &result.periodic;
@@ -586,15 +587,9 @@ pub(super) fn summarize<K: Clock>(
         control_late: result.control_late,
         events,
         events_dropped: result.supervisor.dropped_events(),
-        body: result.robot.cycler().world().and_then(|w| {
-            let b = w.body()?;
+        body: result.sim.as_ref().and_then(SimRobot::world_body).map(|(b, steps)| {
             let (roll, pitch) = b.roll_pitch();
-            Some(BodySummary {
-                height_m: b.height_m,
-                roll_deg: roll.to_degrees(),
-                pitch_deg: pitch.to_degrees(),
-                steps: w.steps(),
-            })
+            BodySummary { height_m: b.height_m, roll_deg: roll.to_degrees(), pitch_deg: pitch.to_degrees(), steps }
         }),
         injected,
         realtime: RealtimeSummary {

@@ -11,8 +11,9 @@ fn losses(seed: u64) -> [Vec<bool>; 2] {
     let spec =
         RobotSpec { buses: (1..=2).map(|bus| BusSpec { bus, uri: rtloop_io::BusUri::Sim, servos: vec![1] }).collect() };
     let sim_bus = rtloop_sim::BusConfig { drop_rate: 0.3, fault_seed: seed, ..rtloop_sim::BusConfig::default() };
-    let options = rtloop_io::open::OpenOptions { sim_bus, ..Default::default() };
-    let mut robot = spec.build(clock.clone(), rtloop_io::RobotConfig::default(), options).unwrap();
+    let sim = rtloop_simrobot::SimOptions { bus: sim_bus };
+    let (mut robot, _sim) =
+        spec.build(clock.clone(), rtloop_io::RobotConfig::default(), Default::default(), sim).unwrap();
     let commands = [ServoCommand::Query; 2];
     let mut replies = [ServoReply::default(); 2];
     let mut imu = Default::default();

@@ -30,7 +30,7 @@ use rtloop_sim::SimBus;
 
 use super::persist::{ConfigStore, ConfigWriter, StoreCounts};
 use super::{Endpoint, EndpointCounters};
-use crate::clock::monotonic_now_ns;
+use rtloop_io::clock::monotonic_now_ns;
 
 /// The longest the loop sleeps without checking the stop flag, ns.
 pub const MAX_SLEEP_NS: u64 = 50_000_000;

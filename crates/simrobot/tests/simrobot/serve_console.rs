@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use rtloop_io::diagnostic::{DiagError, DiagnosticClient, DiagnosticOptions};
 use rtloop_io::fdcanusb::{FdcanusbOptions, FdcanusbTransport};
-use rtloop_io::serve::persist::config_file_name;
-use rtloop_io::serve::{ConfigDir, ConfigStore, PtyFdcanusbEndpoint, ServeHandle, ServedBus};
 use rtloop_io::MonotonicClock;
+use rtloop_simrobot::serve::persist::config_file_name;
+use rtloop_simrobot::serve::{ConfigDir, ConfigStore, PtyFdcanusbEndpoint, ServeHandle, ServedBus};
 
 fn bus(ids: &[u8]) -> rtloop_sim::SimBus {
     let mut bus = rtloop_sim::SimBus::new(rtloop_sim::BusConfig::default());

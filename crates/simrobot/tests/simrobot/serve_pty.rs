@@ -16,9 +16,9 @@ use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::stat::Mode;
 use nix::sys::termios::{self, SetArg};
-use rtloop_io::serve::{Endpoint, PtyFdcanusbEndpoint, ServeHandle, ServedBus};
 use rtloop_proto::fdcanusb::{self, Line};
 use rtloop_proto::host::{decode_reply, ServoState};
+use rtloop_simrobot::serve::{Endpoint, PtyFdcanusbEndpoint, ServeHandle, ServedBus};
 
 /// Long enough for any expected line on a loaded machine; only a broken server waits it out.
 const LIVENESS: Duration = Duration::from_secs(2);

@@ -53,7 +53,7 @@ use rtloop_proto::CanFdFrame;
 use rtloop_sim::SimBus;
 
 use super::{Endpoint, EndpointCounters, EndpointError};
-use crate::transport::OpenError;
+use rtloop_io::OpenError;
 
 /// Bytes read from the master per `read` call. Any size works; this one takes a burst of a
 /// dozen full-length `can send` lines in one call.

@@ -2,21 +2,22 @@
 //! connectors JC1-JC4 of one shared board, full command and query with the attitude, cycles
 //! on a virtual clock (so the simulated SPI and wire times are exact and repeatable).
 
-use rtloop_io::open::{open_buses, BusRequest, OpenOptions};
+use rtloop_io::open::{BusRequest, OpenOptions};
 use rtloop_io::{BusUri, Clock, Pi3hatCarrier, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec, VirtualClock};
 use rtloop_proto::host::PositionCommand;
+use rtloop_simrobot::{open_buses, SimOptions, SimRobot};
 
 const SIM: BusUri = BusUri::Pi3hat { carrier: Pi3hatCarrier::Sim };
 
-fn quadruped(clock: &VirtualClock, options: OpenOptions) -> Robot<VirtualClock> {
+fn quadruped(clock: &VirtualClock, options: SimOptions) -> (Robot<VirtualClock>, SimRobot) {
     let ids: Vec<Vec<u8>> = (0..4u8).map(|b| (1..=3).map(|k| 3 * b + k).collect()).collect();
     let requests: Vec<BusRequest<'_>> =
-        (0..4).map(|b| BusRequest { number: b as u8 + 1, uri: &SIM, sim_servo_ids: &ids[b] }).collect();
-    let opened = open_buses(&requests, clock.clone(), options).unwrap();
+        (0..4).map(|b| BusRequest { number: b as u8 + 1, uri: &SIM, servo_ids: &ids[b] }).collect();
+    let (opened, sim) = open_buses(&requests, clock.clone(), OpenOptions::default(), options).unwrap();
     assert!(opened.imu.is_some(), "the board's IMU comes with its buses");
     let servos: Vec<ServoSpec> = (0..4).flat_map(|b| ids[b].iter().map(move |&id| ServoSpec { bus: b, id })).collect();
     let config = RobotConfig { query: rtloop_proto::host::QueryFormat::compact(), ..RobotConfig::default() };
-    Robot::new(opened.transports, servos, opened.imu, clock.clone(), config).unwrap()
+    (Robot::new(opened.transports, servos, opened.imu, clock.clone(), config).unwrap(), sim.expect("simulated"))
 }
 
 fn full_command(k: u32) -> ServoCommand {
@@ -33,7 +34,7 @@ fn full_command(k: u32) -> ServoCommand {
 #[test]
 fn the_quadruped_cycles_through_the_simulated_pi3hat_with_every_reply() {
     let clock = VirtualClock::new(1_000_000_000);
-    let mut robot = quadruped(&clock, OpenOptions::default());
+    let (mut robot, _sim) = quadruped(&clock, SimOptions::default());
     let mut replies = [ServoReply::default(); 12];
     let mut imu = Default::default();
     let mut longest = 0;
@@ -57,7 +58,7 @@ fn the_quadruped_cycles_through_the_simulated_pi3hat_with_every_reply() {
 #[test]
 fn pi3hat_cycles_never_allocate() {
     let clock = VirtualClock::new(1_000_000_000);
-    let mut robot = quadruped(&clock, OpenOptions::default());
+    let (mut robot, _sim) = quadruped(&clock, SimOptions::default());
     let mut replies = [ServoReply::default(); 12];
     let mut imu = Default::default();
     for k in 0..10 {
@@ -79,19 +80,14 @@ fn pi3hat_cycles_never_allocate() {
 #[test]
 fn buses_are_written_in_the_library_order_one_three_two_four() {
     let clock = VirtualClock::new(1_000_000_000);
-    let mut robot = quadruped(&clock, OpenOptions::default());
+    let (mut robot, sim) = quadruped(&clock, SimOptions::default());
     for b in 0..4 {
-        robot.cycler_mut().with_sim_bus(b, |bus| bus.enable_trace(64)).expect("a simulated bus inside the board");
+        sim.with_bus(b, |bus| bus.enable_trace(64)).expect("a simulated bus inside the board");
     }
     let mut replies = [ServoReply::default(); 12];
     robot.cycle(&[full_command(0); 12], &mut replies, &mut Default::default());
     let first_ready: Vec<u64> = (0..4)
-        .map(|b| {
-            robot
-                .cycler_mut()
-                .with_sim_bus(b, |bus| bus.trace().filter(|r| r.from_host).map(|r| r.ready_ns).min().unwrap())
-                .unwrap()
-        })
+        .map(|b| sim.with_bus(b, |bus| bus.trace().filter(|r| r.from_host).map(|r| r.ready_ns).min().unwrap()).unwrap())
         .collect();
     // JC1's first frame, then JC3's, then JC2's, then JC4's.
     assert!(first_ready[0] < first_ready[2], "{first_ready:?}");
@@ -104,12 +100,13 @@ fn the_buses_of_one_carrier_share_one_board() {
     let uri_sim = BusUri::Pi3hat { carrier: Pi3hatCarrier::Sim };
     let ids = [1u8];
     let requests: Vec<BusRequest<'_>> =
-        [2u8, 5].iter().map(|&n| BusRequest { number: n, uri: &uri_sim, sim_servo_ids: &ids }).collect();
-    let opened = open_buses(&requests, VirtualClock::new(0), OpenOptions::default()).unwrap();
+        [2u8, 5].iter().map(|&n| BusRequest { number: n, uri: &uri_sim, servo_ids: &ids }).collect();
+    let (opened, _) =
+        open_buses(&requests, VirtualClock::new(0), OpenOptions::default(), SimOptions::default()).unwrap();
     let names: Vec<&str> = opened.transports.iter().map(|t| t.name()).collect();
     assert_eq!(names, ["pi3hat:sim:JC2", "pi3hat:sim:JC5"]);
     // One board: its SPI traffic (the bring-up of both ports) is counted in one place.
-    let spi = rtloop_io::spi::SimSpi::new(rtloop_sim::SimPi3hat::new(Default::default()), VirtualClock::new(0));
+    let spi = rtloop_simrobot::SimSpi::new(rtloop_sim::SimPi3hat::new(Default::default()), VirtualClock::new(0));
     let (ports, imu) =
         rtloop_io::pi3hat::open_shared(Box::new(spi), &[1, 2], Default::default(), "pi3hat:sim").unwrap();
     assert!(std::sync::Arc::ptr_eq(ports[0].device(), ports[1].device()));
@@ -119,8 +116,10 @@ fn the_buses_of_one_carrier_share_one_board() {
 #[test]
 fn a_bus_beyond_jc5_is_refused_in_one_sentence() {
     let ids = [1u8];
-    let requests = [BusRequest { number: 6, uri: &SIM, sim_servo_ids: &ids }];
-    let e = open_buses(&requests, VirtualClock::new(0), OpenOptions::default()).err().expect("refused");
+    let requests = [BusRequest { number: 6, uri: &SIM, servo_ids: &ids }];
+    let e = open_buses(&requests, VirtualClock::new(0), OpenOptions::default(), SimOptions::default())
+        .err()
+        .expect("refused");
     assert!(e.message.contains("bus 6") && e.message.contains("1 to 5"), "{e}");
     assert!(!e.message.contains('\n'));
 }
@@ -129,8 +128,8 @@ fn a_bus_beyond_jc5_is_refused_in_one_sentence() {
 fn a_servo_that_is_not_there_is_missing_not_stale() {
     let clock = VirtualClock::new(1_000_000_000);
     let ids = [1u8];
-    let requests = [BusRequest { number: 1, uri: &SIM, sim_servo_ids: &ids }];
-    let opened = open_buses(&requests, clock.clone(), OpenOptions::default()).unwrap();
+    let requests = [BusRequest { number: 1, uri: &SIM, servo_ids: &ids }];
+    let (opened, _) = open_buses(&requests, clock.clone(), OpenOptions::default(), SimOptions::default()).unwrap();
     let servos = [ServoSpec { bus: 0, id: 1 }, ServoSpec { bus: 0, id: 2 }];
     let mut robot =
         Robot::new(opened.transports, servos.to_vec(), opened.imu, clock.clone(), RobotConfig::default()).unwrap();
@@ -147,19 +146,15 @@ fn a_servo_that_is_not_there_is_missing_not_stale() {
 #[test]
 fn injected_faults_reach_the_buses_inside_the_board() {
     let clock = VirtualClock::new(1_000_000_000);
-    let options = OpenOptions {
-        sim_bus: rtloop_sim::BusConfig { drop_rate: 0.2, fault_seed: 3, ..Default::default() },
-        ..Default::default()
-    };
-    let mut robot = quadruped(&clock, options);
+    let options = SimOptions { bus: rtloop_sim::BusConfig { drop_rate: 0.2, fault_seed: 3, ..Default::default() } };
+    let (mut robot, sim) = quadruped(&clock, options);
     let mut replies = [ServoReply::default(); 12];
     let mut missing = 0;
     for k in 0..200 {
         missing += robot.cycle(&[full_command(k); 12], &mut replies, &mut Default::default()).missing;
         clock.advance_ns(1_000_000);
     }
-    let dropped: u64 =
-        (0..4).map(|b| robot.cycler_mut().with_sim_bus(b, |bus| bus.stats().frames_dropped_injected).unwrap()).sum();
+    let dropped: u64 = (0..4).map(|b| sim.with_bus(b, |bus| bus.stats().frames_dropped_injected).unwrap()).sum();
     assert!(dropped > 0 && missing > 0, "dropped {dropped}, missing {missing}");
 }
 
@@ -181,16 +176,18 @@ fn the_simulated_board_on_the_real_clock_sleeps_through_its_transactions_instead
     // machine only lowers the CPU time of either version; the bound is a factor 2 away.)
     use rtloop_io::spi::{ChipSelect, Pi3hatSpi};
     let clock = rtloop_io::MonotonicClock::default();
-    let mut spi = rtloop_io::spi::SimSpi::new(rtloop_sim::SimPi3hat::new(Default::default()), clock);
+    let mut spi = rtloop_simrobot::SimSpi::new(rtloop_sim::SimPi3hat::new(Default::default()), clock);
     let mut ident = [0u8; rtloop_sim::pi3hat::IDENT_LEN];
-    let busy = |spi: &rtloop_io::spi::SimSpi<rtloop_io::MonotonicClock>| spi.board().stats().spi_busy_ns;
+    let busy =
+        |spi: &rtloop_simrobot::SimSpi<rtloop_io::MonotonicClock>| spi.with_board(|b| b.stats().spi_busy_ns).unwrap();
+    let free = |spi: &rtloop_simrobot::SimSpi<rtloop_io::MonotonicClock>| spi.with_board(|b| b.spi_free_ns()).unwrap();
     let cpu_start = thread_cpu_ns();
     while busy(&spi) < 20_000_000 {
         spi.read(ChipSelect::Spi1Cs0, rtloop_sim::pi3hat::reg::IDENT, &mut ident).unwrap();
-        assert!(spi.board().spi_free_ns() <= clock.now_ns() + rtloop_io::spi::SIM_SPI_LEAD_NS, "ran away");
+        assert!(free(&spi) <= clock.now_ns() + rtloop_simrobot::SIM_SPI_LEAD_NS, "ran away");
     }
     spi.settle();
-    assert!(clock.now_ns() >= spi.board().spi_free_ns(), "settle returned before the board was done");
+    assert!(clock.now_ns() >= free(&spi), "settle returned before the board was done");
     let cpu = thread_cpu_ns() - cpu_start;
     assert!(cpu < busy(&spi) / 2, "{cpu} ns of CPU for {} ns of simulated SPI", busy(&spi));
 }

@@ -9,15 +9,16 @@
 //! with the missing, late and lost counts adding up.
 
 use rtloop_io::fdcanusb::{FdcanusbOptions, FdcanusbTransport};
-use rtloop_io::serve::{PtyFdcanusbEndpoint, ServeHandle, ServedBus};
 use rtloop_io::{
-    Clock, CycleReport, MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec, SimTransport,
-    Transport, VirtualClock,
+    Clock, CycleReport, MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec, Transport,
+    VirtualClock,
 };
 use rtloop_proto::host::{PositionCommand, PositionResolution, QueryFormat, ServoState};
 use rtloop_proto::register::reg;
 use rtloop_proto::Resolution;
 use rtloop_sim::{BusConfig, Servo, ServoConfig, SimBus};
+use rtloop_simrobot::serve::{PtyFdcanusbEndpoint, ServeHandle, ServedBus};
+use rtloop_simrobot::SimTransport;
 
 /// Commanded position per cycle index: the echo of it names the request.
 const REV_PER_CYCLE: f64 = 0.001;

@@ -19,7 +19,7 @@
 //! * with the faster codec: 2.83–2.87 µs, 52.8 k — 21 k in `encode_position`, 15 k in
 //!   `decode_reply` (its 0x50 padding included), 16 k in the cycle and tag bookkeeping.
 
-use rtloop_io::{default_quadruped, Clock, MonotonicClock, RobotConfig, ServoCommand, ServoReply, VirtualClock};
+use rtloop_io::{Clock, MonotonicClock, RobotConfig, ServoCommand, ServoReply, VirtualClock};
 use rtloop_proto::host::PositionCommand;
 
 fn main() {
@@ -31,7 +31,7 @@ fn main() {
         return;
     }
     let clock = VirtualClock::new(0);
-    let mut robot = default_quadruped(clock.clone(), RobotConfig::default()).expect("robot");
+    let mut robot = rtloop_simrobot::quadruped(clock.clone(), RobotConfig::default()).expect("robot").0;
     let mut replies = [ServoReply::default(); 12];
     let mut imu = Default::default();
     let wall = MonotonicClock::default();

@@ -5,14 +5,15 @@
 
 use rtloop_io::clock::monotonic_now_ns;
 use rtloop_io::robot::encode_command;
-use rtloop_io::serve::Endpoint;
-use rtloop_io::udp::{UdpEndpoint, UdpTransport};
+use rtloop_io::udp::UdpTransport;
 use rtloop_io::{
     CycleOptions, MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec, Transport, TransportError,
 };
 use rtloop_proto::udp::{decode_datagram, encode_datagram, MAX_DATAGRAM};
 use rtloop_proto::CanFdFrame;
 use rtloop_sim::{BusConfig, Servo, ServoConfig, SimBus};
+use rtloop_simrobot::serve::Endpoint;
+use rtloop_simrobot::serve::UdpEndpoint;
 
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};

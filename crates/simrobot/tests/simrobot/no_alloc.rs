@@ -2,8 +2,9 @@
 //! simulated buses with wire timing, IMU read, collect and decode 12 replies) perform no
 //! heap allocation at all.
 
-use rtloop_io::{default_quadruped, RobotConfig, ServoCommand, ServoReply, VirtualClock};
+use rtloop_io::{RobotConfig, ServoCommand, ServoReply, VirtualClock};
 use rtloop_proto::host::PositionCommand;
+use rtloop_simrobot::SimTransport;
 
 /// The harness itself must be able to see an allocation, or the test below proves nothing.
 #[test]
@@ -16,7 +17,7 @@ fn the_counting_allocator_sees_allocations() {
 #[test]
 fn robot_cycles_never_allocate() {
     let clock = VirtualClock::new(1_000_000_000);
-    let mut robot = default_quadruped(clock.clone(), RobotConfig::default()).unwrap();
+    let mut robot = rtloop_simrobot::quadruped(clock.clone(), RobotConfig::default()).unwrap().0;
     let mut commands = [ServoCommand::Query; 12];
     let mut replies = [ServoReply::default(); 12];
     let mut imu = Default::default();
@@ -56,7 +57,7 @@ fn robot_cycles_never_allocate() {
 /// unqueried while waiting for a late answer, requests presumed lost) is on the hot path too.
 #[test]
 fn cycles_with_late_lost_and_unqueried_servos_never_allocate() {
-    use rtloop_io::{Robot, ServoSpec, SimTransport, Transport};
+    use rtloop_io::{Robot, ServoSpec, Transport};
     use rtloop_sim::{BusConfig, Servo, ServoConfig, SimBus};
     let (mut late, mut lost, mut unqueried) = (0, 0, 0);
     for (reply_tags, reply_delay_ns) in [(1u8, 1_500_000u64), (4, 500_000), (4, 2_500_000)] {

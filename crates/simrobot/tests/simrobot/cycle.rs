@@ -2,11 +2,12 @@
 //! collected, round-robin writes, IMU read, per-servo missing replies, failing buses.
 
 use rtloop_io::{
-    default_quadruped, Clock, CycleOptions, Cycler, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec,
-    SimTransport, Transport, TransportError, TxFrame, VirtualClock,
+    Clock, CycleOptions, Cycler, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec, Transport, TransportError,
+    TxFrame, VirtualClock,
 };
 use rtloop_proto::CanFdFrame;
 use rtloop_sim::{BusConfig, Servo, ServoConfig, SimBus};
+use rtloop_simrobot::SimTransport;
 
 fn bus_with(ids: &[u8]) -> SimBus {
     let mut bus = SimBus::new(BusConfig::default());
@@ -19,7 +20,7 @@ fn bus_with(ids: &[u8]) -> SimBus {
 #[test]
 fn quadruped_cycle_collects_all_twelve_replies_and_the_imu() {
     let clock = VirtualClock::new(0);
-    let mut robot = default_quadruped(clock.clone(), RobotConfig::default()).unwrap();
+    let mut robot = rtloop_simrobot::quadruped(clock.clone(), RobotConfig::default()).unwrap().0;
     assert_eq!(robot.servos().len(), 12);
     let commands = [ServoCommand::Query; 12];
     let mut replies = [ServoReply::default(); 12];

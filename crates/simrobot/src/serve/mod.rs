@@ -17,10 +17,12 @@
 pub mod persist;
 pub mod pty;
 pub mod runner;
+pub mod udp;
 
 pub use persist::{ConfigDir, ConfigError, ConfigStore};
 pub use pty::PtyFdcanusbEndpoint;
 pub use runner::{serve, EndpointReport, ServeHandle, ServeReport, ServedBus, ServoReport};
+pub use udp::UdpEndpoint;
 
 use rtloop_proto::CanFdFrame;
 use rtloop_sim::SimBus;
