@@ -30,9 +30,7 @@ use rtloop::config::{
     show_number, RunConfig, DEFAULT_WATCHDOG_TIMEOUT_S, MAX_WATCHDOG_TIMEOUT_S, MIN_WATCHDOG_TIMEOUT_S,
 };
 use rtloop::robot_spec::{parse_id_list, BusSpec, RobotSpec};
-use rtloop_io::{
-    BusUri, Clock, CycleReport, MonotonicClock, RobotConfig, ServoCommand, ServoReply, ServoSpec, VirtualClock,
-};
+use rtloop_io::{BusUri, Clock, CycleReport, MonotonicClock, RobotConfig, ServoCommand, ServoReply, VirtualClock};
 use rtloop_proto::host::{PositionCommand, PositionResolution, QueryFormat};
 use rtloop_proto::register::class_of;
 use rtloop_proto::Resolution;
@@ -914,14 +912,14 @@ fn open_robot<C: Clock + Clone + Send + 'static>(
             }
         }
     }
-    let setup = rtloop::robot_spec::SimSetup {
+    let setup = rtloop::robot::SimSetup {
         options: rtloop_simrobot::SimOptions { bus: rtloop_sim::BusConfig { fault_seed: plan.seed, ..plan.sim_bus } },
         start_position_rev: plan.start_position,
         physics: plan.physics.clone(),
     };
     let config = plan.robot_config(spec);
-    let (robot, sim) = spec.build_with(clock, config, Default::default(), &setup).map_err(|e| match e {
-        rtloop::robot_spec::BuildError::Open(e) => OpenFailure::Os(e.to_string()),
+    let (robot, sim) = rtloop::robot::build(spec, clock, config, Default::default(), &setup).map_err(|e| match e {
+        rtloop::robot::BuildError::Open(e) => OpenFailure::Os(e.to_string()),
         other => OpenFailure::Setup(other.to_string()),
     })?;
     Ok(Box::new(Opened { robot, sim }))

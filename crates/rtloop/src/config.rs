@@ -406,13 +406,9 @@ impl Default for FaultsConfig {
 /// period of minutes; faster and the period is shorter than one cycle of any real bus.
 pub const RATE_HZ: (f64, f64) = (0.1, 100_000.0);
 
-/// The longest run, s (one year): keeps every deadline, fault time and period count far from
-/// the limits of 64-bit nanoseconds.
-pub const MAX_DURATION_S: f64 = 31_536_000.0;
+pub use crate::numbers::MAX_DURATION_S;
 
-/// Shortest watchdog timeout a command may carry, s. Shorter ones round to 0 at the int16
-/// resolution the run sends, and moteus reads 0 as "use the configured default".
-pub const MIN_WATCHDOG_TIMEOUT_S: f64 = 0.01;
+pub use crate::numbers::MIN_WATCHDOG_TIMEOUT_S;
 
 /// The watchdog timeout `rtloop run` sends with every command unless told otherwise, s (the
 /// moteus default, sent explicitly so that a servo configured without one still has one).

@@ -77,6 +77,7 @@ pub mod live;
 pub mod motion;
 pub mod numbers;
 pub mod physics;
+pub mod robot;
 pub mod robot_spec;
 mod run;
 pub mod runtime;

@@ -119,6 +119,10 @@ pub fn register_from_user(
 /// Longest watchdog timeout a command may ask of a servo, s: longer is no watchdog at all.
 pub const MAX_WATCHDOG_TIMEOUT_S: f64 = 10.0;
 
+/// Shortest watchdog timeout a command may carry, s. Shorter ones round to 0 at the int16
+/// resolution the run sends, and moteus reads 0 as "use the configured default".
+pub const MIN_WATCHDOG_TIMEOUT_S: f64 = 0.01;
+
 /// What a command's watchdog register may say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Watchdog {
@@ -158,7 +162,7 @@ pub fn check_position_registers(
                 register_from_user("--watchdog-timeout", t, true, Some("no watchdog"))?;
             }
             Watchdog::AlwaysOn
-                if t == 0.0 || (crate::config::MIN_WATCHDOG_TIMEOUT_S..=MAX_WATCHDOG_TIMEOUT_S).contains(&t) => {}
+                if t == 0.0 || (MIN_WATCHDOG_TIMEOUT_S..=MAX_WATCHDOG_TIMEOUT_S).contains(&t) => {}
             Watchdog::AlwaysOn => return Err(NumberError::NoWatchdog { timeout_s: t }),
         }
     }

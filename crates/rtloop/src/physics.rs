@@ -144,7 +144,7 @@ pub fn parse_push(text: &str) -> Result<PushSpec, PhysicsConfigError> {
     let refused = || PhysicsConfigError::Push { text: text.to_string() };
     let mut parts = text.split(':');
     let number = |s: &str| s.trim().parse::<f64>().ok().filter(|v| v.is_finite());
-    let at_s = parts.next().and_then(number).filter(|t| (0.0..=crate::config::MAX_DURATION_S).contains(t));
+    let at_s = parts.next().and_then(number).filter(|t| (0.0..=crate::numbers::MAX_DURATION_S).contains(t));
     let force: Option<Vec<f64>> = parts.next().and_then(|f| f.split(',').map(number).collect::<Option<Vec<f64>>>());
     let duration_s = match parts.next() {
         None => Some(0.1),

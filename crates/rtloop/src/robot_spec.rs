@@ -31,33 +31,6 @@ pub struct OpenedRobot {
     pub sim: Option<SimRobot>,
 }
 
-/// How the simulated parts of a robot start ([`RobotSpec::build_with`]).
-#[derive(Debug, Clone, Default)]
-pub struct SimSetup {
-    /// The simulated buses' wire timing and faults (`options.bus.fault_seed`: the run's seed).
-    pub options: rtloop_simrobot::SimOptions,
-    /// Where the simulated joints start, rev (`None`: where their configuration says).
-    pub start_position_rev: Option<f64>,
-    /// A body under the simulated servos.
-    pub physics: Option<crate::physics::PhysicsConfig>,
-}
-
-/// Why a robot could not be built ([`RobotSpec::build_with`]). The Display is the one sentence
-/// the user sees.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum BuildError {
-    /// A bus could not be opened.
-    #[error(transparent)]
-    Open(RobotSpecError),
-    /// The buses and servos do not make a robot.
-    #[error(transparent)]
-    Setup(RobotSpecError),
-    /// The body could not be put under the servos.
-    #[error(transparent)]
-    Physics(crate::physics::AttachError),
-}
-
 /// The transport of a `servo_bus_map` file that names none.
 pub const DEFAULT_MAP_TRANSPORT: &str = "pi3hat";
 
@@ -555,37 +528,6 @@ impl RobotSpec {
         let opened = self.open(clock.clone(), options, sim)?;
         let servos = self.servo_specs();
         Ok((Robot::new(opened.transports, servos, opened.imu, clock, config)?, opened.sim))
-    }
-
-    /// [`build`](Self::build), with the simulated parts set up as `setup` says: their
-    /// faults, where their joints start, and a body (physics) under their servos, whose
-    /// attitude then becomes the robot's IMU.
-    pub fn build_with<C: Clock + Clone + Send + 'static>(
-        &self,
-        clock: C,
-        config: RobotConfig,
-        options: rtloop_io::open::OpenOptions,
-        setup: &SimSetup,
-    ) -> Result<(Robot<C>, Option<SimRobot>), BuildError> {
-        let opened = self.open(clock.clone(), options, setup.options).map_err(BuildError::Open)?;
-        let sim = opened.sim;
-        let mut imu = opened.imu;
-        if let (Some(p), Some(sim)) = (setup.start_position_rev, &sim) {
-            for s in self.servo_specs() {
-                sim.with_bus(s.bus, |b| b.servo_mut(s.id).map(|servo| servo.set_position(p)));
-            }
-        }
-        // After the start position: with a body, the model's pose is where the joints are.
-        if let Some(physics) = &setup.physics {
-            let sim = sim.clone().unwrap_or_default();
-            crate::physics::attach(&sim, physics, &self.buses).map_err(BuildError::Physics)?;
-            if sim.world_body().is_some() {
-                imu = Some(sim.imu_source());
-            }
-        }
-        let robot = Robot::new(opened.transports, self.servo_specs(), imu, clock, config)
-            .map_err(|e| BuildError::Setup(e.into()))?;
-        Ok((robot, sim))
     }
 
     /// Open every bus (see [`build`](Self::build)).

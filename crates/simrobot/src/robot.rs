@@ -19,6 +19,8 @@
 //! Must never: allocate in [`SimRobot::advance_to`] or in the devices' per-frame calls; read
 //! a clock (time comes in as nanoseconds); hand a servo a state the plant could not compute.
 
+use rtloop_io::transport::ImuSample;
+use rtloop_io::{ImuSource, TransportError};
 use rtloop_sim::pi3hat::SimPi3hat;
 use rtloop_sim::{BodyState, Imu, PlantError, Push, Servo, Servos, SimBus, World, WorldError};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -98,7 +100,7 @@ impl Inner {
 
     /// The robot's attitude at `now_ns`: the body's, with physics (kept as the body that
     /// reading saw), else the swaying IMU's.
-    pub(crate) fn read_imu(&mut self, now_ns: u64) -> Option<rtloop_io::transport::ImuSample> {
+    pub(crate) fn read_imu(&mut self, now_ns: u64) -> Option<ImuSample> {
         if let Some(body) = self.world.as_ref().and_then(World::body) {
             self.body_read = Some(body);
             return Some(body.to_imu());
@@ -214,6 +216,23 @@ impl SimRobot {
     /// The robot's attitude as the cycle reads it ([`rtloop_io::ImuSource`]): the body's with
     /// physics, else the swaying IMU's.
     pub fn imu_source(&self) -> Box<dyn rtloop_io::ImuSource> {
-        Box::new(crate::transport::SimImuSource { robot: self.clone() })
+        Box::new(SimImuSource { robot: self.clone() })
+    }
+}
+
+/// The attitude of a [`SimRobot`] ([`SimRobot::imu_source`]).
+struct SimImuSource {
+    robot: SimRobot,
+}
+
+impl ImuSource for SimImuSource {
+    fn read(&mut self, now_ns: u64, out: &mut ImuSample) -> Result<bool, TransportError> {
+        match self.robot.lock().read_imu(now_ns) {
+            Some(sample) => {
+                *out = sample;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 }

@@ -1,6 +1,6 @@
-//! Simulated buses and the simulated IMU behind rtloop-io's interfaces: [`SimPort`] (one bus
-//! of a [`SimRobot`]), [`SimTransport`] (one bus on its own, for a tool or a test that needs
-//! nothing else) and the IMU source.
+//! Simulated buses behind rtloop-io's transport interface: [`SimPort`] (one bus of a
+//! [`SimRobot`]) and [`SimTransport`] (one bus on its own, for a tool or a test that needs
+//! nothing else).
 //!
 //! With [`rtloop_io::MonotonicClock`] the simulated wires run in real time (a reply is seen
 //! when its last bit would have crossed the wire); with [`rtloop_io::VirtualClock`] the same
@@ -9,8 +9,7 @@
 //! Must never: allocate in `send`/`recv`, or read a clock itself — time comes from the cycle.
 
 use crate::robot::SimRobot;
-use rtloop_io::transport::ImuSample;
-use rtloop_io::{ImuSource, Transport, TransportError};
+use rtloop_io::{Transport, TransportError};
 use rtloop_proto::CanFdFrame;
 use rtloop_sim::SimBus;
 
@@ -89,22 +88,5 @@ impl Transport for SimTransport {
 
     fn ready_hint_ns(&self) -> Option<u64> {
         self.bus.next_event_ns()
-    }
-}
-
-/// The attitude of a [`SimRobot`] ([`SimRobot::imu_source`]).
-pub(crate) struct SimImuSource {
-    pub(crate) robot: SimRobot,
-}
-
-impl ImuSource for SimImuSource {
-    fn read(&mut self, now_ns: u64, out: &mut ImuSample) -> Result<bool, TransportError> {
-        match self.robot.lock().read_imu(now_ns) {
-            Some(sample) => {
-                *out = sample;
-                Ok(true)
-            }
-            None => Ok(false),
-        }
     }
 }

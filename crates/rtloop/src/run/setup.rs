@@ -101,14 +101,14 @@ fn open_robot<K: Clock + Clone + Send + 'static>(
         }
     };
     sim_bus.validate().map_err(RunError::FaultRate)?;
-    let setup = crate::robot_spec::SimSetup {
+    let setup = crate::robot::SimSetup {
         options: rtloop_simrobot::SimOptions { bus: sim_bus },
         start_position_rev: (config.sim.start_position_rev != 0.0).then_some(config.sim.start_position_rev),
         physics: config.physics.clone(),
     };
-    robot_spec.build_with(clock, robot_config, Default::default(), &setup).map_err(|e| match e {
-        crate::robot_spec::BuildError::Open(e) | crate::robot_spec::BuildError::Setup(e) => RunError::Bus(e),
-        crate::robot_spec::BuildError::Physics(e) => RunError::Physics(e),
+    crate::robot::build(robot_spec, clock, robot_config, Default::default(), &setup).map_err(|e| match e {
+        crate::robot::BuildError::Open(e) | crate::robot::BuildError::Setup(e) => RunError::Bus(e),
+        crate::robot::BuildError::Physics(e) => RunError::Physics(e),
     })
 }
 
