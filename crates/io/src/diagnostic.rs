@@ -198,7 +198,14 @@ impl fmt::Display for DiagError {
     }
 }
 
-impl std::error::Error for DiagError {}
+impl std::error::Error for DiagError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DiagError::Transport { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
 
 /// What the client counted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -161,8 +161,7 @@ pub fn check_position_registers(
             Watchdog::AnyEncodable => {
                 register_from_user("--watchdog-timeout", t, true, Some("no watchdog"))?;
             }
-            Watchdog::AlwaysOn
-                if t == 0.0 || (MIN_WATCHDOG_TIMEOUT_S..=MAX_WATCHDOG_TIMEOUT_S).contains(&t) => {}
+            Watchdog::AlwaysOn if t == 0.0 || (MIN_WATCHDOG_TIMEOUT_S..=MAX_WATCHDOG_TIMEOUT_S).contains(&t) => {}
             Watchdog::AlwaysOn => return Err(NumberError::NoWatchdog { timeout_s: t }),
         }
     }

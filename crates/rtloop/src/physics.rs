@@ -225,7 +225,7 @@ impl PhysicsConfig {
 /// Why a run's physics could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum AttachError {
+pub enum PhysicsStartError {
     /// The configuration or the model.
     #[error(transparent)]
     Config(#[from] PhysicsConfigError),
@@ -235,7 +235,11 @@ pub enum AttachError {
 }
 
 /// Load the model `config` names and couple the servos of the simulated robot `sim` to it.
-pub fn attach(sim: &rtloop_simrobot::SimRobot, config: &PhysicsConfig, buses: &[BusSpec]) -> Result<(), AttachError> {
+pub fn attach(
+    sim: &rtloop_simrobot::SimRobot,
+    config: &PhysicsConfig,
+    buses: &[BusSpec],
+) -> Result<(), PhysicsStartError> {
     let spec = config.spec(buses)?;
     let loaded = rtloop_physics::load(&spec).map_err(PhysicsConfigError::Model)?;
     let world = rtloop_sim::World::new(loaded.plant, loaded.links)?.with_gains(config.kp, config.kd);

@@ -34,7 +34,7 @@ pub enum BuildError {
     Setup(RobotSpecError),
     /// The body could not be put under the servos.
     #[error(transparent)]
-    Physics(crate::physics::AttachError),
+    Physics(crate::physics::PhysicsStartError),
 }
 
 /// Open every bus of `spec` and build the robot, with the simulated parts set up as `setup`

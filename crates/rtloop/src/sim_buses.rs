@@ -59,7 +59,7 @@ pub enum SimBusError {
     /// The device cannot be created (a path that is taken, an address that cannot be bound).
     Device(rtloop_io::OpenError),
     /// The configuration directory or a stored configuration cannot be read.
-    Config(rtloop_simrobot::serve::ConfigError),
+    Config(rtloop_simrobot::serve::ConfigStoreError),
 }
 
 impl std::fmt::Display for SimBusError {

@@ -172,7 +172,14 @@ impl fmt::Display for SpiError {
     }
 }
 
-impl std::error::Error for SpiError {}
+impl std::error::Error for SpiError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SpiError::Register(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 /// One pi3hat register at a time, on one of its three chip selects.
 pub trait Pi3hatSpi: Send {

@@ -98,7 +98,7 @@ const COMMAND_NAMES: &str = "give stop, zero_velocity or rearm (plain text or {\
 /// Why [`parse_command`] refused a command; the sentence is the reply's `reason`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum CommandError {
+pub enum RemoteCommandError {
     /// More than [`MAX_COMMAND_BYTES`].
     #[error("a command of {len} bytes is too long (at most {MAX_COMMAND_BYTES}): {COMMAND_NAMES}")]
     TooLong {
@@ -140,34 +140,34 @@ pub enum CommandError {
 /// Read a command from the bytes of the command key: `stop`, `zero_velocity` or `rearm` as
 /// text (surrounding whitespace ignored) or as `{"command": "NAME"}`. Anything else is
 /// refused with one sentence saying why.
-pub fn parse_command(payload: &[u8]) -> Result<RemoteCommand, CommandError> {
+pub fn parse_command(payload: &[u8]) -> Result<RemoteCommand, RemoteCommandError> {
     if payload.len() > MAX_COMMAND_BYTES {
-        return Err(CommandError::TooLong { len: payload.len() });
+        return Err(RemoteCommandError::TooLong { len: payload.len() });
     }
     let Ok(text) = std::str::from_utf8(payload) else {
-        return Err(CommandError::NotUtf8);
+        return Err(RemoteCommandError::NotUtf8);
     };
     let text = text.trim();
     if text.is_empty() {
-        return Err(CommandError::Empty);
+        return Err(RemoteCommandError::Empty);
     }
     let name = if text.starts_with('{') {
-        let value: Json = serde_json::from_str(text).map_err(|_| CommandError::NotJson)?;
+        let value: Json = serde_json::from_str(text).map_err(|_| RemoteCommandError::NotJson)?;
         let Some(object) = value.as_object() else {
-            return Err(CommandError::NotAnObject);
+            return Err(RemoteCommandError::NotAnObject);
         };
         if let Some(other) = object.keys().find(|k| *k != "command") {
-            return Err(CommandError::UnknownField { field: truncated(other) });
+            return Err(RemoteCommandError::UnknownField { field: truncated(other) });
         }
         match object.get("command") {
             Some(Json::String(name)) => name.clone(),
-            Some(_) => return Err(CommandError::NotAString),
-            None => return Err(CommandError::NoCommand),
+            Some(_) => return Err(RemoteCommandError::NotAString),
+            None => return Err(RemoteCommandError::NoCommand),
         }
     } else {
         text.to_string()
     };
-    RemoteCommand::parse(&name).ok_or_else(|| CommandError::Unknown { name: truncated(&name) })
+    RemoteCommand::parse(&name).ok_or_else(|| RemoteCommandError::Unknown { name: truncated(&name) })
 }
 
 /// At most 40 characters of what a sender gave, for a reply.
@@ -377,7 +377,7 @@ pub fn publisher(config: &LiveConfig, robot: &str, remote: Arc<RemoteControl>) -
                         (ReplyMsg { accepted: false, command: None, reason: None }, Some(reason))
                     }
                 };
-                let refusal = refusal.map(|e: CommandError| e.to_string());
+                let refusal = refusal.map(|e: RemoteCommandError| e.to_string());
                 let reply = ReplyMsg { reason: refusal.as_deref(), ..reply };
                 let put = |key: &str, bytes: Vec<u8>, counter: (&AtomicU64, &AtomicU64)| {
                     let n = bytes.len() as u64;
@@ -609,8 +609,8 @@ mod tests {
             (b"{\"command\": \"stop\"", "not valid JSON"),
             (&long, "too long"),
         ];
-        assert_eq!(parse_command(b"{}"), Err(CommandError::NoCommand));
-        assert_eq!(parse_command(b"  jump "), Err(CommandError::Unknown { name: "jump".into() }));
+        assert_eq!(parse_command(b"{}"), Err(RemoteCommandError::NoCommand));
+        assert_eq!(parse_command(b"  jump "), Err(RemoteCommandError::Unknown { name: "jump".into() }));
         for (payload, why) in cases {
             let e = parse_command(payload).unwrap_err().to_string();
             assert!(e.contains(why) && e.contains("give stop, zero_velocity or rearm"), "{payload:?}: {e}");

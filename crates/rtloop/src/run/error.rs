@@ -76,7 +76,7 @@ pub enum RunError {
     /// The agent spine could not be set up (`rtloop run --agent`).
     Agent(crate::agent::AgentError),
     /// The physics could not start: the model, its map, or the coupling.
-    Physics(crate::physics::AttachError),
+    Physics(crate::physics::PhysicsStartError),
     /// The process may not open as many files as the run needs (`ulimit -n`).
     OpenFiles(rtloop_rt::setup::OpenFilesError),
 }

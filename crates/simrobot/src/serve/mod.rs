@@ -19,7 +19,7 @@ pub mod pty;
 pub mod runner;
 pub mod udp;
 
-pub use persist::{ConfigDir, ConfigError, ConfigStore};
+pub use persist::{ConfigDir, ConfigStore, ConfigStoreError};
 pub use pty::PtyFdcanusbEndpoint;
 pub use runner::{serve, EndpointReport, ServeHandle, ServeReport, ServedBus, ServoReport};
 pub use udp::UdpEndpoint;
@@ -49,7 +49,14 @@ impl fmt::Display for EndpointError {
     }
 }
 
-impl std::error::Error for EndpointError {}
+impl std::error::Error for EndpointError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            EndpointError::Io(e) => Some(e),
+            EndpointError::Protocol(_) => None,
+        }
+    }
+}
 
 impl From<std::io::Error> for EndpointError {
     fn from(e: std::io::Error) -> Self {

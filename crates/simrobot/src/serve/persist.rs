@@ -53,7 +53,7 @@ static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 /// (`--config-dir`) or the file, as the user would look for it.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum ConfigError {
+pub enum ConfigStoreError {
     /// `--config-dir` with an empty path.
     #[error("--config-dir is empty; give the directory the configurations are kept in")]
     EmptyPath,
@@ -171,21 +171,21 @@ pub enum ConfigError {
 impl ConfigDir {
     /// Open `path`, which must be an existing directory this process may write in. The
     /// error is one sentence naming `--config-dir` and saying how to fix it.
-    pub fn open(path: &Path) -> Result<ConfigDir, ConfigError> {
+    pub fn open(path: &Path) -> Result<ConfigDir, ConfigStoreError> {
         if path.as_os_str().is_empty() {
-            return Err(ConfigError::EmptyPath);
+            return Err(ConfigStoreError::EmptyPath);
         }
         let owned = || path.to_path_buf();
         let fd =
             fcntl::open(path, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty()).map_err(|e| {
                 match e {
-                    Errno::ENOENT => ConfigError::NoDirectory { path: owned() },
-                    Errno::ENOTDIR => ConfigError::NotADirectory { path: owned() },
-                    e => ConfigError::CannotOpen { path: owned(), source: e.into() },
+                    Errno::ENOENT => ConfigStoreError::NoDirectory { path: owned() },
+                    Errno::ENOTDIR => ConfigStoreError::NotADirectory { path: owned() },
+                    e => ConfigStoreError::CannotOpen { path: owned(), source: e.into() },
                 }
             })?;
         if let Err(e) = nix::unistd::access(path, nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK) {
-            return Err(ConfigError::NotWritable { path: owned(), source: e.into() });
+            return Err(ConfigStoreError::NotWritable { path: owned(), source: e.into() });
         }
         Ok(ConfigDir { path: owned(), fd })
     }
@@ -197,41 +197,41 @@ impl ConfigDir {
 
     /// The stored text of `name`, `None` when there is no such file. A link, a non-regular
     /// file, an oversized file or one that is not text is an error (one sentence).
-    pub fn load(&self, name: &str) -> Result<Option<String>, ConfigError> {
+    pub fn load(&self, name: &str) -> Result<Option<String>, ConfigStoreError> {
         let path = self.path.join(name);
-        let cannot_read = |source: std::io::Error| ConfigError::CannotRead { path: path.clone(), source };
+        let cannot_read = |source: std::io::Error| ConfigStoreError::CannotRead { path: path.clone(), source };
         // O_NONBLOCK: a FIFO planted here must not hang the start.
         let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
         let fd = match fcntl::openat(&self.fd, name, flags, Mode::empty()) {
             Ok(fd) => fd,
             Err(Errno::ENOENT) => return Ok(None),
-            Err(Errno::ELOOP) => return Err(ConfigError::Link { path }),
+            Err(Errno::ELOOP) => return Err(ConfigStoreError::Link { path }),
             Err(e) => return Err(cannot_read(e.into())),
         };
         let st = stat::fstat(&fd).map_err(|e| cannot_read(e.into()))?;
         if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
-            return Err(ConfigError::NotRegular { path });
+            return Err(ConfigStoreError::NotRegular { path });
         }
         let size = u64::try_from(st.st_size).unwrap_or(0);
         if size > MAX_CONFIG_BYTES {
-            return Err(ConfigError::TooBig { path, size });
+            return Err(ConfigStoreError::TooBig { path, size });
         }
         let mut bytes = Vec::new();
         let mut file = std::fs::File::from(fd);
         use std::io::Read;
         (&mut file).take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes).map_err(cannot_read)?;
         if bytes.len() as u64 > MAX_CONFIG_BYTES {
-            return Err(ConfigError::Grew { path });
+            return Err(ConfigStoreError::Grew { path });
         }
-        String::from_utf8(bytes).map(Some).map_err(|_| ConfigError::NotText { path })
+        String::from_utf8(bytes).map(Some).map_err(|_| ConfigStoreError::NotText { path })
     }
 
     /// Replace `name` with `text`: a temporary file created exclusively beside it, written,
     /// synced and renamed over it, then the directory synced. Whatever was at `name` — a file,
     /// a link — is replaced, never followed. On error nothing is left behind.
-    pub fn store(&self, name: &str, text: &str) -> Result<(), ConfigError> {
+    pub fn store(&self, name: &str, text: &str) -> Result<(), ConfigStoreError> {
         let path = self.path.join(name);
-        let os = |what: &'static str, e: Errno| ConfigError::Store { what, path: path.clone(), source: e.into() };
+        let os = |what: &'static str, e: Errno| ConfigStoreError::Store { what, path: path.clone(), source: e.into() };
         let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let mode = Mode::from_bits_truncate(0o644);
         let mut attempt = 0;
@@ -246,7 +246,7 @@ impl ConfigDir {
             }
         };
         let result = (|| {
-            let cannot_write = |source| ConfigError::CannotWrite { path: path.clone(), source };
+            let cannot_write = |source| ConfigStoreError::CannotWrite { path: path.clone(), source };
             let mut file = std::fs::File::from(fd);
             file.write_all(text.as_bytes()).map_err(cannot_write)?;
             file.sync_all().map_err(cannot_write)?;
@@ -312,10 +312,14 @@ impl ConfigStore {
 
     /// Power every servo of `bus` that has a stored file up with it. A file that cannot be
     /// read at all is an error (one sentence); lines that cannot be applied are warnings.
-    pub fn load_into(&self, bus: &mut rtloop_sim::SimBus) -> Result<LoadReport, ConfigError> {
+    pub fn load_into(&self, bus: &mut rtloop_sim::SimBus) -> Result<LoadReport, ConfigStoreError> {
         let servos = bus.servos_mut();
         if servos.len() != self.slots.len() {
-            return Err(ConfigError::SlotMismatch { bus: self.bus, servos: servos.len(), slots: self.slots.len() });
+            return Err(ConfigStoreError::SlotMismatch {
+                bus: self.bus,
+                servos: servos.len(),
+                slots: self.slots.len(),
+            });
         }
         let mut report = LoadReport::default();
         for (servo, &slot) in servos.iter_mut().zip(&self.slots) {
@@ -378,10 +382,10 @@ impl ConfigWriter {
     }
 
     /// Queue a write of `text` to `name` in `dir` for bus index `bus`. Never waits.
-    pub fn submit(&self, bus: usize, dir: &Arc<ConfigDir>, name: String, text: String) -> Result<(), ConfigError> {
+    pub fn submit(&self, bus: usize, dir: &Arc<ConfigDir>, name: String, text: String) -> Result<(), ConfigStoreError> {
         match &self.jobs {
-            Some(tx) => tx.send((bus, Arc::clone(dir), name, text)).map_err(|_| ConfigError::WriterStopped),
-            None => Err(ConfigError::WriterFinished),
+            Some(tx) => tx.send((bus, Arc::clone(dir), name, text)).map_err(|_| ConfigStoreError::WriterStopped),
+            None => Err(ConfigStoreError::WriterFinished),
         }
     }
 
@@ -448,7 +452,7 @@ mod tests {
         let link = t.path().join("bus1-servo2.cfg");
         std::os::unix::fs::symlink(&victim, &link).unwrap();
         let e = d.load("bus1-servo2.cfg").unwrap_err();
-        assert!(matches!(&e, ConfigError::Link { path } if *path == link), "{e:?}");
+        assert!(matches!(&e, ConfigStoreError::Link { path } if *path == link), "{e:?}");
         assert!(e.to_string().contains("symbolic link"), "{e}");
         d.store("bus1-servo2.cfg", "id.id 2\n").unwrap();
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
@@ -461,7 +465,7 @@ mod tests {
         let (t, d) = dir();
         nix::unistd::mkfifo(&t.path().join("bus1-servo3.cfg"), Mode::from_bits_truncate(0o600)).unwrap();
         let e = d.load("bus1-servo3.cfg").unwrap_err();
-        assert!(matches!(&e, ConfigError::NotRegular { path } if path.ends_with("bus1-servo3.cfg")), "{e:?}");
+        assert!(matches!(&e, ConfigStoreError::NotRegular { path } if path.ends_with("bus1-servo3.cfg")), "{e:?}");
         assert!(e.to_string().contains("not a regular file"), "{e}");
         std::fs::create_dir(t.path().join("bus1-servo4.cfg")).unwrap();
         assert!(d.load("bus1-servo4.cfg").is_err());
@@ -478,7 +482,7 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let missing = t.path().join("nope");
         let e = ConfigDir::open(&missing).unwrap_err();
-        assert!(matches!(&e, ConfigError::NoDirectory { path } if *path == missing), "{e:?}");
+        assert!(matches!(&e, ConfigStoreError::NoDirectory { path } if *path == missing), "{e:?}");
         let e = e.to_string();
         assert!(e.contains("does not exist") && e.contains("mkdir -p"), "{e}");
         let file = t.path().join("file");
