@@ -127,8 +127,8 @@ impl ManualClock {
         self.now_ns = self.now_ns.saturating_add(ns);
     }
 
-    /// The current time, without the side effects of [`TimeSource::now_ns`] (there are none
-    /// today, but tests should not depend on that).
+    /// The current time, without going through [`TimeSource::now_ns`] (which may have side
+    /// effects in other time sources).
     pub fn time_ns(&self) -> u64 {
         self.now_ns
     }

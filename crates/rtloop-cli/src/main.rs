@@ -1161,7 +1161,7 @@ mod tests {
     use super::*;
 
     /// Every option of every command that takes a signed number accepts a negative one as
-    /// the docs write it, separated by a space (issue 29 §9: `--ground-tilt -5,0` said
+    /// the docs write it, separated by a space (clap alone reads `--ground-tilt -5,0` as a flag and says
     /// "unexpected argument '-5'").
     #[test]
     fn every_signed_number_option_takes_a_negative_value() {

@@ -938,7 +938,7 @@ mod tests {
         assert_eq!(parse_overheat("5@1.5").unwrap(), OverheatSpec { id: 5, at_s: 1.5 });
         assert!(parse_overheat("0@1").is_err());
         assert!(parse_overheat("5@-1").is_err());
-        // 1e11 s used to overflow u64 nanoseconds and overheat the servo at once.
+        // 1e11 s would overflow u64 nanoseconds (and overheat the servo at once).
         let e = parse_overheat("5@1e11").unwrap_err().to_string();
         assert!(e.contains("0 to 31536000"), "{e}");
     }
