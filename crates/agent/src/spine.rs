@@ -11,7 +11,7 @@ use crate::layout::{
     STATE_OFFSET, TOTAL_SIZE, VERSION,
 };
 use crate::shm::{self, Mapping, NameError};
-use crate::validate::{validate, CommandError, Limits, ValidCommand};
+use crate::validate::{validate, Limits, ServoCommandError, ValidCommand};
 use crate::{header_atomics, seqlock};
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::fmt;
@@ -234,7 +234,7 @@ pub const REFUSAL_CAUSES: usize = 4;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RefusalCause {
     /// The first refusal of this cause, typed: which field, its value, the limit.
-    pub first: CommandError,
+    pub first: ServoCommandError,
     /// The servo slot it was for.
     pub servo: usize,
     /// Refusals of this cause (same kind of error, same field), the first included.
@@ -263,7 +263,7 @@ impl Default for Refusals {
 
 impl Refusals {
     /// Count one refusal of `error` for servo slot `servo`.
-    fn note(&mut self, servo: usize, error: &CommandError) {
+    fn note(&mut self, servo: usize, error: &ServoCommandError) {
         if let Some(n) = self.per_servo.get_mut(servo) {
             *n += 1;
         }
@@ -697,14 +697,14 @@ impl Spine {
     /// agent; `None` when it does not (the caller applies its safe command). On `Err` the
     /// caller keeps the servo's safe command for this cycle and calls
     /// [`Spine::note_rejected`].
-    pub fn command_for(&self, servo: usize, limits: &Limits) -> Option<Result<ValidCommand, CommandError>> {
+    pub fn command_for(&self, servo: usize, limits: &Limits) -> Option<Result<ValidCommand, ServoCommandError>> {
         let cmd = self.command()?;
         let count = self.header.servo_count;
         if servo >= count as usize {
-            return Some(Err(CommandError::NoSuchServo { index: servo, count }));
+            return Some(Err(ServoCommandError::NoSuchServo { index: servo, count }));
         }
         if cmd.servo_count != count {
-            return Some(Err(CommandError::ServoCount { got: cmd.servo_count, expected: count }));
+            return Some(Err(ServoCommandError::ServoCount { got: cmd.servo_count, expected: count }));
         }
         // `servo < count <= MAX_SERVOS`: in bounds of our own copy.
         Some(validate(&cmd.servos[servo], limits))
@@ -713,7 +713,7 @@ impl Spine {
     /// Count one refused servo command, `error` for servo slot `servo`, in `cycle`, and
     /// record its cause ([`Spine::refusals`]: fixed-size, no allocation). Returns true when it
     /// starts a burst (no refusal in the previous cycle): report an event then, once.
-    pub fn note_rejected(&mut self, servo: usize, cycle: u64, error: &CommandError) -> bool {
+    pub fn note_rejected(&mut self, servo: usize, cycle: u64, error: &ServoCommandError) -> bool {
         self.counters.rejected += 1;
         self.refusals.note(servo, error);
         if self.last_rejected_cycle != Some(cycle) {
