@@ -495,7 +495,8 @@ fn export_to(
         return export_parquet(path, reader, identity, out, record, force);
     }
     let flag = if format == "csv" { "--csv" } else { "--mcap" };
-    let cannot_export = |e: rtloop_tlog::format::TlogError| format!("cannot export {}: {e}", path.display());
+    let cannot_export =
+        |e: rtloop_tlog::format::TlogError| format!("cannot export {}: {}", path.display(), sentence(&e));
     if format == "csv" {
         let record = match record {
             Some(r) => r.to_string(),
@@ -564,7 +565,7 @@ pub fn plot(path: &Path, fields: &str, out: &Path, force: bool, one_axis: bool) 
     // Nothing to draw at all is an error from the plotter (no file is put in place); a
     // field with nothing beside others that drew is a warning (its panel is empty).
     let stats = rtloop_tlog::plot::plot(&reader, &list, &options, BufWriter::new(output.file()))
-        .map_err(|e| format!("cannot plot {}: {e}", path.display()))?;
+        .map_err(|e| format!("cannot plot {}: {}", path.display(), sentence(&e)))?;
     output.commit().map_err(|e| sentence(&e))?;
     let mut warnings: Vec<String> = stats.problems.iter().map(ToString::to_string).collect();
     warnings.extend(stats.empty.iter().map(|(field, why)| format!("field '{field}' {why}: its panel is empty")));
