@@ -100,7 +100,7 @@ pub(super) fn export_parquet(
     record: Option<&str>,
     force: bool,
 ) -> Result<ExportDone, ExportFailed> {
-    let cannot_export = |e: rtloop_parquet::ParquetError| format!("cannot export {}: {e}", path.display());
+    let cannot_export = |e: rtloop_parquet::ParquetError| format!("cannot export {}: {}", path.display(), sentence(&e));
     let options = rtloop_parquet::ParquetOptions {
         metadata: vec![("rtloop.source".into(), path.display().to_string())],
         ..Default::default()
@@ -362,7 +362,7 @@ pub(super) fn export_dataset(
                 for relative in &created {
                     let _ = dir.remove_file(relative);
                 }
-                skipped.push((file, format!("cannot export {}: {e}", path.display())));
+                skipped.push((file, format!("cannot export {}: {}", path.display(), sentence(&e))));
                 continue;
             }
         };
