@@ -15,7 +15,9 @@ use std::os::fd::OwnedFd;
 /// Seqlock tries per [`Agent::read_state`] (the agent may spin; the spine's write is short).
 pub const AGENT_READ_TRIES: u32 = 100_000;
 
-/// Why an agent could not attach. Each displays as one sentence.
+/// Why an agent could not attach. Each displays as one sentence; the error a variant wraps
+/// is its `source()`. [`AgentAttachError::Io`] keeps the operating system's words in its
+/// sentence too, as [`crate::SpineError::Io`] does and as the C agent's header does.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum AgentAttachError {
@@ -132,7 +134,15 @@ impl fmt::Display for AgentAttachError {
     }
 }
 
-impl std::error::Error for AgentAttachError {}
+impl std::error::Error for AgentAttachError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AgentAttachError::Name(e) => Some(e),
+            AgentAttachError::Io { err, .. } => Some(err),
+            _ => None,
+        }
+    }
+}
 
 /// Why the agent should stop: the spine went away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

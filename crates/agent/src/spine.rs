@@ -68,7 +68,10 @@ impl SpineConfig {
     }
 }
 
-/// Why the spine could not create its segment. Each displays as one sentence.
+/// Why the spine could not create its segment. Each displays as one sentence; the error a
+/// variant wraps is its `source()`. [`SpineError::Io`] keeps the operating system's words in
+/// its sentence too: `rtloop run --agent` prints that sentence alone (through errors that
+/// show only their `Display`), and the C agent's header words its failures the same way.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum SpineError {
@@ -139,7 +142,15 @@ impl fmt::Display for SpineError {
     }
 }
 
-impl std::error::Error for SpineError {}
+impl std::error::Error for SpineError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SpineError::Name(e) => Some(e),
+            SpineError::Io { err, .. } => Some(err),
+            _ => None,
+        }
+    }
+}
 
 /// What [`Spine::poll_command`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
