@@ -28,10 +28,15 @@ pub const RATE_HZ: RangeInclusive<f64> = 0.1..=100_000.0;
 pub const DEADLINE_PERIOD_US: RangeInclusive<u64> = 100..=4_000_000;
 /// SCHED_DEADLINE runtime floor, µs: the kernel wants at least 1024 ns.
 pub const DEADLINE_MIN_RUNTIME_US: u64 = 2;
-/// UDP payload sizes, bytes (65535 − 20 bytes IP header − 8 bytes UDP header).
-pub const UDP_SIZE: RangeInclusive<usize> = 1..=crate::udp::MAX_UDP_PAYLOAD;
+/// Largest UDP payload over IPv4 (65535 − 20 bytes IP header − 8 bytes UDP header).
+pub const MAX_UDP_PAYLOAD: usize = 65_507;
+/// UDP payload sizes, bytes.
+pub const UDP_SIZE: RangeInclusive<usize> = 1..=MAX_UDP_PAYLOAD;
+/// The largest message of the serial experiment: bigger ones would not fit the pty buffers in
+/// one piece and measure flow control rather than turnaround.
+pub const MAX_SERIAL_SIZE: usize = 4096;
 /// Message sizes of the serial experiment, bytes.
-pub const SERIAL_SIZE: RangeInclusive<usize> = 1..=crate::serial::MAX_SIZE;
+pub const SERIAL_SIZE: RangeInclusive<usize> = 1..=MAX_SERIAL_SIZE;
 /// Lifetime of the hidden echo server, seconds: up to a week.
 pub const SERVER_MAX_SECONDS: f64 = 7.0 * 24.0 * 3600.0;
 
@@ -264,11 +269,11 @@ pub enum CheckError {
 }
 
 fn runs_text(runs: &usize) -> String {
-    crate::report::count(*runs as u64, "run", "runs")
+    crate::wording::count(*runs as u64, "run", "runs")
 }
 
 fn total_text(samples: &usize, runs: &usize) -> String {
-    crate::report::count(samples.saturating_mul(*runs) as u64, "sample", "samples")
+    crate::wording::count(samples.saturating_mul(*runs) as u64, "sample", "samples")
 }
 
 /// The end of the `--load` refusal: what to give instead, or to drop it when nothing fits.

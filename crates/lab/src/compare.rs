@@ -21,7 +21,8 @@
 //! checked.
 
 use crate::child::Tied;
-use crate::report::{CommonOptions, Summary};
+use crate::options::CommonOptions;
+use crate::report::Summary;
 use crate::udp::{RecvMethod, UdpEchoOptions};
 use crate::Error;
 use rtloop_rt::setup::{Policy, RtSettings};

@@ -73,7 +73,7 @@ pub enum Error {
     #[error("event {method}: no answer from the responder within {ms} ms")]
     NoAnswer {
         /// The event method.
-        method: crate::event::EventMethod,
+        method: crate::methods::EventMethod,
         /// How long the raiser waited.
         ms: i32,
     },
@@ -108,7 +108,7 @@ pub enum Error {
     #[error("serial {method}: the echo of message {index} differs from what was sent")]
     EchoDiffers {
         /// The serial method.
-        method: crate::serial::SerialMethod,
+        method: crate::methods::SerialMethod,
         /// Which message.
         index: usize,
     },
