@@ -14,7 +14,7 @@
 //! `| head`, ends a dump early without an error); leave `export --json` without its JSON
 //! line, even when the export fails.
 
-use super::console::sentence;
+use rtloop_output::sentence;
 use rtloop_output::{FileIdentity, OutputError, OutputFile};
 use rtloop_tlog::reader::{FileReader, ItemFilter};
 use rtloop_tlog::survey::{Problem, ProblemKind, Problems};

@@ -13,7 +13,7 @@ use super::{
     cannot_read, create_output, default_record, nothing_written, open_input, problems_json, progress_bar, ExportDone,
     ExportFailed, ExportReport, Outcome,
 };
-use crate::cli::console::sentence;
+use rtloop_output::sentence;
 use rtloop_output::{FileIdentity, OutputError};
 use rtloop_tlog::reader::FileReader;
 use rtloop_tlog::survey::{Problem, ProblemKind};
