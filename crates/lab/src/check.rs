@@ -41,7 +41,8 @@ pub const SERIAL_SIZE: RangeInclusive<usize> = 1..=MAX_SERIAL_SIZE;
 pub const SERVER_MAX_SECONDS: f64 = 7.0 * 24.0 * 3600.0;
 
 /// One refused flag or argument: what the lab checks before anything is measured. Its
-/// Display is the one sentence the user sees; the variants carry what was wrong.
+/// Display is the one sentence the user sees — with the refusal it wraps, if any, which is
+/// its `source()` ([`rtloop_output::sentence`] joins them); the variants carry what was wrong.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CheckError {
@@ -93,7 +94,9 @@ pub enum CheckError {
         /// The repeated item.
         item: String,
     },
-    /// An item of a list flag that is not one of its names.
+    /// An item of a list flag that is not one of its names. The item's refusal (the `source`)
+    /// stays in the sentence: library callers, such as those of `udp::serve_echo`, read the
+    /// refused name there.
     #[error("{flag}: {source}")]
     InList {
         /// The flag.
@@ -112,7 +115,7 @@ pub enum CheckError {
         expected: &'static str,
     },
     /// A `--policy` that is not a scheduling policy.
-    #[error("--policy: {0}")]
+    #[error("--policy")]
     Policy(#[source] rtloop_rt::UnknownName),
     /// `--priority` with a policy that has no real-time priority.
     #[error("--priority {priority} needs --policy fifo or rr: {policy} has no real-time priority")]
@@ -146,10 +149,10 @@ pub enum CheckError {
         allowed: Vec<usize>,
     },
     /// The real-time settings themselves are wrong.
-    #[error(transparent)]
+    #[error("{0}")]
     Rt(#[from] rtloop_rt::setup::RtError),
     /// `--transport` is not a bus address.
-    #[error("--transport: {0}")]
+    #[error("--transport")]
     Transport(#[source] rtloop_io::uri::UriError),
     /// A `--servos` id outside 1..=127 (or not a number).
     #[error("--servos '{text}': servo id '{id}' is out of range: give ids in 1..=127, e.g. 1-12 or 1,2,5-7")]
@@ -184,7 +187,7 @@ pub enum CheckError {
         why: String,
     },
     /// `--bind` is not a socket address.
-    #[error("--bind '{bind}' is not an address like 127.0.0.1:9000: {source}")]
+    #[error("--bind '{bind}' is not an address like 127.0.0.1:9000")]
     BindAddress {
         /// The text given.
         bind: String,
@@ -241,7 +244,7 @@ pub enum CheckError {
         path: PathBuf,
     },
     /// An output path that cannot even be looked at.
-    #[error("{flag} {}: cannot look at it: {source}", .path.display())]
+    #[error("{flag} {}: cannot look at it", .path.display())]
     OutputUnreadable {
         /// The flag.
         flag: String,

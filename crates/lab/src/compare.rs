@@ -305,7 +305,7 @@ impl Comparison {
                 ours,
                 theirs: None,
                 ratios: Ratios::default(),
-                note: Some(why.to_string()),
+                note: Some(rtloop_output::sentence(&why)),
             },
         }
     }
