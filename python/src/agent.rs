@@ -22,7 +22,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyString;
 use rtloop_agent::layout::{kind, reset, status, RawServoCommand, RawServoState, StateBlock, MAX_SERVOS};
-use rtloop_agent::{AttachError, CommandError, Limits};
+use rtloop_agent::{AgentAttachError, Limits, ServoCommandError};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -153,44 +153,44 @@ fn spine_gone_error(py: Python<'_>, name: &str, spine_pid: i32, gone: rtloop_age
 }
 
 /// The Python exception for a refused attach, after waiting `waited` seconds.
-fn attach_error(py: Python<'_>, err: AttachError, name: &str, waited: f64) -> PyErr {
+fn attach_error(py: Python<'_>, err: AgentAttachError, name: &str, waited: f64) -> PyErr {
     let path = rtloop_agent::segment_path(name).display().to_string();
     match err {
-        AttachError::Name(e) => PyValueError::new_err(e.to_string()),
-        AttachError::NotFound(_) => SpineNotFound::new_err((
+        AgentAttachError::Name(e) => PyValueError::new_err(e.to_string()),
+        AgentAttachError::NotFound(_) => SpineNotFound::new_err((
             libc::ENOENT,
             format!("no spine is running with agent name {name} (waited {waited} s for it); start `rtloop run --agent {name}` first"),
             path,
         )),
-        AttachError::NotReady(_) => SpineNotFound::new_err((
+        AgentAttachError::NotReady(_) => SpineNotFound::new_err((
             libc::ENOENT,
             format!(
                 "the segment exists but no spine finished creating it within {waited} s; check that `rtloop run --agent {name}` is running, or remove the leftover file"
             ),
             path,
         )),
-        AttachError::Version { spine, agent } => {
+        AgentAttachError::Version { spine, agent } => {
             let e = ProtocolVersionError::new_err(
-                AttachError::Version { spine, agent }.to_string().replace("rebuild the agent against the spine's rtloop_agent.h", "use an rtloop Python package of the spine's release"),
+                AgentAttachError::Version { spine, agent }.to_string().replace("rebuild the agent against the spine's rtloop_agent.h", "use an rtloop Python package of the spine's release"),
             );
             let _ = e.value(py).setattr("spine_version", spine);
             let _ = e.value(py).setattr("agent_version", agent);
             e
         }
-        AttachError::Busy { name: n, pid } => {
-            let e = AgentBusy::new_err(AttachError::Busy { name: n, pid }.to_string());
+        AgentAttachError::Busy { name: n, pid } => {
+            let e = AgentBusy::new_err(AgentAttachError::Busy { name: n, pid }.to_string());
             let _ = e.value(py).setattr("pid", pid);
             e
         }
-        AttachError::OtherUser { name: n, owner, euid } => {
+        AgentAttachError::OtherUser { name: n, owner, euid } => {
             // PermissionError: the segment is not this user's to attach to.
-            let message = AttachError::OtherUser { name: n, owner, euid }.to_string();
+            let message = AgentAttachError::OtherUser { name: n, owner, euid }.to_string();
             PyOSError::new_err((libc::EACCES, message, path))
         }
-        AttachError::Io { name: n, op, err } => {
+        AgentAttachError::Io { name: n, op, err } => {
             // OSError(errno, message, path) becomes the errno's subclass (PermissionError, …).
             let errno = err.raw_os_error().unwrap_or(0);
-            let message = AttachError::Io { name: n, op, err }.to_string();
+            let message = AgentAttachError::Io { name: n, op, err }.to_string();
             PyOSError::new_err((errno, message, path))
         }
         // BadMagic, NotRegular, TooSmall, Layout, and any reason a later release adds.
@@ -199,7 +199,7 @@ fn attach_error(py: Python<'_>, err: AttachError, name: &str, waited: f64) -> Py
 }
 
 /// Attach, retrying retryable refusals every [`ATTACH_RETRY`] until `end` (GIL released).
-fn attach_until(name: &str, end: Instant) -> Result<rtloop_agent::Agent, AttachError> {
+fn attach_until(name: &str, end: Instant) -> Result<rtloop_agent::Agent, AgentAttachError> {
     loop {
         match rtloop_agent::Agent::attach(name) {
             Ok(a) => return Ok(a),
@@ -434,10 +434,10 @@ fn kinds(obj: Option<&Bound<'_, PyAny>>, n: usize, out: &mut [u32; MAX_SERVOS]) 
 }
 
 /// A refused command in one sentence, naming the servo when the value was per servo.
-fn command_error(e: CommandError, index: usize, id: i64, per_servo: bool) -> PyErr {
+fn command_error(e: ServoCommandError, index: usize, id: i64, per_servo: bool) -> PyErr {
     let text = match e {
         // The local torque bounds are open-ended (see `local_limits`).
-        CommandError::OutOfRange { field, value, min, max } if max.is_infinite() => {
+        ServoCommandError::OutOfRange { field, value, min, max } if max.is_infinite() => {
             format!("{field} {value} is below {min}; send {min} or more")
         }
         other => other.to_string(),
@@ -694,7 +694,7 @@ impl PyAgent {
             }
             if let Err(e) = rtloop_agent::validate(s, &limits) {
                 let field_given = match e {
-                    CommandError::NonFinite { field, .. } | CommandError::OutOfRange { field, .. } => {
+                    ServoCommandError::NonFinite { field, .. } | ServoCommandError::OutOfRange { field, .. } => {
                         NAMES.iter().position(|&f| f == field).and_then(|f| given.get(f).copied())
                     }
                     _ => None,

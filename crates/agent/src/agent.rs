@@ -15,10 +15,12 @@ use std::os::fd::OwnedFd;
 /// Seqlock tries per [`Agent::read_state`] (the agent may spin; the spine's write is short).
 pub const AGENT_READ_TRIES: u32 = 100_000;
 
-/// Why an agent could not attach. Each displays as one sentence.
+/// Why an agent could not attach. Each displays as one sentence; the error a variant wraps
+/// is its `source()`. [`AgentAttachError::Io`] keeps the operating system's words in its
+/// sentence too, as [`crate::SpineError::Io`] does and as the C agent's header does.
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum AttachError {
+pub enum AgentAttachError {
     /// The agent name is malformed.
     Name(NameError),
     /// No segment of that name (no spine running yet): retry.
@@ -86,53 +88,61 @@ pub enum AttachError {
     },
 }
 
-impl AttachError {
+impl AgentAttachError {
     /// Whether retrying soon may succeed (the spine is not there yet, or still starting).
     pub fn is_retryable(&self) -> bool {
-        matches!(self, AttachError::NotFound(_) | AttachError::NotReady(_))
+        matches!(self, AgentAttachError::NotFound(_) | AgentAttachError::NotReady(_))
     }
 }
 
-impl fmt::Display for AttachError {
+impl fmt::Display for AgentAttachError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            AttachError::Name(e) => e.fmt(f),
-            AttachError::NotFound(n) => {
+            AgentAttachError::Name(e) => e.fmt(f),
+            AgentAttachError::NotFound(n) => {
                 write!(f, "no spine is running with agent name {n} (/dev/shm/rtloop-{n} does not exist); start `rtloop run --agent {n}` first")
             }
-            AttachError::NotReady(n) => write!(f, "the spine is still creating /dev/shm/rtloop-{n}; retry in a moment"),
-            AttachError::BadMagic(n) => {
+            AgentAttachError::NotReady(n) => write!(f, "the spine is still creating /dev/shm/rtloop-{n}; retry in a moment"),
+            AgentAttachError::BadMagic(n) => {
                 write!(f, "/dev/shm/rtloop-{n} is not an rtloop agent segment (wrong magic); check the agent name")
             }
-            AttachError::NotRegular { name, what } => {
+            AgentAttachError::NotRegular { name, what } => {
                 write!(f, "/dev/shm/rtloop-{name} {what}; remove it if it is yours, or use another agent name")
             }
-            AttachError::OtherUser { name, owner, euid } => write!(
+            AgentAttachError::OtherUser { name, owner, euid } => write!(
                 f,
                 "/dev/shm/rtloop-{name} belongs to {owner}, not to this agent's user (uid {euid}); attach only to a \
                  spine your own user runs, or use another agent name"
             ),
-            AttachError::TooSmall { name, size } => write!(
+            AgentAttachError::TooSmall { name, size } => write!(
                 f,
                 "/dev/shm/rtloop-{name} is {size} bytes, smaller than an rtloop agent segment ({TOTAL_SIZE}); check the agent name"
             ),
-            AttachError::Version { spine, agent } => write!(
+            AgentAttachError::Version { spine, agent } => write!(
                 f,
                 "the spine speaks protocol version {spine}, this agent {agent}; rebuild the agent against the spine's rtloop_agent.h"
             ),
-            AttachError::Layout { what, spine, agent } => write!(
+            AgentAttachError::Layout { what, spine, agent } => write!(
                 f,
                 "the spine's {what} is {spine} but this agent expects {agent}; rebuild the agent against the spine's rtloop_agent.h"
             ),
-            AttachError::Busy { name, pid } => {
+            AgentAttachError::Busy { name, pid } => {
                 write!(f, "another agent (pid {pid}) is attached to rtloop-{name}; stop it first")
             }
-            AttachError::Io { name, op, err } => write!(f, "cannot {op} /dev/shm/rtloop-{name}: {err}"),
+            AgentAttachError::Io { name, op, err } => write!(f, "cannot {op} /dev/shm/rtloop-{name}: {err}"),
         }
     }
 }
 
-impl std::error::Error for AttachError {}
+impl std::error::Error for AgentAttachError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AgentAttachError::Name(e) => Some(e),
+            AgentAttachError::Io { err, .. } => Some(err),
+            _ => None,
+        }
+    }
+}
 
 /// Why the agent should stop: the spine went away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,32 +178,38 @@ impl Agent {
     /// Checks magic, version and every size; writes this agent's version (so the spine can
     /// report a mismatch) and pid. Continues the command sequence and heartbeat where the
     /// block stands.
-    pub fn attach(name: &str) -> Result<Agent, AttachError> {
-        shm::validate_name(name).map_err(AttachError::Name)?;
-        let io_err = |op, err| AttachError::Io { name: name.to_string(), op, err };
+    pub fn attach(name: &str) -> Result<Agent, AgentAttachError> {
+        shm::validate_name(name).map_err(AgentAttachError::Name)?;
+        let io_err = |op, err| AgentAttachError::Io { name: name.to_string(), op, err };
         let fd = match shm::open(name, libc::O_RDWR, 0) {
             Ok(fd) => fd,
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Err(AttachError::NotFound(name.to_string())),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                return Err(AgentAttachError::NotFound(name.to_string()))
+            }
             Err(e) => return Err(io_err("open", e)),
         };
         let st = shm::fstat(&fd).map_err(|e| io_err("inspect", e))?;
         // The open did not block (shm::open adds O_NONBLOCK); a FIFO has size 0 and would
         // otherwise read as "not ready", retried for ever.
         if let Some(what) = shm::not_regular(&st) {
-            return Err(AttachError::NotRegular { name: name.to_string(), what });
+            return Err(AgentAttachError::NotRegular { name: name.to_string(), what });
         }
         // Another user's file is never a segment of a spine of ours (a spine makes its own,
         // mode 0600): refused before anything is read from it or written into it.
         let euid = shm::euid();
         if st.st_uid != euid {
-            return Err(AttachError::OtherUser { name: name.to_string(), owner: shm::describe_owner(st.st_uid), euid });
+            return Err(AgentAttachError::OtherUser {
+                name: name.to_string(),
+                owner: shm::describe_owner(st.st_uid),
+                euid,
+            });
         }
         let size = st.st_size as u64;
         if size == 0 {
-            return Err(AttachError::NotReady(name.to_string()));
+            return Err(AgentAttachError::NotReady(name.to_string()));
         }
         if size < FROZEN_PREFIX as u64 {
-            return Err(AttachError::TooSmall { name: name.to_string(), size });
+            return Err(AgentAttachError::TooSmall { name: name.to_string(), size });
         }
         // Map only what the file has (at most our layout); check before reading further.
         let len = (size as usize).min(TOTAL_SIZE);
@@ -203,10 +219,10 @@ impl Agent {
         // atomically only.
         let magic = unsafe { &*base.cast::<AtomicU64>() }.load(Ordering::Acquire);
         if magic == 0 {
-            return Err(AttachError::NotReady(name.to_string()));
+            return Err(AgentAttachError::NotReady(name.to_string()));
         }
         if magic != MAGIC {
-            return Err(AttachError::BadMagic(name.to_string()));
+            return Err(AgentAttachError::BadMagic(name.to_string()));
         }
         // SAFETY: the frozen prefix is mapped; these fields are accessed atomically only.
         let version = unsafe {
@@ -214,10 +230,10 @@ impl Agent {
             header_atomics::version(base).load(Ordering::Relaxed)
         };
         if version != VERSION {
-            return Err(AttachError::Version { spine: version, agent: VERSION });
+            return Err(AgentAttachError::Version { spine: version, agent: VERSION });
         }
         if size < TOTAL_SIZE as u64 {
-            return Err(AttachError::TooSmall { name: name.to_string(), size });
+            return Err(AgentAttachError::TooSmall { name: name.to_string(), size });
         }
         let mut header = Header::zeroed();
         // SAFETY: TOTAL_SIZE bytes are mapped (checked just above), so is the header.
@@ -233,11 +249,11 @@ impl Agent {
         ];
         for (what, spine, agent) in checks {
             if spine != agent {
-                return Err(AttachError::Layout { what, spine, agent });
+                return Err(AgentAttachError::Layout { what, spine, agent });
             }
         }
         if header.servo_count > MAX_SERVOS as u32 {
-            return Err(AttachError::Layout {
+            return Err(AgentAttachError::Layout {
                 what: "servo count",
                 spine: header.servo_count.into(),
                 agent: MAX_SERVOS as u64,
@@ -249,7 +265,7 @@ impl Agent {
         let mut current = slot.load(Ordering::Relaxed);
         loop {
             if current != 0 && current != pid && !shm::pid_dead(current) {
-                return Err(AttachError::Busy { name: name.to_string(), pid: current });
+                return Err(AgentAttachError::Busy { name: name.to_string(), pid: current });
             }
             match slot.compare_exchange(current, pid, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => break,

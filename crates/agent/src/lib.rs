@@ -40,14 +40,14 @@ pub mod shm;
 pub mod spine;
 pub mod validate;
 
-pub use agent::{Agent, AttachError, SpineGone};
+pub use agent::{Agent, AgentAttachError, SpineGone};
 pub use layout::{CommandBlock, Header, RawServoCommand, RawServoState, ServoInfo, StateBlock};
 pub use shm::{describe_owner, euid, monotonic_ns, pid_dead, segment_path, user_name, validate_name, NameError};
 pub use spine::{
     Counters, Lockstep, Poll, RefusalCause, Refusals, SegmentLoss, Spine, SpineConfig, SpineError, VersionMismatch,
     DEFAULT_ARM_WAIT_NS, DEFAULT_TIMEOUT_NS, REFUSAL_CAUSES,
 };
-pub use validate::{validate, CommandError, Limits, PositionFields, ValidCommand};
+pub use validate::{validate, Limits, PositionFields, ServoCommandError, ValidCommand};
 
 /// Atomic views of the header's fields that change after publication, and whole-header
 /// copies made of atomic word accesses.

@@ -11,7 +11,7 @@ use crate::layout::{
     STATE_OFFSET, TOTAL_SIZE, VERSION,
 };
 use crate::shm::{self, Mapping, NameError};
-use crate::validate::{validate, CommandError, Limits, ValidCommand};
+use crate::validate::{validate, Limits, ServoCommandError, ValidCommand};
 use crate::{header_atomics, seqlock};
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::fmt;
@@ -68,7 +68,10 @@ impl SpineConfig {
     }
 }
 
-/// Why the spine could not create its segment. Each displays as one sentence.
+/// Why the spine could not create its segment. Each displays as one sentence; the error a
+/// variant wraps is its `source()`. [`SpineError::Io`] keeps the operating system's words in
+/// its sentence too: `rtloop run --agent` prints that sentence alone (through errors that
+/// show only their `Display`), and the C agent's header words its failures the same way.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum SpineError {
@@ -139,7 +142,15 @@ impl fmt::Display for SpineError {
     }
 }
 
-impl std::error::Error for SpineError {}
+impl std::error::Error for SpineError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SpineError::Name(e) => Some(e),
+            SpineError::Io { err, .. } => Some(err),
+            _ => None,
+        }
+    }
+}
 
 /// What [`Spine::poll_command`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,7 +245,7 @@ pub const REFUSAL_CAUSES: usize = 4;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RefusalCause {
     /// The first refusal of this cause, typed: which field, its value, the limit.
-    pub first: CommandError,
+    pub first: ServoCommandError,
     /// The servo slot it was for.
     pub servo: usize,
     /// Refusals of this cause (same kind of error, same field), the first included.
@@ -263,7 +274,7 @@ impl Default for Refusals {
 
 impl Refusals {
     /// Count one refusal of `error` for servo slot `servo`.
-    fn note(&mut self, servo: usize, error: &CommandError) {
+    fn note(&mut self, servo: usize, error: &ServoCommandError) {
         if let Some(n) = self.per_servo.get_mut(servo) {
             *n += 1;
         }
@@ -697,14 +708,14 @@ impl Spine {
     /// agent; `None` when it does not (the caller applies its safe command). On `Err` the
     /// caller keeps the servo's safe command for this cycle and calls
     /// [`Spine::note_rejected`].
-    pub fn command_for(&self, servo: usize, limits: &Limits) -> Option<Result<ValidCommand, CommandError>> {
+    pub fn command_for(&self, servo: usize, limits: &Limits) -> Option<Result<ValidCommand, ServoCommandError>> {
         let cmd = self.command()?;
         let count = self.header.servo_count;
         if servo >= count as usize {
-            return Some(Err(CommandError::NoSuchServo { index: servo, count }));
+            return Some(Err(ServoCommandError::NoSuchServo { index: servo, count }));
         }
         if cmd.servo_count != count {
-            return Some(Err(CommandError::ServoCount { got: cmd.servo_count, expected: count }));
+            return Some(Err(ServoCommandError::ServoCount { got: cmd.servo_count, expected: count }));
         }
         // `servo < count <= MAX_SERVOS`: in bounds of our own copy.
         Some(validate(&cmd.servos[servo], limits))
@@ -713,7 +724,7 @@ impl Spine {
     /// Count one refused servo command, `error` for servo slot `servo`, in `cycle`, and
     /// record its cause ([`Spine::refusals`]: fixed-size, no allocation). Returns true when it
     /// starts a burst (no refusal in the previous cycle): report an event then, once.
-    pub fn note_rejected(&mut self, servo: usize, cycle: u64, error: &CommandError) -> bool {
+    pub fn note_rejected(&mut self, servo: usize, cycle: u64, error: &ServoCommandError) -> bool {
         self.counters.rejected += 1;
         self.refusals.note(servo, error);
         if self.last_rejected_cycle != Some(cycle) {

@@ -1,9 +1,9 @@
 //! What the spine accepts from an agent: one servo command checked against [`Limits`].
 //!
 //! Rules (the same in `docs/agent-protocol.md`):
-//! * `kind` is 0..=4, anything else is [`CommandError::UnknownKind`];
-//! * `present` has only bits 0..=13 ([`CommandError::UnknownFieldBits`]), and none unless
-//!   `kind` is position ([`CommandError::FieldsWithoutPosition`]);
+//! * `kind` is 0..=4, anything else is [`ServoCommandError::UnknownKind`];
+//! * `present` has only bits 0..=13 ([`ServoCommandError::UnknownFieldBits`]), and none unless
+//!   `kind` is position ([`ServoCommandError::FieldsWithoutPosition`]);
 //! * every present field is finite, except `position`, where NaN means "hold the current
 //!   position" (infinities are refused there too);
 //! * every present field is within its range in [`Limits`];
@@ -93,7 +93,7 @@ pub enum ValidCommand {
 /// Why a servo command was refused. Every variant displays as one sentence.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
-pub enum CommandError {
+pub enum ServoCommandError {
     /// `kind` is not 0..=4.
     UnknownKind(u32),
     /// `present` has bits above bit 13 (the value shows only those bits).
@@ -144,44 +144,46 @@ pub enum CommandError {
     },
 }
 
-impl fmt::Display for CommandError {
+impl fmt::Display for ServoCommandError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}; {}", self.what(), self.fix())
     }
 }
 
-/// What is wrong with a refused command, without the fix ([`CommandError::what`]).
+/// What is wrong with a refused command, without the fix ([`ServoCommandError::what`]).
 #[derive(Debug, Clone, Copy)]
-pub struct What<'a>(&'a CommandError);
+pub struct What<'a>(&'a ServoCommandError);
 
 impl fmt::Display for What<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self.0 {
-            CommandError::UnknownKind(k) => write!(f, "command kind {k} is unknown"),
-            CommandError::UnknownFieldBits(b) => write!(f, "present bits {b:#x} name no field"),
-            CommandError::FieldsWithoutPosition { kind, present } => {
+            ServoCommandError::UnknownKind(k) => write!(f, "command kind {k} is unknown"),
+            ServoCommandError::UnknownFieldBits(b) => write!(f, "present bits {b:#x} name no field"),
+            ServoCommandError::FieldsWithoutPosition { kind, present } => {
                 write!(f, "present is {present:#x} on a command of kind {kind}")
             }
-            CommandError::NonFinite { field, value } => write!(f, "{field} is {value}"),
-            CommandError::OutOfRange { field, value, min, max } => {
+            ServoCommandError::NonFinite { field, value } => write!(f, "{field} is {value}"),
+            ServoCommandError::OutOfRange { field, value, min, max } => {
                 write!(f, "{field} {value} is outside the allowed range {min} to {max}")
             }
-            CommandError::OverrideNotAllowed { field } => write!(f, "{field} is an override this spine does not allow"),
-            CommandError::ServoCount { got, expected } => {
+            ServoCommandError::OverrideNotAllowed { field } => {
+                write!(f, "{field} is an override this spine does not allow")
+            }
+            ServoCommandError::ServoCount { got, expected } => {
                 write!(f, "the command block's servo_count is {got} but the spine has {expected} servos")
             }
-            CommandError::NoSuchServo { index, count } => {
+            ServoCommandError::NoSuchServo { index, count } => {
                 write!(f, "servo slot {index} does not exist, the spine has {count} servos")
             }
         }
     }
 }
 
-impl std::error::Error for CommandError {}
+impl std::error::Error for ServoCommandError {}
 
-impl CommandError {
+impl ServoCommandError {
     /// What is wrong, as the first half of its sentence ("maximum_torque 10 is outside the
-    /// allowed range 0 to 8"); [`CommandError::fix`] is the second.
+    /// allowed range 0 to 8"); [`ServoCommandError::fix`] is the second.
     pub fn what(&self) -> What<'_> {
         What(self)
     }
@@ -189,39 +191,43 @@ impl CommandError {
     /// How to fix it, the second half of its sentence ("send a value within it").
     pub fn fix(&self) -> &'static str {
         match self {
-            CommandError::UnknownKind(_) => "use 0 (query), 1 (stop), 2 (zero velocity), 3 (brake) or 4 (position)",
-            CommandError::UnknownFieldBits(_) => "only bits 0 to 13 are defined",
-            CommandError::FieldsWithoutPosition { .. } => "set fields only on position commands (kind 4)",
-            CommandError::NonFinite { .. } => "send a finite value (NaN is allowed for position only, meaning hold)",
-            CommandError::OutOfRange { .. } => "send a value within it",
-            CommandError::OverrideNotAllowed { .. } => "leave its present bit clear",
-            CommandError::ServoCount { .. } => "write servo_count = header servo_count",
-            CommandError::NoSuchServo { .. } => "command only the slots below the header's servo_count",
+            ServoCommandError::UnknownKind(_) => {
+                "use 0 (query), 1 (stop), 2 (zero velocity), 3 (brake) or 4 (position)"
+            }
+            ServoCommandError::UnknownFieldBits(_) => "only bits 0 to 13 are defined",
+            ServoCommandError::FieldsWithoutPosition { .. } => "set fields only on position commands (kind 4)",
+            ServoCommandError::NonFinite { .. } => {
+                "send a finite value (NaN is allowed for position only, meaning hold)"
+            }
+            ServoCommandError::OutOfRange { .. } => "send a value within it",
+            ServoCommandError::OverrideNotAllowed { .. } => "leave its present bit clear",
+            ServoCommandError::ServoCount { .. } => "write servo_count = header servo_count",
+            ServoCommandError::NoSuchServo { .. } => "command only the slots below the header's servo_count",
         }
     }
 
     /// The field it is about, when it is about one.
     pub fn field(&self) -> Option<&'static str> {
         match *self {
-            CommandError::NonFinite { field, .. }
-            | CommandError::OutOfRange { field, .. }
-            | CommandError::OverrideNotAllowed { field } => Some(field),
+            ServoCommandError::NonFinite { field, .. }
+            | ServoCommandError::OutOfRange { field, .. }
+            | ServoCommandError::OverrideNotAllowed { field } => Some(field),
             _ => None,
         }
     }
 
     /// Whether `other` has the same cause: the same kind of error about the same field
     /// (the values may differ).
-    pub fn same_cause(&self, other: &CommandError) -> bool {
+    pub fn same_cause(&self, other: &ServoCommandError) -> bool {
         core::mem::discriminant(self) == core::mem::discriminant(other) && self.field() == other.field()
     }
 }
 
 /// Check one servo command against `limits`. Never panics, whatever the bytes.
-pub fn validate(raw: &RawServoCommand, limits: &Limits) -> Result<ValidCommand, CommandError> {
+pub fn validate(raw: &RawServoCommand, limits: &Limits) -> Result<ValidCommand, ServoCommandError> {
     let present = raw.present;
     if present & !FIELD_MASK != 0 {
-        return Err(CommandError::UnknownFieldBits(present & !FIELD_MASK));
+        return Err(ServoCommandError::UnknownFieldBits(present & !FIELD_MASK));
     }
     let simple = match raw.kind {
         kind::QUERY => Some(ValidCommand::Query),
@@ -229,11 +235,11 @@ pub fn validate(raw: &RawServoCommand, limits: &Limits) -> Result<ValidCommand, 
         kind::ZERO_VELOCITY => Some(ValidCommand::ZeroVelocity),
         kind::BRAKE => Some(ValidCommand::Brake),
         kind::POSITION => None,
-        k => return Err(CommandError::UnknownKind(k)),
+        k => return Err(ServoCommandError::UnknownKind(k)),
     };
     if let Some(cmd) = simple {
         if present != 0 {
-            return Err(CommandError::FieldsWithoutPosition { kind: raw.kind, present });
+            return Err(ServoCommandError::FieldsWithoutPosition { kind: raw.kind, present });
         }
         return Ok(cmd);
     }
@@ -263,18 +269,18 @@ pub fn validate(raw: &RawServoCommand, limits: &Limits) -> Result<ValidCommand, 
         }
         let (field, value) = (FIELD_NAMES[i], values[i]);
         let Some((min, max)) = ranges[i] else {
-            return Err(CommandError::OverrideNotAllowed { field });
+            return Err(ServoCommandError::OverrideNotAllowed { field });
         };
         if i == 0 && value.is_nan() {
             out[i] = Some(value);
             continue;
         }
         if !value.is_finite() {
-            return Err(CommandError::NonFinite { field, value });
+            return Err(ServoCommandError::NonFinite { field, value });
         }
         // `!(a <= b)` style: a NaN limit refuses everything rather than accepting it.
         if !(value >= min && value <= max) {
-            return Err(CommandError::OutOfRange { field, value, min, max });
+            return Err(ServoCommandError::OutOfRange { field, value, min, max });
         }
         out[i] = Some(value);
     }

@@ -666,7 +666,9 @@ fn agent_fuzz_name(tag: &str) -> String {
 /// [servos, size (3 bytes, little-endian), grow back].
 fn agent_spine_under_fire(block: &rtloop_agent::layout::CommandBlock, tail: &[u8]) {
     use rtloop_agent::layout::{MAX_SERVOS, TOTAL_SIZE};
-    use rtloop_agent::{Agent, CommandError, Limits, Poll, RefusalCause, SegmentLoss, ServoInfo, Spine, SpineConfig};
+    use rtloop_agent::{
+        Agent, Limits, Poll, RefusalCause, SegmentLoss, ServoCommandError, ServoInfo, Spine, SpineConfig,
+    };
     let byte = |i: usize| tail.get(i).copied().unwrap_or(0);
     let count = usize::from(byte(0)) % MAX_SERVOS + 1;
     let servos: Vec<ServoInfo> = (0..count as u32).map(|i| ServoInfo { id: i + 1, bus: 1 }).collect();
@@ -686,7 +688,7 @@ fn agent_spine_under_fire(block: &rtloop_agent::layout::CommandBlock, tail: &[u8
     agent.send();
     assert_eq!(spine.poll_command(2), Poll::Command);
     let limits = Limits::default();
-    let mut firsts: Vec<(CommandError, usize)> = Vec::new();
+    let mut firsts: Vec<(ServoCommandError, usize)> = Vec::new();
     let mut per_servo = [0u64; MAX_SERVOS];
     for cycle in 0..2u64 {
         for (i, refused) in per_servo.iter_mut().enumerate().take(count) {

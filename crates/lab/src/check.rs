@@ -28,15 +28,21 @@ pub const RATE_HZ: RangeInclusive<f64> = 0.1..=100_000.0;
 pub const DEADLINE_PERIOD_US: RangeInclusive<u64> = 100..=4_000_000;
 /// SCHED_DEADLINE runtime floor, µs: the kernel wants at least 1024 ns.
 pub const DEADLINE_MIN_RUNTIME_US: u64 = 2;
-/// UDP payload sizes, bytes (65535 − 20 bytes IP header − 8 bytes UDP header).
-pub const UDP_SIZE: RangeInclusive<usize> = 1..=crate::udp::MAX_UDP_PAYLOAD;
+/// Largest UDP payload over IPv4 (65535 − 20 bytes IP header − 8 bytes UDP header).
+pub const MAX_UDP_PAYLOAD: usize = 65_507;
+/// UDP payload sizes, bytes.
+pub const UDP_SIZE: RangeInclusive<usize> = 1..=MAX_UDP_PAYLOAD;
+/// The largest message of the serial experiment: bigger ones would not fit the pty buffers in
+/// one piece and measure flow control rather than turnaround.
+pub const MAX_SERIAL_SIZE: usize = 4096;
 /// Message sizes of the serial experiment, bytes.
-pub const SERIAL_SIZE: RangeInclusive<usize> = 1..=crate::serial::MAX_SIZE;
+pub const SERIAL_SIZE: RangeInclusive<usize> = 1..=MAX_SERIAL_SIZE;
 /// Lifetime of the hidden echo server, seconds: up to a week.
 pub const SERVER_MAX_SECONDS: f64 = 7.0 * 24.0 * 3600.0;
 
 /// One refused flag or argument: what the lab checks before anything is measured. Its
-/// Display is the one sentence the user sees; the variants carry what was wrong.
+/// Display is the one sentence the user sees — with the refusal it wraps, if any, which is
+/// its `source()` ([`rtloop_output::sentence`] joins them); the variants carry what was wrong.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CheckError {
@@ -88,7 +94,9 @@ pub enum CheckError {
         /// The repeated item.
         item: String,
     },
-    /// An item of a list flag that is not one of its names.
+    /// An item of a list flag that is not one of its names. The item's refusal (the `source`)
+    /// stays in the sentence: library callers, such as those of `udp::serve_echo`, read the
+    /// refused name there.
     #[error("{flag}: {source}")]
     InList {
         /// The flag.
@@ -107,7 +115,7 @@ pub enum CheckError {
         expected: &'static str,
     },
     /// A `--policy` that is not a scheduling policy.
-    #[error("--policy: {0}")]
+    #[error("--policy")]
     Policy(#[source] rtloop_rt::UnknownName),
     /// `--priority` with a policy that has no real-time priority.
     #[error("--priority {priority} needs --policy fifo or rr: {policy} has no real-time priority")]
@@ -141,10 +149,10 @@ pub enum CheckError {
         allowed: Vec<usize>,
     },
     /// The real-time settings themselves are wrong.
-    #[error(transparent)]
+    #[error("{0}")]
     Rt(#[from] rtloop_rt::setup::RtError),
     /// `--transport` is not a bus address.
-    #[error("--transport: {0}")]
+    #[error("--transport")]
     Transport(#[source] rtloop_io::uri::UriError),
     /// A `--servos` id outside 1..=127 (or not a number).
     #[error("--servos '{text}': servo id '{id}' is out of range: give ids in 1..=127, e.g. 1-12 or 1,2,5-7")]
@@ -179,7 +187,7 @@ pub enum CheckError {
         why: String,
     },
     /// `--bind` is not a socket address.
-    #[error("--bind '{bind}' is not an address like 127.0.0.1:9000: {source}")]
+    #[error("--bind '{bind}' is not an address like 127.0.0.1:9000")]
     BindAddress {
         /// The text given.
         bind: String,
@@ -236,7 +244,7 @@ pub enum CheckError {
         path: PathBuf,
     },
     /// An output path that cannot even be looked at.
-    #[error("{flag} {}: cannot look at it: {source}", .path.display())]
+    #[error("{flag} {}: cannot look at it", .path.display())]
     OutputUnreadable {
         /// The flag.
         flag: String,
@@ -264,11 +272,11 @@ pub enum CheckError {
 }
 
 fn runs_text(runs: &usize) -> String {
-    crate::report::count(*runs as u64, "run", "runs")
+    crate::wording::count(*runs as u64, "run", "runs")
 }
 
 fn total_text(samples: &usize, runs: &usize) -> String {
-    crate::report::count(samples.saturating_mul(*runs) as u64, "sample", "samples")
+    crate::wording::count(samples.saturating_mul(*runs) as u64, "sample", "samples")
 }
 
 /// The end of the `--load` refusal: what to give instead, or to drop it when nothing fits.

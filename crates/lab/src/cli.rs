@@ -16,7 +16,8 @@
 
 use crate::check::{self, CheckError};
 use crate::conditions::Conditions;
-use crate::report::{render, write_csv, CommonOptions, Outcome};
+use crate::options::CommonOptions;
+use crate::report::{render, write_csv, Outcome};
 use rtloop_rt::setup::{DeadlineParams, Policy, RtSettings};
 use std::fmt::Display;
 use std::path::PathBuf;

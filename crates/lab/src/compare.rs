@@ -21,7 +21,8 @@
 //! checked.
 
 use crate::child::Tied;
-use crate::report::{CommonOptions, Summary};
+use crate::options::CommonOptions;
+use crate::report::Summary;
 use crate::udp::{RecvMethod, UdpEchoOptions};
 use crate::Error;
 use rtloop_rt::setup::{Policy, RtSettings};
@@ -304,7 +305,7 @@ impl Comparison {
                 ours,
                 theirs: None,
                 ratios: Ratios::default(),
-                note: Some(why.to_string()),
+                note: Some(rtloop_output::sentence(&why)),
             },
         }
     }

@@ -8,7 +8,7 @@
 //!
 //! What it must never do: panic, require root, or change anything it reads.
 
-use crate::report::CommonOptions;
+use crate::options::CommonOptions;
 use serde::Serialize;
 
 const GOVERNOR_PATH: &str = "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor";

@@ -19,7 +19,9 @@
 //! a cycle experiment with missing replies as a result, or let a figure pass for a full
 //! command cycle.
 
-use crate::report::{apply_rt, count, measure_on_thread, CommonOptions, Measured, Outcome, Run};
+use crate::options::{apply_rt, CommonOptions};
+use crate::report::{measure_on_thread, Measured, Outcome, Run};
+use crate::wording::count;
 use rtloop_io::{MonotonicClock, Robot, RobotConfig, ServoCommand, ServoReply, ServoSpec};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -1,8 +1,13 @@
 //! Why a lab command could not measure: [`Error`], one sentence for the user per variant,
-//! with the data (paths, addresses, methods, the operating system's error) kept in fields.
+//! with the data (paths, addresses, methods) kept in fields.
 //!
 //! Refused flags are a [`CheckError`](crate::check::CheckError), wrapped here as
 //! [`Error::Check`]: they are found before anything is measured.
+//!
+//! An error that wraps another (the operating system's, a bus's, a refused flag's) returns it
+//! from `source()` and says only what failed: [`rtloop_output::sentence`] gives the whole line,
+//! as the command prints it. A variant that adds nothing to what it wraps shows that error's
+//! sentence as its own; one whose cause sits inside the sentence keeps it there.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -15,19 +20,19 @@ pub use crate::check::CheckError;
 #[non_exhaustive]
 pub enum Error {
     /// A flag or argument refused before anything was measured.
-    #[error(transparent)]
+    #[error("{0}")]
     Check(#[from] CheckError),
     /// The real-time settings could not be applied (or `--strict` refused a fallback).
-    #[error(transparent)]
+    #[error("{0}")]
     Rt(#[from] rtloop_rt::setup::RtError),
     /// The bus could not be opened (the sentence names the address and what to do).
-    #[error(transparent)]
+    #[error("{0}")]
     Open(#[from] rtloop_io::OpenError),
     /// The simulated quadruped could not be built.
-    #[error("cannot build the simulated quadruped: {0}")]
+    #[error("cannot build the simulated quadruped")]
     Quadruped(#[source] rtloop_io::SetupError),
     /// The robot could not be built on the bus.
-    #[error("cannot build the robot on {transport}: {source}")]
+    #[error("cannot build the robot on {transport}")]
     Robot {
         /// The `--transport` address.
         transport: String,
@@ -36,7 +41,7 @@ pub enum Error {
     },
     /// An operating-system call failed; `what` says which and on what (e.g. "eventfd failed",
     /// "cannot bind the echo server to 127.0.0.1:9000").
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Os {
         /// The call and its object.
         what: String,
@@ -44,7 +49,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A call through `nix` failed; as [`Error::Os`].
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Sys {
         /// The call and its object.
         what: String,
@@ -52,7 +57,7 @@ pub enum Error {
         source: nix::Error,
     },
     /// An operating-system error with nothing to add.
-    #[error(transparent)]
+    #[error("{0}")]
     Io(#[from] std::io::Error),
     /// A thread of the lab panicked (`thread` names it, e.g. "raiser thread").
     #[error("the {thread} panicked")]
@@ -73,7 +78,7 @@ pub enum Error {
     #[error("event {method}: no answer from the responder within {ms} ms")]
     NoAnswer {
         /// The event method.
-        method: crate::event::EventMethod,
+        method: crate::methods::EventMethod,
         /// How long the raiser waited.
         ms: i32,
     },
@@ -108,7 +113,7 @@ pub enum Error {
     #[error("serial {method}: the echo of message {index} differs from what was sent")]
     EchoDiffers {
         /// The serial method.
-        method: crate::serial::SerialMethod,
+        method: crate::methods::SerialMethod,
         /// Which message.
         index: usize,
     },
@@ -154,8 +159,12 @@ pub enum Error {
     /// `--netns` without the `ip` command.
     #[error("--netns needs the `ip` command (apt-get install iproute2), or drop --netns")]
     NoIpCommand,
-    /// The network namespace could not be created.
-    #[error("cannot create network namespace {name}: {source} — run as root or drop --netns")]
+    /// The network namespace could not be created. The advice follows the cause, which
+    /// therefore stays inside the sentence, its own causes included.
+    #[error(
+        "cannot create network namespace {name}: {} — run as root or drop --netns",
+        rtloop_output::sentence(.source.as_ref())
+    )]
     CreateNamespace {
         /// The namespace.
         name: String,
@@ -226,16 +235,16 @@ pub enum Error {
     /// `plot` got an outcome without samples.
     #[error("nothing to plot: no run has samples")]
     NothingToPlot,
-    /// The plot could not be drawn (the drawing library's reason).
-    #[error("cannot draw {}: {reason}", .path.display())]
+    /// The plot could not be drawn.
+    #[error("cannot draw {}", .path.display())]
     Draw {
         /// The PNG.
         path: PathBuf,
-        /// The drawing library's error, as text (its type is generic over the backend).
-        reason: String,
+        /// The drawing library's error (its type is generic over the backend).
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The CSV could not be written.
-    #[error("cannot write {}: {source}", .path.display())]
+    #[error("cannot write {}", .path.display())]
     WriteCsv {
         /// The CSV.
         path: PathBuf,
@@ -243,7 +252,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The PNG could not be encoded or written.
-    #[error("cannot write {}: {source}", .path.display())]
+    #[error("cannot write {}", .path.display())]
     WritePng {
         /// The PNG.
         path: PathBuf,
@@ -251,7 +260,7 @@ pub enum Error {
         source: rtloop_output::png::EncodingError,
     },
     /// An output file could not be created or put in place.
-    #[error(transparent)]
+    #[error("{0}")]
     Output(#[from] rtloop_output::OutputError),
 }
 

@@ -17,11 +17,12 @@
 //! a child is killed and reaped on every path; the kernel kills it when the lab dies, see
 //! [`crate::child`]), or leave file descriptors or mappings behind.
 
-use crate::report::{apply_rt, progress_bar, CommonOptions, Outcome, Run};
+use crate::options::{apply_rt, progress_bar, CommonOptions};
+use crate::report::{Outcome, Run};
+// Defined with the other methods, below the errors that name them; found here too.
+pub use crate::methods::EventMethod;
 use crate::Error;
-use std::fmt;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// The pause between two events: long enough for the responder to be back in its wait (and
@@ -34,53 +35,6 @@ const WARMUP_EVENTS: usize = 50;
 
 /// How long the raiser waits for an answer before it declares the responder gone.
 const ANSWER_TIMEOUT_MS: i32 = 2_000;
-
-/// How the event is raised and waited for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventMethod {
-    /// eventfd(2): write 1, the waiter's blocking read returns.
-    Eventfd,
-    /// A pipe: write one byte, the waiter's blocking read returns.
-    Pipe,
-    /// futex(2) on a word in shared memory: store the new value, FUTEX_WAKE.
-    Futex,
-    /// A word in shared memory, polled in a spin loop: no system call at all.
-    BusyPoll,
-}
-
-impl EventMethod {
-    /// All methods, in the order they are measured by default.
-    pub const ALL: [EventMethod; 4] =
-        [EventMethod::Eventfd, EventMethod::Pipe, EventMethod::Futex, EventMethod::BusyPoll];
-
-    /// The command-line spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventMethod::Eventfd => "eventfd",
-            EventMethod::Pipe => "pipe",
-            EventMethod::Futex => "futex",
-            EventMethod::BusyPoll => "busy-poll",
-        }
-    }
-}
-
-impl fmt::Display for EventMethod {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for EventMethod {
-    type Err = crate::check::CheckError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        EventMethod::ALL.into_iter().find(|m| m.as_str() == s).ok_or_else(|| crate::check::CheckError::UnknownMethod {
-            kind: "event",
-            given: s.to_string(),
-            expected: "eventfd, pipe, futex or busy-poll",
-        })
-    }
-}
 
 /// What `rtloop lab event` measures.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,6 +11,11 @@
 //! line that ties them together; [`check`] holds the ranges every flag is checked against
 //! before anything is measured; [`child`] ties the programs the lab starts to its life.
 //!
+//! The modules stand in layers, none importing one above it: the vocabulary at the bottom —
+//! [`wording`], [`check`] (limits and refusals), [`methods`], [`error`], [`options`] (what
+//! every experiment takes) — then [`conditions`], [`load`] and [`report`], then the
+//! experiments, then [`plot`], [`compare`] and [`cli`] on top.
+//!
 //! What it must never do: measure on a thread whose real-time settings it did not apply (or
 //! report as applied), hide a refused setting, measure before every option was checked, or
 //! leave load threads, child processes, network namespaces or temporary files behind.
@@ -27,10 +32,13 @@ pub mod doctor;
 pub mod error;
 pub mod event;
 pub mod load;
+pub mod methods;
+pub mod options;
 pub mod plot;
 pub mod report;
 pub mod serial;
 pub mod udp;
 pub mod wakeup;
+pub mod wording;
 
 pub use error::Error;

@@ -110,7 +110,7 @@ impl Capacity {
             let cpus = self.cpus.max(1);
             format!(
                 "at most {WORKERS_PER_CPU} workers per CPU, and this process may use {}",
-                crate::report::count(cpus as u64, "CPU", "CPUs")
+                crate::wording::count(cpus as u64, "CPU", "CPUs")
             )
         } else {
             format!(
@@ -175,7 +175,7 @@ impl Leftovers {
             let runs = if pids.len() == 1 { "a killed lab run (pid" } else { "killed lab runs (pids" };
             out.push(format!(
                 "removed {} left by {runs} {}) from {}",
-                crate::report::count(self.removed.len() as u64, "temporary load item", "temporary load items"),
+                crate::wording::count(self.removed.len() as u64, "temporary load item", "temporary load items"),
                 pids.join(", "),
                 base.display()
             ));

@@ -44,13 +44,13 @@ pub fn plot(outcome: &Outcome, path: &Path, force: bool) -> Result<(), crate::Er
         return Err(crate::Error::NothingToPlot);
     }
     let text = rtloop_output::png::font_available();
-    let fail = |reason: String| crate::Error::Draw { path: path.to_path_buf(), reason };
+    let fail = |source: DrawError| crate::Error::Draw { path: path.to_path_buf(), source };
     let (width, height) = (1200u32, if runs.len() == 1 { 600u32 } else { 1000 });
     let mut rgb = vec![0u8; width as usize * height as usize * 3];
     {
         // Drawing into memory cannot fail for I/O reasons; the file is written below.
         let root = BitMapBackend::with_buffer(&mut rgb, (width, height)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
+        root.fill(&WHITE).map_err(|e| fail(e.into()))?;
         if runs.len() == 1 {
             histograms(&root, &outcome.experiment, &runs, text).map_err(fail)?;
         } else {
@@ -58,7 +58,7 @@ pub fn plot(outcome: &Outcome, path: &Path, force: bool) -> Result<(), crate::Er
             histograms(&top, &outcome.experiment, &runs, text).map_err(fail)?;
             percentile_bars(&bottom, &runs, text).map_err(fail)?;
         }
-        root.present().map_err(|e| fail(e.to_string()))?;
+        root.present().map_err(|e| fail(e.into()))?;
     }
     write_png(path, &rgb, width, height, force)
 }
@@ -73,9 +73,13 @@ fn write_png(path: &Path, rgb: &[u8], width: u32, height: u32, force: bool) -> R
 
 type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
 
+/// What drawing failed with: the drawing library's error, whose type is generic over the
+/// backend.
+type DrawError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Log-log histogram: bars for a single run, step outlines for several (so they overlap
 /// readably).
-fn histograms(area: &Area, title: &str, runs: &[&crate::report::Run], text: bool) -> Result<(), String> {
+fn histograms(area: &Area, title: &str, runs: &[&crate::report::Run], text: bool) -> Result<(), DrawError> {
     let all: Vec<u64> = runs.iter().flat_map(|r| r.samples_ns.iter().copied()).collect();
     let span = log_buckets(&all);
     let (Some(first), Some(last)) = (span.first(), span.last()) else {
@@ -94,17 +98,9 @@ fn histograms(area: &Area, title: &str, runs: &[&crate::report::Run], text: bool
         builder.caption(format!("{title}: latency histogram"), (FONT_FAMILY, 24)).x_label_area_size(45);
         builder.y_label_area_size(70);
     }
-    let mut chart = builder
-        .build_cartesian_2d((x_lo..x_hi).log_scale(), (floor..peak * 2.0).log_scale())
-        .map_err(|e| e.to_string())?;
+    let mut chart = builder.build_cartesian_2d((x_lo..x_hi).log_scale(), (floor..peak * 2.0).log_scale())?;
     if text {
-        chart
-            .configure_mesh()
-            .x_desc("latency (us)")
-            .y_desc("samples (log)")
-            .label_style((FONT_FAMILY, 14))
-            .draw()
-            .map_err(|e| e.to_string())?;
+        chart.configure_mesh().x_desc("latency (us)").y_desc("samples (log)").label_style((FONT_FAMILY, 14)).draw()?;
     }
     let x = |ns: u64| (ns as f64 / 1000.0).max(x_lo);
     for (i, (run, buckets)) in runs.iter().zip(&per_run).enumerate() {
@@ -114,7 +110,7 @@ fn histograms(area: &Area, title: &str, runs: &[&crate::report::Run], text: bool
                 .iter()
                 .filter(|b| b.count > 0)
                 .map(|b| Rectangle::new([(x(b.lo_ns), floor), (x(b.hi_ns), b.count as f64)], c.mix(0.8).filled()));
-            chart.draw_series(bars).map_err(|e| e.to_string())?;
+            chart.draw_series(bars)?;
         } else {
             let mut steps = Vec::with_capacity(buckets.len() * 2 + 2);
             for b in buckets {
@@ -122,7 +118,7 @@ fn histograms(area: &Area, title: &str, runs: &[&crate::report::Run], text: bool
                 steps.push((x(b.lo_ns), y));
                 steps.push((x(b.hi_ns), y));
             }
-            let series = chart.draw_series(LineSeries::new(steps, c.stroke_width(2))).map_err(|e| e.to_string())?;
+            let series = chart.draw_series(LineSeries::new(steps, c.stroke_width(2)))?;
             if text {
                 series
                     .label(run.label.clone())
@@ -136,15 +132,14 @@ fn histograms(area: &Area, title: &str, runs: &[&crate::report::Run], text: bool
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .label_font((FONT_FAMILY, 14))
-            .draw()
-            .map_err(|e| e.to_string())?;
+            .draw()?;
     }
     Ok(())
 }
 
 /// Per run, side by side: p50, p99 and max bars (log µs), in the run's colour, lighter to
 /// darker.
-fn percentile_bars(area: &Area, runs: &[&crate::report::Run], text: bool) -> Result<(), String> {
+fn percentile_bars(area: &Area, runs: &[&crate::report::Run], text: bool) -> Result<(), DrawError> {
     let summaries: Vec<Summary> = runs.iter().map(|r| Summary::of(&r.samples_ns)).collect();
     let lo = summaries.iter().map(|s| s.min_us).fold(f64::INFINITY, f64::min).max(0.1) / 2.0;
     let hi = summaries.iter().map(|s| s.max_us).fold(0.0, f64::max).max(lo * 4.0) * 2.0;
@@ -154,7 +149,7 @@ fn percentile_bars(area: &Area, runs: &[&crate::report::Run], text: bool) -> Res
     if text {
         builder.caption("p50 / p99 / max per run", (FONT_FAMILY, 20)).y_label_area_size(70).x_label_area_size(10);
     }
-    let mut chart = builder.build_cartesian_2d(0.0..n, (lo..hi).log_scale()).map_err(|e| e.to_string())?;
+    let mut chart = builder.build_cartesian_2d(0.0..n, (lo..hi).log_scale())?;
     if text {
         chart
             .configure_mesh()
@@ -162,8 +157,7 @@ fn percentile_bars(area: &Area, runs: &[&crate::report::Run], text: bool) -> Res
             .disable_x_axis()
             .y_desc("latency (us, log)")
             .label_style((FONT_FAMILY, 14))
-            .draw()
-            .map_err(|e| e.to_string())?;
+            .draw()?;
     }
     const BAR_WIDTH: f64 = 0.22;
     for (i, s) in summaries.iter().enumerate() {
@@ -171,13 +165,13 @@ fn percentile_bars(area: &Area, runs: &[&crate::report::Run], text: bool) -> Res
         for (j, (value, shade)) in [(s.p50_us, 0.45), (s.p99_us, 0.7), (s.max_us, 1.0)].into_iter().enumerate() {
             let left = i as f64 + 0.12 + j as f64 * (BAR_WIDTH + 0.03);
             let bar = Rectangle::new([(left, lo), (left + BAR_WIDTH, value.max(lo))], c.mix(shade).filled());
-            chart.draw_series(std::iter::once(bar)).map_err(|e| e.to_string())?;
+            chart.draw_series(std::iter::once(bar))?;
         }
         if text {
             let caption = format!("{}: {:.1} / {:.1} / {:.1}", runs[i].label, s.p50_us, s.p99_us, s.max_us);
             let style = TextStyle::from((FONT_FAMILY, 13).into_font()).color(&BLACK);
             let position = (i as f64 + 0.05, hi / 1.3);
-            chart.draw_series(std::iter::once(Text::new(caption, position, style))).map_err(|e| e.to_string())?;
+            chart.draw_series(std::iter::once(Text::new(caption, position, style)))?;
         }
     }
     Ok(())

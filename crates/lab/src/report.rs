@@ -5,8 +5,8 @@
 //! missing tools). [`Summary::of`] turns samples into the figures the lab prints (exact
 //! order statistics over all samples, not a histogram approximation), [`text_histogram`]
 //! draws them as log-spaced buckets, [`render`] prints a whole outcome (with `--json`, the
-//! last line is one JSON object) and [`write_csv`] exports the raw samples.
-//! [`CommonOptions`], [`apply_rt`] and [`progress_bar`] are what every experiment shares.
+//! last line is one JSON object) and [`write_csv`] exports the raw samples;
+//! [`measure_on_thread`] runs a measurement beside the background load.
 //! An outcome whose figures do not measure what was asked (a cycle experiment in which
 //! replies were missing) carries a [`Outcome::failure`]: the report says so on its second
 //! line and in the JSON, and the command exits 1.
@@ -17,10 +17,15 @@
 //! user allowed it to replace (`--force`).
 
 use crate::conditions::Conditions;
+use crate::options::progress_bar;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
+
+// Where the lab's users have always found them; defined below everything that uses them.
+pub use crate::options::CommonOptions;
+pub use crate::wording::count;
 
 /// The samples of one configuration of an experiment.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -55,64 +60,6 @@ pub struct Outcome {
     /// sentence; `None` for a sound measurement. Printed under the head line, in the JSON
     /// (`failure`), and by the command on stderr before it exits 1.
     pub failure: Option<String>,
-}
-
-/// `n` with the noun that agrees with it: `count(1, "servo", "servos")` is "1 servo",
-/// `count(0, …)` "0 servos".
-pub fn count(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
-
-/// The options every experiment takes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommonOptions {
-    /// Real-time settings for the measuring thread(s).
-    pub rt: rtloop_rt::setup::RtSettings,
-    /// Background load workers to run during the measurement (0: none).
-    pub load: usize,
-    /// Samples per run.
-    pub samples: usize,
-    /// Spin for the last N µs before each deadline instead of sleeping, in the experiments
-    /// that sleep until a deadline (wakeup, cycle); the others refuse anything but 0.
-    pub busy_wait_us: u64,
-    /// Show a progress bar (only drawn when stderr is a terminal).
-    pub progress: bool,
-}
-
-impl Default for CommonOptions {
-    fn default() -> Self {
-        CommonOptions {
-            rt: rtloop_rt::setup::RtSettings::default(),
-            load: 0,
-            samples: 10_000,
-            busy_wait_us: 0,
-            progress: false,
-        }
-    }
-}
-
-/// Apply `common.rt` to the calling thread. Returns the refusals (and notes) as sentences;
-/// an error when the settings are invalid or a refusal happened under `strict`.
-pub fn apply_rt(common: &CommonOptions) -> Result<Vec<String>, rtloop_rt::setup::RtError> {
-    let applied = rtloop_rt::setup::apply_to_current_thread(&common.rt)?;
-    let mut out: Vec<String> = applied.warnings.iter().map(|w| format!("{}: {}", w.what, w.message)).collect();
-    out.extend(applied.notes.iter().map(|w| format!("note ({}): {}", w.what, w.message)));
-    Ok(out)
-}
-
-/// A progress bar of `len` steps labelled `what`, or `None` when progress was not asked for or
-/// stderr is not a terminal (so logs and pipes stay clean).
-pub fn progress_bar(common: &CommonOptions, len: u64, what: &str) -> Option<indicatif::ProgressBar> {
-    use std::io::IsTerminal;
-    if !common.progress || !std::io::stderr().is_terminal() {
-        return None;
-    }
-    let bar = indicatif::ProgressBar::new(len);
-    if let Ok(style) = indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({eta})") {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar.set_message(what.to_string());
-    Some(bar)
 }
 
 /// The figures printed for one run, in microseconds.

@@ -15,12 +15,13 @@
 //! refusal), hang when the peer is gone (epoll and busy polling time out, a blocking read
 //! sees the closed master), or leave a pty or thread behind.
 
-use crate::report::{apply_rt, progress_bar, CommonOptions, Outcome, Run};
+use crate::options::{apply_rt, progress_bar, CommonOptions};
+use crate::report::{Outcome, Run};
+// Defined with the other methods, below the errors that name them; found here too.
+pub use crate::methods::SerialMethod;
 use crate::Error;
 use nix::sys::termios::{cfmakeraw, tcgetattr, tcsetattr, SetArg, SpecialCharacterIndices};
-use std::fmt;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::str::FromStr;
 
 /// Round trips made before recording (first-touch faults, cold caches, the peer waking up).
 const WARMUP_MESSAGES: usize = 20;
@@ -28,59 +29,12 @@ const WARMUP_MESSAGES: usize = 20;
 /// How long the measuring side waits for an echo before it declares the peer gone.
 const ECHO_TIMEOUT_NS: u64 = 2_000_000_000;
 
-/// The largest message: bigger ones would not fit the pty buffers in one piece and measure
-/// flow control rather than turnaround.
-pub const MAX_SIZE: usize = 4096;
-
-/// How the measuring side waits for the echo.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SerialMethod {
-    /// A blocking read with VMIN = size (at most 255), so one wake-up per message.
-    Blocking,
-    /// epoll_wait on the descriptor, then non-blocking reads until the message is in.
-    Epoll,
-    /// Non-blocking reads in a spin loop.
-    BusyPoll,
-}
-
-impl SerialMethod {
-    /// All methods, in the order they are measured by default.
-    pub const ALL: [SerialMethod; 3] = [SerialMethod::Blocking, SerialMethod::Epoll, SerialMethod::BusyPoll];
-
-    /// The command-line spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SerialMethod::Blocking => "blocking",
-            SerialMethod::Epoll => "epoll",
-            SerialMethod::BusyPoll => "busy-poll",
-        }
-    }
-}
-
-impl fmt::Display for SerialMethod {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for SerialMethod {
-    type Err = crate::check::CheckError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        SerialMethod::ALL.into_iter().find(|m| m.as_str() == s).ok_or_else(|| crate::check::CheckError::UnknownMethod {
-            kind: "serial",
-            given: s.to_string(),
-            expected: "blocking, epoll or busy-poll",
-        })
-    }
-}
-
 /// What `rtloop lab serial` measures.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SerialOptions {
     /// One run per method, in this order.
     pub methods: Vec<SerialMethod>,
-    /// Bytes per message (1..=[`MAX_SIZE`]).
+    /// Bytes per message (1..=[`crate::check::MAX_SERIAL_SIZE`]).
     pub size: usize,
 }
 

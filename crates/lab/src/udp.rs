@@ -33,21 +33,19 @@
 
 use crate::check::CheckError;
 use crate::child::Tied;
-use crate::report::{apply_rt, CommonOptions, Outcome, Run};
+use crate::options::{apply_rt, CommonOptions};
+use crate::report::{Outcome, Run};
+// Defined with the other methods, below the errors that name them; found here too.
+pub use crate::methods::RecvMethod;
 use crate::Error;
 use rtloop_rt::periodic::now_ns;
-use std::fmt;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::{Command, Stdio};
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Largest UDP payload over IPv4 (65535 − 20 bytes IP header − 8 bytes UDP header).
-pub const MAX_UDP_PAYLOAD: usize = 65_507;
 
 /// How long the client waits for one echo before calling it lost. Long enough for a loaded,
 /// unprivileged machine; short enough that a dead server is reported, not waited on forever.
@@ -79,51 +77,6 @@ const SPINS_PER_CLOCK_READ: u32 = 1024;
 /// Set by the SIGINT/SIGTERM handler installed while a namespace exists, so that every wait
 /// loop returns and the guard can remove the namespace before the process ends.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-/// How the receiving side waits for a datagram.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RecvMethod {
-    /// A blocking `recv` (the thread sleeps in the kernel until the datagram arrives).
-    Blocking,
-    /// `epoll_wait` on the socket, then a non-blocking `recv`.
-    Epoll,
-    /// A non-blocking `recv` retried in a spin loop (burns a CPU, no wakeup latency).
-    BusyPoll,
-}
-
-impl RecvMethod {
-    /// The command-line spelling: blocking, epoll or busy-poll.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RecvMethod::Blocking => "blocking",
-            RecvMethod::Epoll => "epoll",
-            RecvMethod::BusyPoll => "busy-poll",
-        }
-    }
-}
-
-impl fmt::Display for RecvMethod {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for RecvMethod {
-    type Err = CheckError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "blocking" => Ok(RecvMethod::Blocking),
-            "epoll" => Ok(RecvMethod::Epoll),
-            "busy-poll" => Ok(RecvMethod::BusyPoll),
-            _ => Err(CheckError::UnknownMethod {
-                kind: "receive",
-                given: s.to_string(),
-                expected: "blocking, epoll or busy-poll",
-            }),
-        }
-    }
-}
 
 /// What `udp_echo` measures.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -442,7 +395,7 @@ impl Epoll {
 /// The server loop: echo until the stop flag, an interrupt, or what `until` says.
 fn serve_on(socket: &UdpSocket, method: RecvMethod, until: &ServeUntil, stop: &AtomicBool) -> Result<(), Error> {
     let receiver = Receiver::new(socket, method, SERVER_POLL).map_err(|e| Error::os("echo server setup", e))?;
-    let mut buf = vec![0u8; MAX_UDP_PAYLOAD + 1];
+    let mut buf = vec![0u8; crate::check::MAX_UDP_PAYLOAD + 1];
     // Idleness and the parent are looked at only when a wait times out (every SERVER_POLL
     // without a datagram), so an echo never pays for them.
     let (mut served, mut served_before, mut active_ns) = (0u64, 0u64, now_ns());
@@ -649,7 +602,7 @@ impl ClientPlan {
         let mut message = vec![0u8; max_size];
         let mut echo = vec![0u8; max_size + 1];
         let total = (self.sizes.len() * self.samples) as u64;
-        let bar = crate::report::progress_bar(&self.common, total, &format!("udp-echo {}", self.method));
+        let bar = crate::options::progress_bar(&self.common, total, &format!("udp-echo {}", self.method));
         let mut sequence = 0u64;
         let mut per_size = Vec::with_capacity(self.sizes.len());
         for &size in &self.sizes {
@@ -854,7 +807,7 @@ fn remove_stale_namespaces() -> Vec<String> {
         let _ = ip(&["link", "del", &format!("rtlab{pid}h")]);
         let processes = match killed {
             0 => String::new(),
-            n => format!(" and killed {} still in it", crate::report::count(n as u64, "process", "processes")),
+            n => format!(" and killed {} still in it", crate::wording::count(n as u64, "process", "processes")),
         };
         notes.push(match ip(&["netns", "del", name]) {
             Ok(()) => format!("removed network namespace {name} left by a killed lab run (pid {pid}){processes}"),

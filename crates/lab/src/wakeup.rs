@@ -10,7 +10,8 @@
 //! (the sample buffer is sized before the first one), or report the latency of a sleep that
 //! ended early as negative (the loop never returns before its deadline).
 
-use crate::report::{apply_rt, measure_on_thread, CommonOptions, Measured, Outcome, Run};
+use crate::options::{apply_rt, CommonOptions};
+use crate::report::{measure_on_thread, Measured, Outcome, Run};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Measure `common.samples` wakeups of a thread with a period of `period_us`, spinning the last

@@ -48,7 +48,8 @@ impl FileIdentity {
     }
 }
 
-/// Why an output could not be created or put in place. `Display` is one sentence.
+/// Why an output could not be created or put in place. `Display` is one sentence; the
+/// operating system's error of [`OutputError::Io`] is its `source()`, not repeated in it.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum OutputError {
@@ -68,7 +69,7 @@ pub enum OutputError {
     /// The destination of an output directory exists and cannot be replaced: it is not a
     /// directory holding only an earlier export's files (`why` says what it is or holds).
     NotAnExport { dest: PathBuf, why: String },
-    /// The file system refused.
+    /// The file system refused (`error`, the source).
     Io { dest: PathBuf, error: io::Error },
 }
 
@@ -110,12 +111,19 @@ impl fmt::Display for OutputError {
                  a new directory",
                 dest.display()
             ),
-            OutputError::Io { dest, error } => write!(f, "cannot write {}: {error}", dest.display()),
+            OutputError::Io { dest, .. } => write!(f, "cannot write {}", dest.display()),
         }
     }
 }
 
-impl std::error::Error for OutputError {}
+impl std::error::Error for OutputError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            OutputError::Io { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
 
 /// An output being written: a temporary file beside the destination until [`commit`].
 ///

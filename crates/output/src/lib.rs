@@ -7,7 +7,8 @@
 //!   through a link at the destination, never over an existing file unless asked;
 //! * [`dir`]: output directories (a Parquet export, a dataset) that appear complete or not
 //!   at all, and replace only an earlier export;
-//! * [`png`]: the font plots use and the encoding of a rendered image into any `Write`.
+//! * [`png`]: the font plots use and the encoding of a rendered image into any `Write`;
+//! * [`sentence()`]: an error and its causes as the one line the user reads.
 //!
 //! What it must never do: open a destination itself for writing, follow a link it did not
 //! create, or fail a plot for want of a font (it is then drawn without text).
@@ -17,6 +18,8 @@
 pub mod dir;
 pub mod file;
 pub mod png;
+mod sentence;
 
 pub use dir::OutputDir;
 pub use file::{FileIdentity, OutputError, OutputFile};
+pub use sentence::sentence;

@@ -150,7 +150,9 @@ impl LogParquetStats {
     }
 }
 
-/// Why a Parquet export stopped. `Display` is one sentence without a trailing period.
+/// Why a Parquet export stopped. `Display` is one sentence without a trailing period; the
+/// error each variant wraps is its `source()`, and only [`ParquetError::Columns`], which
+/// adds nothing to it, shows that error's sentence as its own.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum ParquetError {
@@ -159,12 +161,12 @@ pub enum ParquetError {
     Columns(ColumnsError),
     /// Writing the output failed.
     Io(io::Error),
-    /// The Parquet encoder refused (`message` says why).
+    /// The Parquet encoder (or Arrow, building a batch) refused: `source` says why.
     Encode {
         /// The record being written.
         record: String,
-        /// The encoder's message.
-        message: String,
+        /// The encoder's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
 }
 
@@ -172,15 +174,21 @@ impl fmt::Display for ParquetError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ParquetError::Columns(e) => e.fmt(f),
-            ParquetError::Io(e) => write!(f, "cannot write the Parquet file: {e}"),
-            ParquetError::Encode { record, message } => {
-                write!(f, "the Parquet writer failed on record '{record}': {message}")
-            }
+            ParquetError::Io(_) => f.write_str("cannot write the Parquet file"),
+            ParquetError::Encode { record, .. } => write!(f, "the Parquet writer failed on record '{record}'"),
         }
     }
 }
 
-impl std::error::Error for ParquetError {}
+impl std::error::Error for ParquetError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ParquetError::Columns(e) => Some(e),
+            ParquetError::Io(e) => Some(e),
+            ParquetError::Encode { source, .. } => Some(source.as_ref()),
+        }
+    }
+}
 
 impl From<ColumnsError> for ParquetError {
     fn from(e: ColumnsError) -> Self {
@@ -321,7 +329,7 @@ impl<W: Write + Send> RecordSink<W> {
         self.ensure_writer(&chunk)?;
         let record = self.stats.record.as_str();
         let (Some(layout), Some(writer)) = (&self.layout, &mut self.writer) else {
-            return Err(ParquetError::Encode { record: record.to_string(), message: "no writer".into() });
+            return Err(ParquetError::Encode { record: record.to_string(), source: "no writer".into() });
         };
         let batch = layout.batch(chunk, &mut self.problems, record, self.builder.record_id())?;
         writer.write(&batch).map_err(|e| encode_error(record, e))?;
@@ -339,7 +347,7 @@ impl<W: Write + Send> RecordSink<W> {
         let record = self.stats.record.clone();
         let layout = Layout::of(chunk, &self.options.constants);
         let Some(out) = self.out.take() else {
-            return Err(ParquetError::Encode { record, message: "the output was already used".into() });
+            return Err(ParquetError::Encode { record, source: "the output was already used".into() });
         };
         let mut metadata = vec![KeyValue::new("rtloop.record".to_string(), record.clone())];
         metadata.extend(self.options.metadata.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())));
@@ -392,9 +400,9 @@ fn encode_error(record: &str, e: parquet::errors::ParquetError) -> ParquetError 
     match e {
         parquet::errors::ParquetError::External(inner) => match inner.downcast::<io::Error>() {
             Ok(io) => ParquetError::Io(*io),
-            Err(other) => ParquetError::Encode { record: record.to_string(), message: other.to_string() },
+            Err(other) => ParquetError::Encode { record: record.to_string(), source: other },
         },
-        other => ParquetError::Encode { record: record.to_string(), message: other.to_string() },
+        other => ParquetError::Encode { record: record.to_string(), source: Box::new(other) },
     }
 }
 
@@ -547,7 +555,7 @@ impl Layout {
             }
         }
         RecordBatch::try_new(self.schema.clone(), arrays)
-            .map_err(|e| ParquetError::Encode { record: record.to_string(), message: e.to_string() })
+            .map_err(|e| ParquetError::Encode { record: record.to_string(), source: Box::new(e) })
     }
 }
 

@@ -440,6 +440,52 @@ fn an_unknown_record_is_a_typed_error() {
     assert_eq!(error.to_string(), "the log has no record 'nope'");
 }
 
+/// Refuses every write, as a full disk does.
+struct FullDisk;
+
+impl Write for FullDisk {
+    fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+        Err(std::io::Error::from(std::io::ErrorKind::StorageFull))
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The chain of an export onto a full disk, from the top down to the `io::Error`: the
+/// encoder's own error in between is unwrapped, so the chain says what the disk said.
+#[test]
+fn an_export_onto_a_full_disk_leads_to_the_io_error() {
+    use std::error::Error;
+    let reader = FileReader::from_bytes(log(3, |_| 1)).unwrap();
+    let top = to_parquet(&reader, "cycle", FullDisk, &ParquetOptions::default(), None).unwrap_err();
+    assert!(matches!(top, rtloop_parquet::ParquetError::Io(_)), "{top:?}");
+    assert_eq!(top.to_string(), "cannot write the Parquet file");
+    let bottom = top.source().expect("the disk's error is the source");
+    let io = bottom.downcast_ref::<std::io::Error>().expect("an io::Error");
+    assert_eq!(io.kind(), std::io::ErrorKind::StorageFull);
+    assert!(bottom.source().is_none());
+}
+
+/// Each variant returns the error it wraps, as the type it is.
+#[test]
+fn every_wrapped_cause_is_the_source() {
+    use rtloop_parquet::ParquetError;
+    use rtloop_tlog::columns::ColumnsError;
+    use std::error::Error;
+    let columns = ParquetError::Columns(ColumnsError::NoRecord { record: "nope".into() });
+    let source = columns.source().and_then(|s| s.downcast_ref::<ColumnsError>());
+    assert_eq!(source, Some(&ColumnsError::NoRecord { record: "nope".into() }));
+    let io = ParquetError::Io(std::io::Error::from(std::io::ErrorKind::StorageFull));
+    let kind = io.source().and_then(|s| s.downcast_ref::<std::io::Error>()).map(std::io::Error::kind);
+    assert_eq!(kind, Some(std::io::ErrorKind::StorageFull));
+    let encoder = parquet::errors::ParquetError::General("no room for the footer".into());
+    let encode = ParquetError::Encode { record: "cycle".into(), source: Box::new(encoder) };
+    let source = encode.source().and_then(|s| s.downcast_ref::<parquet::errors::ParquetError>());
+    assert!(matches!(source, Some(parquet::errors::ParquetError::General(why)) if why == "no room for the footer"));
+    assert_eq!(encode.to_string(), "the Parquet writer failed on record 'cycle'");
+}
+
 proptest! {
     #[test]
     fn a_mutated_log_never_panics_and_keeps_the_column_reader_rows(

@@ -15,23 +15,23 @@ pub const DLC_LENGTHS: [u8; 16] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 32
 /// Why a frame could not be built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum FrameError {
+pub enum CanFdFrameError {
     /// More than 64 payload bytes.
     TooLong(usize),
     /// An identifier wider than 29 bits.
     IdTooWide(u32),
 }
 
-impl fmt::Display for FrameError {
+impl fmt::Display for CanFdFrameError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            FrameError::TooLong(n) => write!(f, "payload of {n} bytes exceeds the CAN-FD maximum of 64"),
-            FrameError::IdTooWide(id) => write!(f, "identifier {id:#x} is wider than 29 bits"),
+            CanFdFrameError::TooLong(n) => write!(f, "payload of {n} bytes exceeds the CAN-FD maximum of 64"),
+            CanFdFrameError::IdTooWide(id) => write!(f, "identifier {id:#x} is wider than 29 bits"),
         }
     }
 }
 
-impl core::error::Error for FrameError {}
+impl core::error::Error for CanFdFrameError {}
 
 /// Smallest valid CAN-FD payload length that holds `len` bytes, or `None` above 64.
 pub const fn round_up_dlc(len: usize) -> Option<usize> {
@@ -105,9 +105,9 @@ impl fmt::Debug for CanFdFrame {
 
 impl CanFdFrame {
     /// A frame with `id`, a copy of `payload` and moteus flags (FD, BRS, extended if needed).
-    pub fn new(id: u32, payload: &[u8]) -> Result<Self, FrameError> {
+    pub fn new(id: u32, payload: &[u8]) -> Result<Self, CanFdFrameError> {
         if id > 0x1FFF_FFFF {
-            return Err(FrameError::IdTooWide(id));
+            return Err(CanFdFrameError::IdTooWide(id));
         }
         let mut f = CanFdFrame { id, flags: FrameFlags::moteus(id), ..Default::default() };
         f.set_payload(payload)?;
@@ -120,12 +120,12 @@ impl CanFdFrame {
     }
 
     /// Replace the payload.
-    pub fn set_payload(&mut self, payload: &[u8]) -> Result<(), FrameError> {
+    pub fn set_payload(&mut self, payload: &[u8]) -> Result<(), CanFdFrameError> {
         if payload.len() > MAX_DATA {
-            return Err(FrameError::TooLong(payload.len()));
+            return Err(CanFdFrameError::TooLong(payload.len()));
         }
         let Some(dst) = self.data.get_mut(..payload.len()) else {
-            return Err(FrameError::TooLong(payload.len()));
+            return Err(CanFdFrameError::TooLong(payload.len()));
         };
         dst.copy_from_slice(payload);
         self.len = payload.len() as u8;
@@ -227,7 +227,7 @@ mod tests {
         assert_eq!(cmd.reply().build(), 0x0100);
         let id = ArbitrationId { prefix: 0x1abc, source: 0x12, destination: 0x7f, reply_required: true };
         assert_eq!(ArbitrationId::parse(id.build()), id);
-        assert_eq!(CanFdFrame::new(0x2000_0000, &[]), Err(FrameError::IdTooWide(0x2000_0000)));
-        assert_eq!(CanFdFrame::new(1, &[0; 65]), Err(FrameError::TooLong(65)));
+        assert_eq!(CanFdFrame::new(0x2000_0000, &[]), Err(CanFdFrameError::IdTooWide(0x2000_0000)));
+        assert_eq!(CanFdFrame::new(1, &[0; 65]), Err(CanFdFrameError::TooLong(65)));
     }
 }

@@ -52,7 +52,7 @@ pub mod value;
 pub mod varuint;
 pub mod writer;
 
-pub use frame::{ArbitrationId, CanFdFrame, FrameError};
+pub use frame::{ArbitrationId, CanFdFrame, CanFdFrameError};
 pub use subframe::{DecodeError, Subframe, SubframeIter};
 pub use value::{Resolution, ScaleClass, Value};
 pub use writer::{EncodeError, FrameWriter};
@@ -66,7 +66,7 @@ mod error_tests {
     #[test]
     fn every_error_is_a_core_error_with_its_sentence() {
         let errors: [&dyn Error; 7] = [
-            &crate::frame::FrameError::TooLong(65),
+            &crate::frame::CanFdFrameError::TooLong(65),
             &crate::writer::EncodeError::TooManyRegisters,
             &crate::subframe::DecodeError::ZeroCount { offset: 3 },
             &crate::varuint::VaruintError::Truncated,

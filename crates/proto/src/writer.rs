@@ -7,7 +7,7 @@
 
 use core::fmt;
 
-use crate::frame::{CanFdFrame, FrameError, MAX_DATA};
+use crate::frame::{CanFdFrame, CanFdFrameError, MAX_DATA};
 use crate::register::reg;
 use crate::value::{Resolution, Value};
 use crate::varuint;
@@ -253,7 +253,7 @@ impl<'a> FrameWriter<'a> {
 
     /// A moteus frame (FD, BRS, extended when needed) carrying the payload, padded with
     /// 0x50 to a valid CAN-FD length.
-    pub fn to_frame(&self, id: u32) -> Result<CanFdFrame, FrameError> {
+    pub fn to_frame(&self, id: u32) -> Result<CanFdFrame, CanFdFrameError> {
         let mut frame = CanFdFrame::new(id, self.as_slice())?;
         frame.pad_to_dlc();
         Ok(frame)

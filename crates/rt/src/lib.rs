@@ -36,10 +36,9 @@ pub use setup::{
     Warning,
 };
 
-use std::fmt;
-
 /// A name that [`std::str::FromStr`] did not recognise (a scheduling or overrun policy).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {kind} '{input}': expected {expected}")]
 pub struct UnknownName {
     /// What was being parsed, e.g. "scheduling policy".
     pub kind: &'static str,
@@ -48,11 +47,3 @@ pub struct UnknownName {
     /// The accepted spellings, for the message.
     pub expected: &'static str,
 }
-
-impl fmt::Display for UnknownName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown {} '{}': expected {}", self.kind, self.input, self.expected)
-    }
-}
-
-impl std::error::Error for UnknownName {}

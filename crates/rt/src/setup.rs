@@ -323,13 +323,21 @@ fn shown(d: &DeadlineParams) -> String {
 }
 
 /// Why [`apply_to_current_thread`] returned no [`Applied`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RtError {
-    /// The settings themselves are wrong (always an error).
-    Invalid(InvalidSettings),
+    /// The settings themselves are wrong (always an error). The setting's sentence, also the
+    /// `source`, stays after the colon: `rtloop run` and the lab print this one line.
+    #[error("invalid real-time settings: {0}")]
+    Invalid(#[source] InvalidSettings),
     /// The system refused requests and the settings were `strict`: every refusal, in the
     /// order the steps ran (never empty).
+    #[error(
+        "the system refused {} real-time request{} (strict): {}",
+        .0.len(),
+        if .0.len() == 1 { "" } else { "s" },
+        refusals(.0)
+    )]
     Refused(Vec<Warning>),
 }
 
@@ -338,35 +346,14 @@ impl RtError {
     pub fn refusals(&self) -> String {
         match self {
             RtError::Invalid(_) => String::new(),
-            RtError::Refused(ws) => {
-                ws.iter().map(|w| format!("{}: {}", w.what, w.message)).collect::<Vec<_>>().join("; ")
-            }
+            RtError::Refused(ws) => refusals(ws),
         }
     }
 }
 
-impl fmt::Display for RtError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RtError::Invalid(m) => write!(f, "invalid real-time settings: {m}"),
-            RtError::Refused(ws) => write!(
-                f,
-                "the system refused {} real-time request{} (strict): {}",
-                ws.len(),
-                if ws.len() == 1 { "" } else { "s" },
-                self.refusals()
-            ),
-        }
-    }
-}
-
-impl std::error::Error for RtError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            RtError::Invalid(e) => Some(e),
-            RtError::Refused(_) => None,
-        }
-    }
+/// `affinity: …; mlock: …`.
+fn refusals(warnings: &[Warning]) -> String {
+    warnings.iter().map(|w| format!("{}: {}", w.what, w.message)).collect::<Vec<_>>().join("; ")
 }
 
 /// What is in effect for the thread after [`apply_to_current_thread`], read back from the
@@ -995,7 +982,8 @@ pub enum DmaLatencyError {
         max_latency_us: i32,
     },
     /// The device could not be opened or written (`source`), or is not a character device
-    /// (`source` is `None`).
+    /// (`source` is `None`). The operating system's words stay inside the sentence, which
+    /// `rtloop run` prints as one warning line.
     #[error(
         "cannot hold {} at {max_latency_us} µs ({}): it needs root or write access to the device, and without it the CPUs may enter deep idle states and wake the loop later",
         CpuDmaLatency::PATH,
@@ -1078,7 +1066,11 @@ pub struct ResourceLimit {
 
 /// The process may open fewer files (file descriptors) than a command needs, even with its
 /// soft limit raised to the hard one. The Display is the sentence the user reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{what} needs up to {needed} open files (file descriptors) but the process may open only {limit} (ulimit -n); \
+     raise the limit, e.g. `ulimit -n 1024`"
+)]
 pub struct OpenFilesError {
     /// What needs them ("this run").
     pub what: &'static str,
@@ -1087,19 +1079,6 @@ pub struct OpenFilesError {
     /// The hard limit (`ulimit -Hn`).
     pub limit: u64,
 }
-
-impl std::fmt::Display for OpenFilesError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} needs up to {} open files (file descriptors) but the process may open only {} (ulimit -n); raise \
-             the limit, e.g. `ulimit -n 1024`",
-            self.what, self.needed, self.limit
-        )
-    }
-}
-
-impl std::error::Error for OpenFilesError {}
 
 /// Make sure the process may open `needed` files (for `what`, as the error says it): the soft RLIMIT_NOFILE is raised to
 /// `needed` when below it (up to the hard limit; no privilege needed, and never lowered).
@@ -1352,6 +1331,41 @@ mod tests {
         let e = CpuDmaLatency::hold(-1).unwrap_err();
         assert!(matches!(e, DmaLatencyError::Negative { max_latency_us: -1 }));
         assert_eq!(e.to_string(), "/dev/cpu_dma_latency: a latency bound of -1 µs is negative; give 0 or more");
+    }
+
+    /// Each error that wraps another returns it from `source()`, as the type it is.
+    #[test]
+    fn an_error_with_a_cause_returns_it_as_its_source() {
+        use std::error::Error as _;
+        let invalid = RtError::Invalid(InvalidSettings::DeadlineMissing);
+        let source = invalid.source().and_then(|s| s.downcast_ref::<InvalidSettings>());
+        assert_eq!(source, Some(&InvalidSettings::DeadlineMissing));
+        assert!(RtError::Refused(Vec::new()).source().is_none(), "refusals are warnings, not errors");
+
+        let denied =
+            DmaLatencyError::CannotHold { max_latency_us: 0, source: Some(io::Error::from_raw_os_error(libc::EACCES)) };
+        let source = denied.source().and_then(|s| s.downcast_ref::<io::Error>());
+        assert_eq!(source.map(io::Error::kind), Some(io::ErrorKind::PermissionDenied));
+        let not_a_device = DmaLatencyError::CannotHold { max_latency_us: 0, source: None };
+        assert!(not_a_device.source().is_none(), "no operating-system error to return");
+    }
+
+    /// The sentences the derive writes are the ones written by hand before it.
+    #[test]
+    fn derived_sentences_are_the_users() {
+        let limit = OpenFilesError { what: "this run", needed: 100, limit: 64 };
+        assert_eq!(
+            limit.to_string(),
+            "this run needs up to 100 open files (file descriptors) but the process may open only 64 (ulimit -n); \
+             raise the limit, e.g. `ulimit -n 1024`"
+        );
+        let name = UnknownName { kind: "scheduling policy", input: "fast".into(), expected: "other, fifo or rr" };
+        assert_eq!(name.to_string(), "unknown scheduling policy 'fast': expected other, fifo or rr");
+        let one = Warning { what: Setting::Affinity, message: "CPU 9 does not exist".into() };
+        let text = RtError::Refused(vec![one.clone()]).to_string();
+        assert_eq!(text, "the system refused 1 real-time request (strict): affinity: CPU 9 does not exist");
+        let text = RtError::Refused(vec![one.clone(), one]).to_string();
+        assert!(text.starts_with("the system refused 2 real-time requests (strict): affinity: CPU 9"), "{text}");
     }
 
     #[test]

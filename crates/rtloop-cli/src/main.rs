@@ -1080,7 +1080,7 @@ fn can_command(a: &CanArgs) -> Result<(), String> {
 
 /// `rtloop lab`: measure the machine and the stack.
 fn lab_command(cmd: rtloop_lab::cli::LabCommand) -> Result<(), String> {
-    let report = rtloop_lab::cli::run(cmd).map_err(|e| e.to_string())?;
+    let report = rtloop_lab::cli::run(cmd).map_err(|e| rtloop_output::sentence(&e))?;
     // The JSON object, when asked for, must be the very last line.
     let text = report.text.trim_end();
     if !text.is_empty() {

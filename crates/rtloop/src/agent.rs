@@ -47,7 +47,7 @@
 use crate::controller::{Controller, Flow, Output, PositionCommand, ServoCommand, State, Summarizer};
 use rtloop_agent::layout::status;
 use rtloop_agent::{
-    CommandError, Limits, Lockstep, Refusals, SegmentLoss, ServoInfo, Spine, SpineConfig, ValidCommand,
+    Limits, Lockstep, Refusals, SegmentLoss, ServoCommandError, ServoInfo, Spine, SpineConfig, ValidCommand,
 };
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -207,16 +207,16 @@ pub struct RefusalReport {
 }
 
 /// The name `--json` gives the kind of `e`.
-fn error_kind(e: &CommandError) -> &'static str {
+fn error_kind(e: &ServoCommandError) -> &'static str {
     match e {
-        CommandError::UnknownKind(_) => "unknown_kind",
-        CommandError::UnknownFieldBits(_) => "unknown_field_bits",
-        CommandError::FieldsWithoutPosition { .. } => "fields_without_position",
-        CommandError::NonFinite { .. } => "non_finite",
-        CommandError::OutOfRange { .. } => "out_of_range",
-        CommandError::OverrideNotAllowed { .. } => "override_not_allowed",
-        CommandError::ServoCount { .. } => "servo_count",
-        CommandError::NoSuchServo { .. } => "no_such_servo",
+        ServoCommandError::UnknownKind(_) => "unknown_kind",
+        ServoCommandError::UnknownFieldBits(_) => "unknown_field_bits",
+        ServoCommandError::FieldsWithoutPosition { .. } => "fields_without_position",
+        ServoCommandError::NonFinite { .. } => "non_finite",
+        ServoCommandError::OutOfRange { .. } => "out_of_range",
+        ServoCommandError::OverrideNotAllowed { .. } => "override_not_allowed",
+        ServoCommandError::ServoCount { .. } => "servo_count",
+        ServoCommandError::NoSuchServo { .. } => "no_such_servo",
         _ => "other",
     }
 }
@@ -264,9 +264,9 @@ impl AgentFigures {
             .causes()
             .map(|c| {
                 let (value, min, max) = match c.first {
-                    CommandError::OutOfRange { value, min, max, .. } => (Some(value), Some(min), Some(max)),
-                    CommandError::NonFinite { value, .. } => (Some(value), None, None),
-                    CommandError::UnknownKind(k) => (Some(f64::from(k)), None, None),
+                    ServoCommandError::OutOfRange { value, min, max, .. } => (Some(value), Some(min), Some(max)),
+                    ServoCommandError::NonFinite { value, .. } => (Some(value), None, None),
+                    ServoCommandError::UnknownKind(k) => (Some(f64::from(k)), None, None),
                     _ => (None, None, None),
                 };
                 RefusalReport {
@@ -375,9 +375,9 @@ fn refusal_problem(agent: &AgentSummary, refusals: &Refusals, servo_count: usize
         causes.push(format!("{} of other causes", refusals.other));
     }
     let fix = refusals.causes().next().map_or("send valid commands", |c| c.first.fix());
-    let torque = refusals
-        .causes()
-        .any(|c| matches!(c.first, CommandError::OutOfRange { field: "maximum_torque" | "feedforward_torque", .. }));
+    let torque = refusals.causes().any(|c| {
+        matches!(c.first, ServoCommandError::OutOfRange { field: "maximum_torque" | "feedforward_torque", .. })
+    });
     let torque_note = if torque { " (for `rtloop run`, the torque limit is its [gains] maximum_torque)" } else { "" };
     format!(
         "the spine refused {} of the agent's servo commands ({servos}, in {cycles}{from}) and gave each its safe \
@@ -804,7 +804,8 @@ mod tests {
                 command.kind = rtloop_agent::layout::kind::POSITION;
                 command.present = 1 << bit;
                 command.set(bit, 1e12);
-                let Err(CommandError::OutOfRange { min, max, .. }) = rtloop_agent::validate(&command, &limits) else {
+                let Err(ServoCommandError::OutOfRange { min, max, .. }) = rtloop_agent::validate(&command, &limits)
+                else {
                     panic!("{field}: 1e12 was not out of range")
                 };
                 assert!(

@@ -54,11 +54,16 @@ pub const MAX_VARUINT_LEN: usize = 10;
 /// Everything that can go wrong reading or writing a log.
 ///
 /// `Display` gives one sentence without a trailing period, fit to follow "cannot read the log
-/// FILE: "; variants other than [`TlogError::Io`] never pretend to be I/O errors.
+/// FILE: "; variants other than [`TlogError::Io`] never pretend to be I/O errors. A variant
+/// that wraps another error returns it from `source()`. The sentence of an export or plot
+/// failure leaves the cause's words to the caller that prints the chain (the command does);
+/// [`TlogError::Io`] and [`TlogError::Compression`], which a log being written can meet, keep
+/// them: the writer records that sentence alone ([`crate::realtime::LogStats`]), and so does
+/// a run that fails to create its log.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum TlogError {
-    /// The underlying file or stream failed.
+    /// The underlying file or stream failed: its sentence is the operating system's.
     Io(std::io::Error),
     /// The input holds no bytes at all.
     Empty,
@@ -78,8 +83,8 @@ pub enum TlogError {
     Malformed { offset: u64, what: String },
     /// A Rust value cannot be expressed in the format (e.g. a non-unit enum variant).
     Unsupported(String),
-    /// A compression codec failed.
-    Compression(String),
+    /// A compression codec (zstd, Snappy) failed.
+    Compression(Box<dyn std::error::Error + Send + Sync>),
     /// The log has no record called `name`; `records` are the ones it has.
     NoRecord { name: String, records: Vec<String> },
     /// The schema of `record` (its block at byte `offset`) does not parse, so none of its
@@ -98,8 +103,9 @@ pub enum TlogError {
     Mcap(mcap::McapError),
     /// The PNG encoder failed.
     Png(rtloop_output::png::EncodingError),
-    /// Drawing the plot failed (the drawing library's reason; its error type is generic).
-    Draw(String),
+    /// Drawing the plot failed (the drawing library's error, whose type is generic over the
+    /// backend).
+    Draw(Box<dyn std::error::Error + Send + Sync>),
     /// A plot size outside `min..=max` pixels.
     PlotSize { width: u32, height: u32, min: u32, max: u32 },
     /// A plot without fields.
@@ -140,7 +146,7 @@ impl fmt::Display for TlogError {
             }
             TlogError::Malformed { offset, what } => write!(f, "malformed data at byte {offset}: {what}"),
             TlogError::Unsupported(what) => write!(f, "unsupported by the tlog format: {what}"),
-            TlogError::Compression(what) => write!(f, "compression error: {what}"),
+            TlogError::Compression(e) => write!(f, "compression error: {e}"),
             TlogError::NoRecord { name, records } => {
                 write!(f, "the log has no record '{name}'; {}", describe_records(records))
             }
@@ -178,10 +184,10 @@ impl fmt::Display for TlogError {
                 let problems: String = problems.iter().map(|p| format!("; {p}")).collect();
                 write!(f, "nothing to draw: {}{problems}", why.join("; "))
             }
-            TlogError::McapJson(e) => write!(f, "mcap: {e}"),
-            TlogError::Mcap(e) => write!(f, "the MCAP writer failed: {e}"),
-            TlogError::Png(e) => write!(f, "the PNG encoder failed: {e}"),
-            TlogError::Draw(why) => write!(f, "drawing the plot failed: {why}"),
+            TlogError::McapJson(_) => f.write_str("mcap"),
+            TlogError::Mcap(_) => f.write_str("the MCAP writer failed"),
+            TlogError::Png(_) => f.write_str("the PNG encoder failed"),
+            TlogError::Draw(_) => f.write_str("drawing the plot failed"),
             TlogError::PlotSize { width, height, min, max } => write!(
                 f,
                 "a plot of {width}×{height} pixels cannot be drawn: give a width and height from {min} to {max}"
@@ -200,6 +206,7 @@ impl std::error::Error for TlogError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             TlogError::Io(e) => Some(e),
+            TlogError::Compression(e) | TlogError::Draw(e) => Some(e.as_ref()),
             TlogError::McapJson(e) => Some(e),
             TlogError::Mcap(e) => Some(e),
             TlogError::Png(e) => Some(e),

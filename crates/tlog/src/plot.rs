@@ -379,8 +379,10 @@ fn encode_png(pixels: &[u8], size: (u32, u32), out: impl Write) -> Result<(), Tl
     })
 }
 
-fn draw_error<E: std::error::Error + Send + Sync>(e: plotters::drawing::DrawingAreaErrorKind<E>) -> TlogError {
-    TlogError::Draw(e.to_string())
+fn draw_error<E: std::error::Error + Send + Sync + 'static>(
+    e: plotters::drawing::DrawingAreaErrorKind<E>,
+) -> TlogError {
+    TlogError::Draw(Box::new(e))
 }
 
 #[cfg(test)]

@@ -419,13 +419,13 @@ impl<W: Write> FileWriter<W> {
         if let Some(zstd) = self.zstd.as_mut() {
             out.clear();
             out.reserve(zstd::zstd_safe::compress_bound(payload.len()));
-            zstd.compress_to_buffer(payload, out).map_err(|e| TlogError::Compression(e.to_string()))?;
+            zstd.compress_to_buffer(payload, out).map_err(|e| TlogError::Compression(e.into()))?;
             // Only worth a flag that costs readers anything when it actually saves bytes.
             return Ok((out.len() < payload.len()).then_some(data_flags::ZSTD));
         }
         if self.options.snappy {
             out.resize(snap::raw::max_compress_len(payload.len()), 0);
-            let len = self.snappy.compress(payload, out).map_err(|e| TlogError::Compression(e.to_string()))?;
+            let len = self.snappy.compress(payload, out).map_err(|e| TlogError::Compression(e.into()))?;
             out.truncate(len);
             return Ok((len < payload.len()).then_some(data_flags::SNAPPY));
         }

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use rtloop_agent::layout::{
     bytes_of, field, from_bytes, kind, CommandBlock, RawServoCommand, COMMAND_OFFSET, FIELD_NAMES,
 };
-use rtloop_agent::{validate, Agent, CommandError, Limits, Poll, Spine, SpineConfig, ValidCommand};
+use rtloop_agent::{validate, Agent, Limits, Poll, ServoCommandError, Spine, SpineConfig, ValidCommand};
 
 /// A spine armed by an agent, the agent dropped: the test writes the block itself.
 fn armed_spine(servos: u32) -> Spine {
@@ -70,58 +70,61 @@ fn check_accepted(v: &ValidCommand, l: &Limits) {
 #[test]
 fn every_bad_field_is_a_typed_error() {
     let l = Limits::default();
-    let cases: Vec<(RawServoCommand, CommandError)> = vec![
-        (RawServoCommand { kind: 5, ..RawServoCommand::QUERY }, CommandError::UnknownKind(5)),
-        (RawServoCommand { kind: u32::MAX, ..RawServoCommand::QUERY }, CommandError::UnknownKind(u32::MAX)),
+    let cases: Vec<(RawServoCommand, ServoCommandError)> = vec![
+        (RawServoCommand { kind: 5, ..RawServoCommand::QUERY }, ServoCommandError::UnknownKind(5)),
+        (RawServoCommand { kind: u32::MAX, ..RawServoCommand::QUERY }, ServoCommandError::UnknownKind(u32::MAX)),
         (
             RawServoCommand { kind: kind::POSITION, present: 1 << 14 | 1, ..RawServoCommand::QUERY },
-            CommandError::UnknownFieldBits(1 << 14),
+            ServoCommandError::UnknownFieldBits(1 << 14),
         ),
         (
             RawServoCommand { kind: kind::STOP, present: field::VELOCITY, ..RawServoCommand::QUERY },
-            CommandError::FieldsWithoutPosition { kind: kind::STOP, present: field::VELOCITY },
+            ServoCommandError::FieldsWithoutPosition { kind: kind::STOP, present: field::VELOCITY },
         ),
         (
             position(&[(field::POSITION, f64::INFINITY)]),
-            CommandError::NonFinite { field: "position", value: f64::INFINITY },
+            ServoCommandError::NonFinite { field: "position", value: f64::INFINITY },
         ),
         (
             position(&[(field::VELOCITY, f64::NEG_INFINITY)]),
-            CommandError::NonFinite { field: "velocity", value: f64::NEG_INFINITY },
+            ServoCommandError::NonFinite { field: "velocity", value: f64::NEG_INFINITY },
         ),
         (
             position(&[(field::POSITION, 11.0)]),
-            CommandError::OutOfRange { field: "position", value: 11.0, min: -10.0, max: 10.0 },
+            ServoCommandError::OutOfRange { field: "position", value: 11.0, min: -10.0, max: 10.0 },
         ),
         (
             position(&[(field::KP_SCALE, -0.5)]),
-            CommandError::OutOfRange { field: "kp_scale", value: -0.5, min: 0.0, max: 1.0 },
+            ServoCommandError::OutOfRange { field: "kp_scale", value: -0.5, min: 0.0, max: 1.0 },
         ),
         (
             position(&[(field::MAXIMUM_TORQUE, 10.5)]),
-            CommandError::OutOfRange { field: "maximum_torque", value: 10.5, min: 0.0, max: 10.0 },
+            ServoCommandError::OutOfRange { field: "maximum_torque", value: 10.5, min: 0.0, max: 10.0 },
         ),
         (
             position(&[(field::WATCHDOG_TIMEOUT, 0.0)]),
-            CommandError::OutOfRange { field: "watchdog_timeout", value: 0.0, min: 0.001, max: 10.0 },
+            ServoCommandError::OutOfRange { field: "watchdog_timeout", value: 0.0, min: 0.001, max: 10.0 },
         ),
         (
             position(&[(field::WATCHDOG_TIMEOUT, 11.0)]),
-            CommandError::OutOfRange { field: "watchdog_timeout", value: 11.0, min: 0.001, max: 10.0 },
+            ServoCommandError::OutOfRange { field: "watchdog_timeout", value: 11.0, min: 0.001, max: 10.0 },
         ),
         (
             position(&[(field::FIXED_VOLTAGE_OVERRIDE, 1.0)]),
-            CommandError::OverrideNotAllowed { field: "fixed_voltage_override" },
+            ServoCommandError::OverrideNotAllowed { field: "fixed_voltage_override" },
         ),
         (
             position(&[(field::IGNORE_POSITION_BOUNDS, 1.0)]),
-            CommandError::OverrideNotAllowed { field: "ignore_position_bounds" },
+            ServoCommandError::OverrideNotAllowed { field: "ignore_position_bounds" },
         ),
     ];
     for (raw, want) in cases {
         let got = validate(&raw, &l);
         match (got, want) {
-            (Err(CommandError::NonFinite { field: a, value: x }), CommandError::NonFinite { field: b, value: y }) => {
+            (
+                Err(ServoCommandError::NonFinite { field: a, value: x }),
+                ServoCommandError::NonFinite { field: b, value: y },
+            ) => {
                 assert_eq!((a, x.to_bits()), (b, y.to_bits()))
             }
             (got, want) => assert_eq!(got, Err(want), "{raw:?}"),
@@ -132,7 +135,7 @@ fn every_bad_field_is_a_typed_error() {
     // NaN velocity is refused; NaN position means "hold" and is accepted.
     assert!(matches!(
         validate(&position(&[(field::VELOCITY, f64::NAN)]), &l),
-        Err(CommandError::NonFinite { field: "velocity", .. })
+        Err(ServoCommandError::NonFinite { field: "velocity", .. })
     ));
     let Ok(ValidCommand::Position(p)) = validate(&position(&[(field::POSITION, f64::NAN)]), &l) else { panic!() };
     assert!(p.position.unwrap().is_nan());
@@ -159,9 +162,9 @@ fn hostile_blocks_are_refused_per_servo_never_followed_blindly() {
     ];
     common::write_command_raw(&name, &block(&spine, 100, &bad));
     assert_eq!(spine.poll_command(1), Poll::Command);
-    assert_eq!(spine.command_for(0, &l), Some(Err(CommandError::UnknownKind(77))));
-    assert!(matches!(spine.command_for(1, &l), Some(Err(CommandError::NonFinite { .. }))));
-    assert!(matches!(spine.command_for(2, &l), Some(Err(CommandError::OutOfRange { field: "position", .. }))));
+    assert_eq!(spine.command_for(0, &l), Some(Err(ServoCommandError::UnknownKind(77))));
+    assert!(matches!(spine.command_for(1, &l), Some(Err(ServoCommandError::NonFinite { .. }))));
+    assert!(matches!(spine.command_for(2, &l), Some(Err(ServoCommandError::OutOfRange { field: "position", .. }))));
     assert!(matches!(spine.command_for(3, &l), Some(Ok(ValidCommand::Position(_)))));
 
     // A servo count that is not the header's: every servo refused.
@@ -169,8 +172,8 @@ fn hostile_blocks_are_refused_per_servo_never_followed_blindly() {
     b.servo_count = 1000;
     common::write_command_raw(&name, &b);
     assert_eq!(spine.poll_command(2), Poll::Command);
-    assert_eq!(spine.command_for(0, &l), Some(Err(CommandError::ServoCount { got: 1000, expected: 4 })));
-    assert_eq!(spine.command_for(40, &l), Some(Err(CommandError::NoSuchServo { index: 40, count: 4 })));
+    assert_eq!(spine.command_for(0, &l), Some(Err(ServoCommandError::ServoCount { got: 1000, expected: 4 })));
+    assert_eq!(spine.command_for(40, &l), Some(Err(ServoCommandError::NoSuchServo { index: 40, count: 4 })));
 
     // Garbage in the header words of the block: seq odd → torn; same heartbeat → unchanged.
     let mut b = block(&spine, 101, &[]);

@@ -11,6 +11,7 @@ static ALLOCATOR: rtloop_testkit::CountingAllocator = rtloop_testkit::CountingAl
 mod common;
 
 mod c_agent;
+mod causes;
 mod hostile;
 mod layout_docs;
 mod no_alloc;

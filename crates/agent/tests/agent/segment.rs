@@ -4,7 +4,7 @@
 use crate::common;
 
 use rtloop_agent::layout::{Header, Plain, MAGIC, TOTAL_SIZE, VERSION};
-use rtloop_agent::{Agent, AttachError, Spine, SpineConfig, SpineError};
+use rtloop_agent::{Agent, AgentAttachError, Spine, SpineConfig, SpineError};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 
 fn config(name: &str) -> SpineConfig {
@@ -22,7 +22,7 @@ fn names_are_validated() {
         let err = rtloop_agent::validate_name(bad).unwrap_err().to_string();
         assert!(err.starts_with("agent name ") && err.contains("is invalid: use 1 to 64 characters"), "{err}");
         assert!(matches!(Spine::create(&config(bad)), Err(SpineError::Name(_))));
-        assert!(matches!(Agent::attach(bad), Err(AttachError::Name(_))));
+        assert!(matches!(Agent::attach(bad), Err(AgentAttachError::Name(_))));
     }
     for good in ["a", "robot_1", "Upkie-2", &"x".repeat(64)] {
         rtloop_agent::validate_name(good).unwrap();
@@ -104,7 +104,7 @@ fn foreign_files_and_symlinks_are_never_replaced() {
     std::os::unix::fs::symlink(target.path(), &path).unwrap();
     let err = Spine::create(&config(&name)).err().unwrap().to_string();
     assert!(err.contains("is a symbolic link"), "{err}");
-    assert!(matches!(Agent::attach(&name), Err(AttachError::Io { .. })), "an agent does not follow it either");
+    assert!(matches!(Agent::attach(&name), Err(AgentAttachError::Io { .. })), "an agent does not follow it either");
     std::fs::remove_file(&path).unwrap();
 }
 
@@ -148,7 +148,7 @@ fn a_planted_fifo_is_refused_at_once_by_the_agent() {
             "/dev/shm/rtloop-{name} is a FIFO (named pipe), not a regular file; remove it if it is yours, or use another agent name"
         )
     );
-    assert!(matches!(err, AttachError::NotRegular { .. }), "{err:?}");
+    assert!(matches!(err, AgentAttachError::NotRegular { .. }), "{err:?}");
     assert!(std::fs::symlink_metadata(&fifo.path).unwrap().file_type().is_fifo(), "left alone");
 }
 
@@ -324,7 +324,7 @@ fn a_segment_planted_by_another_user_is_refused_by_the_spine_and_the_agent_namin
 
     let err = Agent::attach(&name).err().unwrap();
     assert!(!err.is_retryable());
-    assert!(matches!(err, AttachError::OtherUser { .. }), "{err:?}");
+    assert!(matches!(err, AgentAttachError::OtherUser { .. }), "{err:?}");
     let msg = err.to_string();
     one_sentence(&msg);
     assert_eq!(
@@ -357,6 +357,6 @@ fn another_users_empty_leftover_is_refused_not_replaced() {
     assert!(err.contains("belongs to") && err.contains("pick another --agent name"), "{err}");
     assert!(path.exists(), "left alone");
     let err = Agent::attach(&name).err().unwrap();
-    assert!(matches!(err, AttachError::OtherUser { .. }), "not 'still being created': {err:?}");
+    assert!(matches!(err, AgentAttachError::OtherUser { .. }), "not 'still being created': {err:?}");
     std::fs::remove_file(&path).unwrap();
 }

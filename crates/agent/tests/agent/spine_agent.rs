@@ -4,7 +4,7 @@
 use crate::common;
 
 use rtloop_agent::layout::{field, kind, status, MAX_SERVOS};
-use rtloop_agent::{Agent, CommandError, Limits, Lockstep, Poll, Spine, SpineConfig, SpineGone, ValidCommand};
+use rtloop_agent::{Agent, Limits, Lockstep, Poll, ServoCommandError, Spine, SpineConfig, SpineGone, ValidCommand};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -78,7 +78,7 @@ fn state_and_command_round_trip() {
         assert_eq!((p.kp_scale, p.watchdog_timeout, p.velocity), (Some(1.0), Some(0.1), None));
     }
     assert_eq!(spine.command_for(11, &limits), Some(Ok(ValidCommand::Brake)));
-    assert!(matches!(spine.command_for(12, &limits), Some(Err(rtloop_agent::CommandError::NoSuchServo { .. }))));
+    assert!(matches!(spine.command_for(12, &limits), Some(Err(rtloop_agent::ServoCommandError::NoSuchServo { .. }))));
     assert_eq!(spine.poll_command(2 * MS), Poll::Unchanged);
 
     // The published counters follow.
@@ -160,8 +160,8 @@ fn liveness_timeout_and_rearm_on_an_injected_clock() {
 #[test]
 fn rejected_commands_are_counted_with_one_event_per_burst() {
     let mut spine = spine("burst", 3);
-    let torque = |value| CommandError::OutOfRange { field: "maximum_torque", value, min: 0.0, max: 8.0 };
-    let nan = CommandError::NonFinite { field: "velocity", value: f64::NAN };
+    let torque = |value| ServoCommandError::OutOfRange { field: "maximum_torque", value, min: 0.0, max: 8.0 };
+    let nan = ServoCommandError::NonFinite { field: "velocity", value: f64::NAN };
     assert!(spine.note_rejected(0, 10, &torque(10.0)));
     assert!(!spine.note_rejected(1, 10, &torque(12.0)));
     assert!(!spine.note_rejected(0, 11, &nan));
@@ -185,7 +185,7 @@ fn refusal_causes_beyond_the_record_are_counted_as_other() {
     let mut spine = spine("causes", 1);
     let fields = ["position", "velocity", "kp_scale", "kd_scale", "accel_limit", "ilimit_scale"];
     for (cycle, field) in fields.iter().enumerate() {
-        let e = CommandError::OutOfRange { field, value: 2.0, min: 0.0, max: 1.0 };
+        let e = ServoCommandError::OutOfRange { field, value: 2.0, min: 0.0, max: 1.0 };
         spine.note_rejected(0, cycle as u64, &e);
     }
     let r = spine.refusals();

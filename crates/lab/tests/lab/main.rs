@@ -5,6 +5,7 @@
 
 mod common;
 
+mod causes;
 mod children;
 mod cli_wiring;
 mod compare;

@@ -3,5 +3,6 @@
 
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+mod causes;
 mod destinations;
 mod dir;

@@ -14,6 +14,7 @@
 //! `| head`, ends a dump early without an error); leave `export --json` without its JSON
 //! line, even when the export fails.
 
+use rtloop_output::sentence;
 use rtloop_output::{FileIdentity, OutputError, OutputFile};
 use rtloop_tlog::reader::{FileReader, ItemFilter};
 use rtloop_tlog::survey::{Problem, ProblemKind, Problems};
@@ -64,7 +65,7 @@ fn create_output(dest: &Path, input: FileIdentity, force: bool, flag: &str) -> R
         e @ (OutputError::NotAFile { .. } | OutputError::Dash | OutputError::IsDirectory { .. }) => {
             format!("{flag} {e}")
         }
-        other => other.to_string(),
+        other => sentence(&other),
     })
 }
 
@@ -494,7 +495,8 @@ fn export_to(
         return export_parquet(path, reader, identity, out, record, force);
     }
     let flag = if format == "csv" { "--csv" } else { "--mcap" };
-    let cannot_export = |e: rtloop_tlog::format::TlogError| format!("cannot export {}: {e}", path.display());
+    let cannot_export =
+        |e: rtloop_tlog::format::TlogError| format!("cannot export {}: {}", path.display(), sentence(&e));
     if format == "csv" {
         let record = match record {
             Some(r) => r.to_string(),
@@ -517,7 +519,7 @@ fn export_to(
             return Err(ExportFailed { message: nothing_written(out, &what, stats.items, &report.problems), report });
         }
         if let Err(e) = output.commit() {
-            return Err(ExportFailed { message: e.to_string(), report });
+            return Err(ExportFailed { message: sentence(&e), report });
         }
         let summary = format!("{}: {} rows of record '{record}'", out.display(), stats.rows);
         Ok(ExportDone { summary, report })
@@ -540,7 +542,7 @@ fn export_to(
             });
         }
         if let Err(e) = output.commit() {
-            return Err(ExportFailed { message: e.to_string(), report });
+            return Err(ExportFailed { message: sentence(&e), report });
         }
         let summary = format!("{}: {} messages on {} channels", out.display(), stats.messages, stats.channels);
         Ok(ExportDone { summary, report })
@@ -563,8 +565,8 @@ pub fn plot(path: &Path, fields: &str, out: &Path, force: bool, one_axis: bool) 
     // Nothing to draw at all is an error from the plotter (no file is put in place); a
     // field with nothing beside others that drew is a warning (its panel is empty).
     let stats = rtloop_tlog::plot::plot(&reader, &list, &options, BufWriter::new(output.file()))
-        .map_err(|e| format!("cannot plot {}: {e}", path.display()))?;
-    output.commit().map_err(|e| e.to_string())?;
+        .map_err(|e| format!("cannot plot {}: {}", path.display(), sentence(&e)))?;
+    output.commit().map_err(|e| sentence(&e))?;
     let mut warnings: Vec<String> = stats.problems.iter().map(ToString::to_string).collect();
     warnings.extend(stats.empty.iter().map(|(field, why)| format!("field '{field}' {why}: its panel is empty")));
     let drawn = stats.points.iter().filter(|&&points| points > 0).count();

@@ -8,6 +8,7 @@
 #[global_allocator]
 static ALLOCATOR: rtloop_testkit::CountingAllocator = rtloop_testkit::CountingAllocator;
 
+mod causes;
 mod columns;
 mod durability;
 mod export;

@@ -9,7 +9,7 @@
 
 use core::fmt;
 
-use super::frame::{CanFdFrame, FrameError, MAX_DATA};
+use super::frame::{CanFdFrame, CanFdFrameError, MAX_DATA};
 use super::register::reg;
 use super::value::{Resolution, Value};
 use super::varuint;
@@ -202,7 +202,7 @@ impl<'a> FrameWriter<'a> {
 
     /// A moteus frame (FD, BRS, extended when needed) carrying the payload, padded with
     /// 0x50 to a valid CAN-FD length.
-    pub fn to_frame(&self, id: u32) -> Result<CanFdFrame, FrameError> {
+    pub fn to_frame(&self, id: u32) -> Result<CanFdFrame, CanFdFrameError> {
         let mut frame = CanFdFrame::new(id, self.as_slice())?;
         frame.pad_to_dlc();
         Ok(frame)

@@ -13,6 +13,7 @@ use super::{
     cannot_read, create_output, default_record, nothing_written, open_input, problems_json, progress_bar, ExportDone,
     ExportFailed, ExportReport, Outcome,
 };
+use rtloop_output::sentence;
 use rtloop_output::{FileIdentity, OutputError};
 use rtloop_tlog::reader::FileReader;
 use rtloop_tlog::survey::{Problem, ProblemKind};
@@ -99,7 +100,7 @@ pub(super) fn export_parquet(
     record: Option<&str>,
     force: bool,
 ) -> Result<ExportDone, ExportFailed> {
-    let cannot_export = |e: rtloop_parquet::ParquetError| format!("cannot export {}: {e}", path.display());
+    let cannot_export = |e: rtloop_parquet::ParquetError| format!("cannot export {}: {}", path.display(), sentence(&e));
     let options = rtloop_parquet::ParquetOptions {
         metadata: vec![("rtloop.source".into(), path.display().to_string())],
         ..Default::default()
@@ -132,7 +133,7 @@ pub(super) fn export_parquet(
             return Err(ExportFailed { message: nothing_written(out, &what, items, &report.problems), report });
         }
         if let Err(e) = output.commit() {
-            return Err(ExportFailed { message: e.to_string(), report });
+            return Err(ExportFailed { message: sentence(&e), report });
         }
         let summary = format!(
             "{}: {} rows of record '{record}' in {} row group{}, {} bytes",
@@ -184,7 +185,7 @@ pub(super) fn export_parquet(
         return Err(ExportFailed { message: nothing_written(out, &what, items, &report.problems), report });
     }
     if let Err(e) = dir.commit() {
-        return Err(ExportFailed { message: format!("--parquet {e}"), report });
+        return Err(ExportFailed { message: format!("--parquet {}", sentence(&e)), report });
     }
     let listed: Vec<String> = stats.records.iter().map(|r| format!("{} {}", r.record, r.rows)).collect();
     let summary = format!("{}: {rows} rows in {} tables ({})", out.display(), stats.records.len(), listed.join(", "));
@@ -199,7 +200,7 @@ fn create_output_dir(dest: &Path, force: bool) -> Result<rtloop_output::OutputDi
              directory (a path ending in .parquet writes one record to one file)",
             dest.display()
         ),
-        other => format!("--parquet {other}"),
+        other => format!("--parquet {}", sentence(&other)),
     })
 }
 
@@ -361,7 +362,7 @@ pub(super) fn export_dataset(
                 for relative in &created {
                     let _ = dir.remove_file(relative);
                 }
-                skipped.push((file, format!("cannot export {}: {e}", path.display())));
+                skipped.push((file, format!("cannot export {}: {}", path.display(), sentence(&e))));
                 continue;
             }
         };
@@ -387,7 +388,7 @@ pub(super) fn export_dataset(
             skipped.iter().map(|(f, why)| format!("{f}: {why}")).collect::<Vec<_>>().join("; ")
         ));
     } else if let Err(e) = dir.commit() {
-        failure = Some(format!("--parquet {e}"));
+        failure = Some(format!("--parquet {}", sentence(&e)));
     }
     let mut warnings: Vec<String> = skipped.iter().map(|(file, why)| format!("skipped {file}: {why}")).collect();
     for run in &runs {
