@@ -834,7 +834,7 @@ fn run_agent(
     let robot = config.robot();
     let servos: Vec<(u8, u8)> = robot.buses.iter().flat_map(|b| b.servos.iter().map(move |&id| (id, b.bus))).collect();
     let (mut spine, figures, warning) =
-        AgentSpine::create(options, &servos, config.rate_hz).map_err(|e| e.to_string())?;
+        AgentSpine::create(options, &servos, config.rate_hz).map_err(|e| rtloop_output::sentence(&e))?;
     if let Some(w) = warning {
         console::note(format!("rtloop run: warning: {w}"));
     }
@@ -850,7 +850,7 @@ fn run_agent(
         }
     );
     spine.on_start(move || console::note(announcement));
-    let mut summary = runtime.run(spine).map_err(|e| e.to_string())?;
+    let mut summary = runtime.run(spine).map_err(|e| rtloop_output::sentence(&e))?;
     summary.agent = Some(figures.summary());
     Ok(summary)
 }
@@ -891,7 +891,7 @@ fn run_command(a: &RunArgs) -> Result<(), String> {
     let summary = match &a.agent {
         Some(name) => run_agent(runtime, &config, name, a.agent_timeout_ms, &a.agent_on_timeout, a.agent_wait)?,
         // The demonstration motion is a controller like any other.
-        None => runtime.run(rtloop::motion::Motion::from_config(&config)).map_err(|e| e.to_string())?,
+        None => runtime.run(rtloop::motion::Motion::from_config(&config)).map_err(|e| rtloop_output::sentence(&e))?,
     };
     let mut out = std::io::stdout().lock();
     console::tolerate_closed_reader(print_summary(&summary, &mut out))?;

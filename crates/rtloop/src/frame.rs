@@ -92,7 +92,15 @@ impl std::fmt::Display for FrameError {
     }
 }
 
-impl std::error::Error for FrameError {}
+impl std::error::Error for FrameError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FrameError::Encode(e) => Some(e),
+            FrameError::Malformed(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 fn position_fields_set(c: &PositionCommand) -> bool {
     *c != PositionCommand::default()

@@ -97,6 +97,7 @@ impl std::error::Error for SimBusError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             SimBusError::Device(e) => Some(e),
+            SimBusError::Config(e) => Some(e),
             _ => None,
         }
     }

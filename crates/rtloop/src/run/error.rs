@@ -54,17 +54,17 @@ pub enum RunError {
         /// The file.
         path: PathBuf,
         /// What creating it said.
-        error: String,
+        error: rtloop_tlog::format::TlogError,
     },
     /// The telemetry log failed (registering its records, starting or finishing its writer).
     Log {
         /// The file.
         path: PathBuf,
         /// What failed.
-        error: String,
+        error: rtloop_tlog::format::TlogError,
     },
     /// The telemetry thread of the live publishers failed.
-    LiveTelemetry(String),
+    LiveTelemetry(rtloop_tlog::format::TlogError),
     /// The cycle thread could not be started.
     CycleThreadStart(std::io::Error),
     /// The cycle thread ended before it started its loop.
@@ -127,6 +127,9 @@ impl std::error::Error for RunError {
             RunError::Live(e) => Some(e),
             RunError::Physics(e) => Some(e),
             RunError::OpenFiles(e) => Some(e),
+            RunError::CreateLog { error, .. } | RunError::Log { error, .. } | RunError::LiveTelemetry(error) => {
+                Some(error)
+            }
             _ => None,
         }
     }

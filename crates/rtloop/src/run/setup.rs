@@ -127,9 +127,9 @@ fn start_telemetry<C: Controller>(
     Ok(match (log, live_every) {
         (Some(path), _) => {
             let mut writer = rtloop_tlog::writer::FileWriter::create(path)
-                .map_err(|e| RunError::CreateLog { path: path.clone(), error: e.to_string() })?;
+                .map_err(|e| RunError::CreateLog { path: path.clone(), error: e })?;
             let mut sink = LogSink::<C::Telemetry>::register(&mut writer, C::TELEMETRY_RECORD)
-                .map_err(|e| RunError::Log { path: path.clone(), error: e.to_string() })?;
+                .map_err(|e| RunError::Log { path: path.clone(), error: e })?;
             if lockstep {
                 // Simulated time from 0: stamps that do not depend on when the run happened.
                 sink.set_epoch_offset_us(0);
@@ -141,7 +141,7 @@ fn start_telemetry<C: Controller>(
                 }
                 sink.write(w, m)
             })
-            .map_err(|e| RunError::Log { path: path.clone(), error: e.to_string() })?;
+            .map_err(|e| RunError::Log { path: path.clone(), error: e })?;
             // Lockstep has no deadline to keep: its log waits for the writer rather than drop
             // a cycle, so it has every cycle whatever the host's speed.
             (Some(LogHandOff::new(logger, lockstep)), Some(thread))
@@ -149,14 +149,14 @@ fn start_telemetry<C: Controller>(
         (None, Some(every)) => {
             // No file: the thread only feeds the publishers; its log goes nowhere.
             let writer = rtloop_tlog::writer::FileWriter::new(std::io::sink(), Default::default())
-                .map_err(|e| RunError::LiveTelemetry(e.to_string()))?;
+                .map_err(|e| RunError::LiveTelemetry(e))?;
             let live = Arc::clone(fanout);
             let (logger, thread) =
                 rtloop_tlog::realtime::spawn(LOG_RING_MESSAGES, writer, move |_, m: LogMsg<C::Telemetry>| {
                     live.lock().unwrap_or_else(|e| e.into_inner()).offer(&m);
                     Ok(())
                 })
-                .map_err(|e| RunError::LiveTelemetry(e.to_string()))?;
+                .map_err(|e| RunError::LiveTelemetry(e))?;
             (Some(LogHandOff::new(logger, lockstep).live_only(every)), Some(thread))
         }
         (None, None) => (None, None),
@@ -173,8 +173,8 @@ fn finish_telemetry(
 ) -> Result<(Option<LogSummary>, Option<LiveSummary>), RunError> {
     let log_stats = match log_thread {
         Some(t) => Some(t.finish().map_err(|e| match log {
-            Some(path) => RunError::Log { path: path.clone(), error: e.to_string() },
-            None => RunError::LiveTelemetry(e.to_string()),
+            Some(path) => RunError::Log { path: path.clone(), error: e },
+            None => RunError::LiveTelemetry(e),
         })?),
         None => None,
     };
