@@ -629,7 +629,9 @@ impl RunArgs {
                 (physics.ground_roll_deg, physics.ground_pitch_deg) = parsed.unwrap_or((f64::NAN, f64::NAN));
             }
         }
-        c.faults.push.extend(self.push.iter().cloned());
+        for push in &self.push {
+            c.faults.push.push(rtloop::physics::parse_push(push).map_err(|e| e.to_string())?);
+        }
         let live = &mut c.live;
         if let Some(a) = &self.foxglove {
             live.foxglove = Some(a.clone());

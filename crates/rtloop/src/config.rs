@@ -318,8 +318,33 @@ pub struct FaultsConfig {
     /// bus number, so buses lose different frames. Absent: a random seed, printed in the
     /// summary (`injected.seed`) so the run can be repeated.
     pub seed: Option<u64>,
-    /// `SECONDS:FX,FY,FZ[:DURATION]`: push the body (physics only), N in the world frame.
-    pub push: Vec<String>,
+    /// Pushes on the body (physics only), N in the world frame; in a file, each as
+    /// `SECONDS:FX,FY,FZ[:DURATION]` (what `--push` takes), read once, into the typed value.
+    #[serde(with = "push_text")]
+    pub push: Vec<crate::physics::PushSpec>,
+}
+
+/// `[faults] push` in a file: each push as the text `--push` takes,
+/// `SECONDS:FX,FY,FZ[:DURATION]` ([`crate::physics::parse_push`]), read once into the typed
+/// value; printed back so that it reads back as the same push.
+mod push_text {
+    use crate::physics::{parse_push, PushSpec};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// The text of `push`: a float's `Display` reads back as the same value.
+    pub(super) fn text(push: &PushSpec) -> String {
+        let PushSpec { at_s, force_n: [x, y, z], duration_s } = push;
+        format!("{at_s}:{x},{y},{z}:{duration_s}")
+    }
+
+    pub(super) fn serialize<S: Serializer>(pushes: &[PushSpec], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(pushes.iter().map(text))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PushSpec>, D::Error> {
+        let texts = Vec::<String>::deserialize(d)?;
+        texts.iter().map(|t| parse_push(t).map_err(serde::de::Error::custom)).collect()
+    }
 }
 
 impl Default for RunConfig {
@@ -761,7 +786,15 @@ impl RunConfig {
         if let Some(physics) = &self.physics {
             physics.spec(&self.buses)?;
         }
-        let pushes = self.pushes()?;
+        let pushes = self.pushes();
+        for push in pushes {
+            // The ranges are those of `--push` (`crate::physics::parse_push`): a push is valid
+            // when its text reads back as the same push, which `--print-config` needs as well.
+            let text = push_text::text(push);
+            if crate::physics::parse_push(&text).ok().as_ref() != Some(push) {
+                return Err(crate::physics::PhysicsConfigError::Push { text }.into());
+            }
+        }
         if !pushes.is_empty() && self.physics.is_none() {
             return Err(crate::physics::PhysicsConfigError::PushWithoutPhysics.into());
         }
@@ -772,8 +805,8 @@ impl RunConfig {
     }
 
     /// The pushes on the body (`faults.push`).
-    pub fn pushes(&self) -> Result<Vec<crate::physics::PushSpec>, ConfigError> {
-        Ok(self.faults.push.iter().map(|s| crate::physics::parse_push(s)).collect::<Result<_, _>>()?)
+    pub fn pushes(&self) -> &[crate::physics::PushSpec] {
+        &self.faults.push
     }
 
     /// The safety supervisor's recovery policy.
@@ -1076,5 +1109,42 @@ mod tests {
         assert!(e.contains("expected auto, other, fifo, rr or deadline"), "{e}");
         let other = RunConfig::from_toml("[realtime]\npolicy = \"other\"").unwrap();
         assert!(!other.holds_cpu_dma_latency());
+    }
+
+    #[test]
+    fn pushes_are_typed_read_once_from_a_file_and_checked_whatever_gave_them() {
+        use crate::physics::{PhysicsConfig, PushSpec};
+        let text = "[physics]\n[faults]\npush = [\"2:0,60,0\", \"1.5:-10,0,5:0.3\"]\n";
+        let c = RunConfig::from_toml(text).unwrap();
+        assert_eq!(
+            c.pushes(),
+            [
+                PushSpec { at_s: 2.0, force_n: [0.0, 60.0, 0.0], duration_s: 0.1 },
+                PushSpec { at_s: 1.5, force_n: [-10.0, 0.0, 5.0], duration_s: 0.3 }
+            ]
+        );
+        assert_eq!(RunConfig::from_toml(&c.to_toml()).unwrap(), c, "printed pushes read back");
+        let e = RunConfig::from_toml("[physics]\n[faults]\npush = [\"soon\"]\n").unwrap_err().to_string();
+        assert!(
+            e.starts_with("line 3 (push = [\"soon\"]): push \"soon\"") && e.contains("expected SECONDS:FX,FY,FZ"),
+            "{e}"
+        );
+        one_line(&e);
+        // A push given typed is range-checked as a written one is.
+        let physics = Some(PhysicsConfig::default());
+        for bad in [
+            PushSpec { at_s: -1.0, force_n: [0.0; 3], duration_s: 0.1 },
+            PushSpec { at_s: 1.0, force_n: [0.0, f64::NAN, 0.0], duration_s: 0.1 },
+            PushSpec { at_s: 1.0, force_n: [0.0, 2000.0, 0.0], duration_s: 0.1 },
+            PushSpec { at_s: 1.0, force_n: [0.0; 3], duration_s: 0.0 },
+        ] {
+            let mut c = RunConfig { physics: physics.clone(), ..RunConfig::default() };
+            c.faults.push.push(bad);
+            let e = c.validate().expect_err(&format!("{bad:?}")).to_string();
+            assert!(e.contains("expected SECONDS:FX,FY,FZ"), "{bad:?}: {e}");
+        }
+        let mut c = RunConfig { physics, ..RunConfig::default() };
+        c.faults.push.push(PushSpec { at_s: 0.1, force_n: [1e-3, -0.0, 1000.0], duration_s: 10.0 });
+        c.validate().unwrap();
     }
 }

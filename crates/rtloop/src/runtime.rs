@@ -210,10 +210,8 @@ impl Runtime {
     /// [`MAX_PUSH_N`](crate::physics::MAX_PUSH_N) per axis; the run refuses a push without
     /// physics in one sentence.
     pub fn push(mut self, push: crate::physics::PushSpec) -> Self {
-        let crate::physics::PushSpec { at_s, force_n: [x, y, z], duration_s } = push;
-        // The form `--push` takes (a float's Display reads back to the same value), checked
-        // with every other fault when the run starts.
-        self.options.config.faults.push.push(format!("{at_s}:{x},{y},{z}:{duration_s}"));
+        // Checked with every other fault when the run starts.
+        self.options.config.faults.push.push(push);
         self
     }
 

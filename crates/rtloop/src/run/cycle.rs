@@ -376,7 +376,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
 
     /// The pushes on the body (`faults.push`), timed from the first period.
     fn schedule_pushes(&mut self, config: &RunConfig, start: u64) {
-        for p in config.pushes().unwrap_or_default() {
+        for p in config.pushes() {
             let push = rtloop_sim::Push {
                 force_n: p.force_n,
                 from_ns: start.saturating_add(secs_to_ns(p.at_s)),
