@@ -1,4 +1,8 @@
-//! The demonstration motion of `rtloop run`: stand up, then a slow sinusoid on every joint.
+//! A demonstration controller: stand up, then a slow sinusoid on every joint. `rtloop run`
+//! drives it when no agent is given (the program sets it from its `[motion]` table), the
+//! cycle-time model encodes its commands as the frames a run sends, and the examples build
+//! their control laws on it. Its settings are its public fields; the run configuration
+//! knows nothing of them.
 //!
 //! Every joint starts its stand-up ramp where it was measured to be: a joint whose position
 //! has not been measured yet (its servo has not answered) is only queried, never moved, and
@@ -45,11 +49,10 @@ impl Default for Motion {
     fn default() -> Self {
         Motion {
             stand_s: 1.0,
-            // Small enough that the quadruped with a body (`--physics`) sways without falling,
-            // and a torque limit that carries its 7.4 kg standing (4 N·m does not).
+            // Small enough that the quadruped with a body (`--physics`) sways without falling.
             amplitude_rev: 0.02,
             frequency_hz: 0.5,
-            maximum_torque: 8.0,
+            maximum_torque: crate::config::DEFAULT_MAXIMUM_TORQUE_NM,
             kp_scale: 1.0,
             kd_scale: 1.0,
             watchdog_timeout: None,
@@ -65,13 +68,10 @@ fn smoothstep(x: f64) -> (f64, f64) {
 }
 
 impl Motion {
-    /// The motion (and the gains every command carries) a run configuration asks for: its
-    /// `[motion]` and `[gains]` tables.
+    /// The motion at its defaults, with the gains, torque limit and watchdog every command of
+    /// a run carries: its configuration's `[gains]`.
     pub fn from_config(config: &crate::config::RunConfig) -> Self {
         Motion {
-            stand_s: config.motion.stand_s,
-            amplitude_rev: config.motion.amplitude_rev,
-            frequency_hz: config.motion.frequency_hz,
             maximum_torque: config.gains.maximum_torque,
             kp_scale: config.gains.kp_scale,
             kd_scale: config.gains.kd_scale,

@@ -60,8 +60,10 @@ impl Runtime {
         Runtime { options: RunOptions { config, progress: None, log: None }, hooks: Hooks::default() }
     }
 
-    /// Everything from the TOML text `rtloop run --config` reads (unknown keys and
-    /// out-of-range values are errors).
+    /// Everything from a run configuration's TOML text ([`RunConfig::from_toml`]: unknown
+    /// keys and out-of-range values are errors). A file of `rtloop run --config` with its
+    /// demonstration motion's `[motion]` is the program's: it reads it with
+    /// [`RunConfig::from_toml_with`].
     pub fn from_toml(text: &str) -> Result<Self, RunError> {
         let config = RunConfig::from_toml(text).map_err(RunError::Config)?;
         config.validate().map_err(RunError::Config)?;
