@@ -6,25 +6,30 @@
 //! simulated robot and on real buses: only the [`RobotSpec`] changes.
 //!
 //! ```
-//! use rtloop::{Controller, Flow, Output, PositionCommand, Runtime, ServoCommand, State};
+//! use rtloop::{Controller, Failure, Flow, Output, PositionCommand, Runtime, ServoCommand, State};
 //!
 //! /// Ramp every joint from where it was measured to 0.1 rev over one second, then hold.
 //! struct Raise { from: [f64; 32] }
 //!
 //! impl Controller for Raise {
 //!     type Telemetry = ();
-//!     fn start(&mut self, state: &State<'_>) {
-//!         for (from, servo) in self.from.iter_mut().zip(state.servos) {
+//!     fn start(&mut self, state: &State<'_>) -> Result<(), Failure> {
+//!         for (i, (from, servo)) in self.from.iter_mut().zip(state.servos).enumerate() {
+//!             if servo.age_cycles.is_none() {
+//!                 // Refuse to start: no servo is commanded, and the summary says why.
+//!                 return Err(Failure::new("not_measured", "a servo never answered", "check its bus").servo(i));
+//!             }
 //!             *from = servo.state.position;
 //!         }
+//!         Ok(())
 //!     }
-//!     fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Flow {
+//!     fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Result<Flow, Failure> {
 //!         let k = state.time_s.min(1.0);
 //!         for (i, from) in self.from.iter().enumerate().take(state.servos.len()) {
 //!             let position = Some(from + (0.1 - from) * k);
 //!             out.set(i, ServoCommand::Position(PositionCommand { position, velocity: Some(0.0), ..Default::default() }));
 //!         }
-//!         Flow::Continue
+//!         Ok(Flow::Continue)
 //!     }
 //! }
 //!
@@ -88,8 +93,8 @@ pub mod sim_buses;
 pub mod summary {
     pub use crate::controller::MAX_SERVOS;
     pub use crate::run::{
-        BodySummary, EventRecord, FinalServo, InjectedSummary, LiveSummary, LogSummary, Notice, ProgressFigures,
-        RealtimeSummary, ReplyAccounting, RunSummary, Status, EXIT_DEGRADED,
+        BodySummary, ControlFailure, EventRecord, FinalServo, Hook, InjectedSummary, LiveSummary, LogSummary, Notice,
+        ProgressFigures, RealtimeSummary, ReplyAccounting, RunSummary, Status, EXIT_DEGRADED,
     };
     pub use crate::stats::Percentiles;
 }
@@ -97,7 +102,7 @@ mod stats;
 pub mod telemetry;
 mod toml_text;
 
-pub use controller::{Controller, Flow, Output, PositionCommand, ServoCommand, ServoStatus, State};
+pub use controller::{Controller, Failure, Flow, Output, PositionCommand, ServoCommand, ServoStatus, State};
 pub use robot_spec::RobotSpec;
 pub use run::RunSummary;
 pub use runtime::{RunError, Runtime};

@@ -11,7 +11,7 @@
 //! Must never allocate: [`Motion::fill`] runs on the real-time thread every cycle and
 //! writes into the caller's command array.
 
-use crate::controller::{Controller, Flow, Output, State};
+use crate::controller::{Controller, Failure, Flow, Output, State};
 use rtloop_io::ServoCommand;
 use rtloop_proto::host::PositionCommand;
 use std::f64::consts::TAU;
@@ -157,11 +157,12 @@ impl Motion {
 impl Controller for Motion {
     type Telemetry = ();
 
-    fn start(&mut self, state: &State<'_>) {
+    fn start(&mut self, state: &State<'_>) -> Result<(), Failure> {
         self.set_start(state.servos.iter().map(|s| if s.age_cycles.is_some() { s.state.position } else { f64::NAN }));
+        Ok(())
     }
 
-    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Flow {
+    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Result<Flow, Failure> {
         // A joint not measured before the start is not moved until it answers.
         for (i, s) in state.servos.iter().enumerate() {
             if s.age_cycles.is_some() {
@@ -169,7 +170,7 @@ impl Controller for Motion {
             }
         }
         self.fill(state.time_s, out.commands());
-        Flow::Continue
+        Ok(Flow::Continue)
     }
 }
 

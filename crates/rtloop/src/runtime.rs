@@ -19,7 +19,8 @@ use std::sync::Arc;
 
 /// Runs a [`Controller`] on a robot at a fixed rate until the duration ends, a signal
 /// (Ctrl-C, SIGTERM, SIGHUP) arrives, the [stop flag](Runtime::stop_flag) is set, or the
-/// controller returns [`Flow::Stop`](crate::controller::Flow::Stop).
+/// controller returns [`Flow::Stop`](crate::controller::Flow::Stop) — or fails
+/// ([`Failure`](crate::controller::Failure): the safe stop, with its reason).
 ///
 /// Built from defaults (the simulated quadruped: 12 servos on 4 CAN-FD buses with real wire
 /// timing and an IMU, 1 kHz, 10 s), from a [`RunConfig`], or from the TOML file `rtloop run

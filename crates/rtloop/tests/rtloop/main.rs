@@ -10,6 +10,7 @@ static ALLOCATOR: rtloop_testkit::CountingAllocator = rtloop_testkit::CountingAl
 #[path = "../../../rtloop-cli/tests/cli/support/mod.rs"]
 mod support;
 
+mod control_failure;
 mod examples;
 mod fault_seeds;
 mod foxglove_server;
