@@ -384,8 +384,8 @@ fn fault_tolerant_never_allocates_in_the_real_time_section_nor_when_reacting() {
 }
 
 /// The guide's controller (docs/controllers.md), pasted into a new crate outside the
-/// workspace as the guide says: `cargo new`, the lock file copied, `cargo add
-/// --no-default-features --path`, `cargo run`. Ignored by
+/// workspace as the guide says: `cargo new`, the lock file copied, `cargo add --path` (the
+/// library's default features: none), `cargo run`. Ignored by
 /// default: the new crate compiles rtloop and its dependencies with its own profile (about
 /// 2 min on 2 cores the first time; 5 s once built). `cargo test -p rtloop --test rtloop -- --ignored examples::`.
 #[test]
@@ -409,7 +409,7 @@ fn a_fresh_crate_runs_the_guides_controller() {
     let bot = dir.path().join("mybot");
     // The workspace's lock file: the same dependency versions, all already downloaded.
     std::fs::copy(workspace.join("Cargo.lock"), bot.join("Cargo.lock")).unwrap();
-    cargo(&["add", "--offline", "--no-default-features", "--path", manifest.to_str().unwrap()], &bot);
+    cargo(&["add", "--offline", "--path", manifest.to_str().unwrap()], &bot);
     std::fs::write(bot.join("src/main.rs"), code).unwrap();
     let out = cargo(&["run", "--offline", "--quiet"], &bot);
     assert!(out.contains("cycles at") && out.contains("status ok"), "{out}");
