@@ -43,13 +43,19 @@
 //! (README.md shows the same program: a test keeps the two equal.)
 //!
 //! ## Where things are
-//! * [`controller`]: the [`Controller`] trait, its lifecycle table, [`State`] and [`Output`].
+//! * [`controller`]: the [`Controller`] trait, its lifecycle table, [`State`], [`Output`]
+//!   and [`Failure`] (how a control law refuses to start or asks for the safe stop).
 //! * [`runtime`]: [`Runtime`], the builder that runs a controller; [`summary`] holds what a
 //!   run reports ([`RunSummary`]; `rtloop run --json` prints it).
-//! * [`config`] and [`robot_spec`]: the settings and robots `rtloop run` reads from TOML.
-//! * [`motion`]: the demonstration motion of `rtloop run`, itself a [`Controller`].
+//! * [`config`] and [`robot_spec`]: a run's settings and robots, from TOML too (with a table
+//!   of your control law's own beside them, if you like).
+//! * [`motion`]: a demonstration controller (stand up, then sway): what `rtloop run` drives,
+//!   and what the examples build on.
+//! * [`live`]: live telemetry: your own publishers ([`Runtime::publish`]), the operator's
+//!   commands, and with the features `foxglove` and `zenoh` (off by default) their servers.
 //! * [`cycle_model`]: what one cycle of a robot costs, from the frames a run really sends.
-//! * [`frame`]: one moteus frame built from registers, or taken apart into JSON.
+//! * [`frame`]: for the `rtloop frame` command, the Python package's `rtloop.frame` and
+//!   fuzzing — one moteus frame built from registers, or taken apart into JSON.
 //! * [`sim_buses`]: simulated servos served behind real devices (a pty, a UDP port).
 //! * [`physics`]: a body under the simulated servos (MuJoCo, feature `physics`): `[physics]`,
 //!   pushes, and coupling a robot's simulated servos to the model (docs/physics.md).
