@@ -975,7 +975,10 @@ fn robot_spec(
                 shown.clone(),
             )),
         })?;
-        let run = RunConfig::from_toml(&text).map_err(|e| PyValueError::new_err(format!("{shown}: {e}")))?;
+        // A file of `rtloop run --config`: the run's settings, and the `[motion]` of the
+        // program's demonstration motion (crates/rtloop-cli/src/cli/demo.rs), not read here.
+        let (run, _motion) = RunConfig::from_toml_with::<serde::de::IgnoredAny>(&text, "motion")
+            .map_err(|e| PyValueError::new_err(format!("{shown}: {e}")))?;
         // A Robot is only the robot: the loop settings of `rtloop run` (rate, motion, gains,
         // safety, realtime) are the Python program's business and are not read; but the
         // simulator settings would silently change what the robot does, so they are refused

@@ -44,18 +44,22 @@ fn main() {
 
     let loaded = load(&PhysicsSpec::quadruped()).expect("loads");
     let mut world = World::new(loaded.plant, loaded.links).expect("couples");
-    let mut servos: Vec<Servo> = (1..=12).map(|id| Servo::new(ServoConfig::physical(id))).collect();
-    let mut visit = |f: &mut dyn FnMut(usize, &mut Servo)| {
-        for s in servos.iter_mut() {
-            f(usize::from((s.id() - 1) / 3), s)
-        }
-    };
-    world.couple(&mut visit).expect("couples");
+    // The quadruped's layout: three servos per bus.
+    let mut buses: Vec<rtloop_sim::SimBus> = (0..4u8)
+        .map(|b| {
+            let mut bus = rtloop_sim::SimBus::new(Default::default());
+            for id in b * 3 + 1..=b * 3 + 3 {
+                bus.add_servo(Servo::new(ServoConfig::physical(id)));
+            }
+            bus
+        })
+        .collect();
+    world.couple(&mut buses).expect("couples");
     let step_ns = world.step_ns();
     let mut now = 0u64;
-    world.advance_to(now, &mut visit);
+    world.advance_to(now, &mut buses);
     rate("World::advance_to (12 servos + plant)", || {
         now += step_ns;
-        world.advance_to(now, &mut visit);
+        world.advance_to(now, &mut buses);
     });
 }

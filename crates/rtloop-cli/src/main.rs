@@ -10,6 +10,7 @@ mod cli;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use cli::console;
+use cli::demo::RunFile;
 use cli::run::print_summary;
 use rtloop::frame::{self, CommandKind, EncodeRequest};
 use rtloop::robot_spec::RobotSpec;
@@ -547,17 +548,14 @@ struct RunArgs {
 }
 
 impl RunArgs {
-    /// The configuration: built-in default, then the file, then the flags.
-    fn config(&self) -> Result<rtloop::config::RunConfig, String> {
-        use rtloop::config::RunConfig;
-        let mut c = match &self.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("cannot read --config {}: {e}", path.display()))?;
-                RunConfig::from_toml(&text).map_err(|e| format!("--config {}: {e}", path.display()))?
-            }
-            None => RunConfig::default(),
+    /// The configuration (the run's, and the demonstration motion's): built-in default, then
+    /// the file, then the flags.
+    fn config(&self) -> Result<RunFile, String> {
+        let mut file = match &self.config {
+            Some(path) => read_run_file(path)?,
+            None => RunFile::default(),
         };
+        let c = &mut file.run;
         if let Some(d) = self.duration {
             c.duration_s = d;
         }
@@ -629,7 +627,9 @@ impl RunArgs {
                 (physics.ground_roll_deg, physics.ground_pitch_deg) = parsed.unwrap_or((f64::NAN, f64::NAN));
             }
         }
-        c.faults.push.extend(self.push.iter().cloned());
+        for push in &self.push {
+            c.faults.push.push(rtloop::physics::parse_push(push).map_err(|e| e.to_string())?);
+        }
         let live = &mut c.live;
         if let Some(a) = &self.foxglove {
             live.foxglove = Some(a.clone());
@@ -648,8 +648,14 @@ impl RunArgs {
         }
         live.allow_remote |= self.allow_remote;
         c.validate_flags().map_err(|e| e.to_string())?;
-        Ok(c)
+        Ok(file)
     }
+}
+
+/// A run file (`--config FILE` of `rtloop run` and `rtloop budget`).
+fn read_run_file(path: &std::path::Path) -> Result<RunFile, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read --config {}: {e}", path.display()))?;
+    RunFile::from_toml(&text).map_err(|e| format!("--config {}: {e}", path.display()))
 }
 
 #[derive(Subcommand)]
@@ -877,10 +883,11 @@ fn run_command(a: &RunArgs) -> Result<(), String> {
     // Before anything is created (an agent segment, a physics model): a signal from now on
     // ends the run cleanly, with its summary.
     rtloop::signals::install();
-    let config = a.config()?;
+    let file = a.config()?;
     if a.print_config {
-        return console::text(config.to_toml());
+        return console::text(file.to_toml());
     }
+    let config = file.run;
     let mut runtime = Runtime::from_config(config.clone()).on_notice(cli::run::print_notice);
     if !a.quiet {
         runtime = runtime.progress_every(cli::run::progress_interval());
@@ -891,7 +898,7 @@ fn run_command(a: &RunArgs) -> Result<(), String> {
     let summary = match &a.agent {
         Some(name) => run_agent(runtime, &config, name, a.agent_timeout_ms, &a.agent_on_timeout, a.agent_wait)?,
         // The demonstration motion is a controller like any other.
-        None => runtime.run(rtloop::motion::Motion::from_config(&config)).map_err(|e| rtloop_output::sentence(&e))?,
+        None => runtime.run(file.motion.motion(&config)).map_err(|e| rtloop_output::sentence(&e))?,
     };
     let mut out = std::io::stdout().lock();
     console::tolerate_closed_reader(print_summary(&summary, &mut out))?;
@@ -919,13 +926,7 @@ fn run_command(a: &RunArgs) -> Result<(), String> {
 /// `rtloop budget`: the cycle-time model of a robot, measured beside it on a simulated pi3hat.
 fn budget_command(a: &BudgetArgs) -> Result<(), String> {
     let from_file = match &a.config {
-        Some(path) => {
-            let text =
-                std::fs::read_to_string(path).map_err(|e| format!("cannot read --config {}: {e}", path.display()))?;
-            let config =
-                rtloop::config::RunConfig::from_toml(&text).map_err(|e| format!("--config {}: {e}", path.display()))?;
-            Some(config.robot())
-        }
+        Some(path) => Some(read_run_file(path)?.run.robot()),
         None => None,
     };
     let robot = crate::cli::budget::robot_from_args(from_file, &a.buses, &a.ids, a.pi3hat)?;

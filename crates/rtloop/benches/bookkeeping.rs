@@ -23,7 +23,7 @@
 
 use rtloop::config::SimConfig;
 use rtloop::io::{Clock, MonotonicClock, ServoCommand as IoCommand, ServoReply, VirtualClock};
-use rtloop::{Controller, Flow, Output, RobotSpec, Runtime, State};
+use rtloop::{Controller, Failure, Flow, Output, RobotSpec, Runtime, State};
 use rtloop_rt::periodic::{ManualClock, OverrunPolicy, PeriodicLoop, PeriodicOptions};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,8 +42,8 @@ struct QueryOnly;
 
 impl Controller for QueryOnly {
     type Telemetry = ();
-    fn cycle(&mut self, _: &State<'_>, _: &mut Output<'_, ()>) -> Flow {
-        Flow::Continue
+    fn cycle(&mut self, _: &State<'_>, _: &mut Output<'_, ()>) -> Result<Flow, Failure> {
+        Ok(Flow::Continue)
     }
 }
 

@@ -25,7 +25,7 @@ mod imu_level;
 use rtloop::config::SimConfig;
 use rtloop::controller::CycleFigures;
 use rtloop::motion::Motion;
-use rtloop::{Controller, Flow, Output, Runtime, ServoCommand, ServoStatus, State};
+use rtloop::{Controller, Failure, Flow, Output, Runtime, ServoCommand, ServoStatus, State};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -41,8 +41,8 @@ struct QueryOnly;
 
 impl Controller for QueryOnly {
     type Telemetry = ();
-    fn cycle(&mut self, _: &State<'_>, _: &mut Output<'_, ()>) -> Flow {
-        Flow::Continue
+    fn cycle(&mut self, _: &State<'_>, _: &mut Output<'_, ()>) -> Result<Flow, Failure> {
+        Ok(Flow::Continue)
     }
 }
 
@@ -58,10 +58,10 @@ struct Timed<C> {
 impl<C: Controller> Controller for Timed<C> {
     type Telemetry = C::Telemetry;
     const TELEMETRY_RECORD: &'static str = C::TELEMETRY_RECORD;
-    fn start(&mut self, state: &State<'_>) {
-        self.inner.start(state);
+    fn start(&mut self, state: &State<'_>) -> Result<(), Failure> {
+        self.inner.start(state)
     }
-    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, C::Telemetry>) -> Flow {
+    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, C::Telemetry>) -> Result<Flow, Failure> {
         let t0 = Instant::now();
         let flow = self.inner.cycle(state, out);
         self.total_ns += t0.elapsed().as_nanos() as u64;
@@ -103,16 +103,18 @@ fn call_alone<C: Controller>(mut controller: C) -> f64 {
     let figures = CycleFigures::default();
     let (mut wanted, mut sent) = ([ServoCommand::Query; SERVOS], [ServoCommand::Query; SERVOS]);
     let mut telemetry = None;
-    controller.start(&State {
-        time_s: 0.0,
-        cycle: 0,
-        servos: &servos,
-        imu: &imu,
-        last_cycle: &figures,
-        safe_mode: false,
-        events: &[],
-        body: None,
-    });
+    controller
+        .start(&State {
+            time_s: 0.0,
+            cycle: 0,
+            servos: &servos,
+            imu: &imu,
+            last_cycle: &figures,
+            safe_mode: false,
+            events: &[],
+            body: None,
+        })
+        .expect("the controllers measured here start on this state");
     let started = Instant::now();
     for k in 0..CALLS {
         let state = State {
@@ -126,7 +128,7 @@ fn call_alone<C: Controller>(mut controller: C) -> f64 {
             body: None,
         };
         let mut out = Output::new(&mut wanted, &mut telemetry);
-        black_box(controller.cycle(&state, &mut out));
+        let _ = black_box(controller.cycle(&state, &mut out));
         black_box(out.rearm_requested());
         sent.copy_from_slice(&wanted);
         black_box(&mut sent);

@@ -21,7 +21,7 @@
 //! ```
 
 use rtloop::motion::Motion;
-use rtloop::{Controller, Flow, Output, RunSummary, Runtime, ServoCommand, State};
+use rtloop::{Controller, Failure, Flow, Output, RunSummary, Runtime, ServoCommand, State};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -58,14 +58,14 @@ impl Controller for Recorded {
     type Telemetry = StandTargets;
     const TELEMETRY_RECORD: &'static str = "stand_targets";
 
-    fn start(&mut self, state: &State<'_>) {
-        self.motion.start(state);
+    fn start(&mut self, state: &State<'_>) -> Result<(), Failure> {
+        self.motion.start(state)
     }
 
-    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, StandTargets>) -> Flow {
+    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, StandTargets>) -> Result<Flow, Failure> {
         // `Motion` records nothing (its telemetry is `()`): run it on the same commands.
         let mut nothing = None;
-        self.motion.cycle(state, &mut Output::new(out.commands(), &mut nothing));
+        self.motion.cycle(state, &mut Output::new(out.commands(), &mut nothing))?;
         let mut t =
             StandTargets { kp_scale: self.motion.kp_scale, kd_scale: self.motion.kd_scale, ..Default::default() };
         let (mut squares, mut joints) = (0.0, 0);
@@ -85,7 +85,7 @@ impl Controller for Recorded {
         }
         t.tracking_error_rev = self.tracking_error;
         out.record(t);
-        Flow::Continue
+        Ok(Flow::Continue)
     }
 }
 

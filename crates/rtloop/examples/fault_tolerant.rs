@@ -10,6 +10,11 @@
 //! * the other joints of its leg are parked (zero velocity: they hold with damping);
 //! * every other joint stops swaying and lowers the body to a crouch over one second.
 //!
+//! A fault on a second leg is more than it can handle (two legs do not hold the body): its
+//! `cycle` then returns a [`Failure`](rtloop::Failure), and the runtime commands the safe
+//! mode in that very cycle, ends the run, and reports `second_leg_faulted` (an event, the
+//! summary's first problem, and `failure` in the summary).
+//!
 //! Run it: `cargo run --release --example fault_tolerant` (`-- --duration SECONDS`, 3 by
 //! default).
 //!
@@ -21,7 +26,7 @@
 use rtloop::config::{FaultsConfig, SafetyToml};
 use rtloop::controller::EventKind;
 use rtloop::motion::Motion;
-use rtloop::{Controller, Flow, Output, PositionCommand, Runtime, ServoCommand, State};
+use rtloop::{Controller, Failure, Flow, Output, PositionCommand, Runtime, ServoCommand, State};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
@@ -77,18 +82,27 @@ impl Default for FaultTolerant {
 impl Controller for FaultTolerant {
     type Telemetry = ();
 
-    fn start(&mut self, state: &State<'_>) {
-        self.motion.start(state);
+    fn start(&mut self, state: &State<'_>) -> Result<(), Failure> {
+        self.motion.start(state)
     }
 
-    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Flow {
+    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Result<Flow, Failure> {
         let n = state.servos.len().min(MAX_JOINTS);
         let fault_events = state.events.iter().filter(|e| matches!(e.kind, EventKind::Fault { .. })).count();
         for (i, servo) in state.servos.iter().enumerate().take(n) {
             if servo.faulted() && !self.faulted[i] {
                 self.faulted[i] = true;
-                if self.first.is_none() {
-                    self.first = Some(self.react(i, servo.id, servo.state.fault.unwrap_or(0), state.time_s, out));
+                match self.first.map(|first| first.leg) {
+                    None => {
+                        self.first = Some(self.react(i, servo.id, servo.state.fault.unwrap_or(0), state.time_s, out))
+                    }
+                    // A second leg: more than this controller can stand on. The safe stop.
+                    Some(leg) if leg != i / 3 + 1 => {
+                        let what = "a servo of a second leg faulted, and two legs cannot hold the body";
+                        let fix = "let the servos cool down, and check their cooling and load";
+                        return Err(Failure::new("second_leg_faulted", what, fix).servo(i));
+                    }
+                    Some(_) => {}
                 }
             }
         }
@@ -116,7 +130,7 @@ impl Controller for FaultTolerant {
             };
             out.set(i, command);
         }
-        Flow::Continue
+        Ok(Flow::Continue)
     }
 
     fn stop(&mut self, state: &State<'_>) {

@@ -8,7 +8,8 @@
 //! ([`Level::gain`]: the offsets grow for as long as the body is tilted, so they end where it
 //! is level, whatever the slope within the clamp) and the tilt rate ([`Level::damping`]:
 //! the body rocks on its springy legs, and lengthening the legs on the side going down damps
-//! that).
+//! that). On a robot without an IMU it refuses to start: `start` returns a
+//! [`Failure`](rtloop::Failure), so no servo is commanded and the summary says why.
 //!
 //! Assumed layout (change [`LEGS`] for your robot): legs in servo order front-left,
 //! front-right, rear-left, rear-right, three joints each (abduction, hip, knee), joint zero
@@ -40,7 +41,7 @@
 pub mod common;
 
 use rtloop::motion::Motion;
-use rtloop::{Controller, Flow, Output, ServoCommand, State};
+use rtloop::{Controller, Failure, Flow, Output, ServoCommand, State};
 use std::process::ExitCode;
 
 /// Per leg (in servo order): +1 for a front leg, −1 for a rear one; +1 right, −1 left.
@@ -130,21 +131,26 @@ pub fn roll_pitch(q: [f64; 4]) -> Option<(f64, f64)> {
 impl Controller for Level {
     type Telemetry = ();
 
-    fn start(&mut self, state: &State<'_>) {
-        self.base.start(state);
+    fn start(&mut self, state: &State<'_>) -> Result<(), Failure> {
+        // Levelling reads the IMU: on a robot without one, refuse to start (nothing moves).
+        if roll_pitch(state.imu.quaternion).is_none() {
+            let fix = "give the robot an IMU (a pi3hat's, or the simulated robot's)";
+            return Err(Failure::new("no_imu", "the robot has no IMU to level the body with", fix));
+        }
+        self.base.start(state)
     }
 
-    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Flow {
-        self.base.cycle(state, out); // stand-up ramp, then hold
-                                     // The time since the previous cycle (0 on the first).
+    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Result<Flow, Failure> {
+        self.base.cycle(state, out)?; // stand-up ramp, then hold
+                                      // The time since the previous cycle (0 on the first).
         let dt = if self.last_t.is_nan() { 0.0 } else { (state.time_s - self.last_t).clamp(0.0, 0.1) };
         self.last_t = state.time_s;
-        let Some((roll, pitch)) = roll_pitch(state.imu.quaternion) else { return Flow::Continue };
+        let Some((roll, pitch)) = roll_pitch(state.imu.quaternion) else { return Ok(Flow::Continue) };
         self.roll.add(roll.to_degrees());
         self.pitch.add(pitch.to_degrees());
         self.last = (roll.to_degrees(), pitch.to_degrees());
         if state.time_s < self.base.stand_s + self.settle_s {
-            return Flow::Continue; // standing up: the offsets start from 0 once it stands, so the legs never step
+            return Ok(Flow::Continue); // standing up: the offsets start from 0 once it stands, so the legs never step
         }
         // Integral feedback: the offsets grow while the body is tilted and stop where it is level.
         // Rate feedback: lengthen the legs on the side going down, which damps the rocking.
@@ -169,7 +175,7 @@ impl Controller for Level {
                 }
             }
         }
-        Flow::Continue
+        Ok(Flow::Continue)
     }
 
     fn stop(&mut self, _state: &State<'_>) {

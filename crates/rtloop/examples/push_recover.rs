@@ -33,7 +33,7 @@ mod imu_level;
 
 use imu_level::{common, roll_pitch, Level};
 use rtloop::physics::PushSpec;
-use rtloop::{Controller, Flow, Output, State};
+use rtloop::{Controller, Failure, Flow, Output, State};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
@@ -106,19 +106,19 @@ fn norm(v: [f64; 3]) -> f64 {
 impl Controller for PushRecover {
     type Telemetry = ();
 
-    fn start(&mut self, state: &State<'_>) {
-        self.level.start(state);
+    fn start(&mut self, state: &State<'_>) -> Result<(), Failure> {
+        self.level.start(state) // refuses a robot without an IMU
     }
 
-    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Flow {
-        self.level.cycle(state, out); // stand up, hold, level
-        let Some((roll, pitch)) = roll_pitch(state.imu.quaternion) else { return Flow::Continue };
+    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Result<Flow, Failure> {
+        self.level.cycle(state, out)?; // stand up, hold, level
+        let Some((roll, pitch)) = roll_pitch(state.imu.quaternion) else { return Ok(Flow::Continue) };
         let (roll, pitch, t) = (roll.to_degrees(), pitch.to_degrees(), state.time_s);
         let r = &mut self.report;
         r.last_deg = (roll, pitch);
         if t < self.level.stand_s() + self.settle_s {
             r.before_deg = (roll, pitch);
-            return Flow::Continue;
+            return Ok(Flow::Continue);
         }
         let tilt = roll.hypot(pitch);
         let (accel, rate) = (norm(state.imu.accel_mps2), norm(state.imu.rate_dps));
@@ -140,7 +140,7 @@ impl Controller for PushRecover {
                 r.recovered_at_s = Some(self.calm_since);
             }
         }
-        Flow::Continue
+        Ok(Flow::Continue)
     }
 
     fn stop(&mut self, state: &State<'_>) {

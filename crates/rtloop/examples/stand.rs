@@ -29,7 +29,7 @@
 mod common;
 
 use rtloop::motion::STAND_POSE;
-use rtloop::{Controller, Flow, Output, PositionCommand, ServoCommand, State};
+use rtloop::{Controller, Failure, Flow, Output, PositionCommand, ServoCommand, State};
 use std::process::ExitCode;
 
 /// The most joints this controller drives (the runtime drives at most 32 servos).
@@ -82,15 +82,16 @@ impl Stand {
 impl Controller for Stand {
     type Telemetry = ();
 
-    fn start(&mut self, state: &State<'_>) {
+    fn start(&mut self, state: &State<'_>) -> Result<(), Failure> {
         for (i, servo) in state.servos.iter().enumerate().take(MAX_JOINTS) {
             if servo.age_cycles.is_some() && servo.state.position.is_finite() {
                 self.from[i] = servo.state.position;
             }
         }
+        Ok(())
     }
 
-    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Flow {
+    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Result<Flow, Failure> {
         for (i, servo) in state.servos.iter().enumerate().take(MAX_JOINTS) {
             // A joint that had not answered by `start` begins its own ramp when it does.
             if self.from[i].is_nan() && servo.age_cycles.is_some() && servo.state.position.is_finite() {
@@ -113,7 +114,7 @@ impl Controller for Stand {
                 self.worst_hold_error = self.worst_hold_error.max((servo.state.position - position).abs());
             }
         }
-        Flow::Continue
+        Ok(Flow::Continue)
     }
 
     fn stop(&mut self, state: &State<'_>) {

@@ -23,10 +23,10 @@
 //!   fields broke which limits, for which servos, how many times.
 //! * A segment lost under the spine (another process of the user truncated
 //!   `/dev/shm/rtloop-NAME`, or truncated and grew it again: the agent crate's SIGBUS guard
-//!   keeps the spine alive through it): every servo gets the safe command, the run ends
-//!   with an `agent_segment_lost` event (its `value`: 1 truncated, 2 replaced) and its
-//!   shutdown cycle, and the summary's first problem says what happened and how to avoid
-//!   it. The spine still removes its file.
+//!   keeps the spine alive through it) is the spine's [`Failure`]: every servo gets the safe
+//!   mode at once, the run ends with an `agent_segment_lost` event (its `value`: 1
+//!   truncated, 2 replaced) and its shutdown cycle, and the summary's first problem says
+//!   what happened and how to avoid it. The spine still removes its file.
 //! * Every position command carries a watchdog: the agent's if it sent one (within the
 //!   limits), else the run's `[gains] watchdog_timeout_s`.
 //! * The limits never exceed what the run's commands carry ([`carried_limits`]): an int16
@@ -39,12 +39,13 @@
 //!   following, at most the timeout (then the cycle goes on with the safe command, and the
 //!   spine is `SAFE` with a new token); while waiting to be armed, at most
 //!   [`AgentOptions::arm_wait_s`] of wall-clock time, and not at all once the agent is gone:
-//!   either ends the run with one sentence.
+//!   either is the spine's [`Failure`] (`agent_not_armed`, `agent_gone`), which ends the run
+//!   with one sentence.
 //!
 //! Must never: block the real-time loop on the agent outside lockstep, allocate in
 //! [`Controller::cycle`], or send a servo anything that was not validated.
 
-use crate::controller::{Controller, Flow, Output, PositionCommand, ServoCommand, State, Summarizer};
+use crate::controller::{Controller, Failure, Flow, Output, PositionCommand, ServoCommand, State, Summarizer};
 use rtloop_agent::layout::status;
 use rtloop_agent::{
     Limits, Lockstep, Refusals, SegmentLoss, ServoCommandError, ServoInfo, Spine, SpineConfig, ValidCommand,
@@ -302,25 +303,14 @@ impl AgentFigures {
 }
 
 impl AgentFigures {
-    /// Complete the run's summary after the run: what the agent did (`summary.agent`) and
-    /// its problems in the spine's words — a lost segment first (it ended the run), then the
-    /// refusals with their causes — each one sentence. [`AgentSpine::summarizer`] hands
-    /// this to [`crate::Runtime::run`].
+    /// Complete the run's summary after the run with what the spine recorded: what the agent
+    /// did (`summary.agent`) and the commands it refused, with their causes, in one sentence.
+    /// (What ended a run — a lost segment, an agent gone or never armed — is the spine's
+    /// [`Failure`], already in the summary.) [`AgentSpine::summarizer`] hands this to
+    /// [`crate::Runtime::run`].
     pub fn complete(&self, summary: &mut crate::RunSummary) {
         let agent = self.summary();
         let first_time = |kind: &str| summary.events.iter().find(|e| e.kind == kind).map(|e| e.time);
-        if let Some(loss) = SegmentLoss::from_code(self.figures.segment_lost.load(Ordering::Relaxed)) {
-            let at = first_time("agent_segment_lost").map_or_else(String::new, |t| format!(" at {t:.3} s"));
-            let path = segment_path(&self.name).display().to_string();
-            summary.problems.insert(
-                0,
-                format!(
-                    "the agent segment {path} {} by another process{at}: the spine commanded the servos safe and \
-                     ended the run; never write to {path} while its spine runs (an agent only maps it)",
-                    loss.what()
-                ),
-            );
-        }
         if agent.refused > 0 {
             let refusals = self.refusals();
             let from = first_time("agent_command_refused");
@@ -392,10 +382,43 @@ fn stop_requested(stop: &AtomicBool) -> bool {
     stop.load(Ordering::Relaxed) || crate::signals::stop_requested()
 }
 
+/// The words of the spine's failures that name its segment or its wait, made once when it is
+/// created: a failing cycle only counts one more holder of them.
+struct FailureWords {
+    /// `agent_not_armed`: what happened, with the wait.
+    not_armed: Arc<str>,
+    /// `agent_segment_lost`: what happened, truncated or replaced.
+    truncated: Arc<str>,
+    replaced: Arc<str>,
+    /// `agent_segment_lost`: what to do, with the path.
+    lost_fix: Arc<str>,
+}
+
+impl FailureWords {
+    fn new(options: &AgentOptions) -> Self {
+        let path = segment_path(&options.name).display().to_string();
+        let lost =
+            |loss: SegmentLoss| Arc::from(format!("the agent segment {path} {} by another process", loss.what()));
+        FailureWords {
+            not_armed: Arc::from(format!(
+                "no agent armed the spine within {} s of waiting (wall-clock time; simulated time stood still)",
+                options.arm_wait_s
+            )),
+            truncated: lost(SegmentLoss::Truncated),
+            replaced: lost(SegmentLoss::Replaced),
+            lost_fix: Arc::from(format!(
+                "the spine commanded the servos safe and ended the run; never write to {path} while its spine runs \
+                 (an agent only maps it)"
+            )),
+        }
+    }
+}
+
 /// The spine: a [`Controller`] that follows an agent process.
 pub struct AgentSpine {
     spine: Spine,
     options: AgentOptions,
+    words: FailureWords,
     figures: Arc<Figures>,
     /// The handle [`AgentSpine::create`] returned (for the summarizer).
     handle: AgentFigures,
@@ -487,6 +510,7 @@ impl AgentSpine {
         Ok((
             AgentSpine {
                 spine,
+                words: FailureWords::new(&options),
                 options,
                 figures,
                 handle: handle.clone(),
@@ -508,18 +532,17 @@ impl AgentSpine {
         self.handle.clone()
     }
 
-    /// The segment was lost under the spine: the first time, an `agent_segment_lost` event
-    /// (valued with [`SegmentLoss::code`]); every servo gets the safe command, and the run
-    /// ends (its shutdown cycle commands the servos safe).
-    fn segment_lost(&mut self, loss: SegmentLoss, state: &State<'_>, out: &mut Output<'_, ()>) -> Flow {
-        if self.figures.segment_lost.swap(loss.code(), Ordering::Relaxed) == 0 {
-            out.event_value(None, "agent_segment_lost", loss.code());
-        }
-        for i in 0..state.servos.len() {
-            out.set(i, self.options.on_timeout);
-        }
+    /// The segment was lost under the spine: the spine's failure `agent_segment_lost`
+    /// (valued with [`SegmentLoss::code`]), which commands every servo the safe mode at once
+    /// and ends the run.
+    fn segment_lost(&mut self, loss: SegmentLoss) -> Failure {
+        self.figures.segment_lost.store(loss.code(), Ordering::Relaxed);
         self.figures.without.fetch_add(1, Ordering::Relaxed);
-        Flow::Stop
+        let what = match loss {
+            SegmentLoss::Truncated => &self.words.truncated,
+            SegmentLoss::Replaced => &self.words.replaced,
+        };
+        Failure::new("agent_segment_lost", what, &self.words.lost_fix).value(loss.code())
     }
 
     /// A flag that ends a lockstep wait for the agent (Ctrl-C does too).
@@ -621,19 +644,20 @@ impl AgentSpine {
 impl Controller for AgentSpine {
     type Telemetry = ();
 
-    fn start(&mut self, state: &State<'_>) {
+    fn start(&mut self, state: &State<'_>) -> Result<(), Failure> {
         if let Some(announce) = self.on_start.take() {
             announce();
         }
         self.publish(state);
+        Ok(())
     }
 
-    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Flow {
+    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Result<Flow, Failure> {
         self.publish(state);
         // Two atomic loads: the segment is still the one the spine made (publishing into a
         // truncated one faulted, and the guard took the fault).
         if let Some(loss) = self.spine.check_segment() {
-            return self.segment_lost(loss, state, out);
+            return Err(self.segment_lost(loss));
         }
         let mut flow = Flow::Continue;
         // Why a lockstep wait ended the run, reported after what the wait saw.
@@ -656,13 +680,13 @@ impl Controller for AgentSpine {
                     // Timed out: the spine went safe; this cycle goes on with the safe command.
                     Lockstep::Command | Lockstep::TimedOut => {}
                     Lockstep::AgentGone => {
-                        ended = Some(("agent_gone", None));
-                        flow = Flow::Stop;
+                        let (what, fix) = ("the agent exited (or detached)", "the lockstep run ended there");
+                        ended = Some(Failure::new("agent_gone", what, fix));
                     }
                     Lockstep::NotArmed => {
                         let ms = (self.options.arm_wait_s * 1e3).round() as u64;
-                        ended = Some(("agent_not_armed", Some(ms)));
-                        flow = Flow::Stop;
+                        let fix = "start the agent, or raise --agent-wait";
+                        ended = Some(Failure::new("agent_not_armed", &self.words.not_armed, fix).value(ms));
                     }
                     Lockstep::Stopped => flow = Flow::Stop,
                     // Handled below, with a free-running poll's.
@@ -674,7 +698,7 @@ impl Controller for AgentSpine {
             self.spine.poll_command(rtloop_agent::monotonic_ns());
         }
         if let Some(loss) = self.spine.check_segment() {
-            return self.segment_lost(loss, state, out);
+            return Err(self.segment_lost(loss));
         }
         let now = self.spine.counters();
         let f = &self.figures;
@@ -690,11 +714,6 @@ impl Controller for AgentSpine {
         f.wrong_version.store(now.wrong_version, Ordering::Relaxed);
         if let Some(m) = self.spine.version_mismatch() {
             out.event_value(None, "agent_version_mismatch", u64::from(m.agent));
-        }
-        match ended {
-            Some((name, Some(value))) => _ = out.event_value(None, name, value),
-            Some((name, None)) => _ = out.event(None, name),
-            None => {}
         }
         let fresh_command = now.commands > self.seen.commands;
         let following = self.spine.following();
@@ -731,7 +750,10 @@ impl Controller for AgentSpine {
         f.refused.store(self.seen.rejected, Ordering::Relaxed);
         f.resets.store(self.seen.resets, Ordering::Relaxed);
         f.resets_refused.store(self.seen.resets_refused, Ordering::Relaxed);
-        flow
+        match ended {
+            Some(failure) => Err(failure),
+            None => Ok(flow),
+        }
     }
 
     fn stop(&mut self, state: &State<'_>) {

@@ -1,6 +1,10 @@
-//! The run configuration: robot, rate, motion, gains, safety policy, real-time settings and
+//! The run configuration: robot, rate, gains, safety policy, real-time settings and
 //! simulator fault injection, as one TOML file (`rtloop run --config FILE`), with every
 //! field optional and the built-in robot as the default (`rtloop run --print-config`).
+//!
+//! A program keeps its control law's own settings in the same file, as a table of its own
+//! ([`RunConfig::from_toml_with`], [`RunConfig::to_toml_with`]): `rtloop run`'s `[motion]`
+//! (the demonstration motion's) is one.
 //!
 //! Must never: accept a value it would have to guess about. Unknown keys (in every table,
 //! `[[bus]]` included), out-of-range numbers (NaN and infinities included) and malformed
@@ -12,9 +16,6 @@
 //! |---|---|
 //! | `rate_hz` | 0.1 … 100 000 Hz |
 //! | `duration_s` | above 0, at most one year (31 536 000 s) |
-//! | `motion.stand_s` | 0.1 … 60 s |
-//! | `motion.amplitude_rev` | 0 … 0.25 rev |
-//! | `motion.frequency_hz` | 0 … 5 Hz |
 //! | `gains.kp_scale`, `gains.kd_scale` | 0 … 1 |
 //! | `gains.maximum_torque` | above 0, at most 100 N·m |
 //! | `gains.watchdog_timeout_s` | 0.01 … 10 s (0.1 s by default; always sent) |
@@ -43,8 +44,6 @@ pub struct RunConfig {
     /// The robot's buses (the built-in simulated quadruped by default).
     #[serde(rename = "bus")]
     pub buses: Vec<BusSpec>,
-    /// The demonstration motion.
-    pub motion: MotionConfig,
     /// What every position command carries.
     pub gains: GainsConfig,
     /// Graceful failure.
@@ -224,18 +223,6 @@ pub fn check_robot_name(name: &str) -> Result<(), ConfigError> {
     }
 }
 
-/// Stand, then sway.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct MotionConfig {
-    /// Seconds to reach the stand pose.
-    pub stand_s: f64,
-    /// Sway amplitude, rev.
-    pub amplitude_rev: f64,
-    /// Sway frequency, Hz.
-    pub frequency_hz: f64,
-}
-
 /// Per-command gains and limits.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -318,8 +305,33 @@ pub struct FaultsConfig {
     /// bus number, so buses lose different frames. Absent: a random seed, printed in the
     /// summary (`injected.seed`) so the run can be repeated.
     pub seed: Option<u64>,
-    /// `SECONDS:FX,FY,FZ[:DURATION]`: push the body (physics only), N in the world frame.
-    pub push: Vec<String>,
+    /// Pushes on the body (physics only), N in the world frame; in a file, each as
+    /// `SECONDS:FX,FY,FZ[:DURATION]` (what `--push` takes), read once, into the typed value.
+    #[serde(with = "push_text")]
+    pub push: Vec<crate::physics::PushSpec>,
+}
+
+/// `[faults] push` in a file: each push as the text `--push` takes,
+/// `SECONDS:FX,FY,FZ[:DURATION]` ([`crate::physics::parse_push`]), read once into the typed
+/// value; printed back so that it reads back as the same push.
+mod push_text {
+    use crate::physics::{parse_push, PushSpec};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// The text of `push`: a float's `Display` reads back as the same value.
+    pub(super) fn text(push: &PushSpec) -> String {
+        let PushSpec { at_s, force_n: [x, y, z], duration_s } = push;
+        format!("{at_s}:{x},{y},{z}:{duration_s}")
+    }
+
+    pub(super) fn serialize<S: Serializer>(pushes: &[PushSpec], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(pushes.iter().map(text))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PushSpec>, D::Error> {
+        let texts = Vec::<String>::deserialize(d)?;
+        texts.iter().map(|t| parse_push(t).map_err(serde::de::Error::custom)).collect()
+    }
 }
 
 impl Default for RunConfig {
@@ -328,7 +340,6 @@ impl Default for RunConfig {
             rate_hz: 1000.0,
             duration_s: 10.0,
             buses: RobotSpec::default_quadruped().buses,
-            motion: MotionConfig::default(),
             gains: GainsConfig::default(),
             safety: SafetyToml::default(),
             realtime: RealtimeConfig::default(),
@@ -342,20 +353,12 @@ impl Default for RunConfig {
     }
 }
 
-impl Default for MotionConfig {
-    fn default() -> Self {
-        // The library's demo motion's own defaults.
-        let m = crate::motion::Motion::default();
-        MotionConfig { stand_s: m.stand_s, amplitude_rev: m.amplitude_rev, frequency_hz: m.frequency_hz }
-    }
-}
-
 impl Default for GainsConfig {
     fn default() -> Self {
         GainsConfig {
             kp_scale: 1.0,
             kd_scale: 1.0,
-            maximum_torque: crate::motion::Motion::default().maximum_torque,
+            maximum_torque: DEFAULT_MAXIMUM_TORQUE_NM,
             watchdog_timeout_s: DEFAULT_WATCHDOG_TIMEOUT_S,
         }
     }
@@ -413,6 +416,10 @@ pub use crate::numbers::MIN_WATCHDOG_TIMEOUT_S;
 /// The watchdog timeout `rtloop run` sends with every command unless told otherwise, s (the
 /// moteus default, sent explicitly so that a servo configured without one still has one).
 pub const DEFAULT_WATCHDOG_TIMEOUT_S: f64 = 0.1;
+
+/// The torque limit of `[gains] maximum_torque` when none is given, N·m: enough for the
+/// built-in quadruped with a body (`--physics`) to carry its 7.4 kg standing (4 N·m is not).
+pub const DEFAULT_MAXIMUM_TORQUE_NM: f64 = 8.0;
 
 /// Longest watchdog timeout a command may carry, s: a host that dies leaves its servos
 /// holding position at most this long before they latch mode 11.
@@ -542,20 +549,51 @@ pub fn random_seed() -> u64 {
 }
 
 impl RunConfig {
-    /// Parse a TOML file's text and check it. Errors are one sentence with the line.
+    /// Parse a TOML file's text and check it. Errors are one sentence with the line; a key
+    /// the run does not know is one.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let mut c: RunConfig = toml::from_str(text).map_err(|e| crate::robot_spec::file_error(text, &e, true))?;
+        Self::read(text, None).map(|(config, _)| config)
+    }
+
+    /// [`from_toml`](Self::from_toml) on a file that also holds a table of the program's own,
+    /// `[table]` (its control law's settings, say): that table is read into `T` (`None` when
+    /// the file has none), with its mistakes (an unknown key, a value of the wrong type) one
+    /// sentence with the line like the run's; everything else is the run's. Checking `T`'s
+    /// values is the program's part. `rtloop run --config` reads its `[motion]` this way.
+    pub fn from_toml_with<T: serde::de::DeserializeOwned>(
+        text: &str,
+        table: &str,
+    ) -> Result<(Self, Option<T>), ConfigError> {
+        let (config, own) = Self::read(text, Some(table))?;
+        let own = own
+            .map(|value| T::deserialize(toml::de::ValueDeserializer::from(value)))
+            .transpose()
+            .map_err(|e| crate::robot_spec::file_error(text, &e, false))?;
+        Ok((config, own))
+    }
+
+    /// The run's part of `text`, checked, and the program's `table` as the file gives it (its
+    /// spans kept, so that a mistake in it names its line).
+    fn read<'t>(
+        text: &'t str,
+        table: Option<&str>,
+    ) -> Result<(Self, Option<toml::Spanned<toml::de::DeValue<'t>>>), ConfigError> {
+        let file_error = |e: &toml::de::Error| crate::robot_spec::file_error(text, e, true);
+        let mut root = toml::de::DeTable::parse(text).map_err(|e| file_error(&e))?;
+        let own = table.and_then(|name| root.get_mut().remove(name));
+        let bus_tables = root.get_ref().contains_key("bus");
+        let mut c = RunConfig::deserialize(toml::de::Deserializer::from(root)).map_err(|e| file_error(&e))?;
         // `[servo_bus_map]` (and `transport`) become the `bus` tables.
         let map = c.servo_bus_map.take();
         let transport = c.transport.take();
-        let bus_tables = map.is_some() && toml::from_str::<toml::Table>(text).is_ok_and(|t| t.contains_key("bus"));
+        let bus_tables = map.is_some() && bus_tables;
         if let Some(buses) =
             crate::robot_spec::resolve_servo_bus_map(text, bus_tables, transport.as_deref(), map.as_ref())?
         {
             c.buses = buses;
         }
         c.validate()?;
-        Ok(c)
+        Ok((c, own))
     }
 
     /// The TOML of this configuration. Absent optional values are printed as comments that
@@ -577,6 +615,22 @@ impl RunConfig {
             }
         }
         out
+    }
+
+    /// [`to_toml`](Self::to_toml) with a table of the program's own, `[table]` (see
+    /// [`from_toml_with`](Self::from_toml_with)), between the robot's buses and the run's
+    /// settings.
+    pub fn to_toml_with<T: Serialize>(&self, table: &str, value: &T) -> String {
+        let own = match toml::to_string(&std::collections::BTreeMap::from([(table, value)])) {
+            Ok(t) => t,
+            Err(e) => format!("# cannot print [{table}]: {e}\n"),
+        };
+        let text = self.to_toml();
+        // Every field of a RunConfig prints: `[gains]` is the first table after the buses.
+        match text.find("\n[gains]\n") {
+            Some(at) => format!("{}{own}\n{}", &text[..at + 1], &text[at + 1..]),
+            None => format!("{text}\n{own}"),
+        }
     }
 
     /// The robot part.
@@ -637,9 +691,6 @@ impl RunConfig {
                 format!("a number of seconds above 0 and at most {MAX_DURATION_S} (one year)"),
             ));
         }
-        range("motion.stand_s", self.motion.stand_s, 0.1, 60.0, "0.1 to 60 s")?;
-        range("motion.amplitude_rev", self.motion.amplitude_rev, 0.0, 0.25, "0 to 0.25 rev")?;
-        range("motion.frequency_hz", self.motion.frequency_hz, 0.0, 5.0, "0 to 5 Hz")?;
         range("gains.kp_scale", self.gains.kp_scale, 0.0, 1.0, "0 to 1")?;
         range("gains.kd_scale", self.gains.kd_scale, 0.0, 1.0, "0 to 1")?;
         if !(self.gains.maximum_torque > 0.0 && self.gains.maximum_torque <= 100.0) {
@@ -757,7 +808,15 @@ impl RunConfig {
         if let Some(physics) = &self.physics {
             physics.spec(&self.buses)?;
         }
-        let pushes = self.pushes()?;
+        let pushes = self.pushes();
+        for push in pushes {
+            // The ranges are those of `--push` (`crate::physics::parse_push`): a push is valid
+            // when its text reads back as the same push, which `--print-config` needs as well.
+            let text = push_text::text(push);
+            if crate::physics::parse_push(&text).ok().as_ref() != Some(push) {
+                return Err(crate::physics::PhysicsConfigError::Push { text }.into());
+            }
+        }
         if !pushes.is_empty() && self.physics.is_none() {
             return Err(crate::physics::PhysicsConfigError::PushWithoutPhysics.into());
         }
@@ -768,8 +827,8 @@ impl RunConfig {
     }
 
     /// The pushes on the body (`faults.push`).
-    pub fn pushes(&self) -> Result<Vec<crate::physics::PushSpec>, ConfigError> {
-        Ok(self.faults.push.iter().map(|s| crate::physics::parse_push(s)).collect::<Result<_, _>>()?)
+    pub fn pushes(&self) -> &[crate::physics::PushSpec] {
+        &self.faults.push
     }
 
     /// The safety supervisor's recovery policy.
@@ -953,9 +1012,6 @@ mod tests {
         let floats = [
             ("", "rate_hz"),
             ("", "duration_s"),
-            ("motion", "stand_s"),
-            ("motion", "amplitude_rev"),
-            ("motion", "frequency_hz"),
             ("gains", "kp_scale"),
             ("gains", "kd_scale"),
             ("gains", "maximum_torque"),
@@ -1012,7 +1068,7 @@ mod tests {
         assert!(e.contains("move top-level keys above the first table"), "{e}");
         one_line(&e);
         // Every table refuses unknown keys.
-        for table in ["motion", "gains", "safety", "realtime", "faults", "sim"] {
+        for table in ["gains", "safety", "realtime", "faults", "sim"] {
             let text = format!("[{table}]\nno_such_key = 1\n");
             let e = RunConfig::from_toml(&text).unwrap_err().to_string();
             assert!(e.contains("unknown field `no_such_key`"), "{table}: {e}");
@@ -1072,5 +1128,82 @@ mod tests {
         assert!(e.contains("expected auto, other, fifo, rr or deadline"), "{e}");
         let other = RunConfig::from_toml("[realtime]\npolicy = \"other\"").unwrap();
         assert!(!other.holds_cpu_dma_latency());
+    }
+
+    #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+    #[serde(deny_unknown_fields, default)]
+    struct Own {
+        gain: f64,
+        name: String,
+    }
+
+    #[test]
+    fn a_table_of_the_programs_own_reads_with_its_lines_and_prints_back_between_the_buses_and_the_settings() {
+        let text = "rate_hz = 500.0\n[own]\ngain = 2.0\nname = \"x\"\n[safety]\non_fault = \"stop\"\n";
+        let (c, own) = RunConfig::from_toml_with::<Own>(text, "own").unwrap();
+        assert_eq!(own, Some(Own { gain: 2.0, name: "x".into() }));
+        assert_eq!((c.rate_hz, c.safety.on_fault.as_str()), (500.0, "stop"));
+        assert_eq!(RunConfig::from_toml_with::<Own>("rate_hz = 500.0", "own").unwrap().1, None);
+        // Its mistakes are one sentence with the line, as the run's.
+        let e = RunConfig::from_toml_with::<Own>("[own]\ngain = 1.0\nspeed = 2\n", "own").unwrap_err().to_string();
+        assert!(e.starts_with("line 3 (speed = 2): unknown field `speed`"), "{e}");
+        one_line(&e);
+        let e = RunConfig::from_toml_with::<Own>("[own]\ngain = \"fast\"\n", "own").unwrap_err().to_string();
+        assert!(e.starts_with("line 2 (gain = \"fast\"): invalid type"), "{e}");
+        // The run's own keys stay the run's: a mistake there is still one.
+        let e = RunConfig::from_toml_with::<Own>("rate_hz = 0.0\n[own]\n", "own").unwrap_err().to_string();
+        assert!(e.starts_with("rate_hz = 0 is out of range"), "{e}");
+        // Without the program, its table is a key the run does not know.
+        let e = RunConfig::from_toml(text).unwrap_err().to_string();
+        assert!(e.contains("unknown field `own`") && !e.contains("move top-level keys"), "{e}");
+        // Printed after the buses, before [gains], and read back.
+        let own = Own { gain: 0.5, name: "y".into() };
+        let printed = c.to_toml_with("own", &own);
+        let (buses, own_at, gains) = (
+            printed.rfind("[[bus]]").unwrap(),
+            printed.find("\n[own]\n").unwrap(),
+            printed.find("\n[gains]\n").unwrap(),
+        );
+        assert!(buses < own_at && own_at < gains, "{printed}");
+        assert!(printed.contains("name = \"y\"\n\n[gains]\n"), "{printed}");
+        let (again, read) = RunConfig::from_toml_with::<Own>(&printed, "own").unwrap();
+        assert_eq!((again, read), (c, Some(own)));
+    }
+
+    #[test]
+    fn pushes_are_typed_read_once_from_a_file_and_checked_whatever_gave_them() {
+        use crate::physics::{PhysicsConfig, PushSpec};
+        let text = "[physics]\n[faults]\npush = [\"2:0,60,0\", \"1.5:-10,0,5:0.3\"]\n";
+        let c = RunConfig::from_toml(text).unwrap();
+        assert_eq!(
+            c.pushes(),
+            [
+                PushSpec { at_s: 2.0, force_n: [0.0, 60.0, 0.0], duration_s: 0.1 },
+                PushSpec { at_s: 1.5, force_n: [-10.0, 0.0, 5.0], duration_s: 0.3 }
+            ]
+        );
+        assert_eq!(RunConfig::from_toml(&c.to_toml()).unwrap(), c, "printed pushes read back");
+        let e = RunConfig::from_toml("[physics]\n[faults]\npush = [\"soon\"]\n").unwrap_err().to_string();
+        assert!(
+            e.starts_with("line 3 (push = [\"soon\"]): push \"soon\"") && e.contains("expected SECONDS:FX,FY,FZ"),
+            "{e}"
+        );
+        one_line(&e);
+        // A push given typed is range-checked as a written one is.
+        let physics = Some(PhysicsConfig::default());
+        for bad in [
+            PushSpec { at_s: -1.0, force_n: [0.0; 3], duration_s: 0.1 },
+            PushSpec { at_s: 1.0, force_n: [0.0, f64::NAN, 0.0], duration_s: 0.1 },
+            PushSpec { at_s: 1.0, force_n: [0.0, 2000.0, 0.0], duration_s: 0.1 },
+            PushSpec { at_s: 1.0, force_n: [0.0; 3], duration_s: 0.0 },
+        ] {
+            let mut c = RunConfig { physics: physics.clone(), ..RunConfig::default() };
+            c.faults.push.push(bad);
+            let e = c.validate().expect_err(&format!("{bad:?}")).to_string();
+            assert!(e.contains("expected SECONDS:FX,FY,FZ"), "{bad:?}: {e}");
+        }
+        let mut c = RunConfig { physics, ..RunConfig::default() };
+        c.faults.push.push(PushSpec { at_s: 0.1, force_n: [1e-3, -0.0, 1000.0], duration_s: 10.0 });
+        c.validate().unwrap();
     }
 }

@@ -11,12 +11,27 @@
 //! | your constructor | before [`crate::Runtime::run`] | yours | yes |
 //! | [`Controller::start`] | once, after the servos were first queried, before the first command | the cycle thread, before its real-time section | yes |
 //! | [`Controller::cycle`] | once per period, with this cycle's state; its commands go out in the same cycle | the cycle thread, real-time | **no**: no allocation, no lock, no I/O, no formatting |
-//! | [`Controller::stop`] | once, after the last cycle and the shutdown cycle | the cycle thread, after its real-time section | yes |
+//! | [`Controller::stop`] | once, after the last cycle and the shutdown cycle (also after a failure) | the cycle thread, after its real-time section | yes |
 //! | [`Controller::summarizer`] | once, before the run; what it returns, once after the run | yours | yes |
 //!
 //! Arming is explicit: before `start` no servo is commanded; a servo the controller leaves
 //! at [`ServoCommand::Query`] (the default each cycle starts from its previous command) is
 //! only queried.
+//!
+//! # When the control law fails
+//!
+//! One path, typed: `start` and `cycle` return a [`Failure`] as their error — `start` to
+//! refuse to start (no servo is ever commanded by the law), `cycle` to ask for the safe stop
+//! (`?` carries one up from your own helpers). The runtime then ends the run as at any end,
+//! at once: the failing cycle's commands are replaced by the shutdown's safe mode
+//! (`safety.shutdown`), the shutdown cycle and its read-back follow, then `stop`. The failure
+//! is an event named by [`Failure::name`] (in the summary's `events`, the log's `event`
+//! record, the live publishers), the summary's first problem — "WHAT at TIME: FIX", one
+//! sentence — and [`RunSummary::failure`](crate::RunSummary::failure); the run is degraded
+//! (`rtloop run` exits 1) and [`RunSummary::ended_by_controller`](crate::RunSummary::ended_by_controller)
+//! is set. A failure is made without allocating: its words are `&'static str`, or an
+//! `Arc<str>` made before the run ([`Words`]). [`Flow::Stop`] stays the way to end a run
+//! that went well.
 //!
 //! # Guarantees
 //!
@@ -37,6 +52,7 @@ pub use rtloop_sim::imu::roll_pitch;
 pub use rtloop_sim::{BodyState, ImuSample};
 
 use serde::Serialize;
+use std::sync::Arc;
 
 /// Most servos one run drives: every per-cycle message (the control thread's, the telemetry
 /// log's, the live publishers') is fixed-size, so no cycle ever allocates.
@@ -248,7 +264,102 @@ impl<'a, T> Output<'a, T> {
     }
 }
 
-/// Continue the run, or end it now (with the shutdown cycle, as at the end of the duration).
+/// The words of a [`Failure`]: text fixed when the program was built, or made before the
+/// run and shared (an `Arc<str>`: cloning it on the real-time thread allocates nothing, it
+/// only counts one more holder).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Words {
+    /// Words known when the program was built.
+    Static(&'static str),
+    /// Words made before the run (a path, a limit given at start-up).
+    Shared(Arc<str>),
+}
+
+impl std::ops::Deref for Words {
+    type Target = str;
+    fn deref(&self) -> &str {
+        match self {
+            Words::Static(s) => s,
+            Words::Shared(s) => s,
+        }
+    }
+}
+
+impl std::fmt::Display for Words {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self)
+    }
+}
+
+impl From<&'static str> for Words {
+    fn from(s: &'static str) -> Self {
+        Words::Static(s)
+    }
+}
+
+impl From<Arc<str>> for Words {
+    fn from(s: Arc<str>) -> Self {
+        Words::Shared(s)
+    }
+}
+
+impl From<&Arc<str>> for Words {
+    fn from(s: &Arc<str>) -> Self {
+        Words::Shared(Arc::clone(s))
+    }
+}
+
+/// Why a control law refused to start, or asked for the safe stop: the error of
+/// [`Controller::start`] and [`Controller::cycle`] (see [the module docs](self#when-the-control-law-fails)).
+///
+/// ```
+/// use rtloop::controller::Failure;
+///
+/// let diverged = Failure::new("estimator_diverged", "the attitude estimate diverged", "check the IMU's mounting")
+///     .servo(3)
+///     .value(42);
+/// assert_eq!(diverged.name, "estimator_diverged");
+/// ```
+///
+/// In the summary it reads "the attitude estimate diverged at 1.234 s (servo 4 on bus 2): check
+/// the IMU's mounting" (at the start: "… at the start …").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// A short stable name, like `"estimator_diverged"`: the event's name in the summary,
+    /// the log and the live publishers.
+    pub name: &'static str,
+    /// What went wrong, the first half of the summary's sentence.
+    pub what: Words,
+    /// What to do about it, the second half.
+    pub fix: Words,
+    /// The servo it is about (an index into [`State::servos`]), `None` for the robot.
+    pub servo: Option<usize>,
+    /// A number that details it, in the event's `value`.
+    pub value: Option<u64>,
+}
+
+impl Failure {
+    /// A failure named `name` (the event's name): `what` went wrong, and `fix` says what to
+    /// do about it.
+    pub fn new(name: &'static str, what: impl Into<Words>, fix: impl Into<Words>) -> Self {
+        Failure { name, what: what.into(), fix: fix.into(), servo: None, value: None }
+    }
+
+    /// About servo `index` (an index into [`State::servos`]).
+    pub fn servo(mut self, index: usize) -> Self {
+        self.servo = Some(index);
+        self
+    }
+
+    /// With a number that details it (the event's `value`).
+    pub fn value(mut self, value: u64) -> Self {
+        self.value = Some(value);
+        self
+    }
+}
+
+/// Continue the run, or end it now (with the shutdown cycle, as at the end of the duration):
+/// what a [`Controller::cycle`] that went well returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Flow {
     /// Run the next cycle.
@@ -264,7 +375,7 @@ pub enum Flow {
 /// your thread and moved to the cycle thread.
 ///
 /// ```
-/// use rtloop::controller::{Controller, Flow, Output, PositionCommand, ServoCommand, State};
+/// use rtloop::controller::{Controller, Failure, Flow, Output, PositionCommand, ServoCommand, State};
 ///
 /// /// Hold every joint where it started.
 /// struct Hold {
@@ -274,18 +385,22 @@ pub enum Flow {
 /// impl Controller for Hold {
 ///     type Telemetry = ();
 ///
-///     fn start(&mut self, state: &State<'_>) {
-///         for (p, s) in self.start.iter_mut().zip(state.servos) {
+///     fn start(&mut self, state: &State<'_>) -> Result<(), Failure> {
+///         for (i, (p, s)) in self.start.iter_mut().zip(state.servos).enumerate() {
+///             if s.age_cycles.is_none() {
+///                 return Err(Failure::new("not_measured", "a servo never answered", "check its bus and power").servo(i));
+///             }
 ///             *p = s.state.position;
 ///         }
+///         Ok(())
 ///     }
 ///
-///     fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Flow {
+///     fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Result<Flow, Failure> {
 ///         for (i, _) in state.servos.iter().enumerate() {
 ///             let hold = PositionCommand { position: Some(self.start[i]), velocity: Some(0.0), ..Default::default() };
 ///             out.set(i, ServoCommand::Position(hold));
 ///         }
-///         Flow::Continue
+///         Ok(Flow::Continue)
 ///     }
 /// }
 /// ```
@@ -303,25 +418,30 @@ pub trait Controller: Send {
     /// where the joints are. A servo that answered the queries sent before the run is `fresh`
     /// with `age_cycles == Some(0)`; one that has not answered yet has `age_cycles == None`
     /// (not `fresh`, every value absent). `from_cycle` is `None` for every servo here: those
-    /// queries belong to no cycle.
-    fn start(&mut self, state: &State<'_>) {
+    /// queries belong to no cycle. An error refuses to start: no cycle runs, the run ends
+    /// with its shutdown cycle, and the [`Failure`] is reported (see [the module
+    /// docs](self#when-the-control-law-fails)).
+    fn start(&mut self, state: &State<'_>) -> Result<(), Failure> {
         let _ = state;
+        Ok(())
     }
 
     /// One cycle: read `state`, write `out`. Real-time: must not allocate, lock, block or
-    /// format. Return [`Flow::Stop`] to end the run.
-    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, Self::Telemetry>) -> Flow;
+    /// format. Return [`Flow::Stop`] to end the run, a [`Failure`] to ask for the safe stop
+    /// (this cycle's commands are replaced by the safe mode).
+    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, Self::Telemetry>) -> Result<Flow, Failure>;
 
-    /// The run has ended (duration, signal, [`Flow::Stop`], or the stop flag) and the
-    /// servos were left in the safe mode; `state` is the last one read.
+    /// The run has ended (duration, signal, [`Flow::Stop`], a [`Failure`], or the stop flag)
+    /// and the servos were left in the safe mode; `state` is the last one read.
     fn stop(&mut self, state: &State<'_>) {
         let _ = state;
     }
 
-    /// What completes the run's summary with what only the control law knows, called once
-    /// on your thread before the run: [`crate::Runtime::run`] calls the function it returns
-    /// with the summary after the run (the agent spine adds what its agent did, and its
-    /// problems in its own words). `None` (the default): nothing to add.
+    /// What completes the run's summary with what only the control law knows after the run,
+    /// called once on your thread before the run: [`crate::Runtime::run`] calls the function
+    /// it returns with the summary after the run (the agent spine adds what its agent did and
+    /// the commands it refused, by cause, from the record it kept). Not for a failure, which
+    /// [`Failure`] reports. `None` (the default): nothing to add.
     fn summarizer(&self) -> Option<Summarizer> {
         None
     }

@@ -1,6 +1,11 @@
 //! One moteus frame: build it exactly as the moteus Python package would send it
 //! ([`encode`]), or take any payload apart into subframes and registers as JSON ([`decode`]).
-//! `rtloop frame` and the Python package's `rtloop.frame` are this module.
+//!
+//! Who it is for: the `rtloop frame` command (and the hex of `rtloop can` and `rtloop
+//! servo`), the Python package's `rtloop.frame` and the fuzzing crate — not a control law,
+//! whose frames the run's cycle encodes and decodes. It is in the library because those three
+//! share it and none of them sits below another; it cannot go lower, into `rtloop-proto`
+//! (`no_std`, no allocation: this module builds JSON and strings).
 //!
 //! Must never panic on user input: bad hex, odd lengths, over-long payloads and malformed
 //! subframes all come back as one clear error message.

@@ -6,25 +6,30 @@
 //! simulated robot and on real buses: only the [`RobotSpec`] changes.
 //!
 //! ```
-//! use rtloop::{Controller, Flow, Output, PositionCommand, Runtime, ServoCommand, State};
+//! use rtloop::{Controller, Failure, Flow, Output, PositionCommand, Runtime, ServoCommand, State};
 //!
 //! /// Ramp every joint from where it was measured to 0.1 rev over one second, then hold.
 //! struct Raise { from: [f64; 32] }
 //!
 //! impl Controller for Raise {
 //!     type Telemetry = ();
-//!     fn start(&mut self, state: &State<'_>) {
-//!         for (from, servo) in self.from.iter_mut().zip(state.servos) {
+//!     fn start(&mut self, state: &State<'_>) -> Result<(), Failure> {
+//!         for (i, (from, servo)) in self.from.iter_mut().zip(state.servos).enumerate() {
+//!             if servo.age_cycles.is_none() {
+//!                 // Refuse to start: no servo is commanded, and the summary says why.
+//!                 return Err(Failure::new("not_measured", "a servo never answered", "check its bus").servo(i));
+//!             }
 //!             *from = servo.state.position;
 //!         }
+//!         Ok(())
 //!     }
-//!     fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Flow {
+//!     fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Result<Flow, Failure> {
 //!         let k = state.time_s.min(1.0);
 //!         for (i, from) in self.from.iter().enumerate().take(state.servos.len()) {
 //!             let position = Some(from + (0.1 - from) * k);
 //!             out.set(i, ServoCommand::Position(PositionCommand { position, velocity: Some(0.0), ..Default::default() }));
 //!         }
-//!         Flow::Continue
+//!         Ok(Flow::Continue)
 //!     }
 //! }
 //!
@@ -38,13 +43,19 @@
 //! (README.md shows the same program: a test keeps the two equal.)
 //!
 //! ## Where things are
-//! * [`controller`]: the [`Controller`] trait, its lifecycle table, [`State`] and [`Output`].
+//! * [`controller`]: the [`Controller`] trait, its lifecycle table, [`State`], [`Output`]
+//!   and [`Failure`] (how a control law refuses to start or asks for the safe stop).
 //! * [`runtime`]: [`Runtime`], the builder that runs a controller; [`summary`] holds what a
 //!   run reports ([`RunSummary`]; `rtloop run --json` prints it).
-//! * [`config`] and [`robot_spec`]: the settings and robots `rtloop run` reads from TOML.
-//! * [`motion`]: the demonstration motion of `rtloop run`, itself a [`Controller`].
+//! * [`config`] and [`robot_spec`]: a run's settings and robots, from TOML too (with a table
+//!   of your control law's own beside them, if you like).
+//! * [`motion`]: a demonstration controller (stand up, then sway): what `rtloop run` drives,
+//!   and what the examples build on.
+//! * [`live`]: live telemetry: your own publishers ([`Runtime::publish`]), the operator's
+//!   commands, and with the features `foxglove` and `zenoh` (off by default) their servers.
 //! * [`cycle_model`]: what one cycle of a robot costs, from the frames a run really sends.
-//! * [`frame`]: one moteus frame built from registers, or taken apart into JSON.
+//! * [`frame`]: for the `rtloop frame` command, the Python package's `rtloop.frame` and
+//!   fuzzing — one moteus frame built from registers, or taken apart into JSON.
 //! * [`sim_buses`]: simulated servos served behind real devices (a pty, a UDP port).
 //! * [`physics`]: a body under the simulated servos (MuJoCo, feature `physics`): `[physics]`,
 //!   pushes, and coupling a robot's simulated servos to the model (docs/physics.md).
@@ -89,8 +100,8 @@ pub mod sim_buses;
 pub mod summary {
     pub use crate::controller::MAX_SERVOS;
     pub use crate::run::{
-        BodySummary, EventRecord, FinalServo, InjectedSummary, LiveSummary, LogSummary, Notice, ProgressFigures,
-        RealtimeSummary, ReplyAccounting, RunSummary, Status, EXIT_DEGRADED,
+        BodySummary, ControlFailure, EventRecord, FinalServo, Hook, InjectedSummary, LiveSummary, LogSummary, Notice,
+        ProgressFigures, RealtimeSummary, ReplyAccounting, RunSummary, Status, EXIT_DEGRADED,
     };
     pub use crate::stats::Percentiles;
 }
@@ -98,7 +109,7 @@ mod stats;
 pub mod telemetry;
 mod toml_text;
 
-pub use controller::{Controller, Flow, Output, PositionCommand, ServoCommand, ServoStatus, State};
+pub use controller::{Controller, Failure, Flow, Output, PositionCommand, ServoCommand, ServoStatus, State};
 pub use robot_spec::RobotSpec;
 pub use run::RunSummary;
 pub use runtime::{RunError, Runtime};

@@ -1,4 +1,8 @@
-//! The demonstration motion of `rtloop run`: stand up, then a slow sinusoid on every joint.
+//! A demonstration controller: stand up, then a slow sinusoid on every joint. `rtloop run`
+//! drives it when no agent is given (the program sets it from its `[motion]` table), the
+//! cycle-time model encodes its commands as the frames a run sends, and the examples build
+//! their control laws on it. Its settings are its public fields; the run configuration
+//! knows nothing of them.
 //!
 //! Every joint starts its stand-up ramp where it was measured to be: a joint whose position
 //! has not been measured yet (its servo has not answered) is only queried, never moved, and
@@ -7,7 +11,7 @@
 //! Must never allocate: [`Motion::fill`] runs on the real-time thread every cycle and
 //! writes into the caller's command array.
 
-use crate::controller::{Controller, Flow, Output, State};
+use crate::controller::{Controller, Failure, Flow, Output, State};
 use rtloop_io::ServoCommand;
 use rtloop_proto::host::PositionCommand;
 use std::f64::consts::TAU;
@@ -45,11 +49,10 @@ impl Default for Motion {
     fn default() -> Self {
         Motion {
             stand_s: 1.0,
-            // Small enough that the quadruped with a body (`--physics`) sways without falling,
-            // and a torque limit that carries its 7.4 kg standing (4 N·m does not).
+            // Small enough that the quadruped with a body (`--physics`) sways without falling.
             amplitude_rev: 0.02,
             frequency_hz: 0.5,
-            maximum_torque: 8.0,
+            maximum_torque: crate::config::DEFAULT_MAXIMUM_TORQUE_NM,
             kp_scale: 1.0,
             kd_scale: 1.0,
             watchdog_timeout: None,
@@ -65,13 +68,10 @@ fn smoothstep(x: f64) -> (f64, f64) {
 }
 
 impl Motion {
-    /// The motion (and the gains every command carries) a run configuration asks for: its
-    /// `[motion]` and `[gains]` tables.
+    /// The motion at its defaults, with the gains, torque limit and watchdog every command of
+    /// a run carries: its configuration's `[gains]`.
     pub fn from_config(config: &crate::config::RunConfig) -> Self {
         Motion {
-            stand_s: config.motion.stand_s,
-            amplitude_rev: config.motion.amplitude_rev,
-            frequency_hz: config.motion.frequency_hz,
             maximum_torque: config.gains.maximum_torque,
             kp_scale: config.gains.kp_scale,
             kd_scale: config.gains.kd_scale,
@@ -157,11 +157,12 @@ impl Motion {
 impl Controller for Motion {
     type Telemetry = ();
 
-    fn start(&mut self, state: &State<'_>) {
+    fn start(&mut self, state: &State<'_>) -> Result<(), Failure> {
         self.set_start(state.servos.iter().map(|s| if s.age_cycles.is_some() { s.state.position } else { f64::NAN }));
+        Ok(())
     }
 
-    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Flow {
+    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Result<Flow, Failure> {
         // A joint not measured before the start is not moved until it answers.
         for (i, s) in state.servos.iter().enumerate() {
             if s.age_cycles.is_some() {
@@ -169,7 +170,7 @@ impl Controller for Motion {
             }
         }
         self.fill(state.time_s, out.commands());
-        Flow::Continue
+        Ok(Flow::Continue)
     }
 }
 

@@ -19,7 +19,8 @@ use std::sync::Arc;
 
 /// Runs a [`Controller`] on a robot at a fixed rate until the duration ends, a signal
 /// (Ctrl-C, SIGTERM, SIGHUP) arrives, the [stop flag](Runtime::stop_flag) is set, or the
-/// controller returns [`Flow::Stop`](crate::controller::Flow::Stop).
+/// controller returns [`Flow::Stop`](crate::controller::Flow::Stop) — or fails
+/// ([`Failure`](crate::controller::Failure): the safe stop, with its reason).
 ///
 /// Built from defaults (the simulated quadruped: 12 servos on 4 CAN-FD buses with real wire
 /// timing and an IMU, 1 kHz, 10 s), from a [`RunConfig`], or from the TOML file `rtloop run
@@ -60,8 +61,10 @@ impl Runtime {
         Runtime { options: RunOptions { config, progress: None, log: None }, hooks: Hooks::default() }
     }
 
-    /// Everything from the TOML text `rtloop run --config` reads (unknown keys and
-    /// out-of-range values are errors).
+    /// Everything from a run configuration's TOML text ([`RunConfig::from_toml`]: unknown
+    /// keys and out-of-range values are errors). A file of `rtloop run --config` with its
+    /// demonstration motion's `[motion]` is the program's: it reads it with
+    /// [`RunConfig::from_toml_with`].
     pub fn from_toml(text: &str) -> Result<Self, RunError> {
         let config = RunConfig::from_toml(text).map_err(RunError::Config)?;
         config.validate().map_err(RunError::Config)?;
@@ -210,10 +213,8 @@ impl Runtime {
     /// [`MAX_PUSH_N`](crate::physics::MAX_PUSH_N) per axis; the run refuses a push without
     /// physics in one sentence.
     pub fn push(mut self, push: crate::physics::PushSpec) -> Self {
-        let crate::physics::PushSpec { at_s, force_n: [x, y, z], duration_s } = push;
-        // The form `--push` takes (a float's Display reads back to the same value), checked
-        // with every other fault when the run starts.
-        self.options.config.faults.push.push(format!("{at_s}:{x},{y},{z}:{duration_s}"));
+        // Checked with every other fault when the run starts.
+        self.options.config.faults.push.push(push);
         self
     }
 

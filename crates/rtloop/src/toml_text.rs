@@ -15,7 +15,7 @@ pub(crate) fn toml_error(text: &str, e: &toml::de::Error, hint: bool) -> String 
         .and_then(|from| text[from..].lines().next())
         .map(str::trim)
         .filter(|l| !l.is_empty() && l.len() <= 80);
-    let top_level = ["rate_hz", "duration_s", "motion", "gains", "safety", "realtime", "faults", "sim"];
+    let top_level = ["rate_hz", "duration_s", "gains", "safety", "realtime", "faults", "sim"];
     let misplaced = hint
         && message.starts_with("unknown field")
         && top_level.iter().any(|k| message.starts_with(&format!("unknown field `{k}`")));

@@ -5,7 +5,7 @@
 //! state into a torque ([`Servo::drive`]), the plant advances under all the torques at once,
 //! and every servo is handed its joint's new state ([`Servo::set_joint_state`]) — and giving
 //! the IMU the body's state. The servos live on their buses; the world reaches each linked one
-//! by bus index and id through [`Servos`], which the buses' owner implements (a slice of
+//! by bus index and id through [`Servos`], which the buses' owner implements (a `Vec` of
 //! [`SimBus`]es does).
 //! What it must never do: allocate or panic after construction, read a clock (time comes in
 //! as `now_ns`), or hand a servo a state the plant could not compute: after a
@@ -27,7 +27,7 @@ pub trait Servos {
 }
 
 /// Buses indexed by their position: bus index `i` is `self[i]`.
-impl Servos for [SimBus] {
+impl Servos for Vec<SimBus> {
     fn servo_mut(&mut self, bus: usize, id: u8) -> Option<&mut Servo> {
         self.get_mut(bus)?.servo_mut(id)
     }

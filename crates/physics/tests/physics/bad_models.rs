@@ -133,15 +133,15 @@ fn an_unstable_plant_stops_with_an_error_and_no_nan_reaches_a_servo() {
     let loaded = load(&spec_for(f.path(), &[(0, 1, "swing")])).unwrap();
     let mut world = World::new(loaded.plant, loaded.links).unwrap();
     let mut servos = vec![Servo::new(ServoConfig::physical(1))];
-    world.couple(&mut *visit(&mut servos)).unwrap();
-    world.advance_to(0, &mut *visit(&mut servos));
+    world.couple(&mut visit(&mut servos)).unwrap();
+    world.advance_to(0, &mut visit(&mut servos));
     let cmd = PositionCommand { position: Some(0.25), ..Default::default() };
     let mut reply = CanFdFrame::default();
     servos[0].handle_frame(&position_frame(1, &cmd), 0, &mut reply);
     let mut now = 0;
     for _ in 0..2000 {
         now += 1_000_000;
-        world.advance_to(now, &mut *visit(&mut servos));
+        world.advance_to(now, &mut visit(&mut servos));
         servos[0].advance_to(now);
         assert!(servos[0].position().is_finite() && servos[0].velocity().is_finite());
         if world.fault().is_some() {
@@ -152,7 +152,7 @@ fn an_unstable_plant_stops_with_an_error_and_no_nan_reaches_a_servo() {
     let text = fault.to_string();
     assert!(text.starts_with("the physics went unstable at "), "{text}");
     let steps = world.steps();
-    world.advance_to(now + 10_000_000, &mut *visit(&mut servos));
+    world.advance_to(now + 10_000_000, &mut visit(&mut servos));
     assert_eq!(world.steps(), steps, "an unstable plant is not stepped again");
 }
 
@@ -206,9 +206,9 @@ fn hostile_numbers_in_a_model_never_panic_or_reach_a_servo() {
                 loaded += 1;
                 let mut world = World::new(l.plant, l.links).unwrap();
                 let mut servos: Vec<Servo> = (1..=12).map(|id| Servo::new(ServoConfig::physical(id))).collect();
-                world.couple(&mut *visit(&mut servos)).unwrap();
+                world.couple(&mut visit(&mut servos)).unwrap();
                 for k in 0..=100u64 {
-                    world.advance_to(k * 1_000_000, &mut *visit(&mut servos));
+                    world.advance_to(k * 1_000_000, &mut visit(&mut servos));
                 }
                 for s in &servos {
                     assert!(s.position().is_finite() && s.velocity().is_finite(), "{with} at {range:?}");

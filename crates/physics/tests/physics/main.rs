@@ -25,9 +25,9 @@ impl Robot {
         let loaded = load(spec).expect("the model loads");
         let mut world = World::new(loaded.plant, loaded.links).unwrap();
         let mut servos: Vec<Servo> = (1..=12).map(|id| Servo::new(ServoConfig::physical(id))).collect();
-        world.couple(&mut *visit(&mut servos)).unwrap();
+        world.couple(&mut visit(&mut servos)).unwrap();
         let mut r = Robot { world, servos, now_ns: 0 };
-        r.world.advance_to(0, &mut *visit(&mut r.servos));
+        r.world.advance_to(0, &mut visit(&mut r.servos));
         r
     }
 
@@ -36,7 +36,7 @@ impl Robot {
         let steps = (seconds * 1000.0) as u64;
         for _ in 0..steps {
             self.now_ns += 1_000_000;
-            self.world.advance_to(self.now_ns, &mut *visit(&mut self.servos));
+            self.world.advance_to(self.now_ns, &mut visit(&mut self.servos));
             let t = self.now_ns as f64 * 1e-9;
             for (i, s) in self.servos.iter_mut().enumerate() {
                 s.advance_to(self.now_ns);
@@ -58,14 +58,17 @@ impl Robot {
     }
 }
 
-fn visit(servos: &mut [Servo]) -> Box<rtloop_sim::ServoVisitor<'_>> {
-    Box::new(move |f| {
-        for s in servos.iter_mut() {
-            // The quadruped's layout: three servos per bus (one servo alone is on bus 0).
-            let bus = usize::from((s.id() - 1) / 3);
-            f(bus, s)
-        }
-    })
+/// Servos laid out as the quadruped's: three per bus (one servo alone is on bus 0).
+struct Quadruped<'a>(&'a mut [Servo]);
+
+impl rtloop_sim::Servos for Quadruped<'_> {
+    fn servo_mut(&mut self, bus: usize, id: u8) -> Option<&mut Servo> {
+        self.0.iter_mut().find(|s| s.id() == id && usize::from((s.id() - 1) / 3) == bus)
+    }
+}
+
+fn visit(servos: &mut [Servo]) -> Quadruped<'_> {
+    Quadruped(servos)
 }
 
 fn position_frame(id: u8, cmd: &PositionCommand) -> CanFdFrame {
@@ -134,7 +137,7 @@ fn a_reset_returns_to_the_same_pose_for_the_same_seed() {
     stand_up(&mut r, 0.5, 0.2);
     let mut poses = Vec::new();
     for seed in [7, 7, 8] {
-        assert!(r.world.reset(seed, &mut *visit(&mut r.servos)));
+        assert!(r.world.reset(seed, &mut visit(&mut r.servos)));
         poses.push(r.servos.iter().map(|s| s.position()).collect::<Vec<_>>());
     }
     assert_eq!(poses[0], poses[1], "the same seed, the same pose");

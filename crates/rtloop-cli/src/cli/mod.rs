@@ -5,6 +5,7 @@
 
 pub mod budget;
 pub mod can;
+pub mod demo;
 pub mod diag;
 pub mod log;
 pub mod run;

@@ -4,7 +4,7 @@
 
 use crate::support;
 
-use rtloop::{Controller, Flow, Output, Runtime, State};
+use rtloop::{Controller, Failure, Flow, Output, Runtime, State};
 use serde_json::Value;
 use support::{rtloop, stderr, stdout, Scratch};
 
@@ -128,13 +128,13 @@ impl Controller for HeavyTelemetry {
     type Telemetry = Heavy;
     const TELEMETRY_RECORD: &'static str = "heavy";
 
-    fn start(&mut self, state: &State<'_>) {
-        self.0.start(state);
+    fn start(&mut self, state: &State<'_>) -> Result<(), Failure> {
+        self.0.start(state)
     }
 
-    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, Heavy>) -> Flow {
+    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, Heavy>) -> Result<Flow, Failure> {
         let mut nothing = None;
-        self.0.cycle(state, &mut Output::new(out.commands(), &mut nothing));
+        self.0.cycle(state, &mut Output::new(out.commands(), &mut nothing))?;
         let mut heavy = Heavy::default();
         let mut x = state.cycle.wrapping_add(1);
         for v in heavy.blocks.iter_mut().flatten().flatten() {
@@ -143,7 +143,7 @@ impl Controller for HeavyTelemetry {
             *v = (x >> 11) as f64;
         }
         out.record(heavy);
-        Flow::Continue
+        Ok(Flow::Continue)
     }
 }
 
@@ -218,12 +218,13 @@ struct SeeStart(Seen);
 impl Controller for SeeStart {
     type Telemetry = ();
 
-    fn start(&mut self, state: &State<'_>) {
+    fn start(&mut self, state: &State<'_>) -> Result<(), Failure> {
         *self.0.lock().unwrap() = state.servos.iter().map(|s| (s.fresh, s.age_cycles, s.from_cycle)).collect();
+        Ok(())
     }
 
-    fn cycle(&mut self, _: &State<'_>, _: &mut Output<'_, ()>) -> Flow {
-        Flow::Continue
+    fn cycle(&mut self, _: &State<'_>, _: &mut Output<'_, ()>) -> Result<Flow, Failure> {
+        Ok(Flow::Continue)
     }
 }
 

@@ -146,9 +146,9 @@ impl LiveConfig {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LiveError {
-    /// This build lacks the publisher.
+    /// This build lacks the publisher: the library's feature is off (it is by default).
     #[error(
-        "{flag}: this rtloop was built without the `{feature}` feature; build it with `cargo build --release -p rtloop-cli --features {feature}` (on by default)"
+        "{flag}: this program's rtloop was built without its `{feature}` feature; turn it on in the program's Cargo.toml (`rtloop = {{ ..., features = [\"{feature}\"] }}`; the rtloop command has it by default)"
     )]
     BuiltWithout {
         /// The cargo feature.

@@ -67,8 +67,9 @@ impl StateMsg {
     }
 }
 
-/// Commands the control thread hands back, for the cycle after `cycle`.
-#[derive(Clone, Copy)]
+/// Commands the control thread hands back, for the cycle after `cycle`. (Not `Copy`: a
+/// failure's words may be shared; cloning them counts a holder, it never allocates.)
+#[derive(Clone)]
 pub(super) struct CommandMsg<T> {
     pub(super) cycle: u64,
     pub(super) commands: [ServoCommand; MAX_SERVOS],
@@ -76,6 +77,8 @@ pub(super) struct CommandMsg<T> {
     pub(super) rearm: bool,
     pub(super) reset_world: Option<u64>,
     pub(super) flow: Flow,
+    /// The control law failed, in which hook.
+    pub(super) failure: Option<(Failure, Hook)>,
     pub(super) events_len: usize,
     pub(super) events: [Reported; MAX_EVENTS_PER_CYCLE],
 }
@@ -96,8 +99,8 @@ pub(super) enum ControlLaw<C: Controller> {
     /// The controller runs on the cycle thread (boxed: built once, before the real-time
     /// section, so moving it around never copies a large controller).
     Inline(Box<C>),
-    /// The controller runs on a control thread; rings of fixed-size `Copy` messages in both
-    /// directions, so sending never allocates.
+    /// The controller runs on a control thread; rings of fixed-size messages in both
+    /// directions (nothing boxed), so sending never allocates.
     Thread { to_control: rtrb::Producer<ToControl>, from_control: rtrb::Consumer<CommandMsg<C::Telemetry>> },
 }
 
@@ -118,20 +121,33 @@ pub(super) fn control_thread<C: Controller>(
         rearm: false,
         reset_world: None,
         flow: Flow::Continue,
+        failure: None,
         events_len: 0,
         events: [Reported::default(); MAX_EVENTS_PER_CYCLE],
     };
-    let mut command = |controller: &mut C, state: &State<'_>| {
+    // The law's commands for `state` (with `start` first, for the measured start), handed to
+    // the cycle thread; whether it failed. A refusal to start commands nothing.
+    let mut command = |controller: &mut C, state: &State<'_>, start: bool| {
         out.cycle = state.cycle;
         out.telemetry = None;
         let mut output = Output::new(&mut out.commands[..n], &mut out.telemetry);
-        out.flow = controller.cycle(state, &mut output);
+        let result = match start.then(|| controller.start(state)) {
+            Some(Err(failure)) => Err((failure, Hook::Start)),
+            _ => controller.cycle(state, &mut output).map_err(|failure| (failure, Hook::Cycle)),
+        };
         out.rearm = output.rearm_requested();
         out.reset_world = output.reset_requested();
         out.events_len = output.events().len();
         out.events[..out.events_len].copy_from_slice(output.events());
-        let _ = to_cycle.push(out);
+        (out.flow, out.failure) = match result {
+            Ok(flow) => (flow, None),
+            Err(failure) => (Flow::Stop, Some(failure)),
+        };
+        let _ = to_cycle.push(out.clone());
+        out.failure.is_some()
     };
+    // A law that failed is not called again (but for its `stop`).
+    let mut failed = false;
     loop {
         let mut newest = None;
         let mut heard = false;
@@ -139,12 +155,9 @@ pub(super) fn control_thread<C: Controller>(
             heard = true;
             match m {
                 // The start is never skipped: the commands of cycle 0 come from it.
-                ToControl::Start(s) => {
-                    let state = s.state();
-                    controller.start(&state);
-                    command(&mut controller, &state);
-                }
-                ToControl::Cycle(s) => newest = Some(s),
+                ToControl::Start(s) => failed = command(&mut controller, &s.state(), true),
+                ToControl::Cycle(s) if !failed => newest = Some(s),
+                ToControl::Cycle(_) => {}
                 ToControl::Stop(s) => {
                     controller.stop(&s.state());
                     return controller;
@@ -157,7 +170,7 @@ pub(super) fn control_thread<C: Controller>(
                 let mut next = s;
                 next.cycle = s.cycle + 1;
                 next.time_s = s.time_s + period_s;
-                command(&mut controller, &next.state());
+                failed = command(&mut controller, &next.state(), false);
             }
             None if !heard && from_cycle.is_abandoned() => return controller,
             None if !heard => std::thread::sleep(Duration::from_micros(50)),

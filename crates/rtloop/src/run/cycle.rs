@@ -14,6 +14,8 @@ pub(super) struct LoopResult {
     pub(super) control_late: u64,
     pub(super) interrupted: bool,
     pub(super) ended_by_controller: bool,
+    /// The control law's failure, if it failed: in which hook, and when (the cycle's clock).
+    pub(super) failure: Option<(Failure, Hook, u64)>,
     /// Wall-clock seconds of the loop (its periods and shutdown cycles).
     pub(super) loop_wall_s: f64,
     /// When the loop started (the summary's `wall_s` runs from here to the summary).
@@ -134,8 +136,9 @@ pub(super) fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
 ) -> LoopResult {
     let CycleSetup { robot, sim, config, shutdown, overrun, bus_numbers } = setup;
     let mut cl = CycleLoop::new(robot, sim, &config, bus_numbers, progress, hooks, law, logger);
+    cl.shutdown = shutdown;
     cl.measure_start();
-    cl.start_controller();
+    let started = cl.start_controller();
     let period_ns = config.period_ns();
     let total_periods = config.periods();
     let start = cl.clock.now_ns().saturating_add(period_ns.min(FIRST_TICK_DELAY_NS));
@@ -152,7 +155,14 @@ pub(super) fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
     let wall_start = Instant::now();
     (hooks.enter_rt)();
     // --- real-time section: no allocation, no locks, no I/O below this line ---
-    let ending = cl.run_periods(&mut lp, start, end, total_periods);
+    let ending = match started {
+        Ok(()) => cl.run_periods(&mut lp, start, end, total_periods),
+        // Refused to start: not one period; the shutdown cycle below, as at any end.
+        Err(failure) => {
+            cl.fail(failure, Hook::Start);
+            Ending { interrupted: false, ended_by_controller: true }
+        }
+    };
     if hooks.remote.stop_requested() {
         cl.supervisor.record(cl.clock.now_ns(), None, EventKind::Controller { name: "remote_stop", value: None });
     }
@@ -179,7 +189,7 @@ fn stop_requested(hooks: &Hooks) -> bool {
 struct Ending {
     /// A stop came before the run's duration was over.
     interrupted: bool,
-    /// The control law returned [`Flow::Stop`].
+    /// The control law returned [`Flow::Stop`], or failed.
     ended_by_controller: bool,
 }
 
@@ -203,6 +213,8 @@ struct Answer {
     rearm: bool,
     /// The control law asked for a reset of the simulated world, with this seed.
     reset_world: Option<u64>,
+    /// The control law failed (in `cycle`, or in `start` on a control thread): the safe stop.
+    failure: Option<(Failure, Hook)>,
     reported: [Reported; MAX_EVENTS_PER_CYCLE],
     reported_len: usize,
 }
@@ -210,11 +222,33 @@ struct Answer {
 impl Answer {
     #[inline]
     fn new(flow: Flow, rearm: bool, reset_world: Option<u64>, events: &[Reported]) -> Self {
-        let mut answer =
-            Answer { flow, rearm, reset_world, reported: [Reported::default(); MAX_EVENTS_PER_CYCLE], reported_len: 0 };
+        let mut answer = Answer {
+            flow,
+            rearm,
+            reset_world,
+            failure: None,
+            reported: [Reported::default(); MAX_EVENTS_PER_CYCLE],
+            reported_len: 0,
+        };
         answer.reported_len = events.len();
         answer.reported[..events.len()].copy_from_slice(events);
         answer
+    }
+
+    /// The law's answer: its wishes, or its failure (which asks for nothing else: no re-arm,
+    /// no reset; the events it reported still count).
+    #[inline]
+    fn of(
+        result: Result<Flow, Failure>,
+        hook: Hook,
+        rearm: bool,
+        reset_world: Option<u64>,
+        events: &[Reported],
+    ) -> Self {
+        match result {
+            Ok(flow) => Answer::new(flow, rearm, reset_world, events),
+            Err(failure) => Answer { failure: Some((failure, hook)), ..Answer::new(Flow::Stop, false, None, events) },
+        }
     }
 
     #[inline]
@@ -266,6 +300,10 @@ struct CycleLoop<'a, C: Controller, K: Clock> {
     cycle_log: CycleLog,
     /// A control thread's first commands are still to be waited for.
     first_command_pending: bool,
+    /// The command of the shutdown cycle (`safety.shutdown`), also what a failing cycle sends.
+    shutdown: ServoCommand,
+    /// The control law's failure: in which hook, and when.
+    failure: Option<(Failure, Hook, u64)>,
 }
 
 impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
@@ -325,6 +363,8 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             events_logged: 0,
             cycle_log: CycleLog::default(),
             first_command_pending: true,
+            shutdown: ServoCommand::ZeroVelocity,
+            failure: None,
         }
     }
 
@@ -379,8 +419,9 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         fill_statuses(&mut self.statuses, &self.replies, &self.servos, &self.bus_numbers, &self.periods);
     }
 
-    /// Hand the measured start to the controller before its first command.
-    fn start_controller(&mut self) {
+    /// Hand the measured start to the controller before its first command; its refusal, if it
+    /// refused (on a control thread, the refusal comes with its first commands instead).
+    fn start_controller(&mut self) -> Result<(), Failure> {
         let events = self.supervisor.events();
         self.events_seen = events.len();
         let first = State {
@@ -399,8 +440,19 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
                 let mut msg = StateMsg::new();
                 msg.copy_from(&first);
                 let _ = to_control.push(ToControl::Start(msg));
+                Ok(())
             }
         }
+    }
+
+    /// The control law failed: its event now (the summary's events, the log, the live
+    /// publishers), and the failure kept for the summary.
+    #[inline]
+    fn fail(&mut self, failure: Failure, hook: Hook) {
+        let now = self.clock.now_ns();
+        let servo = failure.servo.and_then(|i| self.servos.get(i).copied());
+        self.supervisor.record(now, servo, EventKind::Controller { name: failure.name, value: failure.value });
+        self.failure = Some((failure, hook, now));
     }
 
     /// The simulator's scheduled overheats (`faults.overheat`), timed from the first period.
@@ -419,7 +471,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
 
     /// The pushes on the body (`faults.push`), timed from the first period.
     fn schedule_pushes(&mut self, config: &RunConfig, start: u64) {
-        for p in config.pushes().unwrap_or_default() {
+        for p in config.pushes() {
             let push = rtloop_sim::Push {
                 force_n: p.force_n,
                 from_ns: start.saturating_add(secs_to_ns(p.at_s)),
@@ -468,7 +520,8 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         }
     }
 
-    /// Every period of the run, until its end, a stop, or the control law's [`Flow::Stop`].
+    /// Every period of the run, until its end, a stop, or the control law's [`Flow::Stop`] or
+    /// failure.
     fn run_periods<T: TimeSource>(&mut self, lp: &mut PeriodicLoop<T>, start: u64, end: u64, total: u64) -> Ending {
         let hooks = self.hooks;
         let stop = || stop_requested(hooks);
@@ -486,12 +539,10 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             }
             if self.cycle(lp, &tick, start) == Flow::Stop {
                 // A control law that stops because a stop was asked for (a lockstep agent
-                // spine, woken from its wait by Ctrl-C) did not end the run: the stop did.
-                return if stop() {
-                    Ending { interrupted: true, ended_by_controller: false }
-                } else {
-                    Ending { interrupted: false, ended_by_controller: true }
-                };
+                // spine, woken from its wait by Ctrl-C) did not end the run: the stop did. One
+                // that failed did.
+                let by_law = self.failure.is_some() || !stop();
+                return Ending { interrupted: !by_law, ended_by_controller: by_law };
             }
             if self.physics_failed() {
                 return Ending::default();
@@ -503,9 +554,13 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
     /// replies read, the log hand-off, the counters. Returns the control law's wish.
     #[inline]
     fn cycle<T: TimeSource>(&mut self, lp: &mut PeriodicLoop<T>, tick: &Tick, start: u64) -> Flow {
-        let answer = self.control(tick, start);
+        let mut answer = self.control(tick, start);
         self.supervise(&answer);
-        if let Some(seed) = answer.reset_world {
+        if let Some((failure, hook)) = answer.failure.take() {
+            // The safe stop begins in this very cycle: the law's commands are not sent.
+            self.fail(failure, hook);
+            self.supervisor.shutdown(self.shutdown, &mut self.commands);
+        } else if let Some(seed) = answer.reset_world {
             self.reset_world(seed);
         }
         let report = cycle_robot(&mut self.robot, self.sim.as_ref(), &self.commands, &mut self.replies, &mut self.imu);
@@ -541,8 +596,8 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         match &mut self.law {
             ControlLaw::Inline(controller) => {
                 let mut out = Output::new(&mut self.wanted, &mut self.telemetry);
-                let flow = controller.cycle(&state, &mut out);
-                Answer::new(flow, out.rearm_requested(), out.reset_requested(), out.events())
+                let result = controller.cycle(&state, &mut out);
+                Answer::of(result, Hook::Cycle, out.rearm_requested(), out.reset_requested(), out.events())
             }
             ControlLaw::Thread { to_control, from_control } => {
                 let first = std::mem::replace(&mut self.first_command_pending, false);
@@ -552,7 +607,11 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
                         let n = self.wanted.len();
                         self.wanted.copy_from_slice(&msg.commands[..n]);
                         self.telemetry = msg.telemetry;
-                        Answer::new(msg.flow, msg.rearm, msg.reset_world, &msg.events[..msg.events_len])
+                        let events = &msg.events[..msg.events_len];
+                        match msg.failure {
+                            Some((failure, hook)) => Answer::of(Err(failure), hook, false, None, events),
+                            None => Answer::new(msg.flow, msg.rearm, msg.reset_world, events),
+                        }
                     }
                     None => {
                         if tick.index > 0 {
@@ -754,6 +813,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             control_late: self.counts.control_late,
             interrupted: ending.interrupted,
             ended_by_controller: ending.ended_by_controller,
+            failure: self.failure,
             loop_wall_s,
             loop_started,
             shutdown_cycles,
@@ -786,9 +846,13 @@ fn newest_commands<T, K: Clock>(
         }
     }
     while let Ok(mut msg) = from_control.pop() {
-        // Older commands are stale, but a reset one of them asked for still happens.
-        if msg.reset_world.is_none() {
-            msg.reset_world = got.as_ref().and_then(|g: &CommandMsg<T>| g.reset_world);
+        // Older commands are stale, but a reset one of them asked for still happens, and a
+        // failure one of them reported still ends the run.
+        if let Some(older) = got.take() {
+            msg.reset_world = msg.reset_world.or(older.reset_world);
+            if msg.failure.is_none() && older.failure.is_some() {
+                (msg.flow, msg.failure) = (Flow::Stop, older.failure);
+            }
         }
         got = Some(msg);
     }

@@ -27,7 +27,9 @@
 
 use crate::config::{parse_policy, parse_shutdown, PolicyChoice, RunConfig};
 use crate::controller::MAX_SERVOS;
-use crate::controller::{Controller, CycleFigures, Flow, Output, Reported, ServoStatus, State, MAX_EVENTS_PER_CYCLE};
+use crate::controller::{
+    Controller, CycleFigures, Failure, Flow, Output, Reported, ServoStatus, State, MAX_EVENTS_PER_CYCLE,
+};
 use crate::stats::Percentiles;
 use crate::telemetry::{CycleLog, LogHandOff, LogMsg, LogSink};
 use rtloop_io::safety::{EventKind, SafetyConfig, Supervisor};

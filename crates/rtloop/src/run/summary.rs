@@ -115,6 +115,56 @@ pub struct EventRecord {
     pub value: Option<u64>,
 }
 
+/// Which hook of the control law failed ([`ControlFailure::hook`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Hook {
+    /// [`Controller::start`]: it refused to start; no period ran (with a control thread, the
+    /// first period learnt it, and commanded the safe mode).
+    Start,
+    /// [`Controller::cycle`]: it asked for the safe stop.
+    Cycle,
+}
+
+/// The control law's failure that ended the run ([`crate::controller::Failure`]; `failure`
+/// in `rtloop run --json`). Its sentence is the summary's first problem.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ControlFailure {
+    /// Its name: its event's `kind`.
+    pub name: &'static str,
+    /// `"start"` (it refused to start) or `"cycle"` (it asked for the safe stop).
+    pub hook: Hook,
+    /// When, s since the first period (a refusal to start comes before it).
+    pub time: f64,
+    /// The bus of the servo it is about (its number), `None` for the robot.
+    pub bus: Option<u8>,
+    /// The servo it is about, `None` for the robot.
+    pub servo: Option<u8>,
+    /// The number it gave, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<u64>,
+    /// What went wrong.
+    pub what: String,
+    /// What to do about it.
+    pub fix: String,
+}
+
+impl ControlFailure {
+    /// The one sentence of `problems`: "WHAT at TIME (SERVO): FIX", TIME being "the start"
+    /// for a refusal to start.
+    pub fn problem(&self) -> String {
+        let when = match self.hook {
+            Hook::Start => "the start".to_string(),
+            Hook::Cycle => format!("{:.3} s", self.time),
+        };
+        let servo = match self.servo {
+            Some(_) => format!(" ({})", servo_name(self.servo, self.bus)),
+            None => String::new(),
+        };
+        format!("{} at {when}{servo}: {}", self.what, self.fix)
+    }
+}
+
 /// What was injected into the simulated buses.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct InjectedSummary {
@@ -276,8 +326,12 @@ pub struct RunSummary {
     /// less than `elapsed_s` when the controller keeps up): what a rate of simulated time per
     /// wall second is computed from.
     pub loop_wall_s: f64,
-    /// The controller ended the run ([`crate::controller::Flow::Stop`]).
+    /// The controller ended the run ([`crate::controller::Flow::Stop`], or a failure).
     pub ended_by_controller: bool,
+    /// The control law's failure, when it refused to start or asked for the safe stop
+    /// ([`crate::controller::Failure`]); absent from the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<ControlFailure>,
     /// Cycles run after the loop (not in `cycles`, but logged like every cycle): the shutdown
     /// cycle and the queries that read its result back (2 to 4).
     pub shutdown_cycles: u64,
@@ -403,16 +457,7 @@ pub(super) fn problems_of(
             ),
             // Said by the agent spine's summarizer (`crate::agent::AgentFigures::complete`),
             // which knows the causes, the servos and the counts.
-            "agent_command_refused" | "agent_segment_lost" => continue,
-            "agent_gone" => {
-                format!("the agent exited (or detached) at {:.3} s: the lockstep run ended there", e.time)
-            }
-            "agent_not_armed" => format!(
-                "no agent armed the spine within {} s (at {:.3} s of simulated time, which stood still meanwhile); \
-                 start the agent, or raise --agent-wait",
-                e.value.unwrap_or(0) as f64 * 1e-3,
-                e.time
-            ),
+            "agent_command_refused" => continue,
             "agent_version_mismatch" => match e.value {
                 Some(0) => format!(
                     "an agent wrote commands without stating its protocol version (agent_version 0), this spine \
@@ -468,7 +513,7 @@ pub(super) fn summarize(
     servos: &[ServoSpec],
     bus_numbers: &[u8],
     buses: usize,
-    result: LoopResult,
+    mut result: LoopResult,
     applied: &rtloop_rt::setup::Applied,
     seed: u64,
 ) -> RunSummary {
@@ -553,6 +598,23 @@ pub(super) fn summarize(
     }
     events.sort_by(|a, b| a.time.total_cmp(&b.time));
     let mut problems = problems_of(&events, &result, servos, bus_numbers, &config.safety.on_fault);
+    // The control law's failure ended the run: the first thing to say.
+    let failure = result.failure.take().map(|(f, hook, at_ns)| {
+        let servo = f.servo.and_then(|i| servos.get(i));
+        ControlFailure {
+            name: f.name,
+            hook,
+            time: secs(at_ns),
+            bus: servo.and_then(|s| bus_numbers.get(s.bus).copied()),
+            servo: servo.map(|s| s.id),
+            value: f.value,
+            what: f.what.to_string(),
+            fix: f.fix.to_string(),
+        }
+    });
+    if let Some(f) = &failure {
+        problems.insert(0, f.problem());
+    }
     if let Some(fault) = result.sim.as_ref().and_then(SimRobot::world_fault) {
         problems.push(fault.to_string());
     }
@@ -579,6 +641,7 @@ pub(super) fn summarize(
         wakeup_us: p.wakeup,
         model_cycle_us: rtloop_sim::model::predict(&model_of_run(config)).total_ns as f64 / 1000.0,
         ended_by_controller: result.ended_by_controller,
+        failure,
         lockstep: config.sim.lockstep,
         wall_s: result.loop_wall_s,
         loop_wall_s: result.loop_wall_s,

@@ -2,14 +2,14 @@
 //! the run's error down reaches the `std::io::Error` itself, each level the type that wrapped
 //! it. (The tools print the chain as one sentence, `rtloop_output::sentence`.)
 
-use rtloop::{Controller, Flow, Output, RunError, Runtime, State};
+use rtloop::{Controller, Failure, Flow, Output, RunError, Runtime, State};
 
 struct Idle;
 
 impl Controller for Idle {
     type Telemetry = ();
-    fn cycle(&mut self, _state: &State<'_>, _out: &mut Output<'_, ()>) -> Flow {
-        Flow::Continue
+    fn cycle(&mut self, _state: &State<'_>, _out: &mut Output<'_, ()>) -> Result<Flow, Failure> {
+        Ok(Flow::Continue)
     }
 }
 

@@ -320,9 +320,13 @@ struct Allocates;
 
 impl Controller for Allocates {
     type Telemetry = ();
-    fn cycle(&mut self, state: &rtloop::State<'_>, _: &mut rtloop::Output<'_, ()>) -> rtloop::Flow {
+    fn cycle(
+        &mut self,
+        state: &rtloop::State<'_>,
+        _: &mut rtloop::Output<'_, ()>,
+    ) -> Result<rtloop::Flow, rtloop::Failure> {
         drop(std::hint::black_box(format!("{}", state.cycle)));
-        rtloop::Flow::Continue
+        Ok(rtloop::Flow::Continue)
     }
 }
 
@@ -380,8 +384,8 @@ fn fault_tolerant_never_allocates_in_the_real_time_section_nor_when_reacting() {
 }
 
 /// The guide's controller (docs/controllers.md), pasted into a new crate outside the
-/// workspace as the guide says: `cargo new`, the lock file copied, `cargo add
-/// --no-default-features --path`, `cargo run`. Ignored by
+/// workspace as the guide says: `cargo new`, the lock file copied, `cargo add --path` (the
+/// library's default features: none), `cargo run`. Ignored by
 /// default: the new crate compiles rtloop and its dependencies with its own profile (about
 /// 2 min on 2 cores the first time; 5 s once built). `cargo test -p rtloop --test rtloop -- --ignored examples::`.
 #[test]
@@ -405,8 +409,50 @@ fn a_fresh_crate_runs_the_guides_controller() {
     let bot = dir.path().join("mybot");
     // The workspace's lock file: the same dependency versions, all already downloaded.
     std::fs::copy(workspace.join("Cargo.lock"), bot.join("Cargo.lock")).unwrap();
-    cargo(&["add", "--offline", "--no-default-features", "--path", manifest.to_str().unwrap()], &bot);
+    cargo(&["add", "--offline", "--path", manifest.to_str().unwrap()], &bot);
     std::fs::write(bot.join("src/main.rs"), code).unwrap();
     let out = cargo(&["run", "--offline", "--quiet"], &bot);
     assert!(out.contains("cycles at") && out.contains("status ok"), "{out}");
+}
+
+#[test]
+fn fault_tolerant_asks_for_the_safe_stop_when_a_second_leg_faults_and_never_allocates() {
+    let safety = SafetyToml { on_fault: "ignore".into(), ..SafetyToml::default() };
+    let overheat = vec!["5@0.2".into(), "8@0.4".into()];
+    let faults = FaultsConfig { overheat, seed: Some(1), ..FaultsConfig::default() };
+    let runtime = Runtime::new().duration_s(1.5).safety(safety).faults(faults);
+    let (allocations, summary) = allocations_in_real_time(runtime, fault_tolerant::FaultTolerant::default());
+    assert_eq!(allocations, 0);
+    // Servo 8 is leg 3's hip, on bus 3: the failure names it, and ended the run.
+    let failure = summary.failure.as_ref().expect("the second leg's fault is the controller's failure");
+    assert_eq!((failure.name, failure.servo, failure.bus), ("second_leg_faulted", Some(8), Some(3)), "{failure:?}");
+    assert!(summary.ended_by_controller && summary.cycles < 1400, "{} cycles", summary.cycles);
+    let first = &summary.problems[0];
+    assert!(first.starts_with("a servo of a second leg faulted, and two legs cannot hold the body at 0."), "{first}");
+    assert!(first.contains("(servo 8 on bus 3): let the servos cool down"), "{first}");
+    assert!(
+        summary.events.iter().any(|e| e.kind == "second_leg_faulted" && e.servo == Some(8)),
+        "{:?}",
+        summary.events
+    );
+}
+
+#[test]
+fn imu_level_refuses_to_start_on_a_robot_without_an_imu() {
+    use rtloop::controller::{CycleFigures, ImuSample, State};
+    let (imu, figures) = (ImuSample::default(), CycleFigures::default());
+    let state = State {
+        time_s: 0.0,
+        cycle: 0,
+        servos: &[],
+        imu: &imu,
+        last_cycle: &figures,
+        safe_mode: false,
+        events: &[],
+        body: None,
+    };
+    let refused = imu_level::Level::default().start(&state).expect_err("no IMU: nothing to level with");
+    assert_eq!(refused.name, "no_imu");
+    // The same for what builds on it.
+    assert!(push_recover::PushRecover::default().start(&state).is_err());
 }

@@ -3,7 +3,7 @@
 //! re-arm, stop) reach the servos — checked in lockstep, where cycle indices are exact.
 
 use rtloop::live::{EventMsg, LiveCycle, LiveRobot, LiveSink, LiveStats, RemoteCommand, RemoteControl};
-use rtloop::{Controller, Flow, Output, PositionCommand, Runtime, ServoCommand, State};
+use rtloop::{Controller, Failure, Flow, Output, PositionCommand, Runtime, ServoCommand, State};
 use std::sync::{Arc, Mutex};
 
 #[derive(Default)]
@@ -41,7 +41,7 @@ struct Operator {
 
 impl Controller for Operator {
     type Telemetry = ();
-    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Flow {
+    fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Result<Flow, Failure> {
         for (at, command) in &self.script {
             if *at == state.cycle {
                 self.remote.request(*command);
@@ -53,7 +53,7 @@ impl Controller for Operator {
                 ServoCommand::Position(PositionCommand { position: None, velocity: Some(0.0), ..Default::default() }),
             );
         }
-        Flow::Continue
+        Ok(Flow::Continue)
     }
 }
 

@@ -11,6 +11,7 @@ static ALLOCATOR: rtloop_testkit::CountingAllocator = rtloop_testkit::CountingAl
 mod support;
 
 mod causes;
+mod control_failure;
 mod examples;
 mod fault_seeds;
 mod foxglove_server;
