@@ -809,13 +809,10 @@ impl RunConfig {
             physics.spec(&self.buses)?;
         }
         let pushes = self.pushes();
-        for push in pushes {
-            // The ranges are those of `--push` (`crate::physics::parse_push`): a push is valid
-            // when its text reads back as the same push, which `--print-config` needs as well.
-            let text = push_text::text(push);
-            if crate::physics::parse_push(&text).ok().as_ref() != Some(push) {
-                return Err(crate::physics::PhysicsConfigError::Push { text }.into());
-            }
+        // A push given typed (Runtime::push) meets the ranges `--push` does; its printed text
+        // reads back as the same push (a float's `Display` does).
+        if let Some(push) = pushes.iter().find(|p| !p.is_valid()) {
+            return Err(crate::physics::PhysicsConfigError::Push { text: push_text::text(push) }.into());
         }
         if !pushes.is_empty() && self.physics.is_none() {
             return Err(crate::physics::PhysicsConfigError::PushWithoutPhysics.into());

@@ -139,23 +139,48 @@ pub struct PushSpec {
 /// Largest push force per axis, N.
 pub const MAX_PUSH_N: f64 = 1000.0;
 
-/// Parse `SECONDS:FX,FY,FZ[:DURATION]`.
+/// Longest push, s.
+pub const MAX_PUSH_S: f64 = 10.0;
+
+/// The push given when `SECONDS:FX,FY,FZ` names no duration, s.
+pub const DEFAULT_PUSH_S: f64 = 0.1;
+
+impl PushSpec {
+    /// Whether every number is one a run can use: a start from 0 to
+    /// [`MAX_DURATION_S`](crate::numbers::MAX_DURATION_S), forces within ±[`MAX_PUSH_N`] per
+    /// axis, a duration above 0 and at most [`MAX_PUSH_S`] (NaN and infinities refused). The
+    /// one place the ranges live: `--push`, a run file's `[faults] push` and
+    /// [`crate::Runtime::push`] all come through it.
+    pub fn is_valid(&self) -> bool {
+        (0.0..=crate::numbers::MAX_DURATION_S).contains(&self.at_s)
+            && self.force_n.iter().all(|f| f.is_finite() && f.abs() <= MAX_PUSH_N)
+            && self.duration_s > 0.0
+            && self.duration_s <= MAX_PUSH_S
+    }
+}
+
+/// Parse `SECONDS:FX,FY,FZ[:DURATION]` and check it ([`PushSpec::is_valid`]).
 pub fn parse_push(text: &str) -> Result<PushSpec, PhysicsConfigError> {
     let refused = || PhysicsConfigError::Push { text: text.to_string() };
     let mut parts = text.split(':');
-    let number = |s: &str| s.trim().parse::<f64>().ok().filter(|v| v.is_finite());
-    let at_s = parts.next().and_then(number).filter(|t| (0.0..=crate::numbers::MAX_DURATION_S).contains(t));
+    let number = |s: &str| s.trim().parse::<f64>().ok();
+    let at_s = parts.next().and_then(number);
     let force: Option<Vec<f64>> = parts.next().and_then(|f| f.split(',').map(number).collect::<Option<Vec<f64>>>());
     let duration_s = match parts.next() {
-        None => Some(0.1),
-        Some(d) => number(d).filter(|d| *d > 0.0 && *d <= 10.0),
+        None => Some(DEFAULT_PUSH_S),
+        Some(d) => number(d),
     };
     if parts.next().is_some() {
         return Err(refused());
     }
     match (at_s, force, duration_s) {
-        (Some(at_s), Some(f), Some(duration_s)) if f.len() == 3 && f.iter().all(|v| v.abs() <= MAX_PUSH_N) => {
-            Ok(PushSpec { at_s, force_n: [f[0], f[1], f[2]], duration_s })
+        (Some(at_s), Some(f), Some(duration_s)) if f.len() == 3 => {
+            let push = PushSpec { at_s, force_n: [f[0], f[1], f[2]], duration_s };
+            if push.is_valid() {
+                Ok(push)
+            } else {
+                Err(refused())
+            }
         }
         _ => Err(refused()),
     }
