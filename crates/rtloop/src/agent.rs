@@ -50,7 +50,6 @@ use rtloop_agent::layout::status;
 use rtloop_agent::{
     Limits, Lockstep, Refusals, SegmentLoss, ServoCommandError, ServoInfo, Spine, SpineConfig, ValidCommand,
 };
-use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -129,83 +128,7 @@ pub fn carried_limits(limits: Limits, resolution: &rtloop_proto::host::PositionR
     }
 }
 
-/// What the agent did, in the run summary (`agent` in `rtloop run --json`).
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct AgentSummary {
-    /// The agent name.
-    pub name: String,
-    /// Cycles whose commands came from a new command of the agent.
-    pub commands_applied: u64,
-    /// Cycles without a new command from the agent (its previous one was reused while it
-    /// was followed, or the safe command or a query was sent).
-    pub cycles_without_command: u64,
-    /// Liveness timeouts.
-    pub timeouts: u64,
-    /// Armings, the first included: the same number as the shared state's `rearms`.
-    pub rearms: u64,
-    /// Servo commands refused by validation.
-    pub refused: u64,
-    /// Cycles with at least one refused servo command.
-    pub refused_cycles: u64,
-    /// The servos whose commands were refused, each with how many (empty: none was).
-    pub refused_servos: Vec<RefusedServo>,
-    /// Why they were refused: each distinct cause (the same error about the same field),
-    /// typed, with its first refusal and how many refusals share it, in the order first
-    /// seen (at most [`rtloop_agent::REFUSAL_CAUSES`]).
-    pub refusal_causes: Vec<RefusalReport>,
-    /// Refusals of further causes, counted only.
-    pub refusals_of_other_causes: u64,
-    /// How the segment was lost under the spine, which ended the run: `"truncated"` (the
-    /// file became shorter than the segment) or `"replaced"` (truncated and grown again, or
-    /// overwritten: the magic word is gone); `null` when it was not.
-    pub segment_lost: Option<&'static str>,
-    /// Cycles whose command the spine could not read consistently (the agent was mid-write
-    /// on every try), at most one per cycle: the shared state's `torn`.
-    pub torn: u64,
-    /// New commands ignored because the header's `agent_version` was not this spine's
-    /// protocol version.
-    pub wrong_version: u64,
-    /// Resets of the simulated world the agent asked for and got (the shared state's
-    /// `resets`).
-    pub resets: u64,
-    /// Reset requests refused: the run has no physics world, or is not lockstep.
-    pub resets_refused: u64,
-}
-
-/// One servo's refused commands (`agent.refused_servos` in `rtloop run --json`).
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
-pub struct RefusedServo {
-    /// CAN id.
-    pub id: u8,
-    /// Bus number.
-    pub bus: u8,
-    /// Commands refused.
-    pub refused: u64,
-}
-
-/// One cause of refusals (`agent.refusal_causes` in `rtloop run --json`): the first
-/// refusal of that cause, typed, and how many share it.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct RefusalReport {
-    /// What kind of error: `out_of_range`, `non_finite`, `override_not_allowed`,
-    /// `unknown_kind`, `unknown_field_bits`, `fields_without_position`, `servo_count` or
-    /// `no_such_servo`.
-    pub kind: &'static str,
-    /// The field, when it is about one.
-    pub field: Option<&'static str>,
-    /// The value the agent sent (the first refused one; NaN shows as `null`).
-    pub value: Option<f64>,
-    /// The lowest value the limit accepts (out of range only).
-    pub min: Option<f64>,
-    /// The highest value the limit accepts (out of range only).
-    pub max: Option<f64>,
-    /// The servo of the first refusal.
-    pub servo: RefusedServo,
-    /// Refusals of this cause.
-    pub count: u64,
-    /// The first refusal, in one sentence.
-    pub message: String,
-}
+pub use crate::summary::{AgentSummary, RefusalReport, RefusedServo};
 
 /// The name `--json` gives the kind of `e`.
 fn error_kind(e: &ServoCommandError) -> &'static str {
@@ -318,7 +241,7 @@ impl AgentFigures {
         }
         summary.agent = Some(agent);
         if !summary.problems.is_empty() {
-            summary.status = crate::run::Status::Degraded;
+            summary.status = crate::summary::Status::Degraded;
         }
     }
 }
@@ -344,7 +267,7 @@ fn refusal_problem(agent: &AgentSummary, refusals: &Refusals, servo_count: usize
     let servos = match agent.refused_servos.as_slice() {
         all if all.len() == servo_count && servo_count > 1 => format!("all {servo_count} servos"),
         few if few.len() <= 4 => {
-            let names: Vec<String> = few.iter().map(|s| crate::run::servo_name(Some(s.id), Some(s.bus))).collect();
+            let names: Vec<String> = few.iter().map(|s| crate::summary::servo_name(Some(s.id), Some(s.bus))).collect();
             names.join(", ")
         }
         many => format!("{} of the {servo_count} servos", many.len()),

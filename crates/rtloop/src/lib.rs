@@ -95,24 +95,15 @@ pub mod runtime;
 pub mod signals;
 pub mod sim_buses;
 
-/// What a run reports: [`RunSummary`] and its parts (`rtloop run --json` prints it as one
-/// line).
-pub mod summary {
-    pub use crate::controller::MAX_SERVOS;
-    pub use crate::run::{
-        BodySummary, ControlFailure, EventRecord, FinalServo, Hook, InjectedSummary, LiveSummary, LogSummary, Notice,
-        ProgressFigures, RealtimeSummary, ReplyAccounting, RunSummary, Status, EXIT_DEGRADED,
-    };
-    pub use crate::stats::Percentiles;
-}
 mod stats;
+pub mod summary;
 pub mod telemetry;
 mod toml_text;
 
 pub use controller::{Controller, Failure, Flow, Output, PositionCommand, ServoCommand, ServoStatus, State};
 pub use robot_spec::RobotSpec;
-pub use run::RunSummary;
 pub use runtime::{RunError, Runtime};
+pub use summary::RunSummary;
 
 #[cfg(test)]
 mod front_door {

@@ -408,3 +408,14 @@ mod tests {
         assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
     }
 }
+
+/// The file offset an error refers to, when it has one.
+pub fn error_offset(error: &TlogError) -> Option<u64> {
+    match error {
+        TlogError::Truncated { offset }
+        | TlogError::BadCrc { offset }
+        | TlogError::UnknownFlags { offset, .. }
+        | TlogError::Malformed { offset, .. } => Some(*offset),
+        _ => None,
+    }
+}

@@ -34,6 +34,8 @@
 //! last byte); a candidate is accepted only if a block header parsed there is of type 5, ends
 //! exactly at `m`, and the block's CRC (computed with the CRC field zeroed) matches.
 
+pub use crate::format::error_offset;
+pub use crate::survey::ScanReport;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Read;
@@ -111,23 +113,6 @@ pub struct SeekMarker {
     pub timestamp_us: i64,
     /// `(record id, marker start − start of that record's latest data block)`.
     pub back_offsets: Vec<(u64, u64)>,
-}
-
-/// What a full walk of the file found.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ScanReport {
-    /// Blocks whose framing could be read (good or bad).
-    pub blocks: u64,
-    /// Data blocks that passed every check.
-    pub data_blocks: u64,
-    pub schemas: u64,
-    pub seek_markers: u64,
-    /// True when the file ends with a valid index block.
-    pub has_index: bool,
-    /// Start of the incomplete block at the end of the file, if it was cut.
-    pub truncated_at: Option<u64>,
-    /// `(block offset, description)` of every block that was reported and skipped.
-    pub corrupt: Vec<(u64, String)>,
 }
 
 impl ScanReport {
@@ -1150,17 +1135,6 @@ fn crc_with_field_zeroed(raw: &[u8], crc_at: usize) -> u32 {
 
 fn malformed(offset: u64, what: impl Into<String>) -> TlogError {
     TlogError::Malformed { offset, what: what.into() }
-}
-
-/// The file offset an error refers to, when it has one.
-pub fn error_offset(error: &TlogError) -> Option<u64> {
-    match error {
-        TlogError::Truncated { offset }
-        | TlogError::BadCrc { offset }
-        | TlogError::UnknownFlags { offset, .. }
-        | TlogError::Malformed { offset, .. } => Some(*offset),
-        _ => None,
-    }
 }
 
 enum Source {

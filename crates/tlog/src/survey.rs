@@ -10,8 +10,6 @@
 use serde::Serialize;
 use std::fmt;
 
-use crate::reader::ScanReport;
-
 /// What kind of damage a [`Problem`] counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -152,7 +150,7 @@ impl Problems {
             crate::format::TlogError::Truncated { .. } => ProblemKind::Truncated,
             _ => ProblemKind::CorruptBlock,
         };
-        self.note(kind, None, None, crate::reader::error_offset(error).unwrap_or(0), || error.to_string());
+        self.note(kind, None, None, crate::format::error_offset(error).unwrap_or(0), || error.to_string());
     }
 
     /// Count one occurrence at `offset`. `what` is only built for the first occurrence.
@@ -380,4 +378,21 @@ mod tests {
         assert_eq!((rest.record_id, rest.count), (None, 10_000 - MAX_RECORDS_PER_KIND as u64));
         assert!(rest.to_string().starts_with("9968 data blocks of further record ids have no schema"), "{rest}");
     }
+}
+
+/// What a full walk of the file found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScanReport {
+    /// Blocks whose framing could be read (good or bad).
+    pub blocks: u64,
+    /// Data blocks that passed every check.
+    pub data_blocks: u64,
+    pub schemas: u64,
+    pub seek_markers: u64,
+    /// True when the file ends with a valid index block.
+    pub has_index: bool,
+    /// Start of the incomplete block at the end of the file, if it was cut.
+    pub truncated_at: Option<u64>,
+    /// `(block offset, description)` of every block that was reported and skipped.
+    pub corrupt: Vec<(u64, String)>,
 }

@@ -30,14 +30,12 @@ use crate::controller::MAX_SERVOS;
 use crate::controller::{
     Controller, CycleFigures, Failure, Flow, Output, Reported, ServoStatus, State, MAX_EVENTS_PER_CYCLE,
 };
-use crate::stats::Percentiles;
 use crate::telemetry::{CycleLog, LogHandOff, LogMsg, LogSink};
 use rtloop_io::safety::{EventKind, SafetyConfig, Supervisor};
 use rtloop_io::{Clock, MonotonicClock, Robot, ServoCommand, ServoReply, ServoSpec};
 use rtloop_rt::periodic::{OverrunPolicy, PeriodicLoop, PeriodicOptions, Tick, TimeSource};
 use rtloop_rt::setup::{Policy, RtSettings};
 use rtloop_simrobot::SimRobot;
-use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -47,16 +45,17 @@ mod control;
 mod cycle;
 mod error;
 mod options;
+mod report;
 mod setup;
-mod summary;
 
+pub use crate::summary::*;
 use control::*;
 use cycle::*;
 pub use error::RunError;
 use options::report_progress;
-pub use options::{Hooks, Notice, Progress, ProgressFigures, RunOptions};
+pub use options::{Hooks, Progress, RunOptions};
+use report::*;
 use setup::*;
-pub use summary::*;
 
 /// File descriptors a run holds besides its live publishers: the standard streams, the
 /// log, `/dev/cpu_dma_latency`, the buses (a pty, a socket or a spidev each), an agent
@@ -85,9 +84,6 @@ pub const MAX_CYCLE_TIMEOUT_NS: u64 = 50_000_000;
 /// How long the cycle thread waits, before the real-time section, for the control thread's
 /// first commands.
 const CONTROL_START_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Exit status of a run that completed but lost servos or engaged its safety policy.
-pub const EXIT_DEGRADED: u8 = 1;
 
 /// Simulated time for a lockstep run: the loop's sleeps move the robot's virtual clock.
 struct VirtualTime(rtloop_io::VirtualClock);

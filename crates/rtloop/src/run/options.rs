@@ -32,44 +32,6 @@ pub struct Hooks {
     pub notice: Box<dyn FnMut(&Notice) + Send>,
 }
 
-/// Something a run has to say while it runs, handed to the callback set with
-/// [`crate::Runtime::on_notice`] as it happens (the `rtloop` command prints it on stderr).
-/// The run itself never prints.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum Notice {
-    /// A warning, before the loop starts: a setting the run can go on with but should not
-    /// (the model's cycle time exceeds the period, a real-time request was refused, …). The
-    /// summary lists it too ([`RunSummary::warnings`] or [`RealtimeSummary::warnings`]).
-    Warning(String),
-    /// How far the loop is, every period set with [`crate::Runtime::progress_every`].
-    Progress(ProgressFigures),
-    /// The loop has ended: no more [`Notice::Progress`] (given only when progress was asked
-    /// for).
-    ProgressEnd,
-}
-
-/// How far a running loop is ([`Notice::Progress`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ProgressFigures {
-    /// Seconds of the run done (cycles over the rate).
-    pub time_s: f64,
-    /// Seconds the run lasts.
-    pub duration_s: f64,
-    /// Cycles completed.
-    pub cycles: u64,
-    /// Cycles the run will have.
-    pub total_cycles: u64,
-    /// Duration of the last cycle, µs.
-    pub last_cycle_us: f64,
-    /// Longest cycle so far, µs.
-    pub max_cycle_us: f64,
-    /// Overruns so far.
-    pub overruns: u64,
-    /// Missing replies so far.
-    pub missing: u64,
-}
-
 impl Default for Hooks {
     fn default() -> Self {
         Hooks {
