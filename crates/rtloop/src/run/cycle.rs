@@ -42,6 +42,13 @@ pub struct CycleSetup<K: Clock> {
     pub(super) bus_numbers: Vec<u8>,
 }
 
+/// The robot side of a loop, as [`CycleLoop::new`] takes it from a [`CycleSetup`].
+struct Devices<K: Clock> {
+    robot: Robot<K>,
+    sim: Option<SimRobot>,
+    bus_numbers: Vec<u8>,
+}
+
 /// Seconds (validated: 0 to one year) as nanoseconds, saturating.
 pub(super) fn secs_to_ns(s: f64) -> u64 {
     (s * 1e9).round().clamp(0.0, u64::MAX as f64) as u64
@@ -135,7 +142,7 @@ pub(super) fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
     logger: Option<LogHandOff<C::Telemetry>>,
 ) -> LoopResult {
     let CycleSetup { robot, sim, config, shutdown, overrun, bus_numbers } = setup;
-    let mut cl = CycleLoop::new(robot, sim, &config, bus_numbers, progress, hooks, law, logger);
+    let mut cl = CycleLoop::new(Devices { robot, sim, bus_numbers }, &config, progress, hooks, law, logger);
     cl.shutdown = shutdown;
     cl.measure_start();
     let started = cl.start_controller();
@@ -309,15 +316,14 @@ struct CycleLoop<'a, C: Controller, K: Clock> {
 impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
     /// Allocates every buffer the loop will use: nothing is allocated after this.
     fn new(
-        robot: Robot<K>,
-        sim: Option<SimRobot>,
+        devices: Devices<K>,
         config: &RunConfig,
-        bus_numbers: Vec<u8>,
         progress: &'a Progress,
         hooks: &'a Hooks,
         law: ControlLaw<C>,
         logger: Option<LogHandOff<C::Telemetry>>,
     ) -> Self {
+        let Devices { robot, sim, bus_numbers } = devices;
         let n = robot.servos().len();
         let servos: Vec<ServoSpec> = robot.servos().to_vec();
         let clock = robot.cycler().clock().clone();

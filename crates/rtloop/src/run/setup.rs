@@ -149,14 +149,14 @@ fn start_telemetry<C: Controller>(
         (None, Some(every)) => {
             // No file: the thread only feeds the publishers; its log goes nowhere.
             let writer = rtloop_tlog::writer::FileWriter::new(std::io::sink(), Default::default())
-                .map_err(|e| RunError::LiveTelemetry(e))?;
+                .map_err(RunError::LiveTelemetry)?;
             let live = Arc::clone(fanout);
             let (logger, thread) =
                 rtloop_tlog::realtime::spawn(LOG_RING_MESSAGES, writer, move |_, m: LogMsg<C::Telemetry>| {
                     live.lock().unwrap_or_else(|e| e.into_inner()).offer(&m);
                     Ok(())
                 })
-                .map_err(|e| RunError::LiveTelemetry(e))?;
+                .map_err(RunError::LiveTelemetry)?;
             (Some(LogHandOff::new(logger, lockstep).live_only(every)), Some(thread))
         }
         (None, None) => (None, None),
