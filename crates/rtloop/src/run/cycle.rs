@@ -40,6 +40,8 @@ pub struct CycleSetup<K: Clock> {
     pub(super) shutdown: ServoCommand,
     pub(super) overrun: OverrunPolicy,
     pub(super) bus_numbers: Vec<u8>,
+    /// The body under the simulated servos, when there is one.
+    pub(super) physics: Option<crate::physics::PhysicsInfo>,
 }
 
 /// The robot side of a loop, as [`CycleLoop::new`] takes it from a [`CycleSetup`].
@@ -47,6 +49,26 @@ struct Devices<K: Clock> {
     robot: Robot<K>,
     sim: Option<SimRobot>,
     bus_numbers: Vec<u8>,
+    physics: Option<crate::physics::PhysicsInfo>,
+}
+
+/// What [`State::model_pose`] says, held by the loop (the stand itself in `CycleLoop::stand`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PoseKind {
+    NotGiven,
+    Stand,
+    Missing,
+}
+
+impl PoseKind {
+    /// The state's view of it, with the stand the loop holds.
+    pub(super) fn view(self, stand: &[f64]) -> crate::controller::ModelPose<'_> {
+        match self {
+            PoseKind::NotGiven => crate::controller::ModelPose::NotGiven,
+            PoseKind::Stand => crate::controller::ModelPose::Stand(stand),
+            PoseKind::Missing => crate::controller::ModelPose::Missing,
+        }
+    }
 }
 
 /// Seconds (validated: 0 to one year) as nanoseconds, saturating.
@@ -141,8 +163,8 @@ pub(super) fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
     law: ControlLaw<C>,
     logger: Option<LogHandOff<C::Telemetry>>,
 ) -> LoopResult {
-    let CycleSetup { robot, sim, config, shutdown, overrun, bus_numbers } = setup;
-    let mut cl = CycleLoop::new(Devices { robot, sim, bus_numbers }, &config, progress, hooks, law, logger);
+    let CycleSetup { robot, sim, config, shutdown, overrun, bus_numbers, physics } = setup;
+    let mut cl = CycleLoop::new(Devices { robot, sim, bus_numbers, physics }, &config, progress, hooks, law, logger);
     cl.shutdown = shutdown;
     cl.measure_start();
     let started = cl.start_controller();
@@ -311,6 +333,9 @@ struct CycleLoop<'a, C: Controller, K: Clock> {
     shutdown: ServoCommand,
     /// The control law's failure: in which hook, and when.
     failure: Option<(Failure, Hook, u64)>,
+    /// The model's standing pose, per servo ([`State::model_pose`]).
+    pose_kind: PoseKind,
+    stand: Vec<f64>,
 }
 
 impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
@@ -323,8 +348,18 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         law: ControlLaw<C>,
         logger: Option<LogHandOff<C::Telemetry>>,
     ) -> Self {
-        let Devices { robot, sim, bus_numbers } = devices;
+        let Devices { robot, sim, bus_numbers, physics } = devices;
         let n = robot.servos().len();
+        let numbered: Vec<(u8, u8)> =
+            robot.servos().iter().map(|s| (bus_numbers.get(s.bus).copied().unwrap_or(0), s.id)).collect();
+        let (pose_kind, stand) = match &physics {
+            None => (PoseKind::NotGiven, Vec::new()),
+            Some(p) => match p.stand_for(&numbered) {
+                Some(stand) => (PoseKind::Stand, stand),
+                None if p.model.path.is_some() => (PoseKind::Missing, Vec::new()),
+                None => (PoseKind::NotGiven, Vec::new()),
+            },
+        };
         let servos: Vec<ServoSpec> = robot.servos().to_vec();
         let clock = robot.cycler().clock().clone();
         let safety = SafetyConfig {
@@ -371,6 +406,8 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             first_command_pending: true,
             shutdown: ServoCommand::ZeroVelocity,
             failure: None,
+            pose_kind,
+            stand,
         }
     }
 
@@ -439,6 +476,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             safe_mode: self.supervisor.tripped_at().is_some(),
             events,
             body: self.sim.as_ref().and_then(SimRobot::body),
+            model_pose: self.pose_kind.view(&self.stand),
         };
         match &mut self.law {
             ControlLaw::Inline(controller) => controller.start(&first),
@@ -597,6 +635,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             safe_mode: self.supervisor.tripped_at().is_some(),
             events: events.get(self.events_seen..).unwrap_or(&[]),
             body: self.sim.as_ref().and_then(SimRobot::body),
+            model_pose: self.pose_kind.view(&self.stand),
         };
         self.events_seen = events.len();
         match &mut self.law {
@@ -698,6 +737,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             if log.wants_cycle(tick.index) {
                 let (servos, buses) = (&self.servos, &self.bus_numbers);
                 self.cycle_log.fill(tick, dt, report, servos, buses, &self.commands, &self.replies, &self.imu);
+                self.cycle_log.fill_body(self.sim.as_ref());
                 log.log(LogMsg::Cycle(self.cycle_log));
             }
             if let Some(value) = self.telemetry.take().filter(|_| log.wants_custom()) {
@@ -768,6 +808,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
                 let dt = report.stats.duration_ns();
                 let (servos, buses) = (&self.servos, &self.bus_numbers);
                 self.cycle_log.fill(&tick, dt, &report, servos, buses, sent, &self.replies, &self.imu);
+                self.cycle_log.fill_body(self.sim.as_ref());
                 log.log(LogMsg::Cycle(self.cycle_log));
                 self.events_logged = log_events(log, &self.supervisor, self.events_logged, &self.bus_numbers);
                 log_injected(log, self.sim.as_ref(), &mut self.injected_logged, &self.bus_numbers);
@@ -789,6 +830,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             safe_mode: self.supervisor.tripped_at().is_some(),
             events: events.get(self.events_seen..).unwrap_or(&[]),
             body: self.sim.as_ref().and_then(SimRobot::body),
+            model_pose: self.pose_kind.view(&self.stand),
         };
         match &mut self.law {
             ControlLaw::Inline(controller) => controller.stop(&last),
