@@ -183,6 +183,42 @@ enum LogCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Draw a run with physics from its log with MuJoCo's own renderer (offscreen, headless):
+    /// a directory of PNG frames, or an MP4 (OUT ending in .mp4, encoded by ffmpeg).
+    Render {
+        /// The log (of `rtloop run --physics --log`).
+        file: std::path::PathBuf,
+        /// A new directory of frame-NNNNNN.png, or an .mp4 file.
+        #[arg(short = 'o', long = "out", value_name = "OUT")]
+        out: std::path::PathBuf,
+        /// Frames per second of log time.
+        #[arg(long, default_value_t = 30.0)]
+        fps: f64,
+        /// Picture size, WIDTHxHEIGHT.
+        #[arg(long, default_value = "640x480")]
+        size: String,
+        /// Camera heading, degrees (90: from the robot's right side, looking along +y).
+        #[arg(long, default_value_t = 90.0, allow_negative_numbers = true)]
+        azimuth: f64,
+        /// Camera elevation, degrees (negative: from above; -90 straight down).
+        #[arg(long, default_value_t = -20.0, allow_negative_numbers = true)]
+        elevation: f64,
+        /// Camera distance, m (default: twice the model's size).
+        #[arg(long)]
+        distance: Option<f64>,
+        /// Follow the IMU's body rather than keep the camera where the body started.
+        #[arg(long)]
+        track: bool,
+        /// From this many seconds after the log's first body item.
+        #[arg(long, allow_negative_numbers = true)]
+        start: Option<f64>,
+        /// Up to this many seconds after it.
+        #[arg(long, allow_negative_numbers = true)]
+        end: Option<f64>,
+        /// Replace OUT if it is an earlier render.
+        #[arg(long)]
+        force: bool,
+    },
     /// Plot fields against time to a PNG.
     Plot {
         /// The log.
@@ -1140,6 +1176,11 @@ fn log_command(cmd: LogCommand) -> Result<(), String> {
             let opts =
                 log_cmd::ServeArgs { foxglove, speed, foxglove_every, start, end, looping, exit_at_end, allow_remote };
             ("serve", log_cmd::serve(&file, &opts, json)?)
+        }
+        LogCommand::Render { file, out, fps, size, azimuth, elevation, distance, track, start, end, force } => {
+            let args =
+                log_cmd::RenderArgs { fps, size, azimuth, elevation, distance, track, start, end, force };
+            ("render", log_cmd::render(&file, &out, &args)?)
         }
         LogCommand::Plot { file, fields, out, force, one_axis } => {
             ("plot", log_cmd::plot(&file, &fields, &out, force, one_axis)?)

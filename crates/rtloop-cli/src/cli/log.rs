@@ -94,6 +94,8 @@ fn seconds(us: i64) -> f64 {
 }
 
 mod parquet;
+mod render;
+pub use render::{render, RenderArgs};
 use parquet::{export_dataset, export_parquet};
 
 fn problems_json(problems: &[Problem]) -> Json {
@@ -439,11 +441,17 @@ struct ExportReport {
     /// `rows` and `columns`, or `messages` and `channels`.
     written: Json,
     problems: Vec<Problem>,
+    /// Why an MCAP export of a run with physics has no 3D view.
+    no_3d: Option<String>,
 }
 
 impl ExportReport {
     fn warnings(&self) -> Vec<String> {
-        self.problems.iter().map(ToString::to_string).collect()
+        self.problems
+            .iter()
+            .map(ToString::to_string)
+            .chain(self.no_3d.iter().map(|w| format!("{w}; the MCAP has the records without it")))
+            .collect()
     }
 }
 
@@ -513,6 +521,7 @@ fn export_to(
             record: Some(record.clone()),
             written: json!({"rows": stats.rows, "columns": stats.columns}),
             problems: stats.problems,
+            no_3d: None,
         };
         if stats.rows == 0 {
             let what = format!("record '{record}'");
@@ -526,14 +535,21 @@ fn export_to(
     } else {
         let mut output = create_output(out, identity, force, flag)?;
         let bar = progress_bar("mcap");
-        let stats = rtloop_tlog::export::to_mcap(&reader, output.file(), bar.as_ref()).map_err(cannot_export)?;
+        // A run with physics: its 3D view too (the scene, every body's pose, the body's
+        // transform), from the `model` and `body` records.
+        let mut scene = rtloop::scene::logged_model(&reader).map(|m| rtloop::scene::SceneExport::new(&m));
+        let derived = scene.as_mut().map(|s| s as &mut dyn rtloop_tlog::export::Derived);
+        let stats = rtloop_tlog::export::to_mcap_with(&reader, output.file(), bar.as_ref(), derived)
+            .map_err(cannot_export)?;
         if let Some(b) = bar {
             b.finish_and_clear();
         }
         let report = ExportReport {
             record: None,
-            written: json!({"messages": stats.messages, "channels": stats.channels}),
+            written: json!({"messages": stats.messages, "channels": stats.channels,
+                            "no_3d": scene.as_ref().and_then(|s| s.no_3d.clone())}),
             problems: stats.problems,
+            no_3d: scene.and_then(|s| s.no_3d),
         };
         if stats.messages == 0 {
             return Err(ExportFailed {
@@ -628,7 +644,7 @@ pub fn serve(path: &Path, args: &ServeArgs, as_json: bool) -> Result<Outcome, St
         exit_at_end: args.exit_at_end,
     };
     let report = playback::serve(path, &opts).map_err(|e| e.to_string())?;
-    let warnings = report.problems.iter().map(ToString::to_string).collect();
+    let warnings = report.problems.iter().map(ToString::to_string).chain(report.no_3d.clone()).collect();
     let text = if as_json {
         serde_json::to_string(&report).map_err(|e| e.to_string())?
     } else {

@@ -21,14 +21,16 @@
 //! * A client message (and frame) is at most [`CLIENT_MESSAGE_MAX`] bytes: a longer one
 //!   closes the connection with code 1009 (`refused_too_large`) before it is buffered.
 //! * Each client's outgoing queue holds at most [`CLIENT_QUEUE_BYTES`]: a message that does
-//!   not fit is dropped and counted (`client_queue_dropped`, and in `dropped`); a control
+//!   not fit is dropped and counted (`client_queue_dropped`, and in `dropped`), but for a
+//!   latched channel's one message (the 3D scene, [`Server::set_latched`]), which is taken
+//!   while the queue is within its limit, whatever its size; a control
 //!   message (advertisement, status, playback state) that does not fit closes the client
 //!   (`clients_dropped_slow`).
 //! * [`Server::stop`] gives every client [`CLOSE_TIMEOUT`] to take a close frame, then drops
 //!   every socket: it returns within that bound whatever the clients do.
 //!
-//! Memory is therefore bounded by `MAX_CLIENTS × (CLIENT_QUEUE_BYTES + tungstenite's buffers
-//! + CLIENT_MESSAGE_MAX)` plus `MAX_HANDSHAKING` handshakes of 64 KiB.
+//! Memory is therefore bounded by `MAX_CLIENTS × (CLIENT_QUEUE_BYTES + the latched message
+//! + tungstenite's buffers + CLIENT_MESSAGE_MAX)` plus `MAX_HANDSHAKING` handshakes of 64 KiB.
 //!
 //! Must never: listen beyond the address given; buffer a client's input past the limits;
 //! let a client's input panic anything or reach the loop; make [`Server::stop`] or the
@@ -91,6 +93,9 @@ pub struct Channel {
     schema_name: String,
     schema: String,
     subscribers: AtomicU32,
+    /// The message a client gets when it subscribes (a latched channel: the 3D scene, sent
+    /// once), with its log time.
+    latched: Mutex<Option<(u64, Arc<[u8]>)>>,
 }
 
 impl Channel {
@@ -153,6 +158,22 @@ impl Client {
         let len = message.len();
         let mut o = lock(&self.outbox);
         if o.bytes + len > CLIENT_QUEUE_BYTES {
+            return false;
+        }
+        o.bytes += len;
+        o.messages.push_back(message);
+        drop(o);
+        self.wake.notify_one();
+        true
+    }
+
+    /// Queue a latched channel's message (the 3D scene, which may be larger than the whole
+    /// queue): taken while the queue holds at most [`CLIENT_QUEUE_BYTES`], so one such message
+    /// at most goes past the limit; false (dropped) otherwise.
+    fn push_latched(&self, message: Message) -> bool {
+        let len = message.len();
+        let mut o = lock(&self.outbox);
+        if o.bytes > CLIENT_QUEUE_BYTES {
             return false;
         }
         o.bytes += len;
@@ -312,6 +333,7 @@ impl Server {
             schema_name: schema_name.to_string(),
             schema,
             subscribers: AtomicU32::new(0),
+            latched: Mutex::new(None),
         });
         lock(&self.shared.channels).push(Arc::clone(&channel));
         let text = protocol::advertise(&[channel.info()]);
@@ -338,6 +360,17 @@ impl Server {
             }
         }
         subscribed
+    }
+
+    /// Make `payload` the message every client gets when it subscribes to `channel` (and
+    /// send it now to those subscribed): the 3D scene, sent once but needed by every client.
+    pub fn set_latched(&self, channel: &Channel, log_time_ns: u64, payload: &[u8]) {
+        let payload: Arc<[u8]> = Arc::from(payload);
+        *lock(&channel.latched) = Some((log_time_ns, Arc::clone(&payload)));
+        for c in lock(&self.shared.clients).iter() {
+            let Some(sub) = c.subscription_for(channel) else { continue };
+            send_latched(c, &self.shared, sub, log_time_ns, &payload);
+        }
     }
 
     /// A status message for every client.
@@ -663,9 +696,13 @@ fn handle(message: &Message, client: &Client, shared: &Shared) {
                     continue;
                 }
                 channel.subscribers.fetch_add(1, Ordering::Relaxed);
+                let latched = lock(&channel.latched).clone();
                 subscriptions.push((s.id, channel));
                 drop(subscriptions);
                 shared.count(Detail::Subscriptions);
+                if let Some((log_time_ns, payload)) = latched {
+                    send_latched(client, shared, s.id, log_time_ns, &payload);
+                }
             }
         }
         Ok(ClientMessage::Unsubscribe(ids)) => {
@@ -695,6 +732,17 @@ fn handle(message: &Message, client: &Client, shared: &Shared) {
             }
         }
         Err(e) => refuse_error(client, shared, &e),
+    }
+}
+
+/// A latched channel's message to one client (dropped and counted when its queue is over
+/// the limit).
+fn send_latched(client: &Client, shared: &Shared, sub: u32, log_time_ns: u64, payload: &[u8]) {
+    let mut frame = Vec::with_capacity(payload.len() + 16);
+    protocol::message_data(&mut frame, sub, log_time_ns, payload);
+    if !client.push_latched(Message::binary(frame)) {
+        shared.count(Detail::ClientQueueDropped);
+        shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
     }
 }
 
