@@ -623,7 +623,7 @@ mod tests {
         let mut scene = Scene3d::for_model(&record).unwrap();
         let frames = scene.frames().to_vec();
         assert_eq!(frames[0], WORLD_FRAME);
-        assert!(frames.iter().any(|f| f == "model/torso"), "{frames:?}");
+        assert!(frames.iter().any(|f| f == "model/body"), "{frames:?}");
         let s = scene.scene_json(7);
         let entities = s["entities"].as_array().unwrap();
         // The ground (the world's plane, a thin box) and the torso (a box); four feet, twelve
@@ -641,7 +641,7 @@ mod tests {
         let mut out = Vec::new();
         assert!(scene.transforms(9, &qpos, &mut out));
         let v: Json = serde_json::from_slice(&out).unwrap();
-        let torso = v["transforms"].as_array().unwrap().iter().find(|t| t["child_frame_id"] == "model/torso").unwrap();
+        let torso = v["transforms"].as_array().unwrap().iter().find(|t| t["child_frame_id"] == "model/body").unwrap();
         assert_eq!(torso["translation"], json!({"x": 1.5, "y": -2.0, "z": 0.4}));
         assert_eq!(torso["parent_frame_id"], WORLD_FRAME);
         assert_eq!(v["transforms"].as_array().unwrap().len(), frames.len() - 1);
