@@ -25,6 +25,10 @@ mod moteus_tool;
 mod physics;
 mod python;
 mod readme_tour;
+#[cfg(feature = "render")]
+mod render;
+#[cfg(feature = "physics")]
+mod scene;
 mod run_trust;
 mod runtime;
 mod telemetry;
