@@ -100,6 +100,7 @@ fn an_mcap_export_of_a_run_with_physics_carries_its_3d_view() {
 }
 
 const ARM: &str = r#"<mujoco>
+  <option timestep="0.001"/>
   <worldbody>
     <body name="base" pos="0 0 0.5">
       <geom type="box" size="0.1 0.1 0.1" mass="1"/>
@@ -109,6 +110,7 @@ const ARM: &str = r#"<mujoco>
       </body>
     </body>
   </worldbody>
+  <keyframe><key name="home" qpos="0.2"/></keyframe>
 </mujoco>"#;
 
 #[test]
