@@ -407,8 +407,12 @@ pub struct RunSummary {
 }
 
 /// The simulated body at the end of a run with physics.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BodySummary {
+    /// The model: "the built-in quadruped", or its file as given.
+    pub model: String,
+    /// The body's origin in the ground's frame (+x forward, +y left, +z up), m.
+    pub position_m: [f64; 3],
     /// Height of the body's origin above the ground, m.
     pub height_m: f64,
     /// Roll, degrees (right side down positive, as the IMU reads it).

@@ -129,6 +129,14 @@ pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()
             l.bytes as f64 / 1e6
         )?;
     }
+    if let Some(b) = &s.body {
+        let [x, y, z] = b.position_m;
+        writeln!(
+            out,
+            "  body         {}: at ({x:.3}, {y:.3}, {z:.3}) m, height {:.3} m, roll {:.1}°, pitch {:.1}° ({} steps)",
+            b.model, b.height_m, b.roll_deg, b.pitch_deg, b.steps
+        )?;
+    }
     if !s.events.is_empty() {
         writeln!(out, "  events:")?;
         for e in &s.events {

@@ -419,6 +419,9 @@ where
     let loop_started = result.loop_started;
     let (log, live) = finish_telemetry(log_thread, opts.log.as_ref(), &fanout, live_every, &hooks_remote)?;
     let mut summary = summarize(&config, &servos, &bus_numbers, buses, result, &applied, seed);
+    if let (Some(body), Some(info)) = (summary.body.as_mut(), physics.as_ref()) {
+        body.model = info.model.name.clone();
+    }
     summary.wall_s = loop_started.elapsed().as_secs_f64();
     if let Some(problem) = log.as_ref().and_then(LogSummary::problem) {
         summary.problems.push(problem);
