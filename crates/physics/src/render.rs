@@ -108,12 +108,8 @@ impl Renderer {
         cam.distance = camera.distance;
         cam.azimuth = camera.azimuth;
         cam.elevation = camera.elevation;
-        let inner = MjRenderer::builder()
-            .width(width)
-            .height(height)
-            .camera(cam)
-            .build(data.model())
-            .map_err(|e| match e {
+        let inner =
+            MjRenderer::builder().width(width).height(height).camera(cam).build(data.model()).map_err(|e| match e {
                 RendererError::GlutinError(g) => RenderError::NoContext { reason: g.to_string() },
                 other => RenderError::Frame { reason: other.to_string() },
             })?;

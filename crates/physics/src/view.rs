@@ -127,7 +127,8 @@ impl ModelView {
         let m = &model;
         let name_of = |kind: MjtObjBase, i: usize| m.id_to_name(kind, i).filter(|n| !n.is_empty()).map(str::to_string);
         let nbody = m.ffi().nbody as usize;
-        let bodies = (0..nbody).map(|b| name_of(MjtObjBase::mjOBJ_BODY, b).unwrap_or_else(|| format!("body{b}"))).collect();
+        let bodies =
+            (0..nbody).map(|b| name_of(MjtObjBase::mjOBJ_BODY, b).unwrap_or_else(|| format!("body{b}"))).collect();
         let meshes = (0..m.ffi().nmesh as usize)
             .map(|k| {
                 let (v0, nv) = (m.mesh_vertadr()[k] as usize, m.mesh_vertnum()[k] as usize);

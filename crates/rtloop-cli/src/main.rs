@@ -1178,8 +1178,7 @@ fn log_command(cmd: LogCommand) -> Result<(), String> {
             ("serve", log_cmd::serve(&file, &opts, json)?)
         }
         LogCommand::Render { file, out, fps, size, azimuth, elevation, distance, track, start, end, force } => {
-            let args =
-                log_cmd::RenderArgs { fps, size, azimuth, elevation, distance, track, start, end, force };
+            let args = log_cmd::RenderArgs { fps, size, azimuth, elevation, distance, track, start, end, force };
             ("render", log_cmd::render(&file, &out, &args)?)
         }
         LogCommand::Plot { file, fields, out, force, one_axis } => {

@@ -184,7 +184,11 @@ impl Scene3d {
                 let view = ModelView::load(&ModelSource::File(path.clone())).map_err(SceneError::Load)?;
                 let now = view.file_sha256().unwrap_or_default();
                 if !record.file_sha256.is_empty() && now != record.file_sha256 {
-                    return Err(SceneError::FileChanged { path, recorded: record.file_sha256.clone(), now: now.into() });
+                    return Err(SceneError::FileChanged {
+                        path,
+                        recorded: record.file_sha256.clone(),
+                        now: now.into(),
+                    });
                 }
                 if same_mujoco && view.compiled_sha256() != record.compiled_sha256 {
                     return Err(SceneError::CompiledChanged { model: path.display().to_string() });
@@ -294,7 +298,8 @@ fn rotate(q: [f64; 4], v: [f64; 3]) -> [f64; 3] {
     let [w, x, y, z] = q;
     // v + 2w(u × v) + 2u × (u × v), u = (x, y, z)
     let u = [x, y, z];
-    let cross = |a: [f64; 3], b: [f64; 3]| [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]];
+    let cross =
+        |a: [f64; 3], b: [f64; 3]| [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]];
     let t = cross(u, v).map(|c| 2.0 * c);
     let c = cross(u, t);
     [v[0] + w * t[0] + c[0], v[1] + w * t[1] + c[1], v[2] + w * t[2] + c[2]]
@@ -317,7 +322,9 @@ fn scene_json(view: &rtloop_physics::view::ModelView, frames: &[String], stamp_n
         let size = |x: f64, y: f64, z: f64| json!({"x": x, "y": y, "z": z});
         match &s.kind {
             ShapeKind::Box { half } => {
-                lists[CUBES].push(json!({"pose": at, "size": size(2.0 * half[0], 2.0 * half[1], 2.0 * half[2]), "color": color}));
+                lists[CUBES].push(
+                    json!({"pose": at, "size": size(2.0 * half[0], 2.0 * half[1], 2.0 * half[2]), "color": color}),
+                );
             }
             ShapeKind::Plane { half } => {
                 let h = |v: f64| if v > 0.0 { v } else { INFINITE_PLANE_HALF_M };
@@ -545,8 +552,7 @@ pub mod schemas {
             props.push(("color", color.clone()));
             object(None, &props)
         };
-        let cylinder =
-            shape(&[("bottom_scale", json!({"type": "number"})), ("top_scale", json!({"type": "number"}))]);
+        let cylinder = shape(&[("bottom_scale", json!({"type": "number"})), ("top_scale", json!({"type": "number"}))]);
         let triangles = object(
             None,
             &[
@@ -607,8 +613,7 @@ mod tests {
     #[test]
     fn a_frame_transform_carries_the_position_and_the_attitude() {
         let mut out = Vec::new();
-        frame_transform_json(&mut out, 1_500_000_000, "world", "body", [1.0, 2.0, 0.3], [0.5, 0.5, -0.5, 0.5])
-            .unwrap();
+        frame_transform_json(&mut out, 1_500_000_000, "world", "body", [1.0, 2.0, 0.3], [0.5, 0.5, -0.5, 0.5]).unwrap();
         let v: Json = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["translation"], json!({"x": 1.0, "y": 2.0, "z": 0.3}));
         assert_eq!(v["rotation"], json!({"x": 0.5, "y": -0.5, "z": 0.5, "w": 0.5}));
@@ -660,11 +665,8 @@ mod tests {
         let path = dir.path().join("robot.xml");
         std::fs::write(&path, r#"<mujoco><worldbody><body><freejoint/><geom size="0.1"/></body></worldbody></mujoco>"#)
             .unwrap();
-        let record = ModelRecord {
-            path: path.display().to_string(),
-            file_sha256: "ab".repeat(32),
-            ..Default::default()
-        };
+        let record =
+            ModelRecord { path: path.display().to_string(), file_sha256: "ab".repeat(32), ..Default::default() };
         let e = Scene3d::for_model(&record).unwrap_err().to_string();
         assert!(e.contains("has changed since the run") && !e.contains('\n'), "{e}");
         let record = ModelRecord { path: dir.path().join("gone.xml").display().to_string(), ..Default::default() };

@@ -292,8 +292,12 @@ pub fn to_mcap_with<W: Write>(
             let mut failed = None;
             d.item(name, time_ns, &json_value, &mut |k, payload| {
                 let Some((channel_id, sequence)) = extra.get_mut(k) else { return };
-                let header =
-                    mcap::records::MessageHeader { channel_id: *channel_id, sequence: *sequence, log_time: time_ns, publish_time: time_ns };
+                let header = mcap::records::MessageHeader {
+                    channel_id: *channel_id,
+                    sequence: *sequence,
+                    log_time: time_ns,
+                    publish_time: time_ns,
+                };
                 *sequence = sequence.wrapping_add(1);
                 match writer.write_to_known_channel(&header, payload) {
                     Ok(()) => stats.messages += 1,

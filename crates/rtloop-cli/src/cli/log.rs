@@ -95,8 +95,8 @@ fn seconds(us: i64) -> f64 {
 
 mod parquet;
 mod render;
-pub use render::{render, RenderArgs};
 use parquet::{export_dataset, export_parquet};
+pub use render::{render, RenderArgs};
 
 fn problems_json(problems: &[Problem]) -> Json {
     serde_json::to_value(problems).unwrap_or(Json::Null)
@@ -539,8 +539,8 @@ fn export_to(
         // transform), from the `model` and `body` records.
         let mut scene = rtloop::scene::logged_model(&reader).map(|m| rtloop::scene::SceneExport::new(&m));
         let derived = scene.as_mut().map(|s| s as &mut dyn rtloop_tlog::export::Derived);
-        let stats = rtloop_tlog::export::to_mcap_with(&reader, output.file(), bar.as_ref(), derived)
-            .map_err(cannot_export)?;
+        let stats =
+            rtloop_tlog::export::to_mcap_with(&reader, output.file(), bar.as_ref(), derived).map_err(cannot_export)?;
         if let Some(b) = bar {
             b.finish_and_clear();
         }

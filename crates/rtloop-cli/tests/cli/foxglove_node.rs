@@ -161,15 +161,20 @@ fn check_3d(report: &Json) {
     let scene = &report["samples"]["scene"];
     // The ground and the torso; four abduction cylinders and eight capsules; the feet and the
     // capsules' ends.
-    assert_eq!((&scene["cubes"], &scene["cylinders"], &scene["spheres"]), (&Json::from(2), &Json::from(12), &Json::from(20)));
+    assert_eq!(
+        (&scene["cubes"], &scene["cylinders"], &scene["spheres"]),
+        (&Json::from(2), &Json::from(12), &Json::from(20))
+    );
     let tf = &report["samples"]["modelTransforms"];
     let frames: Vec<&str> =
         tf["transforms"].as_array().unwrap().iter().map(|t| t["child_frame_id"].as_str().unwrap()).collect();
     assert_eq!(frames.len(), 13, "{frames:?}");
     assert!(frames.contains(&"model/body") && frames.contains(&"model/rr_shank"), "{frames:?}");
     let base = tf["transforms"].as_array().unwrap().iter().find(|t| t["child_frame_id"] == "model/body").unwrap();
-    let same_time = report["samples"]["bodyTransforms"].as_array().unwrap().iter().find(|b| b["logTime"] == tf["logTime"]);
-    let body = same_time.unwrap_or_else(|| panic!("an /imu/transform of the same cycle as the last /model/transforms: {report}"));
+    let same_time =
+        report["samples"]["bodyTransforms"].as_array().unwrap().iter().find(|b| b["logTime"] == tf["logTime"]);
+    let body = same_time
+        .unwrap_or_else(|| panic!("an /imu/transform of the same cycle as the last /model/transforms: {report}"));
     assert_eq!(body["translation"], base["translation"], "{report}");
     let z = body["translation"]["z"].as_f64().unwrap();
     assert!((0.03..0.6).contains(&z), "the body's height is in its transform: {z}");
@@ -202,15 +207,36 @@ fn the_official_typescript_client_plays_a_logged_run_with_physics_in_3d() {
     let scratch = Scratch::new("foxglove-serve-3d");
     let log = scratch.path("run.tlog");
     let o = rtloop(&[
-        "run", "--physics", "--lockstep", "--duration", "6", "--push", "1:0,40,0:0.2", "--log", log.to_str().unwrap(),
+        "run",
+        "--physics",
+        "--lockstep",
+        "--duration",
+        "6",
+        "--push",
+        "1:0,40,0:0.2",
+        "--log",
+        log.to_str().unwrap(),
         "--quiet",
     ]);
-    assert!(o.status.success(), "{}
-{}", stdout(&o), stderr(&o));
+    assert!(
+        o.status.success(),
+        "{}
+{}",
+        stdout(&o),
+        stderr(&o)
+    );
     let port = free_tcp_port();
     let address = format!("127.0.0.1:{port}");
     let Some((report, passed, ran)) = client_against_server(
-        Command::new(rtloop_bin()).args(["log", "serve", log.to_str().unwrap(), "--foxglove", &address, "--speed", "2"]),
+        Command::new(rtloop_bin()).args([
+            "log",
+            "serve",
+            log.to_str().unwrap(),
+            "--foxglove",
+            &address,
+            "--speed",
+            "2",
+        ]),
         port,
         "foxglove.sdk.v1",
         100,

@@ -27,10 +27,10 @@ mod python;
 mod readme_tour;
 #[cfg(feature = "render")]
 mod render;
-#[cfg(feature = "physics")]
-mod scene;
 mod run_trust;
 mod runtime;
+#[cfg(feature = "physics")]
+mod scene;
 mod telemetry;
 mod tview;
 mod watchdog_always_on;

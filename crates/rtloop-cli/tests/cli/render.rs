@@ -18,8 +18,16 @@ const FOVY_DEG: f64 = 45.0;
 fn pushed_run(scratch: &Scratch) -> (std::path::PathBuf, Vec<(f64, [f64; 3])>) {
     let log = scratch.path("run.tlog");
     let o = rtloop(&[
-        "run", "--physics", "--lockstep", "--duration", "4", "--push", "2:0,40,0:0.2", "--log",
-        log.to_str().unwrap(), "--quiet",
+        "run",
+        "--physics",
+        "--lockstep",
+        "--duration",
+        "4",
+        "--push",
+        "2:0,40,0:0.2",
+        "--log",
+        log.to_str().unwrap(),
+        "--quiet",
     ]);
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     let o = rtloop(&["log", "dump", log.to_str().unwrap(), "--record", "body"]);
@@ -133,16 +141,29 @@ fn a_run_renders_to_an_mp4_through_ffmpeg() {
         .unwrap();
     let v: Json = serde_json::from_slice(&probe.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&probe)));
     let s = &v["streams"][0];
-    assert_eq!((s["codec_name"].as_str(), s["width"].as_u64(), s["height"].as_u64()), (Some("h264"), Some(320), Some(240)));
+    assert_eq!(
+        (s["codec_name"].as_str(), s["width"].as_u64(), s["height"].as_u64()),
+        (Some("h264"), Some(320), Some(240))
+    );
     assert_eq!(s["nb_read_frames"], "21", "{v}");
     // Refused, one sentence each: an existing output, an odd size for H.264, a log without a body.
     let o = rtloop(&["log", "render", log.to_str().unwrap(), "-o", mp4.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("already exists; give --force"), "{}", stderr(&o));
-    let o = rtloop(&["log", "render", log.to_str().unwrap(), "-o", scratch.path("odd.mp4").to_str().unwrap(), "--size", "321x240"]);
+    let o = rtloop(&[
+        "log",
+        "render",
+        log.to_str().unwrap(),
+        "-o",
+        scratch.path("odd.mp4").to_str().unwrap(),
+        "--size",
+        "321x240",
+    ]);
     assert!(stderr(&o).contains("even width and height"), "{}", stderr(&o));
     let plain = scratch.path("plain.tlog");
-    assert!(rtloop(&["run", "--lockstep", "--duration", "0.1", "--log", plain.to_str().unwrap(), "--quiet"]).status.success());
+    assert!(rtloop(&["run", "--lockstep", "--duration", "0.1", "--log", plain.to_str().unwrap(), "--quiet"])
+        .status
+        .success());
     let o = rtloop(&["log", "render", plain.to_str().unwrap(), "-o", scratch.path("x").to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("has no `model` record"), "{}", stderr(&o));

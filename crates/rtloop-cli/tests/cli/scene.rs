@@ -34,8 +34,16 @@ fn an_mcap_export_of_a_run_with_physics_carries_its_3d_view() {
     let scratch = Scratch::new("scene-mcap");
     let log = scratch.path("run.tlog");
     let o = rtloop(&[
-        "run", "--physics", "--lockstep", "--duration", "2", "--push", "1:0,40,0:0.2", "--log",
-        log.to_str().unwrap(), "--quiet",
+        "run",
+        "--physics",
+        "--lockstep",
+        "--duration",
+        "2",
+        "--push",
+        "1:0,40,0:0.2",
+        "--log",
+        log.to_str().unwrap(),
+        "--quiet",
     ]);
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     let mcap = scratch.path("run.mcap");
@@ -55,8 +63,12 @@ fn an_mcap_export_of_a_run_with_physics_carries_its_3d_view() {
     let scene = &per_topic["/model/scene"].1;
     assert_eq!(scene.len(), 1);
     assert_eq!(scene[0].0, bodies[0].0);
-    let frames: Vec<&str> = scene[0].1["entities"].as_array().unwrap().iter().map(|e| e["frame_id"].as_str().unwrap()).collect();
-    assert!(frames.contains(&"world") && frames.contains(&"model/body") && frames.contains(&"model/fl_shank"), "{frames:?}");
+    let frames: Vec<&str> =
+        scene[0].1["entities"].as_array().unwrap().iter().map(|e| e["frame_id"].as_str().unwrap()).collect();
+    assert!(
+        frames.contains(&"world") && frames.contains(&"model/body") && frames.contains(&"model/fl_shank"),
+        "{frames:?}"
+    );
     // Every body item's pose on /imu/transform; every body's pose at most every 20 ms.
     let body_at: BTreeMap<u64, &Json> = bodies.iter().copied().collect();
     let imu = &per_topic["/imu/transform"].1;
@@ -91,7 +103,11 @@ fn an_mcap_export_of_a_run_with_physics_carries_its_3d_view() {
             lines.push('\n');
         }
     }
-    let ran = run_limited(Command::new("node").arg("validate.js").current_dir(dir), lines.as_bytes(), Duration::from_secs(120));
+    let ran = run_limited(
+        Command::new("node").arg("validate.js").current_dir(dir),
+        lines.as_bytes(),
+        Duration::from_secs(120),
+    );
     let report: Json = serde_json::from_str(ran.stdout.lines().last().unwrap_or("{}")).unwrap();
     assert!(ran.success(), "Foxglove's schemas: {report:#} {}", ran.describe());
     for s in ["foxglove.SceneUpdate", "foxglove.FrameTransforms", "foxglove.FrameTransform"] {
@@ -129,7 +145,14 @@ fn a_model_changed_since_the_run_exports_without_3d_saying_why() {
     .unwrap();
     let log = scratch.path("arm.tlog");
     let o = rtloop(&[
-        "run", "--config", config.to_str().unwrap(), "--lockstep", "--duration", "0.5", "--log", log.to_str().unwrap(),
+        "run",
+        "--config",
+        config.to_str().unwrap(),
+        "--lockstep",
+        "--duration",
+        "0.5",
+        "--log",
+        log.to_str().unwrap(),
         "--quiet",
     ]);
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
@@ -145,10 +168,7 @@ fn a_model_changed_since_the_run_exports_without_3d_saying_why() {
     let o = export(&log, &second);
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     let warning = stderr(&o);
-    assert!(
-        warning.contains("has changed since the run") && warning.contains(xml.to_str().unwrap()),
-        "{warning}"
-    );
+    assert!(warning.contains("has changed since the run") && warning.contains(xml.to_str().unwrap()), "{warning}");
     let report: Json = serde_json::from_str(stdout(&o).lines().last().unwrap()).unwrap();
     assert!(report["no_3d"].as_str().unwrap().contains("has changed since the run"), "{report}");
     let topics: Vec<String> = mcap_messages(&second).into_iter().map(|m| m.0).collect();

@@ -199,7 +199,13 @@ fn finish_returns(mut sink: FoxgloveSink) -> rtloop::live::LiveStats {
 }
 
 fn robot(servos: usize) -> LiveRobot {
-    LiveRobot { name: "t".into(), rate_hz: 1000.0, servos: (0..servos).map(|i| (1, i as u8 + 1)).collect(), imu: true, model: None }
+    LiveRobot {
+        name: "t".into(),
+        rate_hz: 1000.0,
+        servos: (0..servos).map(|i| (1, i as u8 + 1)).collect(),
+        imu: true,
+        model: None,
+    }
 }
 
 /// Issue 29 §1: a client that subscribes to everything and stops reading fills its socket

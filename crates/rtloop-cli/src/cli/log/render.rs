@@ -125,7 +125,8 @@ pub fn render(path: &Path, out: &Path, args: &RenderArgs) -> Result<Outcome, Str
             Some((ts, rtloop::telemetry::BodyLog::from_record(&v)?.state.position_m))
         })
         .ok_or_else(|| format!("{}: the log's `body` record has no items: no pose to draw", path.display()))?;
-    let imu_body = scene.frames().iter().position(|f| f.strip_prefix(rtloop::scene::FRAME_PREFIX) == Some(record.body.as_str()));
+    let imu_body =
+        scene.frames().iter().position(|f| f.strip_prefix(rtloop::scene::FRAME_PREFIX) == Some(record.body.as_str()));
     let extent = scene.view_mut().extent();
     let camera = Camera {
         lookat: start_position,
@@ -194,7 +195,8 @@ pub fn render(path: &Path, out: &Path, args: &RenderArgs) -> Result<Outcome, Str
         if ts > to_us {
             break;
         }
-        let Some(body) = reader.decode_item(&item).ok().and_then(|v| rtloop::telemetry::BodyLog::from_record(&v.to_json()))
+        let Some(body) =
+            reader.decode_item(&item).ok().and_then(|v| rtloop::telemetry::BodyLog::from_record(&v.to_json()))
         else {
             continue;
         };

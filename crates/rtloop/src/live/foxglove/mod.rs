@@ -29,9 +29,7 @@
 pub mod protocol;
 pub mod server;
 
-use super::{
-    CycleTiming, EventMsg, ImuMsg, LiveCycle, LiveError, LiveRobot, LiveSink, LiveStats, Publisher, Quat,
-};
+use super::{CycleTiming, EventMsg, ImuMsg, LiveCycle, LiveError, LiveRobot, LiveSink, LiveStats, Publisher, Quat};
 use super::{ServoCommandMsg, ServoStateMsg};
 use crate::live::LiveConfig;
 use crate::telemetry::ServoLog;
