@@ -97,17 +97,19 @@ impl Renderer {
         let global = &mut data.model_vis_mut().global;
         global.offwidth = global.offwidth.max(width as i32);
         global.offheight = global.offheight.max(height as i32);
-        let mut cam = MjvCamera::default();
-        cam.type_ = match camera.track {
-            Some(_) => MjtCamera::mjCAMERA_TRACKING as i32,
-            None => MjtCamera::mjCAMERA_FREE as i32,
+        let cam = MjvCamera {
+            type_: match camera.track {
+                Some(_) => MjtCamera::mjCAMERA_TRACKING as i32,
+                None => MjtCamera::mjCAMERA_FREE as i32,
+            },
+            fixedcamid: -1,
+            trackbodyid: camera.track.map_or(-1, |b| b as i32),
+            lookat: camera.lookat,
+            distance: camera.distance,
+            azimuth: camera.azimuth,
+            elevation: camera.elevation,
+            ..MjvCamera::default()
         };
-        cam.fixedcamid = -1;
-        cam.trackbodyid = camera.track.map_or(-1, |b| b as i32);
-        cam.lookat = camera.lookat;
-        cam.distance = camera.distance;
-        cam.azimuth = camera.azimuth;
-        cam.elevation = camera.elevation;
         let inner =
             MjRenderer::builder().width(width).height(height).camera(cam).build(data.model()).map_err(|e| match e {
                 RendererError::GlutinError(g) => RenderError::NoContext { reason: g.to_string() },

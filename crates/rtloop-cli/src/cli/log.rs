@@ -441,8 +441,6 @@ struct ExportReport {
     /// `rows` and `columns`, or `messages` and `channels`.
     written: Json,
     problems: Vec<Problem>,
-    /// Why an MCAP export of a run with physics has no 3D view.
-    no_3d: Option<String>,
 }
 
 impl ExportReport {
@@ -450,7 +448,7 @@ impl ExportReport {
         self.problems
             .iter()
             .map(ToString::to_string)
-            .chain(self.no_3d.iter().map(|w| format!("{w}; the MCAP has the records without it")))
+            .chain(self.written["no_3d"].as_str().map(|w| format!("{w}; the MCAP has the records without it")))
             .collect()
     }
 }
@@ -521,7 +519,6 @@ fn export_to(
             record: Some(record.clone()),
             written: json!({"rows": stats.rows, "columns": stats.columns}),
             problems: stats.problems,
-            no_3d: None,
         };
         if stats.rows == 0 {
             let what = format!("record '{record}'");
@@ -549,7 +546,6 @@ fn export_to(
             written: json!({"messages": stats.messages, "channels": stats.channels,
                             "no_3d": scene.as_ref().and_then(|s| s.no_3d.clone())}),
             problems: stats.problems,
-            no_3d: scene.and_then(|s| s.no_3d),
         };
         if stats.messages == 0 {
             return Err(ExportFailed {

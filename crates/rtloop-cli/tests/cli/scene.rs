@@ -50,7 +50,9 @@ fn an_mcap_export_of_a_run_with_physics_carries_its_3d_view() {
     let o = export(&log, &mcap);
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     let messages = mcap_messages(&mcap);
-    let mut per_topic: BTreeMap<&str, (&str, Vec<(u64, &Json)>)> = BTreeMap::new();
+    // Topic → (schema name, every (log time, payload)).
+    type Topics<'a> = BTreeMap<&'a str, (&'a str, Vec<(u64, &'a Json)>)>;
+    let mut per_topic: Topics = BTreeMap::new();
     for (topic, schema, t, v) in &messages {
         per_topic.entry(topic).or_insert((schema, Vec::new())).1.push((*t, v));
     }

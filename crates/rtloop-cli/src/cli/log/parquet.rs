@@ -126,7 +126,6 @@ pub(super) fn export_parquet(
             written: json!({"rows": stats.rows, "columns": stats.columns, "row_groups": stats.row_groups,
                             "bytes": stats.bytes, "collisions": stats.collisions}),
             problems: stats.problems.clone(),
-            no_3d: None,
         };
         if stats.rows == 0 {
             let what = format!("record '{record}'");
@@ -176,7 +175,6 @@ pub(super) fn export_parquet(
             "records": tables,
         }),
         problems: stats.all_problems(),
-        no_3d: None,
     };
     if rows == 0 {
         let what = match record {
