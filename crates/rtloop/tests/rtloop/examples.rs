@@ -275,7 +275,7 @@ mod with_a_body {
             .duration_s(2.0);
         let controller = super::push_recover::PushRecover::default();
         let (allocations, summary) = super::allocations_in_real_time(runtime, controller);
-        assert!(summary.body.is_some_and(|b| b.height_m > 0.28), "{:?}", summary.body);
+        assert!(summary.body.as_ref().is_some_and(|b| b.height_m > 0.28), "{:?}", summary.body);
         assert_eq!(allocations, 0);
     }
 
