@@ -240,8 +240,10 @@ pub(super) fn summarize(
         let push = result.sim.as_ref().and_then(SimRobot::world_fault_push);
         problems.push(match push {
             Some([x, y, z]) => format!(
-                "{fault}; a push of ({x}, {y}, {z}) N was acting on the body then (a --push or a push of the control \
-                 law): the push, not the model, is the likely cause — try a smaller force or a shorter push"
+                "{} while a push of ({x}, {y}, {z}) N acted on the body (a --push, or one of the control law's): the \
+                 push is the likely cause, not the model; try a smaller force or a shorter push; the run stopped the \
+                 servos",
+                fault.what()
             ),
             None => fault.to_string(),
         });
