@@ -394,7 +394,8 @@ impl PhysicsInfo {
     /// said nothing about.) `None` when some servo gives at least `command_limit_nm`.
     pub fn torque_cap_notice(&self, command_limit_nm: f64) -> Option<String> {
         let strongest = self.setups.iter().map(|s| s.max_torque_nm).fold(f64::NAN, f64::max);
-        if !(strongest < command_limit_nm) {
+        // No servo (NaN) or one strong enough: nothing to say.
+        if strongest.is_nan() || strongest >= command_limit_nm {
             return None;
         }
         Some(format!(
