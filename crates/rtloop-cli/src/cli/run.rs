@@ -130,11 +130,22 @@ pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()
         )?;
     }
     if let Some(b) = &s.body {
-        let [x, y, z] = b.position_m;
+        let [x, y, _] = b.position_m;
         writeln!(
             out,
-            "  body         {}: at ({x:.3}, {y:.3}, {z:.3}) m, height {:.3} m, roll {:.1}°, pitch {:.1}° ({} steps)",
-            b.model, b.height_m, b.roll_deg, b.pitch_deg, b.steps
+            "  body         {}: height {:.3} m at x {:.3} y {:.3} m, roll {:.1}° pitch {:.1}°, {} steps{}",
+            b.model,
+            b.height_m,
+            x,
+            y,
+            b.roll_deg,
+            b.pitch_deg,
+            b.steps,
+            match b.falls {
+                0 => String::new(),
+                1 => ", fell once".into(),
+                n => format!(", fell {n} times"),
+            }
         )?;
     }
     if !s.events.is_empty() {

@@ -27,6 +27,8 @@ mod python;
 mod readme_tour;
 #[cfg(feature = "render")]
 mod render;
+#[cfg(feature = "physics")]
+mod robots;
 mod run_trust;
 mod runtime;
 #[cfg(feature = "physics")]

@@ -289,8 +289,8 @@ where
         config.faults.seed.unwrap_or_else(|| if lockstep { LOCKSTEP_SEED } else { crate::config::random_seed() });
     let crate::robot::Built { robot, sim, physics } = open_robot(&config, &robot_spec, clock, seed)?;
     if let Some(p) = &physics {
-        for n in &p.notices {
-            let n = n.to_string();
+        let torque_cap = p.torque_cap_notice(config.gains.maximum_torque);
+        for n in p.notices.iter().map(ToString::to_string).chain(torque_cap) {
             notify(&Notice::Warning(n.clone()));
             warnings.push(n);
         }
@@ -419,9 +419,6 @@ where
     let loop_started = result.loop_started;
     let (log, live) = finish_telemetry(log_thread, opts.log.as_ref(), &fanout, live_every, &hooks_remote)?;
     let mut summary = summarize(&config, &servos, &bus_numbers, buses, result, &applied, seed);
-    if let (Some(body), Some(info)) = (summary.body.as_mut(), physics.as_ref()) {
-        body.model = info.model.name.clone();
-    }
     summary.wall_s = loop_started.elapsed().as_secs_f64();
     if let Some(problem) = log.as_ref().and_then(LogSummary::problem) {
         summary.problems.push(problem);
