@@ -361,11 +361,10 @@ fn scene_json(view: &rtloop_physics::view::ModelView, frames: &[String], stamp_n
             }
             ShapeKind::Mesh { mesh } => {
                 let Some(m) = view.meshes().get(*mesh) else { continue };
-                let points: Vec<Json> = m
-                    .vertices
-                    .iter()
-                    .map(|v| json!({"x": f64::from(v[0]), "y": f64::from(v[1]), "z": f64::from(v[2])}))
-                    .collect();
+                // To 10 µm: a mesh's text is most of a scene's bytes, and no viewer shows less.
+                let um10 = |x: f32| (f64::from(x) * 1e5).round() / 1e5;
+                let points: Vec<Json> =
+                    m.vertices.iter().map(|v| json!({"x": um10(v[0]), "y": um10(v[1]), "z": um10(v[2])})).collect();
                 let indices: Vec<u32> = m.triangles.iter().flatten().copied().collect();
                 lists[TRIANGLES].push(json!({"pose": at, "points": points, "color": color, "colors": [],
                     "indices": indices}));
