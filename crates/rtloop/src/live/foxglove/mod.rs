@@ -387,7 +387,15 @@ fn publish_loop(
                 }
                 if let (Some(s), Some((scene_ch, tf_ch)), Some(b)) = (scene.as_mut(), &channels.model, body) {
                     if !scene_sent {
-                        server.set_latched(scene_ch, ns, &s.scene_update(ns));
+                        let json = s.scene_update(ns);
+                        if !server.set_latched(scene_ch, ns, &json) {
+                            counters.errors.fetch_add(1, Ordering::Relaxed);
+                            server.broadcast_status(&Status::warning(format!(
+                                "no 3D view: the model's scene is {} MB of JSON, more than the {} MB a client is sent",
+                                json.len() >> 20,
+                                server::MAX_LATCHED_BYTES >> 20
+                            )));
+                        }
                         scene_sent = true;
                     }
                     let n = usize::from(b.qpos_len).min(b.qpos.len());
@@ -405,7 +413,7 @@ fn publish_loop(
             Item::Scene { stamp_us } => {
                 if let (Some(s), Some((scene_ch, _)), true) = (scene.as_ref(), &channels.model, scene_sent) {
                     let ns = stamp_ns(stamp_us);
-                    server.set_latched(scene_ch, ns, &s.scene_update(ns));
+                    let _ = server.set_latched(scene_ch, ns, &s.scene_update(ns));
                     rate = crate::scene::RateLimit::default();
                 }
             }

@@ -72,6 +72,10 @@ pub const CLIENT_MESSAGE_MAX: usize = 64 * 1024;
 /// second of every channel).
 pub const CLIENT_QUEUE_BYTES: usize = 1024 * 1024;
 
+/// The largest latched message (the 3D scene; Menagerie's Go2 with its meshes is 23 MB): a
+/// client's write buffer grows to hold one message while it is sent.
+pub const MAX_LATCHED_BYTES: usize = 64 * 1024 * 1024;
+
 /// How long [`Server::stop`] gives clients to take their close frame before it drops their
 /// sockets.
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -364,13 +368,18 @@ impl Server {
 
     /// Make `payload` the message every client gets when it subscribes to `channel` (and
     /// send it now to those subscribed): the 3D scene, sent once but needed by every client.
-    pub fn set_latched(&self, channel: &Channel, log_time_ns: u64, payload: &[u8]) {
+    /// False (nothing latched or sent) when it is over [`MAX_LATCHED_BYTES`].
+    pub fn set_latched(&self, channel: &Channel, log_time_ns: u64, payload: &[u8]) -> bool {
+        if payload.len() > MAX_LATCHED_BYTES {
+            return false;
+        }
         let payload: Arc<[u8]> = Arc::from(payload);
         *lock(&channel.latched) = Some((log_time_ns, Arc::clone(&payload)));
         for c in lock(&self.shared.clients).iter() {
             let Some(sub) = c.subscription_for(channel) else { continue };
             send_latched(c, &self.shared, sub, log_time_ns, &payload);
         }
+        true
     }
 
     /// A status message for every client.
@@ -489,7 +498,10 @@ fn ws_config() -> WebSocketConfig {
     WebSocketConfig::default()
         .read_buffer_size(READ_BUFFER)
         .write_buffer_size(WRITE_BUFFER)
-        .max_write_buffer_size(MAX_WRITE_BUFFER)
+        // One whole message must fit (tungstenite refuses a larger one): the latched scene may
+        // be far larger than the buffer (it only grows past `WRITE_BUFFER` while a message that
+        // large is written).
+        .max_write_buffer_size(MAX_WRITE_BUFFER + MAX_LATCHED_BYTES + 64)
         .max_message_size(Some(CLIENT_MESSAGE_MAX))
         .max_frame_size(Some(CLIENT_MESSAGE_MAX))
 }
@@ -594,9 +606,14 @@ async fn serve_client(ws: tokio_tungstenite::WebSocketStream<TcpStream>, shared:
     shared.count(Detail::ClientsConnected);
     let (sink, mut stream) = ws.split();
     let mut writer = tokio::spawn(write_loop(sink, Arc::clone(&client)));
+    // A finished task's handle must not be polled again (tokio panics).
+    let mut writer_done = false;
     loop {
         tokio::select! {
-            _ = &mut writer => break,
+            _ = &mut writer => {
+                writer_done = true;
+                break;
+            }
             next = stream.next() => match next {
                 None => break,
                 Some(Ok(message)) => handle(&message, &client, &shared),
@@ -621,7 +638,7 @@ async fn serve_client(ws: tokio_tungstenite::WebSocketStream<TcpStream>, shared:
     }
     client.close();
     // Let the writer send what is queued and the close frame, within the bound.
-    if tokio::time::timeout(CLOSE_TIMEOUT, &mut writer).await.is_err() {
+    if !writer_done && tokio::time::timeout(CLOSE_TIMEOUT, &mut writer).await.is_err() {
         writer.abort();
     }
     unregister(&client, &shared);
