@@ -201,6 +201,26 @@ fn the_official_typescript_client_sees_a_run_with_physics_in_3d() {
     assert_eq!(fox["errors"], 0, "{fox}");
 }
 
+/// A robot of meshes: Menagerie's Go2, whose scene (23 MB of JSON) is far larger than a
+/// client's queue and the socket's write buffer.
+#[cfg(feature = "physics")]
+#[test]
+fn the_official_typescript_client_sees_menageries_go2_in_3d() {
+    let Some(models) = crate::robots::models() else { return };
+    let scratch = Scratch::new("foxglove-go2");
+    let config = crate::robots::run_file(&scratch, &models, "go2", |t| t);
+    let Some((report, passed, fox)) =
+        client_against(&["--config", config.to_str().unwrap(), "--physics"], "foxglove.sdk.v1")
+    else {
+        return;
+    };
+    check(&report, passed);
+    let scene = &report["samples"]["scene"];
+    assert_eq!(scene["triangles"], 33, "the Go2's visual meshes: {report}");
+    assert_eq!(report["samples"]["modelTransforms"]["transforms"].as_array().unwrap().len(), 17, "{report}");
+    assert_eq!(fox["errors"], 0, "{fox}");
+}
+
 #[cfg(feature = "physics")]
 #[test]
 fn the_official_typescript_client_plays_a_logged_run_with_physics_in_3d() {
