@@ -3,8 +3,8 @@
 //! swap, huge pages, timer migration, clocksource.
 
 use super::{check, Check, Machine, Status};
-use std::fmt::Write as _;
 use rtloop_rt::setup::{format_cpu_list, parse_cpu_list, PreemptionModel};
+use std::fmt::Write as _;
 
 const CPU_DIR: &str = "/sys/devices/system/cpu";
 
@@ -176,21 +176,15 @@ fn isolcpus(m: &Machine, online: &[usize], isolated: &[usize]) -> Check {
     }
     match m.read(&format!("{CPU_DIR}/isolated")) {
         Err(why) => check("isolcpus", Status::Warn, why, Some(fix)),
-        Ok(_) if isolated.is_empty() => check(
-            "isolcpus",
-            Status::Warn,
-            format!("no CPU isolated (online {})", format_cpu_list(online)),
-            Some(fix),
-        ),
-        Ok(_) => {
-            check("isolcpus", Status::Pass, format!("isolated {}", format_cpu_list(isolated)), None)
+        Ok(_) if isolated.is_empty() => {
+            check("isolcpus", Status::Warn, format!("no CPU isolated (online {})", format_cpu_list(online)), Some(fix))
         }
+        Ok(_) => check("isolcpus", Status::Pass, format!("isolated {}", format_cpu_list(isolated)), None),
     }
 }
 
 fn nohz_full(m: &Machine, online: &[usize], isolated: &[usize]) -> Check {
-    let target =
-        if isolated.is_empty() { suggested_isolated(online) } else { format_cpu_list(isolated) };
+    let target = if isolated.is_empty() { suggested_isolated(online) } else { format_cpu_list(isolated) };
     let fix = Some(format!("kernel command line: nohz_full={target} (with isolcpus= and rcu_nocbs= on the same CPUs)"));
     match m.read(&format!("{CPU_DIR}/nohz_full")) {
         Err(why) => check(
@@ -207,9 +201,7 @@ fn nohz_full(m: &Machine, online: &[usize], isolated: &[usize]) -> Check {
                 format!("tickless {} does not cover the isolated CPUs", format_cpu_list(&cpus)),
                 fix,
             ),
-            Some(cpus) => {
-                check("nohz_full", Status::Pass, format!("tickless {}", format_cpu_list(&cpus)), None)
-            }
+            Some(cpus) => check("nohz_full", Status::Pass, format!("tickless {}", format_cpu_list(&cpus)), None),
         },
     }
 }
@@ -323,8 +315,7 @@ fn parse_cpu_mask(text: &str) -> Option<Vec<usize>> {
 fn irq_affinity(m: &Machine, online: &[usize], isolated: &[usize]) -> Check {
     let default = match m.read("/proc/irq/default_smp_affinity") {
         Ok(mask) => {
-            let cpus =
-                parse_cpu_mask(&mask).map(|c| format_cpu_list(&c)).unwrap_or_else(|| "?".into());
+            let cpus = parse_cpu_mask(&mask).map(|c| format_cpu_list(&c)).unwrap_or_else(|| "?".into());
             format!("default_smp_affinity {mask} (CPUs {cpus})")
         }
         Err(why) => why,
@@ -417,10 +408,7 @@ fn rlimits(m: &Machine) -> [Check; 2] {
         check(
             "rlimit-memlock",
             Status::Pass,
-            format!(
-                "{memlock_value}; {} bypasses it (CAP_IPC_LOCK)",
-                if root { "root" } else { "this process" }
-            ),
+            format!("{memlock_value}; {} bypasses it (CAP_IPC_LOCK)", if root { "root" } else { "this process" }),
             None,
         )
     } else if c.rlimit_memlock.is_some_and(|l| l.soft.is_none()) {
@@ -511,7 +499,10 @@ fn clocksource(m: &Machine) -> Check {
     let available = m.read(&format!("{dir}/available_clocksource")).unwrap_or_default();
     match m.read(&format!("{dir}/current_clocksource")) {
         Err(why) => check("clocksource", Status::Warn, why, None),
-        Ok(cs) if cs == "tsc" => check("clocksource", Status::Pass, format!("tsc (available: {available})"), None),
+        // The counters clock_gettime reads in user space (the vDSO): x86's TSC, Arm's generic timer.
+        Ok(cs) if cs == "tsc" || cs == "arch_sys_counter" => {
+            check("clocksource", Status::Pass, format!("{cs} (available: {available})"), None)
+        }
         Ok(cs) => {
             let note = if cs == "kvm-clock" {
                 "kvm-clock is fine in a VM (read in user space through the vDSO), but costs more per read than tsc"
@@ -534,4 +525,3 @@ fn kernel(k: &Kernel) -> Check {
     };
     check("kernel", Status::Info, value, None)
 }
-

@@ -379,7 +379,8 @@ mod tests {
 
     #[test]
     fn the_largest_jump_width_is_bounded_by_phase_segment_two() {
-        let t = BitTiming { bitrate: 1_000_000, sample_point_permille: 666, sjw: 1, phase_seg2: 13, sjw_max: Some(128) };
+        let t =
+            BitTiming { bitrate: 1_000_000, sample_point_permille: 666, sjw: 1, phase_seg2: 13, sjw_max: Some(128) };
         assert_eq!(t.largest_sjw(), 13);
         assert_eq!(BitTiming { sjw_max: Some(4), ..t }.largest_sjw(), 4);
         assert_eq!(BitTiming { sjw_max: None, ..t }.largest_sjw(), 13);

@@ -19,7 +19,7 @@ pub fn checks(m: &Machine) -> Vec<Check> {
     let unit = Unit::find(m);
     vec![
         machine(&board),
-        spi(m, &board),
+        spi(m, &board, unit.as_ref()),
         can(m),
         irq_landing(m, &k),
         service(m, &k, unit.as_ref()),
@@ -41,12 +41,15 @@ enum Family {
 struct Board {
     model: Option<String>,
     family: Option<Family>,
-    /// The HAT's product string when its EEPROM names the pi3hat.
+    /// The HAT's product string when a HAT EEPROM names the pi3hat.
     pi3hat: Option<String>,
 }
 
-/// The product string the pi3hat's EEPROM gives (the official library looks for it too).
-const PI3HAT_PRODUCT: &str = "mjbots quad pi3 hat";
+/// Whether a HAT EEPROM's product string names the pi3hat ("pi3hat", "pi3 hat", any case).
+fn names_pi3hat(product: &str) -> bool {
+    let squeezed: String = product.to_ascii_lowercase().chars().filter(|c| !c.is_whitespace()).collect();
+    squeezed.contains("pi3hat")
+}
 
 impl Board {
     fn read(m: &Machine) -> Board {
@@ -60,7 +63,7 @@ impl Board {
             None
         };
         let product = m.device_tree("hat/product").map(|b| device_tree_text(&b));
-        let pi3hat = product.filter(|p| p.starts_with(PI3HAT_PRODUCT));
+        let pi3hat = product.filter(|p| names_pi3hat(p));
         Board { model: m.device_model(), family, pi3hat }
     }
 
@@ -100,7 +103,7 @@ fn pi3hat_devices() -> [(&'static str, &'static str); 3] {
     })
 }
 
-fn spi(m: &Machine, b: &Board) -> Check {
+fn spi(m: &Machine, b: &Board, unit: Option<&Unit>) -> Check {
     let wanted_hz = SpiTiming::default().speed_hz;
     let mut found = Vec::new();
     let mut missing = Vec::new();
@@ -158,7 +161,8 @@ fn spi(m: &Machine, b: &Board) -> Check {
     } else if b.family == Some(Family::Bcm283x) && m.exists("/dev/mem") {
         value.push_str("; pi3hat:mem possible as root (/dev/mem)");
     }
-    let needed = b.pi3hat.is_some();
+    // A pi3hat is known to be there when its EEPROM says so or the service drives one.
+    let needed = b.pi3hat.is_some() || unit.and_then(|u| u.get("ExecStart")).is_some_and(|e| e.contains("pi3hat"));
     if !missing.is_empty() {
         let status = if needed { Status::Warn } else { Status::Info };
         let why = if needed { "the pi3hat's buses need them" } else { "only a pi3hat (pi3hat:spidev) needs them" };
@@ -224,7 +228,10 @@ const MOTEUS_DSJW: u32 = 5;
 
 /// The CAN interfaces: network interfaces of type ARPHRD_CAN (280).
 fn can_interfaces(m: &Machine) -> Vec<String> {
-    m.list("/sys/class/net").into_iter().filter(|n| m.read(&format!("/sys/class/net/{n}/type")).is_ok_and(|t| t == "280")).collect()
+    m.list("/sys/class/net")
+        .into_iter()
+        .filter(|n| m.read(&format!("/sys/class/net/{n}/type")).is_ok_and(|t| t == "280"))
+        .collect()
 }
 
 /// What is wrong with one interface for moteus, and its description.
@@ -272,10 +279,7 @@ fn can_link_verdict(m: &Machine, name: &str) -> (String, Vec<String>) {
             problems.push(format!("{label} bitrate {} (moteus: {rate})", t.bitrate));
         }
         if t.sample_point_permille.abs_diff(MOTEUS_SAMPLE_POINT) > SAMPLE_POINT_TOLERANCE {
-            problems.push(format!(
-                "{label} sample point {} (moteus: 66.6 %)",
-                permille_text(t.sample_point_permille)
-            ));
+            problems.push(format!("{label} sample point {} (moteus: 66.6 %)", permille_text(t.sample_point_permille)));
         }
         let wanted = sjw.min(t.largest_sjw());
         if t.sjw < wanted {
@@ -376,12 +380,8 @@ fn irq_landing(m: &Machine, k: &Kernel) -> Check {
         if name == "arch_timer" {
             continue;
         }
-        let on_isolated: u64 = cpus
-            .iter()
-            .zip(&counts)
-            .filter(|(cpu, _)| k.isolated.contains(cpu))
-            .map(|(_, n)| *n)
-            .sum();
+        let on_isolated: u64 =
+            cpus.iter().zip(&counts).filter(|(cpu, _)| k.isolated.contains(cpu)).map(|(_, n)| *n).sum();
         if on_isolated > 0 {
             landed.push(format!("{irq} {name} ({on_isolated})"));
         }
@@ -414,8 +414,13 @@ struct Unit {
 }
 
 /// Where systemd looks for system units, most specific first.
-const UNIT_DIRS: &[&str] =
-    &["/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"];
+const UNIT_DIRS: &[&str] = &[
+    "/etc/systemd/system",
+    "/run/systemd/system",
+    "/usr/local/lib/systemd/system",
+    "/usr/lib/systemd/system",
+    "/lib/systemd/system",
+];
 
 impl Unit {
     fn find(m: &Machine) -> Option<Unit> {
@@ -540,7 +545,10 @@ fn service(m: &Machine, k: &Kernel, unit: Option<&Unit>) -> Check {
         Some((v, None)) => problems.push(format!("LimitRTPRIO={v} is not a number")),
         None if root => {}
         None => {
-            problems.push(format!("no LimitRTPRIO: as {} the loop gets no real-time priority", unit.get("User").unwrap_or("")));
+            problems.push(format!(
+                "no LimitRTPRIO: as {} the loop gets no real-time priority",
+                unit.get("User").unwrap_or("")
+            ));
             fixes.push(format!("LimitRTPRIO={SERVICE_PRIORITY_HINT}"));
         }
     }
@@ -549,7 +557,10 @@ fn service(m: &Machine, k: &Kernel, unit: Option<&Unit>) -> Check {
         Some((v, Some(Some(bytes)))) => {
             about.push(format!("LimitMEMLOCK={v}"));
             if !root {
-                problems.push(format!("LimitMEMLOCK={v} ({} KiB): mlockall fails once the process outgrows it", bytes / 1024));
+                problems.push(format!(
+                    "LimitMEMLOCK={v} ({} KiB): mlockall fails once the process outgrows it",
+                    bytes / 1024
+                ));
                 fixes.push("LimitMEMLOCK=infinity".into());
             }
         }
@@ -612,7 +623,11 @@ fn service(m: &Machine, k: &Kernel, unit: Option<&Unit>) -> Check {
         "service",
         status,
         format!("{value} — {}", problems.join("; ")),
-        Some(format!("in {} ([Service]): {}; then systemctl daemon-reload and restart {name}", unit.path, fixes.join(", "))),
+        Some(format!(
+            "in {} ([Service]): {}; then systemctl daemon-reload and restart {name}",
+            unit.path,
+            fixes.join(", ")
+        )),
     )
 }
 
@@ -689,10 +704,8 @@ fn service_process(m: &Machine, k: &Kernel, unit: Option<&Unit>) -> Check {
         .map(|t| t.name.as_str())
         .collect();
     if !others_on_isolated.is_empty() && !realtime.is_empty() {
-        problems.push(format!(
-            "threads {} may run on the isolated CPUs beside the loop",
-            others_on_isolated.join(", ")
-        ));
+        problems
+            .push(format!("threads {} may run on the isolated CPUs beside the loop", others_on_isolated.join(", ")));
         fixes.push(format!("CPUAffinity={} in the unit", housekeeping(&k.online, &k.isolated)));
     }
     let value = about.join(", ");
