@@ -431,7 +431,10 @@ fn a_vm_has_no_robot_parts_and_is_told_so_without_failing() {
 fn the_guide_the_fixes_point_to_says_what_they_say() {
     // The doctor's CAN fix and docs/robot.md give one timing; the fixes name its sections.
     let guide = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/robot.md")).unwrap();
-    assert!(guide.contains(rtloop_io::socketcan::MOTEUS_CAN_TIMING), "docs/robot.md lacks moteus's timing as the doctor gives it");
+    assert!(
+        guide.contains(rtloop_io::socketcan::MOTEUS_CAN_TIMING),
+        "docs/robot.md lacks moteus's timing as the doctor gives it"
+    );
     for section in ["## 4. A PREEMPT_RT kernel", "## 7. SocketCAN"] {
         assert!(guide.contains(section), "docs/robot.md lacks {section}");
     }
