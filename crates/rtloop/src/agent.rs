@@ -495,7 +495,7 @@ impl AgentSpine {
                 rtloop_agent::layout::BodyBlock {
                     present: 1,
                     reserved: 0,
-                    height_m: b.height_m,
+                    height_m: b.height_m(),
                     roll_deg: roll.to_degrees(),
                     pitch_deg: pitch.to_degrees(),
                     quaternion: imu.quaternion,

@@ -133,6 +133,24 @@ pub struct State<'a> {
     /// physics computed, not a sensor: for rewards, tests and checks, not for control (a
     /// real robot has only its IMU).
     pub body: Option<BodyState>,
+    /// The standing pose the simulated body's model names, if any: what a demonstration or a
+    /// policy stands a model of the user's in. Not a sensor either.
+    pub model_pose: ModelPose<'a>,
+}
+
+/// The standing pose a simulated body's model names ([`State::model_pose`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum ModelPose<'a> {
+    /// Nothing to say: a real robot, a robot without a body, or the built-in quadruped (whose
+    /// stand is the demonstration's own, [`crate::motion::STAND_POSE`]).
+    #[default]
+    NotGiven,
+    /// Each servo's position (in [`State::servos`] order, servo units) in the model's standing
+    /// keyframe; NaN for a servo the model does not drive.
+    Stand(&'a [f64]),
+    /// A model of the user's that names no standing pose (no `home`, `stand` or `standing`
+    /// keyframe, and no `stand_pose` under `[physics]`).
+    Missing,
 }
 
 impl State<'_> {

@@ -12,12 +12,10 @@
 //! [`PlantError`] the plant is not stepped again, the servos keep their last finite joint
 //! state, and the error is kept for the caller ([`World::fault`]).
 
-use core::f64::consts::TAU;
-
 use crate::bus::SimBus;
 use crate::imu::ImuSample;
 use crate::plant::{BodyState, Plant, PlantError};
-use crate::servo::Servo;
+use crate::servo::{Servo, ServoSetup};
 
 /// The robot's simulated servos, as a [`World`] reaches them: by bus index (the position of
 /// the bus in the robot's bus list, from 0) and CAN id.
@@ -111,12 +109,13 @@ impl core::fmt::Display for WorldError {
 
 impl core::error::Error for WorldError {}
 
-/// Hand every linked servo its joint's state as the plant has it.
-fn hand_joint_states(links: &[JointLink], plant: &dyn Plant, servos: &mut dyn Servos) {
-    for l in links {
+/// Hand every linked servo its joint's state as the plant has it, in the servo's units
+/// (`units[k]`: plant units per servo unit of link `k`).
+fn hand_joint_states(links: &[JointLink], units: &[f64], plant: &dyn Plant, servos: &mut dyn Servos) {
+    for (l, &u) in links.iter().zip(units) {
         if let Some(servo) = servos.servo_mut(l.bus, l.id) {
             let (pos, vel) = plant.joint_state(l.joint);
-            servo.set_joint_state(pos / TAU, vel / TAU);
+            servo.set_joint_state(pos / u, vel / u);
         }
     }
 }
@@ -130,16 +129,21 @@ pub const MAX_CATCH_UP_NS: u64 = 1_000_000_000;
 pub struct World {
     plant: Box<dyn Plant>,
     links: Vec<JointLink>,
+    /// Per link: plant units (rad, m) per servo unit (rev, m), from the joint's kind.
+    units: Vec<f64>,
     torque: Vec<f64>,
     step_ns: u64,
     time_ns: Option<u64>,
     fault: Option<PlantError>,
+    /// The push acting when the plant failed, N (zero: none).
+    fault_push: [f64; 3],
     steps: u64,
     /// Pushes scheduled or under way (fixed capacity: no allocation while stepping).
     pushes: [Option<Push>; MAX_PUSHES],
     /// The force last handed to the plant, N.
     pushing: [f64; 3],
-    gains: Option<(f64, f64)>,
+    /// Per link, the setup [`World::couple`] gives its servo (none: the servo keeps its own).
+    setups: Vec<Option<ServoSetup>>,
 }
 
 /// Pushes a world holds at once (scheduled or under way).
@@ -179,25 +183,31 @@ impl World {
             }
         }
         let step_ns = plant.timestep_ns().max(1);
+        let units = links.iter().map(|l| plant.joint_kind(l.joint).plant_units_per_servo_unit()).collect();
         Ok(World {
             plant,
             torque: vec![0.0; joints],
+            setups: vec![None; links.len()],
+            units,
             links,
             step_ns,
             time_ns: None,
             fault: None,
+            fault_push: [0.0; 3],
             steps: 0,
             pushes: [None; MAX_PUSHES],
             pushing: [0.0; 3],
-            gains: None,
         })
     }
 
-    /// Give every servo [`World::couple`] couples these position gains (`kp` N·m/rev, `kd`
-    /// N·m·s/rev) in its stored configuration: the plant's joints need stiffer servos than
-    /// the default's free joints.
-    pub fn with_gains(mut self, kp: f64, kd: f64) -> Self {
-        self.gains = Some((kp, kd));
+    /// Give the servo of each link the setup at its index ([`ServoSetup`]: gains, torque limit,
+    /// gear ratio, output sign) in its stored configuration when [`World::couple`] couples it:
+    /// the plant's joints need stiffer servos than the default's free joints. Entries beyond
+    /// the links are ignored; a link without one keeps its servo's own configuration.
+    pub fn with_setups(mut self, setups: &[ServoSetup]) -> Self {
+        for (slot, s) in self.setups.iter_mut().zip(setups) {
+            *slot = Some(*s);
+        }
         self
     }
 
@@ -221,21 +231,32 @@ impl World {
         self.fault
     }
 
+    /// The sum of the pushes acting on the body when the plant stopped, N (world frame);
+    /// `None` when it has not stopped or no push was acting.
+    pub fn fault_push(&self) -> Option<[f64; 3]> {
+        self.fault.filter(|_| self.fault_push != [0.0; 3]).map(|_| self.fault_push)
+    }
+
+    /// The plant's generalised positions now ([`Plant::qpos`]).
+    pub fn qpos(&self) -> &[f64] {
+        self.plant.qpos()
+    }
+
     /// Couple every linked servo of `servos` and hand it its joint's state. Fails, coupling
     /// none, when a linked servo is not there.
     pub fn couple(&mut self, servos: &mut dyn Servos) -> Result<(), WorldError> {
         if let Some(l) = self.links.iter().find(|l| servos.servo_mut(l.bus, l.id).is_none()) {
             return Err(WorldError::MissingServo { servo: (l.bus, l.id) });
         }
-        for l in &self.links {
+        for (l, setup) in self.links.iter().zip(&self.setups) {
             if let Some(servo) = servos.servo_mut(l.bus, l.id) {
                 servo.set_coupled(true);
-                if let Some((kp, kd)) = self.gains {
-                    servo.set_stored_gains(kp, kd);
+                if let Some(setup) = setup {
+                    servo.set_stored_setup(setup);
                 }
             }
         }
-        hand_joint_states(&self.links, &*self.plant, servos);
+        hand_joint_states(&self.links, &self.units, &*self.plant, servos);
         Ok(())
     }
 
@@ -274,15 +295,17 @@ impl World {
             self.torque.fill(0.0);
             for l in &self.links {
                 if let Some(servo) = servos.servo_mut(l.bus, l.id) {
+                    // The servo's torque is at its output: N·m for a hinge, N for a slide.
                     self.torque[l.joint] = servo.drive(t, dt);
                 }
             }
             if let Err(e) = self.plant.step(&self.torque) {
                 self.fault = Some(e);
+                self.fault_push = self.pushing;
                 continue;
             }
             self.steps += 1;
-            hand_joint_states(&self.links, &*self.plant, servos);
+            hand_joint_states(&self.links, &self.units, &*self.plant, servos);
         }
         self.time_ns = Some(t);
     }
@@ -324,9 +347,10 @@ impl World {
             return false;
         }
         self.fault = None;
+        self.fault_push = [0.0; 3];
         self.pushes = [None; MAX_PUSHES];
         self.pushing = [0.0; 3];
-        hand_joint_states(&self.links, &*self.plant, servos);
+        hand_joint_states(&self.links, &self.units, &*self.plant, servos);
         true
     }
 }

@@ -53,6 +53,9 @@ pub(crate) struct Inner {
     world: Option<World>,
     /// The body as the IMU last read it.
     body_read: Option<BodyState>,
+    /// The plant's generalised positions when the IMU last read the body (sized when the
+    /// world is attached: a read copies, never allocates).
+    qpos_read: Vec<f64>,
 }
 
 /// The servos of every simulated bus, by bus index and id: what a [`World`] steps.
@@ -101,9 +104,15 @@ impl Inner {
     /// The robot's attitude at `now_ns`: the body's, with physics (kept as the body that
     /// reading saw), else the swaying IMU's.
     pub(crate) fn read_imu(&mut self, now_ns: u64) -> Option<ImuSample> {
-        if let Some(body) = self.world.as_ref().and_then(World::body) {
-            self.body_read = Some(body);
-            return Some(body.to_imu());
+        if let Some(world) = self.world.as_ref() {
+            if let Some(body) = world.body() {
+                self.body_read = Some(body);
+                let qpos = world.qpos();
+                if qpos.len() == self.qpos_read.len() {
+                    self.qpos_read.copy_from_slice(qpos);
+                }
+                return Some(body.to_imu());
+            }
         }
         self.imu.as_mut().map(|imu| imu.sample(now_ns))
     }
@@ -143,8 +152,21 @@ impl SimRobot {
     pub fn attach_world(&self, mut world: World) -> Result<(), WorldError> {
         let mut inner = self.lock();
         world.couple(&mut inner.split().1)?;
+        inner.qpos_read = world.qpos().to_vec();
         inner.world = Some(world);
         Ok(())
+    }
+
+    /// The plant's generalised positions (MuJoCo's `qpos`) as of the IMU's last read of the
+    /// body, copied into `out`; returns how many there are (0 without a world; nothing is
+    /// copied when `out` is shorter). Allocation-free: what a run logs each cycle.
+    pub fn qpos_read(&self, out: &mut [f64]) -> usize {
+        let inner = self.lock();
+        let n = inner.qpos_read.len();
+        if let Some(dst) = out.get_mut(..n) {
+            dst.copy_from_slice(&inner.qpos_read);
+        }
+        n
     }
 
     /// Step the world to `t_ns` (nothing without one, or when it is there already).
@@ -182,6 +204,12 @@ impl SimRobot {
     /// Why the plant stopped, if it did.
     pub fn world_fault(&self) -> Option<PlantError> {
         self.lock().world.as_ref().and_then(World::fault)
+    }
+
+    /// The pushes acting on the body when the plant stopped, N; `None` when it has not
+    /// stopped or nothing was pushing.
+    pub fn world_fault_push(&self) -> Option<[f64; 3]> {
+        self.lock().world.as_ref().and_then(World::fault_push)
     }
 
     /// Schedule a push on the body; `None` without a world, `Some(false)` when the world

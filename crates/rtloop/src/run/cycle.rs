@@ -29,6 +29,10 @@ pub(super) struct LoopResult {
     pub(super) supervisor: Supervisor,
     pub(super) start_ns: u64,
     pub(super) sim: Option<SimRobot>,
+    /// The body's falls ([`super::fall`]); 0 without a body or on a fixed base.
+    pub(super) falls: u32,
+    /// The name of the model under the servos, when there is one.
+    pub(super) model_name: Option<String>,
 }
 
 /// Everything the cycle thread needs, prepared before it starts.
@@ -40,6 +44,35 @@ pub struct CycleSetup<K: Clock> {
     pub(super) shutdown: ServoCommand,
     pub(super) overrun: OverrunPolicy,
     pub(super) bus_numbers: Vec<u8>,
+    /// The body under the simulated servos, when there is one.
+    pub(super) physics: Option<crate::physics::PhysicsInfo>,
+}
+
+/// The robot side of a loop, as [`CycleLoop::new`] takes it from a [`CycleSetup`].
+struct Devices<K: Clock> {
+    robot: Robot<K>,
+    sim: Option<SimRobot>,
+    bus_numbers: Vec<u8>,
+    physics: Option<crate::physics::PhysicsInfo>,
+}
+
+/// What [`State::model_pose`] says, held by the loop (the stand itself in `CycleLoop::stand`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PoseKind {
+    NotGiven,
+    Stand,
+    Missing,
+}
+
+impl PoseKind {
+    /// The state's view of it, with the stand the loop holds.
+    pub(super) fn view(self, stand: &[f64]) -> crate::controller::ModelPose<'_> {
+        match self {
+            PoseKind::NotGiven => crate::controller::ModelPose::NotGiven,
+            PoseKind::Stand => crate::controller::ModelPose::Stand(stand),
+            PoseKind::Missing => crate::controller::ModelPose::Missing,
+        }
+    }
 }
 
 /// Seconds (validated: 0 to one year) as nanoseconds, saturating.
@@ -134,8 +167,8 @@ pub(super) fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
     law: ControlLaw<C>,
     logger: Option<LogHandOff<C::Telemetry>>,
 ) -> LoopResult {
-    let CycleSetup { robot, sim, config, shutdown, overrun, bus_numbers } = setup;
-    let mut cl = CycleLoop::new(robot, sim, &config, bus_numbers, progress, hooks, law, logger);
+    let CycleSetup { robot, sim, config, shutdown, overrun, bus_numbers, physics } = setup;
+    let mut cl = CycleLoop::new(Devices { robot, sim, bus_numbers, physics }, &config, progress, hooks, law, logger);
     cl.shutdown = shutdown;
     cl.measure_start();
     let started = cl.start_controller();
@@ -304,21 +337,41 @@ struct CycleLoop<'a, C: Controller, K: Clock> {
     shutdown: ServoCommand,
     /// The control law's failure: in which hook, and when.
     failure: Option<(Failure, Hook, u64)>,
+    /// The model's standing pose, per servo ([`State::model_pose`]).
+    pose_kind: PoseKind,
+    stand: Vec<f64>,
+    /// Whether the body has fallen: a body with a free base only.
+    fall: Option<super::fall::FallWatch>,
+    model_name: Option<String>,
 }
 
 impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
     /// Allocates every buffer the loop will use: nothing is allocated after this.
     fn new(
-        robot: Robot<K>,
-        sim: Option<SimRobot>,
+        devices: Devices<K>,
         config: &RunConfig,
-        bus_numbers: Vec<u8>,
         progress: &'a Progress,
         hooks: &'a Hooks,
         law: ControlLaw<C>,
         logger: Option<LogHandOff<C::Telemetry>>,
     ) -> Self {
+        let Devices { robot, sim, bus_numbers, physics } = devices;
         let n = robot.servos().len();
+        let numbered: Vec<(u8, u8)> =
+            robot.servos().iter().map(|s| (bus_numbers.get(s.bus).copied().unwrap_or(0), s.id)).collect();
+        let (pose_kind, stand) = match &physics {
+            None => (PoseKind::NotGiven, Vec::new()),
+            Some(p) => match p.stand_for(&numbered) {
+                Some(stand) => (PoseKind::Stand, stand),
+                None if p.model.path.is_some() => (PoseKind::Missing, Vec::new()),
+                None => (PoseKind::NotGiven, Vec::new()),
+            },
+        };
+        let fall = physics
+            .as_ref()
+            .filter(|p| p.model.floating)
+            .map(|_| super::fall::FallWatch::new(config.safety.fall_tilt_deg, config.safety.fall_height_m));
+        let model_name = physics.as_ref().map(|p| p.model.name.clone());
         let servos: Vec<ServoSpec> = robot.servos().to_vec();
         let clock = robot.cycler().clock().clone();
         let safety = SafetyConfig {
@@ -365,6 +418,10 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             first_command_pending: true,
             shutdown: ServoCommand::ZeroVelocity,
             failure: None,
+            pose_kind,
+            stand,
+            fall,
+            model_name,
         }
     }
 
@@ -433,6 +490,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             safe_mode: self.supervisor.tripped_at().is_some(),
             events,
             body: self.sim.as_ref().and_then(SimRobot::body),
+            model_pose: self.pose_kind.view(&self.stand),
         };
         match &mut self.law {
             ControlLaw::Inline(controller) => controller.start(&first),
@@ -500,6 +558,19 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         true
     }
 
+    /// A body that falls is an event of the run (and so a problem: the run ends degraded);
+    /// the loop goes on, as the robot's computer would, and the control law may stand it up.
+    #[inline]
+    fn watch_fall(&mut self) {
+        let (Some(fall), Some(sim)) = (&mut self.fall, &self.sim) else { return };
+        let Some(body) = sim.body() else { return };
+        if let Some(f) = fall.observe(&body) {
+            let (name, value) = f.event();
+            let now = self.clock.now_ns();
+            self.supervisor.record(now, None, EventKind::Controller { name, value: Some(value) });
+        }
+    }
+
     /// The control law asked for a reset of the simulated world ([`Output::reset_world`]):
     /// the plant back at its starting pose (perturbed by `seed`), every servo stopped as
     /// `d stop` does (so the next command starts it afresh) and sent a stop this cycle. A
@@ -510,7 +581,12 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         let done = self.sim.as_ref().and_then(|sim| sim.reset_world(seed));
         match done {
             None => {}
-            Some(true) => self.commands.fill(ServoCommand::Stop),
+            Some(true) => {
+                self.commands.fill(ServoCommand::Stop);
+                if let Some(fall) = &mut self.fall {
+                    fall.restart();
+                }
+            }
             Some(false) => {
                 let now = self.clock.now_ns();
                 let kind = EventKind::Controller { name: "physics_reset_failed", value: None };
@@ -556,6 +632,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
     fn cycle<T: TimeSource>(&mut self, lp: &mut PeriodicLoop<T>, tick: &Tick, start: u64) -> Flow {
         let mut answer = self.control(tick, start);
         self.supervise(&answer);
+        self.watch_fall();
         if let Some((failure, hook)) = answer.failure.take() {
             // The safe stop begins in this very cycle: the law's commands are not sent.
             self.fail(failure, hook);
@@ -591,6 +668,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             safe_mode: self.supervisor.tripped_at().is_some(),
             events: events.get(self.events_seen..).unwrap_or(&[]),
             body: self.sim.as_ref().and_then(SimRobot::body),
+            model_pose: self.pose_kind.view(&self.stand),
         };
         self.events_seen = events.len();
         match &mut self.law {
@@ -692,6 +770,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             if log.wants_cycle(tick.index) {
                 let (servos, buses) = (&self.servos, &self.bus_numbers);
                 self.cycle_log.fill(tick, dt, report, servos, buses, &self.commands, &self.replies, &self.imu);
+                self.cycle_log.fill_body(self.sim.as_ref());
                 log.log(LogMsg::Cycle(self.cycle_log));
             }
             if let Some(value) = self.telemetry.take().filter(|_| log.wants_custom()) {
@@ -762,6 +841,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
                 let dt = report.stats.duration_ns();
                 let (servos, buses) = (&self.servos, &self.bus_numbers);
                 self.cycle_log.fill(&tick, dt, &report, servos, buses, sent, &self.replies, &self.imu);
+                self.cycle_log.fill_body(self.sim.as_ref());
                 log.log(LogMsg::Cycle(self.cycle_log));
                 self.events_logged = log_events(log, &self.supervisor, self.events_logged, &self.bus_numbers);
                 log_injected(log, self.sim.as_ref(), &mut self.injected_logged, &self.bus_numbers);
@@ -783,6 +863,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             safe_mode: self.supervisor.tripped_at().is_some(),
             events: events.get(self.events_seen..).unwrap_or(&[]),
             body: self.sim.as_ref().and_then(SimRobot::body),
+            model_pose: self.pose_kind.view(&self.stand),
         };
         match &mut self.law {
             ControlLaw::Inline(controller) => controller.stop(&last),
@@ -823,6 +904,8 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             supervisor: self.supervisor,
             start_ns,
             sim: self.sim,
+            falls: self.fall.as_ref().map_or(0, super::fall::FallWatch::falls),
+            model_name: self.model_name,
         }
     }
 }
