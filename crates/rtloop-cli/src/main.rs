@@ -71,9 +71,23 @@ enum Command {
     Log(LogCommand),
     /// Measure the machine and the stack: wakeup latency, UDP round trip, event response,
     /// serial turnaround, the full cycle; compare with cyclictest and sockperf; check tuning.
+    #[cfg(feature = "lab")]
     #[command(subcommand)]
     Lab(rtloop_lab::cli::LabCommand),
+    /// The lab, left out of this build.
+    #[cfg(not(feature = "lab"))]
+    #[command(hide = true, disable_help_flag = true)]
+    Lab {
+        /// Whatever was given after `lab`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
+
+/// What `rtloop lab` says in a build without the `lab` feature.
+#[cfg(not(feature = "lab"))]
+const WITHOUT_LAB: &str =
+    "this rtloop was built without the lab (feature `lab`): rebuild with it, e.g. tools/cross --robot (which keeps it)";
 
 /// The exit status of `rtloop log export`.
 const EXPORT_EXIT_STATUS: &str = "Exit status: 0 when the output was written (damage met in a log is \
@@ -909,7 +923,10 @@ fn dispatch(cmd: Command) -> Result<(), String> {
         Command::Sim(a) => sim_command(a),
         Command::Servo(a) => servo_command(&a),
         Command::Can(a) => can_command(&a),
+        #[cfg(feature = "lab")]
         Command::Lab(cmd) => lab_command(cmd),
+        #[cfg(not(feature = "lab"))]
+        Command::Lab { .. } => Err(WITHOUT_LAB.into()),
         Command::Log(cmd) => log_command(cmd),
         Command::Frame(FrameCommand::Decode { hexdata }) => {
             console::line(frame::decode(&hexdata).map_err(|e| e.to_string())?)
@@ -1119,6 +1136,7 @@ fn can_command(a: &CanArgs) -> Result<(), String> {
 }
 
 /// `rtloop lab`: measure the machine and the stack.
+#[cfg(feature = "lab")]
 fn lab_command(cmd: rtloop_lab::cli::LabCommand) -> Result<(), String> {
     let report = rtloop_lab::cli::run(cmd).map_err(|e| rtloop_output::sentence(&e))?;
     // The JSON object, when asked for, must be the very last line.

@@ -93,6 +93,10 @@ fn seconds(us: i64) -> f64 {
     rtloop_tlog::value::micros_to_seconds(us)
 }
 
+#[cfg(feature = "parquet")]
+mod parquet;
+#[cfg(not(feature = "parquet"))]
+#[path = "log/without_parquet.rs"]
 mod parquet;
 mod render;
 use parquet::{export_dataset, export_parquet};
