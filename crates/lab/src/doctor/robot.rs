@@ -195,7 +195,7 @@ fn spi(m: &Machine, b: &Board, unit: Option<&Unit>) -> Check {
 
 /// "10 MHz", "125 MHz", "500 kHz".
 fn hz_text(hz: u32) -> String {
-    if hz >= 1_000_000 && hz % 100_000 == 0 {
+    if hz >= 1_000_000 && hz.is_multiple_of(100_000) {
         format!("{} MHz", f64::from(hz) / 1e6)
     } else if hz >= 1_000 {
         format!("{} kHz", f64::from(hz) / 1e3)
