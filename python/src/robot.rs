@@ -916,12 +916,15 @@ fn open_robot<C: Clock + Clone + Send + 'static>(
         options: rtloop_simrobot::SimOptions { bus: rtloop_sim::BusConfig { fault_seed: plan.seed, ..plan.sim_bus } },
         start_position_rev: plan.start_position,
         physics: plan.physics.clone(),
+        // A program drives its own cycles: the model's step divides the 1 ms of a 1 kHz loop.
+        period_ns: 0,
     };
     let config = plan.robot_config(spec);
-    let (robot, sim) = rtloop::robot::build(spec, clock, config, Default::default(), &setup).map_err(|e| match e {
-        rtloop::robot::BuildError::Open(e) => OpenFailure::Os(e.to_string()),
-        other => OpenFailure::Setup(other.to_string()),
-    })?;
+    let rtloop::robot::Built { robot, sim, .. } = rtloop::robot::build(spec, clock, config, Default::default(), &setup)
+        .map_err(|e| match e {
+            rtloop::robot::BuildError::Open(e) => OpenFailure::Os(e.to_string()),
+            other => OpenFailure::Setup(other.to_string()),
+        })?;
     Ok(Box::new(Opened { robot, sim }))
 }
 
@@ -989,6 +992,8 @@ fn robot_spec(
                  wire_time=, clock=\"virtual\", start_position=, drop_rate= or seed= to Robot instead"
             )));
         }
+        // Paths in the file are relative to the file's folder.
+        let run = run.relative_to(path.parent().unwrap_or(std::path::Path::new(".")));
         return Ok((run.robot(), run.physics.clone()));
     }
     let Some(servos) = servos else {
@@ -1299,7 +1304,7 @@ impl Robot {
             (p.ground_roll_deg, p.ground_pitch_deg) = (roll, pitch);
         }
         if let Some(p) = &physics {
-            p.spec(&spec.buses).map_err(|e| PyValueError::new_err(e.to_string()))?;
+            p.spec(&spec.buses, 1_000_000).map_err(|e| PyValueError::new_err(e.to_string()))?;
         }
         let simulated = spec.all_simulated();
         let any_simulated = spec.buses.iter().any(|b| b.uri == BusUri::Sim);
@@ -1683,15 +1688,19 @@ impl Robot {
     }
 
     /// The simulated body (``physics=True``): a dict of ``height_m`` (its origin above the
-    /// ground), ``roll_deg`` and ``pitch_deg`` (as the IMU reads them), ``quaternion`` (the
-    /// IMU's, ``[w, x, y, z]``) and ``steps`` (physics steps so far); None without physics.
+    /// ground), ``position_m`` and ``velocity_mps`` (its origin's, ``[x, y, z]`` in the ground's
+    /// frame: +x forward, +y left, +z up), ``roll_deg`` and ``pitch_deg`` (as the IMU reads
+    /// them), ``quaternion`` (the IMU's, ``[w, x, y, z]``) and ``steps`` (physics steps so far);
+    /// None without physics.
     #[getter]
     fn body<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let guard = self.lock()?;
         let Some((b, steps)) = guard.as_ref().and_then(|inner| inner.driver.body()) else { return Ok(None) };
         let (roll, pitch) = b.roll_pitch();
         let d = PyDict::new(py);
-        d.set_item("height_m", b.height_m)?;
+        d.set_item("height_m", b.height_m())?;
+        d.set_item("position_m", b.position_m.to_vec())?;
+        d.set_item("velocity_mps", b.velocity_mps.to_vec())?;
         d.set_item("roll_deg", roll.to_degrees())?;
         d.set_item("pitch_deg", pitch.to_degrees())?;
         d.set_item("quaternion", b.to_imu().quaternion.to_vec())?;

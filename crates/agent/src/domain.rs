@@ -92,7 +92,8 @@ pub fn validate_domain(d: &DomainBlock, servo_count: usize) -> Result<(), Domain
     if d.latency_cycles > MAX_LATENCY_CYCLES {
         return Err(DomainError::Latency(d.latency_cycles));
     }
-    for (field, value) in [("friction_scale", d.friction_scale), ("mass_scale", d.mass_scale), ("payload_kg", d.payload_kg)]
+    for (field, value) in
+        [("friction_scale", d.friction_scale), ("mass_scale", d.mass_scale), ("payload_kg", d.payload_kg)]
     {
         let (lo, hi) = range(field);
         check(field, None, value, lo, hi)?;
@@ -139,7 +140,10 @@ mod tests {
             (|d| d.kp_scale[3] = 0.0, "kp_scale[3] 0 is outside"),
             (|d| d.joint_velocity_rad_s[11] = f64::INFINITY, "joint_velocity_rad_s[11] inf"),
             (|d| d.latency_cycles = 33, "latency_cycles 33 is above 32"),
-            (|d| d.pushes[1] = crate::PushBlock { at_s: -1.0, duration_s: 0.1, force_n: [0.0; 3] }, "pushes.at_s[1] -1"),
+            (
+                |d| d.pushes[1] = crate::PushBlock { at_s: -1.0, duration_s: 0.1, force_n: [0.0; 3] },
+                "pushes.at_s[1] -1",
+            ),
             (|d| d.flags = 3, "flags 0x2"),
         ];
         for (edit, words) in bad {

@@ -316,7 +316,7 @@ pub fn run_config(data: &[u8]) {
     let _ = config.overheats();
     let _ = config.pushes();
     if let Some(physics) = &config.physics {
-        let _ = physics.spec(&config.buses);
+        let _ = physics.spec(&config.buses, config.period_ns());
     }
     let printed = config.to_toml();
     if let Err(e) = rtloop::config::RunConfig::from_toml(&printed) {

@@ -28,11 +28,11 @@ mod mujoco_plant;
 mod spec;
 
 pub use spec::{
-    non_finite_attribute, BuiltInPose, ModelSource, PhysicsError, PhysicsSpec, ServoJoint, MAX_GROUND_TILT_DEG,
-    MAX_SETTLE_S,
+    non_finite_attribute, BuiltInPose, ModelActuators, ModelSource, PhysicsError, PhysicsSpec, ServoJoint,
+    ServoOverrides, MAX_GROUND_TILT_DEG, MAX_SETTLE_S, PERIOD_RANGE_NS, STAND_KEYFRAMES,
 };
 
-use rtloop_sim::{JointLink, Plant};
+use rtloop_sim::{JointLink, Plant, ServoSetup};
 
 /// The built-in quadruped (MJCF), written for rtloop: see the file's header for its sizes.
 pub const QUADRUPED_MJCF: &str = include_str!("../models/quadruped.xml");
@@ -40,19 +40,106 @@ pub const QUADRUPED_MJCF: &str = include_str!("../models/quadruped.xml");
 /// The MuJoCo version rtloop builds against (the `mujoco` wheel's, the `mujoco-rs` crate's).
 pub const MUJOCO_VERSION: &str = "3.17.0";
 
-/// A loaded model, ready for [`rtloop_sim::World::new`].
+/// A loaded model, ready for [`rtloop_sim::World::new`] and [`rtloop_sim::World::with_setups`].
 pub struct Loaded {
     /// The plant.
     pub plant: Box<dyn Plant>,
     /// Which servo turns which plant joint, by bus index.
     pub links: Vec<JointLink>,
-    /// The plant's joint names, in plant joint order.
+    /// The plant's joint names, in plant joint order (the map's order).
     pub joint_names: Vec<String>,
+    /// Each link's servo setup: the run file's, else the model actuator's, else the default.
+    pub setups: Vec<ServoSetup>,
+    /// Each link's servo position in the model's standing pose (servo units: rev, or m on a
+    /// slide; the output sign applied); `None` when there is no such pose (the built-in
+    /// quadruped: its stand is the demonstration's own).
+    pub stand_rev: Option<Vec<f64>>,
+    /// What loading changed or decided that the user should hear once.
+    pub notices: Vec<PhysicsNotice>,
+    /// What the model is, for the summary and the log.
+    pub model: ModelFacts,
 }
 
 impl core::fmt::Debug for Loaded {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Loaded").field("links", &self.links).field("joint_names", &self.joint_names).finish()
+        f.debug_struct("Loaded")
+            .field("links", &self.links)
+            .field("joint_names", &self.joint_names)
+            .field("setups", &self.setups)
+            .field("notices", &self.notices)
+            .field("model", &self.model)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a loaded model is: enough to name it and to know a replay uses the same one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelFacts {
+    /// "the built-in quadruped", or the file as given.
+    pub name: String,
+    /// The model file, absolute (`None`: built in).
+    pub path: Option<std::path::PathBuf>,
+    /// SHA-256 of the model file's bytes, hex (`sha256sum` gives the same; `None`: built in).
+    pub file_sha256: Option<String>,
+    /// SHA-256 of the compiled model (MuJoCo's MJB), hex: covers included files and meshes.
+    /// The same files compiled by the same MuJoCo give the same value.
+    pub compiled_sha256: String,
+    /// The body the IMU is on.
+    pub body: String,
+    /// Whether that body floats (a free joint) or is fixed to the world (an arm's base).
+    pub floating: bool,
+    /// The time step MuJoCo is stepped with, s.
+    pub timestep_s: f64,
+    /// Generalised positions (MuJoCo's `nq`): the length of [`rtloop_sim::Plant::qpos`].
+    pub nq: usize,
+    /// The keyframe taken as the standing pose, if any.
+    pub stand_pose: Option<String>,
+}
+
+/// Something loading a model changed or decided, said once (the run prints it with its
+/// notices). Never a refusal: those are [`PhysicsError`]s.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum PhysicsNotice {
+    /// The model's time step did not divide the loop's period.
+    TimeStepAdapted {
+        /// The model's step, s.
+        model_s: f64,
+        /// The step used, s.
+        used_s: f64,
+        /// The loop's period, s.
+        period_s: f64,
+    },
+    /// The model's own actuators on mapped joints were switched off.
+    ActuatorsSwitchedOff {
+        /// How many.
+        count: usize,
+        /// Whether their figures became the servos'.
+        adopted: bool,
+    },
+}
+
+impl core::fmt::Display for PhysicsNotice {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            PhysicsNotice::TimeStepAdapted { model_s, used_s, period_s } => write!(
+                f,
+                "the model's {} ms time step does not divide the loop's {} ms period: MuJoCo steps every {} ms",
+                model_s * 1e3,
+                period_s * 1e3,
+                used_s * 1e3
+            ),
+            PhysicsNotice::ActuatorsSwitchedOff { count, adopted: true } => write!(
+                f,
+                "the model's {count} actuator(s) on servo-driven joints are switched off, the servos drive those \
+                 joints: each servo takes its actuator's force limit (and a position actuator's gains) where the run \
+                 file gives none (`actuators = \"off\"` under [physics] takes nothing from them)"
+            ),
+            PhysicsNotice::ActuatorsSwitchedOff { count, adopted: false } => write!(
+                f,
+                "the model's {count} actuator(s) on servo-driven joints are switched off, the servos drive those joints"
+            ),
+        }
     }
 }
 

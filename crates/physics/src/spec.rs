@@ -1,6 +1,9 @@
-//! What to simulate: the model, the servo ↔ joint map, the ground and the starting pose.
+//! What to simulate: the model, the servo ↔ joint map with each servo's setup, the ground,
+//! the starting pose and the loop period the model's time step must divide.
 
 use std::path::PathBuf;
+
+use rtloop_sim::servo::{ServoSetup, GEAR_RATIO_RANGE, MAX_CURRENT_A, MAX_GAIN, MOTOR_KT_NM_PER_A};
 
 /// Where the model comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,8 +15,8 @@ pub enum ModelSource {
 }
 
 /// One servo's joint: the servo with CAN id `id` on bus index `bus` turns the model's joint
-/// named `joint` (a hinge or a slide).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// named `joint` (a hinge or a slide), set up as `servo` says where it says anything.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServoJoint {
     /// Bus index (position in the robot's bus list, from 0).
     pub bus: usize,
@@ -21,6 +24,108 @@ pub struct ServoJoint {
     pub id: u8,
     /// The model's joint name.
     pub joint: String,
+    /// This servo's own setup (over [`PhysicsSpec::servo`] and the model's actuator).
+    pub servo: ServoOverrides,
+}
+
+impl ServoJoint {
+    /// Servo `id` on bus index `bus` turning `joint`, set up as every other servo.
+    pub fn new(bus: usize, id: u8, joint: impl Into<String>) -> Self {
+        ServoJoint { bus, id, joint: joint.into(), servo: ServoOverrides::default() }
+    }
+}
+
+/// Parts of a coupled servo's setup ([`ServoSetup`]) given by the user; `None` leaves each to
+/// the next source: a joint's own entry, then [`PhysicsSpec::servo`], then the model's
+/// actuator on that joint ([`ModelActuators::Adopt`]), then [`ServoSetup::PHYSICAL`].
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ServoOverrides {
+    /// Position gain, N·m/rev (N/m on a slide joint).
+    pub kp_nm_per_rev: Option<f64>,
+    /// Velocity gain, N·m·s/rev (N·s/m on a slide joint).
+    pub kd_nms_per_rev: Option<f64>,
+    /// Torque limit at the output, N·m (N on a slide joint).
+    pub max_torque_nm: Option<f64>,
+    /// Rotor turns per output turn.
+    pub gear_ratio: Option<f64>,
+    /// `motor_position.output.sign`: 1 or -1.
+    pub output_sign: Option<f64>,
+}
+
+impl ServoOverrides {
+    /// Each part from `self`, else from `fallback`.
+    pub fn or(self, fallback: ServoOverrides) -> ServoOverrides {
+        ServoOverrides {
+            kp_nm_per_rev: self.kp_nm_per_rev.or(fallback.kp_nm_per_rev),
+            kd_nms_per_rev: self.kd_nms_per_rev.or(fallback.kd_nms_per_rev),
+            max_torque_nm: self.max_torque_nm.or(fallback.max_torque_nm),
+            gear_ratio: self.gear_ratio.or(fallback.gear_ratio),
+            output_sign: self.output_sign.or(fallback.output_sign),
+        }
+    }
+
+    /// The setup: each part given, the rest [`ServoSetup::PHYSICAL`]'s.
+    pub fn resolve(self) -> ServoSetup {
+        let d = ServoSetup::PHYSICAL;
+        ServoSetup {
+            kp_nm_per_rev: self.kp_nm_per_rev.unwrap_or(d.kp_nm_per_rev),
+            kd_nms_per_rev: self.kd_nms_per_rev.unwrap_or(d.kd_nms_per_rev),
+            max_torque_nm: self.max_torque_nm.unwrap_or(d.max_torque_nm),
+            gear_ratio: self.gear_ratio.unwrap_or(d.gear_ratio),
+            output_sign: self.output_sign.unwrap_or(d.output_sign),
+        }
+    }
+
+    /// Check every part given; `whose` names the servo in the sentence ("servo 3 on bus 1",
+    /// or "every servo").
+    pub fn validate(&self, whose: &str) -> Result<(), PhysicsError> {
+        let bad = |what: &'static str, value: f64, range: String| {
+            Err(PhysicsError::BadSetup { servo: whose.to_string(), what, value, range })
+        };
+        for (what, v) in [("kp", self.kp_nm_per_rev), ("kd", self.kd_nms_per_rev)] {
+            if let Some(v) = v.filter(|v| !(v.is_finite() && (0.0..=MAX_GAIN).contains(v))) {
+                return bad(what, v, format!("0 to {MAX_GAIN}"));
+            }
+        }
+        if let Some(v) = self.gear_ratio.filter(|v| !(GEAR_RATIO_RANGE.0..=GEAR_RATIO_RANGE.1).contains(v)) {
+            return bad(
+                "gear_ratio",
+                v,
+                format!("{} to {} (rotor turns per output turn)", GEAR_RATIO_RANGE.0, GEAR_RATIO_RANGE.1),
+            );
+        }
+        if let Some(v) = self.output_sign.filter(|v| *v != 1.0 && *v != -1.0) {
+            return bad("sign", v, "1 or -1".into());
+        }
+        if let Some(v) = self.max_torque_nm {
+            let ratio = self.gear_ratio.unwrap_or(ServoSetup::PHYSICAL.gear_ratio);
+            let ceiling = MAX_CURRENT_A * MOTOR_KT_NM_PER_A * ratio;
+            if !(v > 0.0 && v <= ceiling) {
+                return bad(
+                    "max_torque",
+                    v,
+                    format!(
+                        "a torque above 0 and at most {ceiling:.0} N·m (what {MAX_CURRENT_A:.0} A gives at gear ratio \
+                         {ratio}; raise gear_ratio for more)"
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What becomes of a model's own actuators on the joints servos drive: never two
+/// controllers on one joint. Actuators on joints no servo drives stay as the model has them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ModelActuators {
+    /// Switched off, and their figures become their servos' where the run file gives none: a
+    /// force or control range becomes the torque limit, a position actuator's `kp` and `kv`
+    /// the position gains.
+    #[default]
+    Adopt,
+    /// Switched off; the servos take nothing from them.
+    Off,
 }
 
 /// Where a run starts.
@@ -54,10 +159,27 @@ pub struct PhysicsSpec {
     pub pose: BuiltInPose,
     /// Seconds the body settles with the joints limp before the run starts (0 to 10).
     pub settle_s: f64,
-    /// The body whose attitude the IMU reports (its site `imu` when it has one): `None` for
-    /// the body of the model's first free joint.
+    /// The body whose attitude the IMU reports: `None` for the free-floating body that
+    /// carries the mapped joints (a fixed-base model: the body at the root of their chain).
     pub body: Option<String>,
+    /// The control loop's period, ns: a model time step that does not divide it is made to
+    /// (never longer than the model's), so every cycle sees the physics move.
+    pub period_ns: u64,
+    /// What becomes of the model's actuators on mapped joints.
+    pub actuators: ModelActuators,
+    /// Setup every coupled servo gets where its joint entry gives none.
+    pub servo: ServoOverrides,
+    /// The keyframe a demonstration stands the robot in; `None`: the model's `home`, `stand`
+    /// or `standing` keyframe, if it has one (the built-in quadruped has its own stand).
+    pub stand_pose: Option<String>,
 }
+
+/// Shortest and longest loop period a model is stepped under, ns (100 kHz to 0.1 Hz, the run's
+/// rates).
+pub const PERIOD_RANGE_NS: (u64, u64) = (10_000, 10_000_000_000);
+
+/// The keyframes taken as a user model's standing pose when none is named, in this order.
+pub const STAND_KEYFRAMES: [&str; 3] = ["home", "stand", "standing"];
 
 impl PhysicsSpec {
     /// The built-in quadruped on flat ground, starting lying down.
@@ -69,6 +191,21 @@ impl PhysicsSpec {
             pose: BuiltInPose::Keyframe("lying".into()),
             settle_s: 1.0,
             body: None,
+            period_ns: 1_000_000,
+            actuators: ModelActuators::Adopt,
+            servo: ServoOverrides::default(),
+            stand_pose: None,
+        }
+    }
+
+    /// A model file with its servo map, everything else as [`PhysicsSpec::quadruped`] (the
+    /// model's reference pose to start from).
+    pub fn model_file(path: impl Into<PathBuf>, joints: Vec<ServoJoint>) -> Self {
+        PhysicsSpec {
+            model: ModelSource::File(path.into()),
+            joints,
+            pose: BuiltInPose::Reference,
+            ..PhysicsSpec::quadruped()
         }
     }
 
@@ -80,10 +217,12 @@ impl PhysicsSpec {
         let legs = ["fl", "fr", "rl", "rr"];
         let parts = ["abduction", "hip", "knee"];
         (0..12u8)
-            .map(|k| ServoJoint {
-                bus: usize::from(k / 3),
-                id: k + 1,
-                joint: format!("{}_{}", legs[usize::from(k / 3)], parts[usize::from(k % 3)]),
+            .map(|k| {
+                ServoJoint::new(
+                    usize::from(k / 3),
+                    k + 1,
+                    format!("{}_{}", legs[usize::from(k / 3)], parts[usize::from(k % 3)]),
+                )
             })
             .collect()
     }
@@ -99,10 +238,22 @@ impl PhysicsSpec {
         if !self.settle_s.is_finite() || !(0.0..=MAX_SETTLE_S).contains(&self.settle_s) {
             return Err(PhysicsError::BadNumber { what: "settle time", value: self.settle_s, range: "0 to 10 s" });
         }
+        if !(PERIOD_RANGE_NS.0..=PERIOD_RANGE_NS.1).contains(&self.period_ns) {
+            return Err(PhysicsError::BadNumber {
+                what: "loop period (ns)",
+                value: self.period_ns as f64,
+                range: "10 µs to 10 s",
+            });
+        }
         if self.joints.is_empty() && self.model != ModelSource::BuiltIn {
             return Err(PhysicsError::NoMap);
         }
+        self.servo.validate("every servo")?;
         let map = self.joint_map();
+        for j in &map {
+            j.servo.validate(&format!("servo {} on bus {}", j.id, j.bus + 1))?;
+            j.servo.or(self.servo).validate(&format!("servo {} on bus {}", j.id, j.bus + 1))?;
+        }
         for (i, a) in map.iter().enumerate() {
             for b in &map[..i] {
                 if a.joint == b.joint {
@@ -205,6 +356,37 @@ pub enum PhysicsError {
         /// Why.
         reason: String,
     },
+    /// A servo setup number outside its range.
+    BadSetup {
+        /// Whose: "servo 3 on bus 1" or "every servo".
+        servo: String,
+        /// The key (`kp`, `kd`, `max_torque`, `gear_ratio`, `sign`).
+        what: &'static str,
+        /// The value given.
+        value: f64,
+        /// What is allowed.
+        range: String,
+    },
+    /// A free-floating robot with nothing under it to stand on.
+    NoGround {
+        /// The model.
+        model: String,
+        /// The floating body.
+        body: String,
+    },
+    /// The mapped joints hang from more than one free-floating body: which is the robot's
+    /// base is not clear.
+    AmbiguousBody {
+        /// The candidates' names.
+        candidates: Vec<String>,
+    },
+    /// The named stand pose is not a keyframe of the model.
+    NoSuchStandPose {
+        /// The name given.
+        pose: String,
+        /// The model's keyframes.
+        known: Vec<String>,
+    },
 }
 
 impl core::fmt::Display for PhysicsError {
@@ -266,6 +448,27 @@ impl core::fmt::Display for PhysicsError {
             }
             PhysicsError::Unstable { reason } => write!(f, "the model is unstable at rest ({reason}): fix its masses, \
                  inertias, joint ranges or time step"),
+            PhysicsError::BadSetup { servo, what, value, range } => {
+                write!(f, "{what} {value} for {servo} is out of range: give {range}")
+            }
+            PhysicsError::NoGround { model, body } => write!(
+                f,
+                "{model} has no ground: nothing fixed to the world lies under its free-floating body `{body}` for it to \
+                 stand on, so it would fall for ever; load a scene that includes the robot and adds a floor, as MuJoCo \
+                 Menagerie's scene.xml does (`<include file=\"robot.xml\"/>` and, in its <worldbody>, \
+                 `<geom name=\"floor\" type=\"plane\" size=\"0 0 0.05\"/>`)"
+            ),
+            PhysicsError::AmbiguousBody { candidates } => write!(
+                f,
+                "the mapped joints hang from {} free-floating bodies ({}): name the robot's base as `body` under [physics]",
+                candidates.len(),
+                candidates.join(", ")
+            ),
+            PhysicsError::NoSuchStandPose { pose, known } => write!(
+                f,
+                "the model has no keyframe named `{pose}` to stand in: name one of {} as `stand_pose` under [physics]",
+                if known.is_empty() { "its keyframes (it has none; add a <keyframe>)".to_string() } else { known.join(", ") }
+            ),
         }
     }
 }

@@ -655,7 +655,10 @@ impl RunArgs {
 /// A run file (`--config FILE` of `rtloop run` and `rtloop budget`).
 fn read_run_file(path: &std::path::Path) -> Result<RunFile, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read --config {}: {e}", path.display()))?;
-    RunFile::from_toml(&text).map_err(|e| format!("--config {}: {e}", path.display()))
+    let mut file = RunFile::from_toml(&text).map_err(|e| format!("--config {}: {e}", path.display()))?;
+    // Paths in the file are relative to the file's folder.
+    file.run = file.run.relative_to(path.parent().unwrap_or(std::path::Path::new(".")));
+    Ok(file)
 }
 
 #[derive(Subcommand)]

@@ -113,6 +113,7 @@ fn call_alone<C: Controller>(mut controller: C) -> f64 {
             safe_mode: false,
             events: &[],
             body: None,
+            model_pose: rtloop::ModelPose::NotGiven,
         })
         .expect("the controllers measured here start on this state");
     let started = Instant::now();
@@ -126,6 +127,7 @@ fn call_alone<C: Controller>(mut controller: C) -> f64 {
             safe_mode: false,
             events: &[],
             body: None,
+            model_pose: rtloop::ModelPose::NotGiven,
         };
         let mut out = Output::new(&mut wanted, &mut telemetry);
         let _ = black_box(controller.cycle(&state, &mut out));

@@ -549,6 +549,14 @@ pub fn random_seed() -> u64 {
 }
 
 impl RunConfig {
+    /// The same configuration with the paths it holds (`[physics] model`) taken from `dir`
+    /// when relative: a run file's paths are relative to the file's own folder, wherever the
+    /// run is started from.
+    pub fn relative_to(mut self, dir: &std::path::Path) -> Self {
+        self.physics = self.physics.map(|p| p.relative_to(dir));
+        self
+    }
+
     /// Parse a TOML file's text and check it. Errors are one sentence with the line; a key
     /// the run does not know is one.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
@@ -806,7 +814,7 @@ impl RunConfig {
             }
         }
         if let Some(physics) = &self.physics {
-            physics.spec(&self.buses)?;
+            physics.spec(&self.buses, self.period_ns())?;
         }
         let pushes = self.pushes();
         // A push given typed (Runtime::push) meets the ranges `--push` does; its printed text

@@ -100,7 +100,7 @@ pub mod summary;
 pub mod telemetry;
 mod toml_text;
 
-pub use controller::{Controller, Failure, Flow, Output, PositionCommand, ServoCommand, ServoStatus, State};
+pub use controller::{Controller, Failure, Flow, ModelPose, Output, PositionCommand, ServoCommand, ServoStatus, State};
 pub use robot_spec::RobotSpec;
 pub use runtime::{RunError, Runtime};
 pub use summary::RunSummary;

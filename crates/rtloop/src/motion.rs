@@ -11,7 +11,7 @@
 //! Must never allocate: [`Motion::fill`] runs on the real-time thread every cycle and
 //! writes into the caller's command array.
 
-use crate::controller::{Controller, Failure, Flow, Output, State};
+use crate::controller::{Controller, Failure, Flow, ModelPose, Output, State};
 use rtloop_io::ServoCommand;
 use rtloop_proto::host::PositionCommand;
 use std::f64::consts::TAU;
@@ -40,6 +40,8 @@ pub struct Motion {
     /// Where each joint was first measured (NaN: not yet), and when (s).
     start: [f64; MAX_JOINTS],
     start_t: [f64; MAX_JOINTS],
+    /// Where each joint stands (NaN: where it was measured).
+    stand: [f64; MAX_JOINTS],
 }
 
 /// Joints a motion drives.
@@ -58,6 +60,7 @@ impl Default for Motion {
             watchdog_timeout: None,
             start: [f64::NAN; MAX_JOINTS],
             start_t: [0.0; MAX_JOINTS],
+            stand: core::array::from_fn(|i| STAND_POSE[i % 3]),
         }
     }
 }
@@ -100,6 +103,14 @@ impl Motion {
         }
     }
 
+    /// Stand joint `i` at `stand[i]` (servo units) instead of the built-in quadruped's
+    /// [`STAND_POSE`]; NaN: where the joint was first measured (it only sways).
+    pub fn set_stand(&mut self, stand: &[f64]) {
+        for (s, &p) in self.stand.iter_mut().zip(stand) {
+            *s = p;
+        }
+    }
+
     /// Whether joint `i`'s start is known (it may be moved).
     pub fn started(&self, i: usize) -> bool {
         self.start.get(i).is_some_and(|p| !p.is_nan())
@@ -108,11 +119,11 @@ impl Motion {
     /// The target of joint `i` at `t` seconds: (position, velocity); `None` while its start
     /// is unknown.
     pub fn target(&self, i: usize, t: f64) -> Option<(f64, f64)> {
-        let stand = STAND_POSE[i % 3];
         let p0 = *self.start.get(i)?;
         if p0.is_nan() {
             return None;
         }
+        let stand = if self.stand[i].is_nan() { p0 } else { self.stand[i] };
         let t = t - self.start_t[i];
         if t < self.stand_s {
             let (s, ds) = smoothstep(t / self.stand_s);
@@ -158,6 +169,18 @@ impl Controller for Motion {
     type Telemetry = ();
 
     fn start(&mut self, state: &State<'_>) -> Result<(), Failure> {
+        match state.model_pose {
+            ModelPose::NotGiven => {}
+            ModelPose::Stand(stand) => self.set_stand(stand),
+            ModelPose::Missing => {
+                return Err(Failure::new(
+                    "no_stand_pose",
+                    "the demonstration motion stands the built-in quadruped, and this model names no pose to stand in",
+                    "name one of its keyframes as stand_pose under [physics] (or give it a `home` keyframe), or drive \
+                     it with a controller of your own (--agent)",
+                ));
+            }
+        }
         self.set_start(state.servos.iter().map(|s| if s.age_cycles.is_some() { s.state.position } else { f64::NAN }));
         Ok(())
     }

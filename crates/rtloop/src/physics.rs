@@ -10,7 +10,10 @@
 
 use std::path::PathBuf;
 
-use rtloop_physics::{BuiltInPose, ModelSource, PhysicsError, PhysicsSpec, ServoJoint};
+use rtloop_physics::{
+    BuiltInPose, ModelActuators, ModelFacts, ModelSource, PhysicsError, PhysicsNotice, PhysicsSpec, ServoJoint,
+    ServoOverrides,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::robot_spec::BusSpec;
@@ -37,16 +40,43 @@ pub struct PhysicsConfig {
     pub pose: Option<String>,
     /// Seconds the body settles with the joints limp before the run starts (0 to 10).
     pub settle_s: f64,
-    /// The body the IMU is on; absent: the body of the model's free joint.
+    /// The body the IMU is on; absent: the free-floating body that carries the mapped joints
+    /// (a fixed-base model: the body at the root of their chain).
     pub body: Option<String>,
-    /// Position gain of every coupled servo, N·m/rev (its `servo.pid_position.kp`; 0 to 10000).
-    pub kp: f64,
-    /// Velocity gain of every coupled servo, N·m·s/rev (0 to 1000).
-    pub kd: f64,
+    /// What becomes of the model's own actuators on mapped joints: `adopt` (switched off,
+    /// their force limits and a position actuator's gains become their servos' where this
+    /// file gives none) or `off` (switched off, nothing taken).
+    pub actuators: ActuatorsChoice,
+    /// The model keyframe the demonstration motion stands the robot in; absent: its `home`,
+    /// `stand` or `standing` keyframe (the built-in quadruped has its own stand).
+    pub stand_pose: Option<String>,
+    /// Position gain of every coupled servo, N·m/rev (its `servo.pid_position.kp`; 0 to
+    /// 100000); absent: the model actuator's, else 300.
+    pub kp: Option<f64>,
+    /// Velocity gain of every coupled servo, N·m·s/rev (0 to 100000); absent: the model
+    /// actuator's, else 5.
+    pub kd: Option<f64>,
+    /// Torque limit of every coupled servo, N·m; absent: the model actuator's force range,
+    /// else 16.
+    pub max_torque: Option<f64>,
+    /// Gear ratio (rotor turns per output turn, 1 to 1000) of every coupled servo; absent: 6.
+    pub gear_ratio: Option<f64>,
 }
 
-/// One `joints` entry: servo `id` on bus `bus` turns the model's joint `joint`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// `[physics] actuators`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActuatorsChoice {
+    /// See [`ModelActuators::Adopt`].
+    #[default]
+    Adopt,
+    /// See [`ModelActuators::Off`].
+    Off,
+}
+
+/// One `joints` entry: servo `id` on bus `bus` turns the model's joint `joint`, set up as
+/// the entry says (over `[physics]`'s settings for every servo).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JointEntry {
     /// Bus number, as in `[[bus]]`.
@@ -55,6 +85,39 @@ pub struct JointEntry {
     pub id: u8,
     /// Joint name in the model.
     pub joint: String,
+    /// This servo's position gain, N·m/rev (N/m on a slide joint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kp: Option<f64>,
+    /// This servo's velocity gain, N·m·s/rev (N·s/m on a slide joint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kd: Option<f64>,
+    /// This servo's torque limit, N·m (N on a slide joint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_torque: Option<f64>,
+    /// This servo's gear ratio (rotor turns per output turn).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gear_ratio: Option<f64>,
+    /// `motor_position.output.sign` of this servo: -1 when it counts the other way from the
+    /// model's joint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sign: Option<f64>,
+}
+
+impl JointEntry {
+    /// Servo `id` on bus `bus` turning `joint`, set up as every other servo.
+    pub fn new(bus: u8, id: u8, joint: impl Into<String>) -> Self {
+        JointEntry { bus, id, joint: joint.into(), kp: None, kd: None, max_torque: None, gear_ratio: None, sign: None }
+    }
+
+    fn overrides(&self) -> ServoOverrides {
+        ServoOverrides {
+            kp_nm_per_rev: self.kp,
+            kd_nms_per_rev: self.kd,
+            max_torque_nm: self.max_torque,
+            gear_ratio: self.gear_ratio,
+            output_sign: self.sign,
+        }
+    }
 }
 
 impl Default for PhysicsConfig {
@@ -67,8 +130,12 @@ impl Default for PhysicsConfig {
             pose: None,
             settle_s: 1.0,
             body: None,
-            kp: rtloop_sim::servo::PHYSICAL_KP_NM_PER_REV,
-            kd: rtloop_sim::servo::PHYSICAL_KD_NMS_PER_REV,
+            actuators: ActuatorsChoice::Adopt,
+            stand_pose: None,
+            kp: None,
+            kd: None,
+            max_torque: None,
+            gear_ratio: None,
         }
     }
 }
@@ -187,9 +254,30 @@ pub fn parse_push(text: &str) -> Result<PushSpec, PhysicsConfigError> {
 }
 
 impl PhysicsConfig {
+    /// The same, with a relative `model` path taken from `dir` (the run file's folder).
+    pub fn relative_to(mut self, dir: &std::path::Path) -> Self {
+        if let Some(m) = &self.model {
+            if m.is_relative() {
+                self.model = Some(dir.join(m));
+            }
+        }
+        self
+    }
+
+    /// The settings every coupled servo gets unless its joint entry says otherwise.
+    fn overrides(&self) -> ServoOverrides {
+        ServoOverrides {
+            kp_nm_per_rev: self.kp,
+            kd_nms_per_rev: self.kd,
+            max_torque_nm: self.max_torque,
+            gear_ratio: self.gear_ratio,
+            output_sign: None,
+        }
+    }
+
     /// Check every number and the map against the robot's buses, and make the spec
-    /// rtloop-physics loads (bus numbers become bus indices).
-    pub fn spec(&self, buses: &[BusSpec]) -> Result<PhysicsSpec, PhysicsConfigError> {
+    /// rtloop-physics loads (bus numbers become bus indices) for a loop of period `period_ns`.
+    pub fn spec(&self, buses: &[BusSpec], period_ns: u64) -> Result<PhysicsSpec, PhysicsConfigError> {
         let range = |key: &'static str, value: f64, lo: f64, hi: f64, give: &'static str| {
             if value.is_finite() && (lo..=hi).contains(&value) {
                 Ok(())
@@ -203,8 +291,24 @@ impl PhysicsConfig {
         range("ground_roll_deg", self.ground_roll_deg, -tilt, tilt, "-30 to 30 degrees")?;
         range("ground_pitch_deg", self.ground_pitch_deg, -tilt, tilt, "-30 to 30 degrees")?;
         range("settle_s", self.settle_s, 0.0, rtloop_physics::MAX_SETTLE_S, "0 to 10 s")?;
-        range("kp", self.kp, 0.0, 10_000.0, "0 to 10000 N·m/rev")?;
-        range("kd", self.kd, 0.0, 1_000.0, "0 to 1000 N·m·s/rev")?;
+        let gain = rtloop_sim::servo::MAX_GAIN;
+        let (ratio_lo, ratio_hi) = rtloop_sim::servo::GEAR_RATIO_RANGE;
+        let optional = |key: &'static str, value: Option<f64>, lo: f64, hi: f64, give: &'static str| match value {
+            Some(v) => range(key, v, lo, hi, give),
+            None => Ok(()),
+        };
+        optional("kp", self.kp, 0.0, gain, "0 to 100000 N·m/rev")?;
+        optional("kd", self.kd, 0.0, gain, "0 to 100000 N·m·s/rev")?;
+        optional("gear_ratio", self.gear_ratio, ratio_lo, ratio_hi, "1 to 1000 rotor turns per output turn")?;
+        if let Some(t) = self.max_torque {
+            if !(t > 0.0 && t.is_finite()) {
+                return Err(PhysicsConfigError::OutOfRange {
+                    key: "max_torque",
+                    value: t,
+                    give: "a torque above 0 N·m",
+                });
+            }
+        }
         for b in buses {
             if !matches!(
                 b.uri,
@@ -219,7 +323,7 @@ impl PhysicsConfig {
             let Some(bus) = index else {
                 return Err(PhysicsConfigError::NoSuchServo { bus: j.bus, id: j.id });
             };
-            joints.push(ServoJoint { bus, id: j.id, joint: j.joint.clone() });
+            joints.push(ServoJoint { bus, id: j.id, joint: j.joint.clone(), servo: j.overrides() });
         }
         let spec = PhysicsSpec {
             model: self.model.clone().map_or(ModelSource::BuiltIn, ModelSource::File),
@@ -232,6 +336,13 @@ impl PhysicsConfig {
             },
             settle_s: self.settle_s,
             body: self.body.clone(),
+            period_ns,
+            actuators: match self.actuators {
+                ActuatorsChoice::Adopt => ModelActuators::Adopt,
+                ActuatorsChoice::Off => ModelActuators::Off,
+            },
+            servo: self.overrides(),
+            stand_pose: self.stand_pose.clone(),
         };
         spec.validate()?;
         // The built-in map names buses 1-4 with ids 1-12: they must be this robot's.
@@ -259,17 +370,60 @@ pub enum PhysicsStartError {
     Coupling(#[from] rtloop_sim::WorldError),
 }
 
-/// Load the model `config` names and couple the servos of the simulated robot `sim` to it.
+/// What a run's physics is: the loaded model's facts and what loading decided.
+#[derive(Debug, Clone)]
+pub struct PhysicsInfo {
+    /// The model.
+    pub model: ModelFacts,
+    /// What loading changed or decided, to be said once.
+    pub notices: Vec<PhysicsNotice>,
+    /// The servo ↔ joint map in force: (bus number, servo id, joint name), in map order.
+    pub joints: Vec<(u8, u8, String)>,
+    /// Each mapped servo's position in the model's standing pose, servo units, in map order;
+    /// `None` without such a pose.
+    pub stand_rev: Option<Vec<f64>>,
+    /// Each mapped servo's setup as coupled, in map order.
+    pub setups: Vec<rtloop_sim::ServoSetup>,
+}
+
+impl PhysicsInfo {
+    /// The standing pose of every servo of `servos` (bus number, id) in that order: the
+    /// model's, NaN for a servo the map leaves out; `None` when the model names no standing
+    /// pose.
+    pub fn stand_for(&self, servos: &[(u8, u8)]) -> Option<Vec<f64>> {
+        let stand = self.stand_rev.as_ref()?;
+        Some(
+            servos
+                .iter()
+                .map(|&(bus, id)| {
+                    self.joints.iter().position(|(b, i, _)| (*b, *i) == (bus, id)).map_or(f64::NAN, |k| stand[k])
+                })
+                .collect(),
+        )
+    }
+}
+
+/// Load the model `config` names and couple the servos of the simulated robot `sim` to it,
+/// for a loop of period `period_ns`.
 pub fn attach(
     sim: &rtloop_simrobot::SimRobot,
     config: &PhysicsConfig,
     buses: &[BusSpec],
-) -> Result<(), PhysicsStartError> {
-    let spec = config.spec(buses)?;
+    period_ns: u64,
+) -> Result<PhysicsInfo, PhysicsStartError> {
+    let spec = config.spec(buses, period_ns)?;
     let loaded = rtloop_physics::load(&spec).map_err(PhysicsConfigError::Model)?;
-    let world = rtloop_sim::World::new(loaded.plant, loaded.links)?.with_gains(config.kp, config.kd);
+    let joints = spec.joint_map().into_iter().map(|j| (buses.get(j.bus).map_or(0, |b| b.bus), j.id, j.joint)).collect();
+    let info = PhysicsInfo {
+        model: loaded.model,
+        notices: loaded.notices,
+        joints,
+        stand_rev: loaded.stand_rev,
+        setups: loaded.setups.clone(),
+    };
+    let world = rtloop_sim::World::new(loaded.plant, loaded.links)?.with_setups(&loaded.setups);
     sim.attach_world(world)?;
-    Ok(())
+    Ok(info)
 }
 
 #[cfg(test)]
@@ -289,33 +443,31 @@ mod tests {
     #[test]
     fn numbers_and_the_map_are_checked_against_the_robot() {
         let buses = crate::robot_spec::RobotSpec::default_quadruped().buses;
-        assert!(PhysicsConfig::default().spec(&buses).is_ok());
+        let ms = 1_000_000;
+        assert!(PhysicsConfig::default().spec(&buses, ms).is_ok());
         let tilt = PhysicsConfig { ground_pitch_deg: f64::NAN, ..Default::default() };
-        assert!(matches!(tilt.spec(&buses), Err(PhysicsConfigError::OutOfRange { key: "ground_pitch_deg", .. })));
-        let kp = PhysicsConfig { kp: f64::INFINITY, ..Default::default() };
-        assert!(kp.spec(&buses).unwrap_err().to_string().starts_with("physics.kp = inf is out of range"));
+        assert!(matches!(tilt.spec(&buses, ms), Err(PhysicsConfigError::OutOfRange { key: "ground_pitch_deg", .. })));
+        let kp = PhysicsConfig { kp: Some(f64::INFINITY), ..Default::default() };
+        assert!(kp.spec(&buses, ms).unwrap_err().to_string().starts_with("physics.kp = inf is out of range"));
         let stray = PhysicsConfig {
             model: Some("robot.xml".into()),
-            joints: vec![JointEntry { bus: 2, id: 1, joint: "hip".into() }],
+            joints: vec![JointEntry::new(2, 1, "hip")],
             ..Default::default()
         };
-        assert_eq!(stray.spec(&buses).unwrap_err(), PhysicsConfigError::NoSuchServo { bus: 2, id: 1 });
+        assert_eq!(stray.spec(&buses, ms).unwrap_err(), PhysicsConfigError::NoSuchServo { bus: 2, id: 1 });
         let twice = PhysicsConfig {
             model: Some("robot.xml".into()),
-            joints: vec![
-                JointEntry { bus: 1, id: 1, joint: "hip".into() },
-                JointEntry { bus: 1, id: 2, joint: "hip".into() },
-            ],
+            joints: vec![JointEntry::new(1, 1, "hip"), JointEntry::new(1, 2, "hip")],
             ..Default::default()
         };
-        let e = twice.spec(&buses).unwrap_err();
+        let e = twice.spec(&buses, ms).unwrap_err();
         assert!(e.to_string().contains("are both mapped to joint `hip`"), "{e}");
         let unmapped = PhysicsConfig { model: Some("robot.xml".into()), ..Default::default() };
-        assert!(matches!(unmapped.spec(&buses), Err(PhysicsConfigError::Model(PhysicsError::NoMap))));
+        assert!(matches!(unmapped.spec(&buses, ms), Err(PhysicsConfigError::Model(PhysicsError::NoMap))));
         let mut small = buses.clone();
         small.truncate(2);
         assert_eq!(
-            PhysicsConfig::default().spec(&small).unwrap_err(),
+            PhysicsConfig::default().spec(&small, ms).unwrap_err(),
             PhysicsConfigError::NoSuchServo { bus: 3, id: 7 }
         );
     }

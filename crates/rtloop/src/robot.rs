@@ -19,6 +19,18 @@ pub struct SimSetup {
     pub start_position_rev: Option<f64>,
     /// A body under the simulated servos.
     pub physics: Option<crate::physics::PhysicsConfig>,
+    /// The loop's period, ns (0: 1 ms): the body's time step is made to divide it.
+    pub period_ns: u64,
+}
+
+/// A robot [`build`] built, with what is simulated behind it.
+pub struct Built<C: Clock> {
+    /// The robot.
+    pub robot: Robot<C>,
+    /// The simulated robot behind its simulated buses (`None` when none is simulated).
+    pub sim: Option<SimRobot>,
+    /// The body under the simulated servos, when there is one.
+    pub physics: Option<crate::physics::PhysicsInfo>,
 }
 
 /// Why a robot could not be built ([`build`]). The Display is the one sentence
@@ -38,15 +50,14 @@ pub enum BuildError {
 }
 
 /// Open every bus of `spec` and build the robot, with the simulated parts set up as `setup`
-/// says; the simulated robot behind them comes back beside it (`None` when no bus is
-/// simulated).
+/// says; the simulated robot behind them and its body come back beside it.
 pub fn build<C: Clock + Clone + Send + 'static>(
     spec: &RobotSpec,
     clock: C,
     config: RobotConfig,
     options: rtloop_io::open::OpenOptions,
     setup: &SimSetup,
-) -> Result<(Robot<C>, Option<SimRobot>), BuildError> {
+) -> Result<Built<C>, BuildError> {
     let opened = spec.open(clock.clone(), options, setup.options).map_err(BuildError::Open)?;
     let sim = opened.sim;
     let mut imu = opened.imu;
@@ -56,14 +67,16 @@ pub fn build<C: Clock + Clone + Send + 'static>(
         }
     }
     // After the start position: with a body, the model's pose is where the joints are.
+    let mut info = None;
     if let Some(physics) = &setup.physics {
         let sim = sim.clone().unwrap_or_default();
-        crate::physics::attach(&sim, physics, &spec.buses).map_err(BuildError::Physics)?;
+        let period_ns = if setup.period_ns == 0 { 1_000_000 } else { setup.period_ns };
+        info = Some(crate::physics::attach(&sim, physics, &spec.buses, period_ns).map_err(BuildError::Physics)?);
         if sim.world_body().is_some() {
             imu = Some(sim.imu_source());
         }
     }
     let robot = Robot::new(opened.transports, spec.servo_specs(), imu, clock, config)
         .map_err(|e| BuildError::Setup(e.into()))?;
-    Ok((robot, sim))
+    Ok(Built { robot, sim, physics: info })
 }

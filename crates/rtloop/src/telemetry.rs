@@ -140,6 +140,135 @@ pub struct CycleLog {
     pub servos: [ServoLog; MAX_SERVOS],
     /// The IMU sample.
     pub imu: rtloop_sim::ImuSample,
+    /// The simulated body's ground truth, with physics.
+    pub body: BodyLog,
+}
+
+/// Most generalised positions (MuJoCo's `nq`) a `body` record carries: enough for a
+/// quadruped (19), a humanoid or an arm; a larger model's record leaves `qpos` empty.
+pub const MAX_QPOS: usize = 64;
+
+/// The simulated body in one cycle, as the real-time thread records it (fixed size).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLog {
+    /// There is a body this cycle.
+    pub present: bool,
+    /// Its ground truth.
+    pub state: rtloop_sim::BodyState,
+    /// Generalised positions in use in `qpos` (0: more than [`MAX_QPOS`]).
+    pub qpos_len: u16,
+    /// MuJoCo's `qpos` as the IMU read the body.
+    pub qpos: [f64; MAX_QPOS],
+}
+
+impl Default for BodyLog {
+    fn default() -> Self {
+        BodyLog { present: false, state: rtloop_sim::BodyState::default(), qpos_len: 0, qpos: [0.0; MAX_QPOS] }
+    }
+}
+
+/// The `body` record (runs with physics): the simulated body's ground truth each cycle, as the
+/// IMU read it. Frames as MuJoCo's: +x forward, +y left, +z up.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BodyRecord {
+    /// The body origin's position in the ground's frame, m (z: height above the ground).
+    pub position_m: [f64; 3],
+    /// Attitude `[w, x, y, z]`, rotating body vectors into the gravity-aligned world frame.
+    pub quaternion: [f64; 4],
+    /// The body origin's velocity in the ground's frame, m/s.
+    pub velocity_mps: [f64; 3],
+    /// Body rates about its own x, y, z, rad/s.
+    pub rate_rps: [f64; 3],
+    /// The model's generalised positions (MuJoCo's `qpos`, the `model` record's `nq` of them;
+    /// empty past [`MAX_QPOS`]): with the model, every body's pose (what the 3D view and
+    /// `rtloop log render` pose the model from).
+    #[serde(serialize_with = "rtloop_tlog::schema::typed_vec")]
+    pub qpos: Vec<f64>,
+}
+
+/// The `model` record (runs with physics), written once at the start: which model the run
+/// simulated and how its servos map onto it, so a run can be replayed and checked.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ModelRecord {
+    /// "the built-in quadruped", or the file as given.
+    pub name: String,
+    /// The model file, absolute ("" when built in).
+    pub path: String,
+    /// SHA-256 of the model file, hex ("" when built in): what `sha256sum` prints.
+    pub file_sha256: String,
+    /// SHA-256 of the compiled model (MuJoCo's MJB), hex: the same files, includes and meshes
+    /// compiled by the same MuJoCo give the same value.
+    pub compiled_sha256: String,
+    /// MuJoCo's version.
+    pub mujoco: String,
+    /// The body the IMU is on.
+    pub body: String,
+    /// That body floats (a free joint).
+    pub floating: bool,
+    /// MuJoCo's time step, s.
+    pub timestep_s: f64,
+    /// Generalised positions (the length of `body.qpos`).
+    pub nq: u32,
+    /// The keyframe taken as the standing pose ("" for none).
+    pub stand_pose: String,
+    /// The servo ↔ joint map.
+    #[serde(serialize_with = "rtloop_tlog::schema::typed_vec")]
+    pub joints: Vec<JointRecord>,
+}
+
+/// One servo's joint in the `model` record.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct JointRecord {
+    /// Bus number.
+    pub bus: u8,
+    /// Servo id.
+    pub id: u8,
+    /// The model's joint.
+    pub joint: String,
+    /// The servo's position gain, N·m/rev.
+    pub kp: f64,
+    /// The servo's velocity gain, N·m·s/rev.
+    pub kd: f64,
+    /// The servo's torque limit, N·m.
+    pub max_torque: f64,
+    /// Rotor turns per output turn.
+    pub gear_ratio: f64,
+    /// `motor_position.output.sign`.
+    pub sign: f64,
+}
+
+impl ModelRecord {
+    /// The record of a run's physics.
+    pub fn of(info: &crate::physics::PhysicsInfo) -> Self {
+        let m = &info.model;
+        ModelRecord {
+            name: m.name.clone(),
+            path: m.path.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+            file_sha256: m.file_sha256.clone().unwrap_or_default(),
+            compiled_sha256: m.compiled_sha256.clone(),
+            mujoco: rtloop_physics::MUJOCO_VERSION.to_string(),
+            body: m.body.clone(),
+            floating: m.floating,
+            timestep_s: m.timestep_s,
+            nq: m.nq as u32,
+            stand_pose: m.stand_pose.clone().unwrap_or_default(),
+            joints: info
+                .joints
+                .iter()
+                .zip(&info.setups)
+                .map(|((bus, id, joint), s)| JointRecord {
+                    bus: *bus,
+                    id: *id,
+                    joint: joint.clone(),
+                    kp: s.kp_nm_per_rev,
+                    kd: s.kd_nms_per_rev,
+                    max_torque: s.max_torque_nm,
+                    gear_ratio: s.gear_ratio,
+                    sign: s.output_sign,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// Messages from the real-time thread. The cycle variant stays inline (about 5 KB, copied
@@ -246,6 +375,24 @@ impl Default for CycleLog {
             servos_len: 0,
             servos: [ServoLog::default(); MAX_SERVOS],
             imu: rtloop_sim::ImuSample::default(),
+            body: BodyLog::default(),
+        }
+    }
+}
+
+impl CycleLog {
+    /// Take the simulated body's ground truth for this cycle (as the IMU read it), or note
+    /// there is none. No allocation.
+    pub fn fill_body(&mut self, sim: Option<&rtloop_simrobot::SimRobot>) {
+        let b = &mut self.body;
+        match sim.and_then(rtloop_simrobot::SimRobot::body) {
+            Some(state) => {
+                b.present = true;
+                b.state = state;
+                let n = sim.map_or(0, |s| s.qpos_read(&mut b.qpos));
+                b.qpos_len = if n <= MAX_QPOS { n as u16 } else { 0 };
+            }
+            None => b.present = false,
         }
     }
 }
@@ -323,6 +470,9 @@ pub fn epoch_offset_us() -> i64 {
 pub struct LogSink<T = ()> {
     cycle: RecordHandle<CycleRecord>,
     event: RecordHandle<EventLogRecord>,
+    /// With physics: the `body` record, and the `model` record still to write.
+    body: Option<(RecordHandle<BodyRecord>, BodyRecord)>,
+    model: Option<(RecordHandle<ModelRecord>, ModelRecord)>,
     /// The controller's record; `None` for a zero-sized telemetry type (nothing to record).
     custom: Option<RecordHandle<T>>,
     epoch_offset_us: i64,
@@ -339,7 +489,30 @@ impl<T: Serialize + Default> LogSink<T> {
         let cycle = writer.register::<CycleRecord>("cycle")?;
         let event = writer.register::<EventLogRecord>("event")?;
         let custom = if std::mem::size_of::<T>() == 0 { None } else { Some(writer.register::<T>(custom_name)?) };
-        Ok(LogSink { cycle, event, custom, epoch_offset_us: epoch_offset_us(), scratch: CycleRecord::default() })
+        Ok(LogSink {
+            cycle,
+            event,
+            body: None,
+            model: None,
+            custom,
+            epoch_offset_us: epoch_offset_us(),
+            scratch: CycleRecord::default(),
+        })
+    }
+
+    /// Also record the simulated body: the `model` record (written with the first cycle) and
+    /// a `body` record every cycle.
+    pub fn with_physics<W: std::io::Write>(
+        mut self,
+        writer: &mut FileWriter<W>,
+        info: &crate::physics::PhysicsInfo,
+    ) -> Result<Self, rtloop_tlog::format::TlogError> {
+        let model = writer.register::<ModelRecord>("model")?;
+        let body = writer.register::<BodyRecord>("body")?;
+        let nq = info.model.nq.min(MAX_QPOS);
+        self.body = Some((body, BodyRecord { qpos: Vec::with_capacity(nq), ..BodyRecord::default() }));
+        self.model = Some((model, ModelRecord::of(info)));
+        Ok(self)
     }
 
     /// What is added to the loop's clock (µs) to stamp a record: by default the offset of
@@ -370,7 +543,20 @@ impl<T: Serialize + Default> LogSink<T> {
                 r.servo.clear();
                 r.servo.extend_from_slice(&c.servos[..(c.servos_len as usize).min(MAX_SERVOS)]);
                 let ts = self.epoch_offset_us + (c.woke_ns / 1000) as i64;
+                if let Some((handle, record)) = self.model.take() {
+                    w.write(&handle, ts, &record)?;
+                }
                 w.write(&self.cycle, ts, &self.scratch)?;
+                if let (Some((handle, r)), true) = (&mut self.body, c.body.present) {
+                    let b = &c.body.state;
+                    r.position_m = b.position_m;
+                    r.quaternion = b.quaternion;
+                    r.velocity_mps = b.velocity_mps;
+                    r.rate_rps = b.rate_rps;
+                    r.qpos.clear();
+                    r.qpos.extend_from_slice(&c.body.qpos[..usize::from(c.body.qpos_len).min(MAX_QPOS)]);
+                    w.write(handle, ts, r)?;
+                }
             }
             LogMsg::Event { at_ns, bus, servo, kind } => {
                 let ts = self.epoch_offset_us + (at_ns / 1000) as i64;

@@ -33,16 +33,19 @@ pub struct BodyState {
     pub rate_rps: [f64; 3],
     /// Linear acceleration in the body frame with gravity removed, m/s².
     pub accel_mps2: [f64; 3],
-    /// Height of the body's origin above the ground under it, m.
-    pub height_m: f64,
-    /// Position of the body's origin in the ground's frame (+x forward, +y left, +z up,
-    /// from the world's origin), m.
+    /// The body origin's position in the ground's frame (x forward, y left along the ground
+    /// from where the model puts its origin; z up from the ground), m.
     pub position_m: [f64; 3],
-    /// Velocity of the body's origin in the ground's frame, m/s.
+    /// The body origin's velocity in the ground's frame, m/s.
     pub velocity_mps: [f64; 3],
 }
 
 impl BodyState {
+    /// Height of the body's origin above the ground under it, m.
+    pub fn height_m(&self) -> f64 {
+        self.position_m[2]
+    }
+
     /// Roll and pitch, radians, in the pi3hat's sense: positive roll is the right side down,
     /// positive pitch the nose up.
     pub fn roll_pitch(&self) -> (f64, f64) {
@@ -123,12 +126,25 @@ pub trait Plant: Send {
     /// are 0). On an error the state stays the last finite one.
     fn step(&mut self, torque_nm: &[f64]) -> Result<(), PlantError>;
 
-    /// Joint `j`'s position (rad) and velocity (rad/s); zeros for a joint it does not have.
+    /// Joint `j`'s position and velocity: rad and rad/s for a hinge, m and m/s for a slide
+    /// ([`Plant::joint_kind`]); zeros for a joint it does not have.
     fn joint_state(&self, j: usize) -> (f64, f64);
+
+    /// Whether joint `j` turns (a hinge: its servo counts revolutions) or slides (its servo
+    /// counts metres, as a moteus on a linear actuator whose output is set up in metres).
+    fn joint_kind(&self, _j: usize) -> JointKind {
+        JointKind::Hinge
+    }
 
     /// The body, when the plant has one (the default plant has none).
     fn body(&self) -> Option<BodyState> {
         None
+    }
+
+    /// The plant's generalised positions (MuJoCo's `qpos`), from which a viewer poses every
+    /// body; empty for a plant without them.
+    fn qpos(&self) -> &[f64] {
+        &[]
     }
 
     /// Push the body with `force_n` (world frame, N) at its origin, from now on until
@@ -174,6 +190,27 @@ impl PlantParams {
 impl Default for PlantParams {
     fn default() -> Self {
         Self::NOMINAL
+    }
+}
+
+/// How a joint moves, which sets the unit its servo counts in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JointKind {
+    /// It turns: positions in radians at the plant, revolutions at the servo; torques in N·m.
+    #[default]
+    Hinge,
+    /// It slides: positions in metres at the plant and at the servo (one servo "revolution"
+    /// is one metre); forces in N where the servo says N·m.
+    Slide,
+}
+
+impl JointKind {
+    /// Plant units (rad or m) per servo unit (rev or m).
+    pub fn plant_units_per_servo_unit(self) -> f64 {
+        match self {
+            JointKind::Hinge => TAU,
+            JointKind::Slide => 1.0,
+        }
     }
 }
 
@@ -271,8 +308,8 @@ mod tests {
             quaternion: [half.cos(), 0.0, half.sin(), 0.0],
             rate_rps: [0.1, 0.2, 0.3],
             accel_mps2: [1.0, 2.0, 3.0],
-            height_m: 0.3,
-            ..BodyState::default()
+            position_m: [0.0, 0.0, 0.3],
+            velocity_mps: [0.0; 3],
         };
         let (roll, pitch) = body.roll_pitch();
         assert!(roll.abs() < 1e-12);

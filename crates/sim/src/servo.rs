@@ -349,6 +349,69 @@ impl ServoConfig {
     }
 }
 
+/// The motor's own torque constant, N·m/A (at the rotor: [`ServoConfig::kt_nm_per_a`] is this
+/// × the gear ratio).
+pub const MOTOR_KT_NM_PER_A: f64 = 0.5 / 6.0;
+
+/// The largest phase current a moteus accepts as `servo.max_current_A`, A.
+pub const MAX_CURRENT_A: f64 = 1000.0;
+
+/// How a servo is set up for the joint it drives: the stored configuration a coupled servo
+/// starts from (what `conf set` and `conf write` would leave on a board).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ServoSetup {
+    /// Position gain, N·m/rev (N/m for a slide joint): `servo.pid_position.kp`.
+    pub kp_nm_per_rev: f64,
+    /// Velocity gain, N·m·s/rev (N·s/m for a slide): `servo.pid_position.kd`.
+    pub kd_nms_per_rev: f64,
+    /// Torque limit at the output, N·m (N for a slide). `servo.max_current_A` is raised to the
+    /// current it takes.
+    pub max_torque_nm: f64,
+    /// Rotor turns per output turn (6 for the built-in robot's 6:1 gearbox): the output torque
+    /// constant is [`MOTOR_KT_NM_PER_A`] × this, so currents, heating and the current limit
+    /// follow it.
+    pub gear_ratio: f64,
+    /// `motor_position.output.sign`: 1, or -1 for a joint that turns the other way.
+    pub output_sign: f64,
+}
+
+/// Range of [`ServoSetup::kp_nm_per_rev`] and [`ServoSetup::kd_nms_per_rev`] (the console's
+/// `servo.pid_position.kp/kd`).
+pub const MAX_GAIN: f64 = 100_000.0;
+
+/// Range of [`ServoSetup::gear_ratio`].
+pub const GEAR_RATIO_RANGE: (f64, f64) = (1.0, 1000.0);
+
+impl ServoSetup {
+    /// A servo for a joint of a physical plant: [`PHYSICAL_KP_NM_PER_REV`],
+    /// [`PHYSICAL_KD_NMS_PER_REV`], the default 16 N·m limit and 6:1 gearbox, sign 1.
+    pub const PHYSICAL: ServoSetup = ServoSetup {
+        kp_nm_per_rev: PHYSICAL_KP_NM_PER_REV,
+        kd_nms_per_rev: PHYSICAL_KD_NMS_PER_REV,
+        max_torque_nm: 16.0,
+        gear_ratio: 6.0,
+        output_sign: 1.0,
+    };
+
+    /// The largest torque limit this setup's gear ratio allows: [`MAX_CURRENT_A`] through the
+    /// output torque constant, N·m.
+    pub fn torque_ceiling_nm(&self) -> f64 {
+        MAX_CURRENT_A * MOTOR_KT_NM_PER_A * self.gear_ratio
+    }
+
+    /// Every number finite and in range: gains 0 to [`MAX_GAIN`], a torque limit above 0 up to
+    /// [`ServoSetup::torque_ceiling_nm`], a gear ratio in [`GEAR_RATIO_RANGE`], sign ±1.
+    pub fn is_valid(&self) -> bool {
+        let gain = |g: f64| (0.0..=MAX_GAIN).contains(&g);
+        gain(self.kp_nm_per_rev)
+            && gain(self.kd_nms_per_rev)
+            && (GEAR_RATIO_RANGE.0..=GEAR_RATIO_RANGE.1).contains(&self.gear_ratio)
+            && self.max_torque_nm > 0.0
+            && self.max_torque_nm <= self.torque_ceiling_nm()
+            && (self.output_sign == 1.0 || self.output_sign == -1.0)
+    }
+}
+
 /// Position gain of a servo on a physical plant ([`ServoConfig::physical`]), N·m/rev.
 pub const PHYSICAL_KP_NM_PER_REV: f64 = 300.0;
 
@@ -1157,18 +1220,25 @@ impl Servo {
         self.coupled = coupled;
     }
 
-    /// Set the position gains of the configuration the servo starts from (as stored with
-    /// `conf write`), and of the one in force: `kp` N·m/rev, `kd` N·m·s/rev. Non-finite or
-    /// negative values are ignored.
-    pub fn set_stored_gains(&mut self, kp: f64, kd: f64) {
-        if !(kp.is_finite() && kd.is_finite() && kp >= 0.0 && kd >= 0.0) {
+    /// Set the servo up for the joint it drives ([`ServoSetup`]), in the configuration it
+    /// starts from (as stored with `conf write`) and in the one in force. A setup that is not
+    /// [`ServoSetup::is_valid`] is ignored.
+    pub fn set_stored_setup(&mut self, setup: &ServoSetup) {
+        if !setup.is_valid() {
             return;
         }
+        let kt = MOTOR_KT_NM_PER_A * setup.gear_ratio;
         for cfg in [&mut self.cfg, &mut self.factory] {
-            cfg.kp_nm_per_rev = kp;
-            cfg.kd_nms_per_rev = kd;
+            cfg.kp_nm_per_rev = setup.kp_nm_per_rev;
+            cfg.kd_nms_per_rev = setup.kd_nms_per_rev;
+            cfg.max_torque_nm = setup.max_torque_nm;
+            cfg.kt_nm_per_a = kt;
+            // The phase current that gives the torque limit: the current limit never caps
+            // below the torque asked for.
+            cfg.max_current_a = cfg.max_current_a.max(setup.max_torque_nm / kt).min(MAX_CURRENT_A);
+            cfg.output_sign = setup.output_sign;
         }
-        // A console made before shows the old gains: make it again from the new ones.
+        // A console made before shows the old configuration: make it again from the new one.
         if self.console.is_some() {
             self.console = Some(fresh_console(&self.factory));
         }

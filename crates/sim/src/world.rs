@@ -12,12 +12,10 @@
 //! [`PlantError`] the plant is not stepped again, the servos keep their last finite joint
 //! state, and the error is kept for the caller ([`World::fault`]).
 
-use core::f64::consts::TAU;
-
 use crate::bus::SimBus;
 use crate::imu::ImuSample;
 use crate::plant::{BodyState, Plant, PlantError, PlantParams};
-use crate::servo::Servo;
+use crate::servo::{Servo, ServoSetup};
 
 /// The robot's simulated servos, as a [`World`] reaches them: by bus index (the position of
 /// the bus in the robot's bus list, from 0) and CAN id.
@@ -111,12 +109,13 @@ impl core::fmt::Display for WorldError {
 
 impl core::error::Error for WorldError {}
 
-/// Hand every linked servo its joint's state as the plant has it.
-fn hand_joint_states(links: &[JointLink], plant: &dyn Plant, servos: &mut dyn Servos) {
-    for l in links {
+/// Hand every linked servo its joint's state as the plant has it, in the servo's units
+/// (`units[k]`: plant units per servo unit of link `k`).
+fn hand_joint_states(links: &[JointLink], units: &[f64], plant: &dyn Plant, servos: &mut dyn Servos) {
+    for (l, &u) in links.iter().zip(units) {
         if let Some(servo) = servos.servo_mut(l.bus, l.id) {
             let (pos, vel) = plant.joint_state(l.joint);
-            servo.set_joint_state(pos / TAU, vel / TAU);
+            servo.set_joint_state(pos / u, vel / u);
         }
     }
 }
@@ -130,18 +129,26 @@ pub const MAX_CATCH_UP_NS: u64 = 1_000_000_000;
 pub struct World {
     plant: Box<dyn Plant>,
     links: Vec<JointLink>,
+    /// Per link: plant units (rad, m) per servo unit (rev, m), from the joint's kind.
+    units: Vec<f64>,
     torque: Vec<f64>,
     step_ns: u64,
     time_ns: Option<u64>,
     fault: Option<PlantError>,
+    /// The push acting when the plant failed, N (zero: none).
+    fault_push: [f64; 3],
     steps: u64,
     /// Pushes scheduled or under way (fixed capacity: no allocation while stepping).
     pushes: [Option<Push>; MAX_PUSHES],
     /// The force last handed to the plant, N.
     pushing: [f64; 3],
-    gains: Option<(f64, f64)>,
+    /// Per link, the setup [`World::couple`] gives its servo (none: the servo keeps its own).
+    setups: Vec<Option<ServoSetup>>,
     /// The last episode scaled some servo's gains (the next reset puts them back).
     gains_scaled: bool,
+    /// Pushes every reset schedules again, `from_ns` counted from the reset
+    /// ([`World::repeat_after_reset`]).
+    repeated: [Option<Push>; MAX_PUSHES],
 }
 
 /// Pushes a world holds at once (scheduled or under way).
@@ -171,7 +178,7 @@ pub struct EpisodeServo {
     pub bus: usize,
     /// CAN id.
     pub id: u8,
-    /// Scale of its position gain kp (of the world's gains, [`World::with_gains`]).
+    /// Scale of its position gain kp (of its stored configuration's, [`World::with_setups`]).
     pub kp_scale: f64,
     /// Scale of its velocity gain kd.
     pub kd_scale: f64,
@@ -244,26 +251,33 @@ impl World {
             }
         }
         let step_ns = plant.timestep_ns().max(1);
+        let units = links.iter().map(|l| plant.joint_kind(l.joint).plant_units_per_servo_unit()).collect();
         Ok(World {
             plant,
             torque: vec![0.0; joints],
+            setups: vec![None; links.len()],
+            units,
             links,
             step_ns,
             time_ns: None,
             fault: None,
+            fault_push: [0.0; 3],
             steps: 0,
             pushes: [None; MAX_PUSHES],
             pushing: [0.0; 3],
-            gains: None,
             gains_scaled: false,
+            repeated: [None; MAX_PUSHES],
         })
     }
 
-    /// Give every servo [`World::couple`] couples these position gains (`kp` N·m/rev, `kd`
-    /// N·m·s/rev) in its stored configuration: the plant's joints need stiffer servos than
-    /// the default's free joints.
-    pub fn with_gains(mut self, kp: f64, kd: f64) -> Self {
-        self.gains = Some((kp, kd));
+    /// Give the servo of each link the setup at its index ([`ServoSetup`]: gains, torque limit,
+    /// gear ratio, output sign) in its stored configuration when [`World::couple`] couples it:
+    /// the plant's joints need stiffer servos than the default's free joints. Entries beyond
+    /// the links are ignored; a link without one keeps its servo's own configuration.
+    pub fn with_setups(mut self, setups: &[ServoSetup]) -> Self {
+        for (slot, s) in self.setups.iter_mut().zip(setups) {
+            *slot = Some(*s);
+        }
         self
     }
 
@@ -287,21 +301,32 @@ impl World {
         self.fault
     }
 
+    /// The sum of the pushes acting on the body when the plant stopped, N (world frame);
+    /// `None` when it has not stopped or no push was acting.
+    pub fn fault_push(&self) -> Option<[f64; 3]> {
+        self.fault.filter(|_| self.fault_push != [0.0; 3]).map(|_| self.fault_push)
+    }
+
+    /// The plant's generalised positions now ([`Plant::qpos`]).
+    pub fn qpos(&self) -> &[f64] {
+        self.plant.qpos()
+    }
+
     /// Couple every linked servo of `servos` and hand it its joint's state. Fails, coupling
     /// none, when a linked servo is not there.
     pub fn couple(&mut self, servos: &mut dyn Servos) -> Result<(), WorldError> {
         if let Some(l) = self.links.iter().find(|l| servos.servo_mut(l.bus, l.id).is_none()) {
             return Err(WorldError::MissingServo { servo: (l.bus, l.id) });
         }
-        for l in &self.links {
+        for (l, setup) in self.links.iter().zip(&self.setups) {
             if let Some(servo) = servos.servo_mut(l.bus, l.id) {
                 servo.set_coupled(true);
-                if let Some((kp, kd)) = self.gains {
-                    servo.set_stored_gains(kp, kd);
+                if let Some(setup) = setup {
+                    servo.set_stored_setup(setup);
                 }
             }
         }
-        hand_joint_states(&self.links, &*self.plant, servos);
+        hand_joint_states(&self.links, &self.units, &*self.plant, servos);
         Ok(())
     }
 
@@ -309,6 +334,19 @@ impl World {
     /// nothing scheduled, when [`MAX_PUSHES`] are already scheduled or under way.
     pub fn push(&mut self, push: Push) -> bool {
         match self.pushes.iter_mut().find(|p| p.is_none()) {
+            Some(slot) => {
+                *slot = Some(push);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Schedule `push` again after every reset, `from_ns` counted from the reset (a run's
+    /// pushes, so that every episode of a simulated robot gets them). False when the world
+    /// holds as many as it can ([`MAX_PUSHES`]).
+    pub fn repeat_after_reset(&mut self, push: Push) -> bool {
+        match self.repeated.iter_mut().find(|p| p.is_none()) {
             Some(slot) => {
                 *slot = Some(push);
                 true
@@ -340,15 +378,17 @@ impl World {
             self.torque.fill(0.0);
             for l in &self.links {
                 if let Some(servo) = servos.servo_mut(l.bus, l.id) {
+                    // The servo's torque is at its output: N·m for a hinge, N for a slide.
                     self.torque[l.joint] = servo.drive(t, dt);
                 }
             }
             if let Err(e) = self.plant.step(&self.torque) {
                 self.fault = Some(e);
+                self.fault_push = self.pushing;
                 continue;
             }
             self.steps += 1;
-            hand_joint_states(&self.links, &*self.plant, servos);
+            hand_joint_states(&self.links, &self.units, &*self.plant, servos);
         }
         self.time_ns = Some(t);
     }
@@ -391,10 +431,11 @@ impl World {
 
     /// Back to the plant's initial state (perturbed as `seed` says) with `episode`'s physical
     /// parameters ([`Plant::set_params`], taken before the plant settles), each listed
-    /// servo's gains scaled from the world's and its joint moved and set moving after the
-    /// settle ([`Plant::nudge_joint`]), the pushes under way dropped and the episode's
-    /// scheduled from the world's time now; every coupled servo is handed its joint's
-    /// state. False when the plant cannot reset. No allocation.
+    /// servo's gains scaled from its stored ones and its joint moved and set moving after
+    /// the settle ([`Plant::nudge_joint`]), the pushes under way dropped and the repeated
+    /// ones ([`World::repeat_after_reset`]) and the episode's scheduled from the world's
+    /// time now (as many as [`MAX_PUSHES`] allows); every coupled servo is handed its
+    /// joint's state. False when the plant cannot reset. No allocation.
     pub fn reset_with(&mut self, seed: u64, episode: &Episode, servos: &mut dyn Servos) -> bool {
         // A plant without parameters of its own runs the nominal world whatever is asked.
         self.plant.set_params(&episode.plant);
@@ -402,14 +443,16 @@ impl World {
             return false;
         }
         self.fault = None;
+        self.fault_push = [0.0; 3];
         self.pushes = [None; MAX_PUSHES];
         self.pushing = [0.0; 3];
-        // After an episode that scaled them, every coupled servo back to the world's gains;
+        // After an episode that scaled them, every coupled servo back to its stored gains;
         // then this episode's scales.
-        if let (true, Some((kp, kd))) = (self.gains_scaled, self.gains) {
+        if self.gains_scaled {
             for l in &self.links {
                 if let Some(servo) = servos.servo_mut(l.bus, l.id) {
-                    servo.set_gains(kp, kd);
+                    let stored = *servo.factory_config();
+                    servo.set_gains(stored.kp_nm_per_rev, stored.kd_nms_per_rev);
                 }
             }
         }
@@ -422,16 +465,19 @@ impl World {
             if e.kp_scale == 1.0 && e.kd_scale == 1.0 {
                 continue;
             }
-            if let (Some((kp, kd)), Some(servo)) = (self.gains, servos.servo_mut(e.bus, e.id)) {
-                servo.set_gains(kp * e.kp_scale, kd * e.kd_scale);
+            if let Some(servo) = servos.servo_mut(e.bus, e.id) {
+                let stored = *servo.factory_config();
+                servo.set_gains(stored.kp_nm_per_rev * e.kp_scale, stored.kd_nms_per_rev * e.kd_scale);
                 self.gains_scaled = true;
             }
         }
         let now = self.time_ns.unwrap_or(0);
-        for p in episode.pushes.iter().flatten() {
+        // The repeated pushes first, then the episode's, as long as there are slots.
+        let repeated = self.repeated;
+        for p in repeated.iter().flatten().chain(episode.pushes.iter().flatten()) {
             self.push(Push { from_ns: now.saturating_add(p.from_ns), ..*p });
         }
-        hand_joint_states(&self.links, &*self.plant, servos);
+        hand_joint_states(&self.links, &self.units, &*self.plant, servos);
         true
     }
 
@@ -617,7 +663,8 @@ mod tests {
         let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let plant = Episodic { log: log.clone(), pos: [0.0; 2], push: [0.0; 3] };
         let links = vec![JointLink { bus: 0, id: 1, joint: 0 }, JointLink { bus: 0, id: 2, joint: 1 }];
-        let mut w = World::new(Box::new(plant), links).unwrap().with_gains(300.0, 5.0);
+        let setup = ServoSetup { kp_nm_per_rev: 300.0, kd_nms_per_rev: 5.0, ..ServoSetup::PHYSICAL };
+        let mut w = World::new(Box::new(plant), links).unwrap().with_setups(&[setup, setup]);
         let mut servos = OneBus(vec![Servo::new(ServoConfig::new(1)), Servo::new(ServoConfig::new(2))]);
         w.couple(&mut servos).unwrap();
         let ms = 1_000_000;
@@ -625,7 +672,8 @@ mod tests {
         w.advance_to(10 * ms, &mut servos);
         let mut episode = Episode::NOMINAL;
         episode.plant = PlantParams { friction_scale: 0.5, mass_scale: 1.1, payload_kg: 2.0 };
-        episode.servos[0] = EpisodeServo { kp_scale: 0.5, kd_scale: 2.0, offset_rad: 0.25, ..EpisodeServo::nominal(0, 2) };
+        episode.servos[0] =
+            EpisodeServo { kp_scale: 0.5, kd_scale: 2.0, offset_rad: 0.25, ..EpisodeServo::nominal(0, 2) };
         episode.servo_count = 1;
         episode.pushes[0] = Some(Push { force_n: [7.0, 0.0, 0.0], from_ns: 2 * ms, duration_ns: ms });
         log.lock().unwrap().clear();

@@ -53,6 +53,9 @@ pub(crate) struct Inner {
     world: Option<World>,
     /// The body as the IMU last read it.
     body_read: Option<BodyState>,
+    /// The plant's generalised positions when the IMU last read the body (sized when the
+    /// world is attached: a read copies, never allocates).
+    qpos_read: Vec<f64>,
 }
 
 /// The servos of every simulated bus, by bus index and id: what a [`World`] steps.
@@ -101,9 +104,15 @@ impl Inner {
     /// The robot's attitude at `now_ns`: the body's, with physics (kept as the body that
     /// reading saw), else the swaying IMU's.
     pub(crate) fn read_imu(&mut self, now_ns: u64) -> Option<ImuSample> {
-        if let Some(body) = self.world.as_ref().and_then(World::body) {
-            self.body_read = Some(body);
-            return Some(body.to_imu());
+        if let Some(world) = self.world.as_ref() {
+            if let Some(body) = world.body() {
+                self.body_read = Some(body);
+                let qpos = world.qpos();
+                if qpos.len() == self.qpos_read.len() {
+                    self.qpos_read.copy_from_slice(qpos);
+                }
+                return Some(body.to_imu());
+            }
         }
         self.imu.as_mut().map(|imu| imu.sample(now_ns))
     }
@@ -143,8 +152,21 @@ impl SimRobot {
     pub fn attach_world(&self, mut world: World) -> Result<(), WorldError> {
         let mut inner = self.lock();
         world.couple(&mut inner.split().1)?;
+        inner.qpos_read = world.qpos().to_vec();
         inner.world = Some(world);
         Ok(())
+    }
+
+    /// The plant's generalised positions (MuJoCo's `qpos`) as of the IMU's last read of the
+    /// body, copied into `out`; returns how many there are (0 without a world; nothing is
+    /// copied when `out` is shorter). Allocation-free: what a run logs each cycle.
+    pub fn qpos_read(&self, out: &mut [f64]) -> usize {
+        let inner = self.lock();
+        let n = inner.qpos_read.len();
+        if let Some(dst) = out.get_mut(..n) {
+            dst.copy_from_slice(&inner.qpos_read);
+        }
+        n
     }
 
     /// Step the world to `t_ns` (nothing without one, or when it is there already).
@@ -184,6 +206,18 @@ impl SimRobot {
         self.lock().world.as_ref().and_then(World::fault)
     }
 
+    /// The pushes acting on the body when the plant stopped, N; `None` when it has not
+    /// stopped or nothing was pushing.
+    pub fn world_fault_push(&self) -> Option<[f64; 3]> {
+        self.lock().world.as_ref().and_then(World::fault_push)
+    }
+
+    /// Schedule `push` again after every reset, timed from the reset
+    /// ([`World::repeat_after_reset`]); `None` without a world.
+    pub fn repeat_after_reset(&self, push: Push) -> Option<bool> {
+        self.lock().world.as_mut().map(|w| w.repeat_after_reset(push))
+    }
+
     /// Schedule a push on the body; `None` without a world, `Some(false)` when the world
     /// holds as many pushes as it can.
     pub fn push(&self, push: Push) -> Option<bool> {
@@ -194,9 +228,15 @@ impl SimRobot {
     /// as `d stop` does, so the next command starts it afresh. `None` without a world,
     /// `Some(false)` when the plant cannot reset.
     pub fn reset_world(&self, seed: u64) -> Option<bool> {
+        self.reset_world_with(seed, &rtloop_sim::Episode::NOMINAL)
+    }
+
+    /// [`SimRobot::reset_world`] into an episode with `episode`'s physical parameters,
+    /// servo gains, joint start and pushes ([`World::reset_with`]).
+    pub fn reset_world_with(&self, seed: u64, episode: &rtloop_sim::Episode) -> Option<bool> {
         let mut inner = self.lock();
         let (world, mut servos) = inner.split();
-        let done = world?.reset(seed, &mut servos);
+        let done = world?.reset_with(seed, episode, &mut servos);
         for index in 0..inner.buses.len() {
             if let Some(bus) = inner.bus_mut(index) {
                 for servo in bus.servos_mut() {

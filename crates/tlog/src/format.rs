@@ -354,6 +354,17 @@ fn malformed(offset: usize, what: &str) -> TlogError {
     TlogError::Malformed { offset: offset as u64, what: what.to_string() }
 }
 
+/// The file offset an error refers to, when it has one.
+pub fn error_offset(error: &TlogError) -> Option<u64> {
+    match error {
+        TlogError::Truncated { offset }
+        | TlogError::BadCrc { offset }
+        | TlogError::UnknownFlags { offset, .. }
+        | TlogError::Malformed { offset, .. } => Some(*offset),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -406,16 +417,5 @@ mod tests {
         assert!(read_string(&[5, b'a'], &mut pos).is_err());
         assert!(read_string(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01], &mut pos).is_err());
         assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
-    }
-}
-
-/// The file offset an error refers to, when it has one.
-pub fn error_offset(error: &TlogError) -> Option<u64> {
-    match error {
-        TlogError::Truncated { offset }
-        | TlogError::BadCrc { offset }
-        | TlogError::UnknownFlags { offset, .. }
-        | TlogError::Malformed { offset, .. } => Some(*offset),
-        _ => None,
     }
 }

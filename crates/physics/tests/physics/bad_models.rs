@@ -13,7 +13,7 @@ fn file(text: &str, suffix: &str) -> tempfile::NamedTempFile {
 fn spec_for(path: &std::path::Path, joints: &[(usize, u8, &str)]) -> PhysicsSpec {
     PhysicsSpec {
         model: ModelSource::File(path.to_path_buf()),
-        joints: joints.iter().map(|&(bus, id, j)| ServoJoint { bus, id, joint: j.into() }).collect(),
+        joints: joints.iter().map(|&(bus, id, j)| ServoJoint::new(bus, id, j)).collect(),
         pose: BuiltInPose::Reference,
         settle_s: 0.0,
         ..PhysicsSpec::quadruped()

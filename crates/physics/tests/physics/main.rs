@@ -54,7 +54,7 @@ impl Robot {
     }
 
     fn height(&self) -> f64 {
-        self.world.body().unwrap().height_m
+        self.world.body().unwrap().height_m()
     }
 }
 
@@ -149,8 +149,8 @@ fn a_reset_returns_to_the_same_pose_for_the_same_seed() {
 fn the_built_in_map_is_buses_one_to_four_abduction_hip_knee() {
     let map = PhysicsSpec::quadruped().joint_map();
     assert_eq!(map.len(), 12);
-    assert_eq!(map[0], ServoJoint { bus: 0, id: 1, joint: "fl_abduction".into() });
-    assert_eq!(map[11], ServoJoint { bus: 3, id: 12, joint: "rr_knee".into() });
+    assert_eq!(map[0], ServoJoint::new(0, 1, "fl_abduction"));
+    assert_eq!(map[11], ServoJoint::new(3, 12, "rr_knee"));
     let loaded = load(&PhysicsSpec::quadruped()).unwrap();
     assert_eq!(loaded.joint_names[5], "fr_knee");
     let _ = (BuiltInPose::Reference, ModelSource::BuiltIn, PhysicsError::NoMap);

@@ -177,6 +177,7 @@ pub fn cycle_from_record(v: &Json) -> Option<CycleLog> {
         servos_len: 0,
         servos: [ServoLog::default(); crate::controller::MAX_SERVOS],
         imu: rtloop_sim::ImuSample::default(),
+        body: crate::telemetry::BodyLog::default(),
     };
     arr(&v["imu"]["quaternion"], &mut c.imu.quaternion);
     arr(&v["imu"]["rate_dps"], &mut c.imu.rate_dps);

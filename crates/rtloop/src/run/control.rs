@@ -21,6 +21,9 @@ pub(super) struct StateMsg {
     pub(super) events_len: usize,
     pub(super) events: [rtloop_io::safety::Event; EVENTS_PER_MESSAGE],
     pub(super) body: Option<rtloop_sim::BodyState>,
+    pub(super) pose_kind: super::cycle::PoseKind,
+    pub(super) stand_len: usize,
+    pub(super) stand: [f64; MAX_SERVOS],
 }
 
 impl StateMsg {
@@ -37,6 +40,9 @@ impl StateMsg {
             events_len: 0,
             events: [none; EVENTS_PER_MESSAGE],
             body: None,
+            pose_kind: super::cycle::PoseKind::NotGiven,
+            stand_len: 0,
+            stand: [f64::NAN; MAX_SERVOS],
         }
     }
 
@@ -51,6 +57,15 @@ impl StateMsg {
         self.events_len = state.events.len().min(EVENTS_PER_MESSAGE);
         self.events[..self.events_len].copy_from_slice(&state.events[..self.events_len]);
         self.body = state.body;
+        (self.pose_kind, self.stand_len) = match state.model_pose {
+            crate::controller::ModelPose::NotGiven => (super::cycle::PoseKind::NotGiven, 0),
+            crate::controller::ModelPose::Missing => (super::cycle::PoseKind::Missing, 0),
+            crate::controller::ModelPose::Stand(p) => {
+                let n = p.len().min(MAX_SERVOS);
+                self.stand[..n].copy_from_slice(&p[..n]);
+                (super::cycle::PoseKind::Stand, n)
+            }
+        };
     }
 
     pub(super) fn state(&self) -> State<'_> {
@@ -63,6 +78,7 @@ impl StateMsg {
             safe_mode: self.safe_mode,
             events: &self.events[..self.events_len],
             body: self.body,
+            model_pose: self.pose_kind.view(&self.stand[..self.stand_len]),
         }
     }
 }
@@ -75,7 +91,7 @@ pub(super) struct CommandMsg<T> {
     pub(super) commands: [ServoCommand; MAX_SERVOS],
     pub(super) telemetry: Option<T>,
     pub(super) rearm: bool,
-    pub(super) reset_world: Option<u64>,
+    pub(super) reset_world: Option<crate::controller::WorldReset>,
     pub(super) flow: Flow,
     /// The control law failed, in which hook.
     pub(super) failure: Option<(Failure, Hook)>,
@@ -136,7 +152,7 @@ pub(super) fn control_thread<C: Controller>(
             _ => controller.cycle(state, &mut output).map_err(|failure| (failure, Hook::Cycle)),
         };
         out.rearm = output.rearm_requested();
-        out.reset_world = output.reset_requested();
+        out.reset_world = output.world_reset().copied();
         out.events_len = output.events().len();
         out.events[..out.events_len].copy_from_slice(output.events());
         (out.flow, out.failure) = match result {

@@ -40,6 +40,35 @@ pub struct CycleSetup<K: Clock> {
     pub(super) shutdown: ServoCommand,
     pub(super) overrun: OverrunPolicy,
     pub(super) bus_numbers: Vec<u8>,
+    /// The body under the simulated servos, when there is one.
+    pub(super) physics: Option<crate::physics::PhysicsInfo>,
+}
+
+/// The robot side of a loop, as [`CycleLoop::new`] takes it from a [`CycleSetup`].
+struct Devices<K: Clock> {
+    robot: Robot<K>,
+    sim: Option<SimRobot>,
+    bus_numbers: Vec<u8>,
+    physics: Option<crate::physics::PhysicsInfo>,
+}
+
+/// What [`State::model_pose`] says, held by the loop (the stand itself in `CycleLoop::stand`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PoseKind {
+    NotGiven,
+    Stand,
+    Missing,
+}
+
+impl PoseKind {
+    /// The state's view of it, with the stand the loop holds.
+    pub(super) fn view(self, stand: &[f64]) -> crate::controller::ModelPose<'_> {
+        match self {
+            PoseKind::NotGiven => crate::controller::ModelPose::NotGiven,
+            PoseKind::Stand => crate::controller::ModelPose::Stand(stand),
+            PoseKind::Missing => crate::controller::ModelPose::Missing,
+        }
+    }
 }
 
 /// Seconds (validated: 0 to one year) as nanoseconds, saturating.
@@ -134,8 +163,8 @@ pub(super) fn run_loop<C: Controller, K: Clock + Clone, T: TimeSource>(
     law: ControlLaw<C>,
     logger: Option<LogHandOff<C::Telemetry>>,
 ) -> LoopResult {
-    let CycleSetup { robot, sim, config, shutdown, overrun, bus_numbers } = setup;
-    let mut cl = CycleLoop::new(robot, sim, &config, bus_numbers, progress, hooks, law, logger);
+    let CycleSetup { robot, sim, config, shutdown, overrun, bus_numbers, physics } = setup;
+    let mut cl = CycleLoop::new(Devices { robot, sim, bus_numbers, physics }, &config, progress, hooks, law, logger);
     cl.shutdown = shutdown;
     cl.measure_start();
     let started = cl.start_controller();
@@ -211,8 +240,8 @@ struct Counts {
 struct Answer {
     flow: Flow,
     rearm: bool,
-    /// The control law asked for a reset of the simulated world, with this seed.
-    reset_world: Option<u64>,
+    /// The control law asked for a reset of the simulated world.
+    reset_world: Option<crate::controller::WorldReset>,
     /// The control law failed (in `cycle`, or in `start` on a control thread): the safe stop.
     failure: Option<(Failure, Hook)>,
     reported: [Reported; MAX_EVENTS_PER_CYCLE],
@@ -221,7 +250,7 @@ struct Answer {
 
 impl Answer {
     #[inline]
-    fn new(flow: Flow, rearm: bool, reset_world: Option<u64>, events: &[Reported]) -> Self {
+    fn new(flow: Flow, rearm: bool, reset_world: Option<crate::controller::WorldReset>, events: &[Reported]) -> Self {
         let mut answer = Answer {
             flow,
             rearm,
@@ -242,7 +271,7 @@ impl Answer {
         result: Result<Flow, Failure>,
         hook: Hook,
         rearm: bool,
-        reset_world: Option<u64>,
+        reset_world: Option<crate::controller::WorldReset>,
         events: &[Reported],
     ) -> Self {
         match result {
@@ -304,21 +333,33 @@ struct CycleLoop<'a, C: Controller, K: Clock> {
     shutdown: ServoCommand,
     /// The control law's failure: in which hook, and when.
     failure: Option<(Failure, Hook, u64)>,
+    /// The model's standing pose, per servo ([`State::model_pose`]).
+    pose_kind: PoseKind,
+    stand: Vec<f64>,
 }
 
 impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
     /// Allocates every buffer the loop will use: nothing is allocated after this.
     fn new(
-        robot: Robot<K>,
-        sim: Option<SimRobot>,
+        devices: Devices<K>,
         config: &RunConfig,
-        bus_numbers: Vec<u8>,
         progress: &'a Progress,
         hooks: &'a Hooks,
         law: ControlLaw<C>,
         logger: Option<LogHandOff<C::Telemetry>>,
     ) -> Self {
+        let Devices { robot, sim, bus_numbers, physics } = devices;
         let n = robot.servos().len();
+        let numbered: Vec<(u8, u8)> =
+            robot.servos().iter().map(|s| (bus_numbers.get(s.bus).copied().unwrap_or(0), s.id)).collect();
+        let (pose_kind, stand) = match &physics {
+            None => (PoseKind::NotGiven, Vec::new()),
+            Some(p) => match p.stand_for(&numbered) {
+                Some(stand) => (PoseKind::Stand, stand),
+                None if p.model.path.is_some() => (PoseKind::Missing, Vec::new()),
+                None => (PoseKind::NotGiven, Vec::new()),
+            },
+        };
         let servos: Vec<ServoSpec> = robot.servos().to_vec();
         let clock = robot.cycler().clock().clone();
         let safety = SafetyConfig {
@@ -365,6 +406,8 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             first_command_pending: true,
             shutdown: ServoCommand::ZeroVelocity,
             failure: None,
+            pose_kind,
+            stand,
         }
     }
 
@@ -433,6 +476,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             safe_mode: self.supervisor.tripped_at().is_some(),
             events,
             body: self.sim.as_ref().and_then(SimRobot::body),
+            model_pose: self.pose_kind.view(&self.stand),
         };
         match &mut self.law {
             ControlLaw::Inline(controller) => controller.start(&first),
@@ -480,6 +524,9 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             // At most rtloop_sim::world::MAX_PUSHES: RunConfig::validate checks it.
             if let Some(sim) = &self.sim {
                 sim.push(push);
+                // Every episode of a reset world gets the run's pushes again, timed from
+                // its reset.
+                sim.repeat_after_reset(rtloop_sim::Push { from_ns: secs_to_ns(p.at_s), ..push });
             }
         }
     }
@@ -506,8 +553,8 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
     /// plant that cannot reset ends the run (a `physics_reset_failed` event, a problem of
     /// the run). Nothing without a world.
     #[inline]
-    fn reset_world(&mut self, seed: u64) {
-        let done = self.sim.as_ref().and_then(|sim| sim.reset_world(seed));
+    fn reset_world(&mut self, seed: u64, episode: &rtloop_sim::Episode) {
+        let done = self.sim.as_ref().and_then(|sim| sim.reset_world_with(seed, episode));
         match done {
             None => {}
             Some(true) => self.commands.fill(ServoCommand::Stop),
@@ -560,8 +607,8 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             // The safe stop begins in this very cycle: the law's commands are not sent.
             self.fail(failure, hook);
             self.supervisor.shutdown(self.shutdown, &mut self.commands);
-        } else if let Some(seed) = answer.reset_world {
-            self.reset_world(seed);
+        } else if let Some(reset) = &answer.reset_world {
+            self.reset_world(reset.seed, &reset.episode);
         }
         let report = cycle_robot(&mut self.robot, self.sim.as_ref(), &self.commands, &mut self.replies, &mut self.imu);
         let dt = self.read_replies(tick, &report);
@@ -591,13 +638,14 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             safe_mode: self.supervisor.tripped_at().is_some(),
             events: events.get(self.events_seen..).unwrap_or(&[]),
             body: self.sim.as_ref().and_then(SimRobot::body),
+            model_pose: self.pose_kind.view(&self.stand),
         };
         self.events_seen = events.len();
         match &mut self.law {
             ControlLaw::Inline(controller) => {
                 let mut out = Output::new(&mut self.wanted, &mut self.telemetry);
                 let result = controller.cycle(&state, &mut out);
-                Answer::of(result, Hook::Cycle, out.rearm_requested(), out.reset_requested(), out.events())
+                Answer::of(result, Hook::Cycle, out.rearm_requested(), out.world_reset().copied(), out.events())
             }
             ControlLaw::Thread { to_control, from_control } => {
                 let first = std::mem::replace(&mut self.first_command_pending, false);
@@ -692,6 +740,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             if log.wants_cycle(tick.index) {
                 let (servos, buses) = (&self.servos, &self.bus_numbers);
                 self.cycle_log.fill(tick, dt, report, servos, buses, &self.commands, &self.replies, &self.imu);
+                self.cycle_log.fill_body(self.sim.as_ref());
                 log.log(LogMsg::Cycle(self.cycle_log));
             }
             if let Some(value) = self.telemetry.take().filter(|_| log.wants_custom()) {
@@ -762,6 +811,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
                 let dt = report.stats.duration_ns();
                 let (servos, buses) = (&self.servos, &self.bus_numbers);
                 self.cycle_log.fill(&tick, dt, &report, servos, buses, sent, &self.replies, &self.imu);
+                self.cycle_log.fill_body(self.sim.as_ref());
                 log.log(LogMsg::Cycle(self.cycle_log));
                 self.events_logged = log_events(log, &self.supervisor, self.events_logged, &self.bus_numbers);
                 log_injected(log, self.sim.as_ref(), &mut self.injected_logged, &self.bus_numbers);
@@ -783,6 +833,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             safe_mode: self.supervisor.tripped_at().is_some(),
             events: events.get(self.events_seen..).unwrap_or(&[]),
             body: self.sim.as_ref().and_then(SimRobot::body),
+            model_pose: self.pose_kind.view(&self.stand),
         };
         match &mut self.law {
             ControlLaw::Inline(controller) => controller.stop(&last),

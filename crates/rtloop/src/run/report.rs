@@ -260,7 +260,7 @@ pub(super) fn summarize(
         events_dropped: result.supervisor.dropped_events(),
         body: result.sim.as_ref().and_then(SimRobot::world_body).map(|(b, steps)| {
             let (roll, pitch) = b.roll_pitch();
-            BodySummary { height_m: b.height_m, roll_deg: roll.to_degrees(), pitch_deg: pitch.to_degrees(), steps }
+            BodySummary { height_m: b.height_m(), roll_deg: roll.to_degrees(), pitch_deg: pitch.to_degrees(), steps }
         }),
         injected,
         realtime: RealtimeSummary {

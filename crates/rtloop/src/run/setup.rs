@@ -84,7 +84,7 @@ fn open_robot<K: Clock + Clone + Send + 'static>(
     robot_spec: &crate::robot_spec::RobotSpec,
     clock: K,
     seed: u64,
-) -> Result<(Robot<K>, Option<rtloop_simrobot::SimRobot>), RunError> {
+) -> Result<crate::robot::Built<K>, RunError> {
     let mut robot_config = crate::cycle_model::robot_config_for(robot_spec);
     // Never let one cycle run into the next period, nor keep Ctrl-C waiting.
     robot_config.cycle.timeout_ns = (config.period_ns() / 10 * 9).clamp(50_000, MAX_CYCLE_TIMEOUT_NS);
@@ -105,6 +105,7 @@ fn open_robot<K: Clock + Clone + Send + 'static>(
         options: rtloop_simrobot::SimOptions { bus: sim_bus },
         start_position_rev: (config.sim.start_position_rev != 0.0).then_some(config.sim.start_position_rev),
         physics: config.physics.clone(),
+        period_ns: config.period_ns(),
     };
     crate::robot::build(robot_spec, clock, robot_config, Default::default(), &setup).map_err(|e| match e {
         crate::robot::BuildError::Open(e) | crate::robot::BuildError::Setup(e) => RunError::Bus(e),
@@ -120,6 +121,7 @@ type Telemetry<T> = (Option<LogHandOff<T>>, Option<rtloop_tlog::realtime::LogThr
 /// message to `fanout` when `live_every` is set. A lockstep run's log waits for the writer.
 fn start_telemetry<C: Controller>(
     log: Option<&std::path::PathBuf>,
+    physics: Option<&crate::physics::PhysicsInfo>,
     lockstep: bool,
     fanout: &Arc<std::sync::Mutex<crate::live::Fanout>>,
     live_every: Option<u32>,
@@ -130,6 +132,10 @@ fn start_telemetry<C: Controller>(
                 .map_err(|e| RunError::CreateLog { path: path.clone(), error: e })?;
             let mut sink = LogSink::<C::Telemetry>::register(&mut writer, C::TELEMETRY_RECORD)
                 .map_err(|e| RunError::Log { path: path.clone(), error: e })?;
+            if let Some(info) = physics {
+                sink =
+                    sink.with_physics(&mut writer, info).map_err(|e| RunError::Log { path: path.clone(), error: e })?;
+            }
             if lockstep {
                 // Simulated time from 0: stamps that do not depend on when the run happened.
                 sink.set_epoch_offset_us(0);
@@ -149,14 +155,14 @@ fn start_telemetry<C: Controller>(
         (None, Some(every)) => {
             // No file: the thread only feeds the publishers; its log goes nowhere.
             let writer = rtloop_tlog::writer::FileWriter::new(std::io::sink(), Default::default())
-                .map_err(|e| RunError::LiveTelemetry(e))?;
+                .map_err(RunError::LiveTelemetry)?;
             let live = Arc::clone(fanout);
             let (logger, thread) =
                 rtloop_tlog::realtime::spawn(LOG_RING_MESSAGES, writer, move |_, m: LogMsg<C::Telemetry>| {
                     live.lock().unwrap_or_else(|e| e.into_inner()).offer(&m);
                     Ok(())
                 })
-                .map_err(|e| RunError::LiveTelemetry(e))?;
+                .map_err(RunError::LiveTelemetry)?;
             (Some(LogHandOff::new(logger, lockstep).live_only(every)), Some(thread))
         }
         (None, None) => (None, None),
@@ -281,7 +287,14 @@ where
     }
     let seed =
         config.faults.seed.unwrap_or_else(|| if lockstep { LOCKSTEP_SEED } else { crate::config::random_seed() });
-    let (robot, sim) = open_robot(&config, &robot_spec, clock, seed)?;
+    let crate::robot::Built { robot, sim, physics } = open_robot(&config, &robot_spec, clock, seed)?;
+    if let Some(p) = &physics {
+        for n in &p.notices {
+            let n = n.to_string();
+            notify(&Notice::Warning(n.clone()));
+            warnings.push(n);
+        }
+    }
     let servos: Vec<ServoSpec> = robot.servos().to_vec();
     let bus_numbers: Vec<u8> = robot_spec.buses.iter().map(|b| b.bus).collect();
     let buses = robot.cycler().bus_count();
@@ -318,6 +331,7 @@ where
     let period_s = config.period_ns() as f64 * 1e-9;
     let thread_config = config.clone();
     let thread_bus_numbers = bus_numbers.clone();
+    let thread_physics = physics.clone();
     let main_thread = std::thread::current();
     // The live publishers: started now, so a taken port or an unreachable router is an
     // error before the run.
@@ -336,7 +350,8 @@ where
     let fanout = Arc::new(std::sync::Mutex::new(fanout));
     // The telemetry thread (the log file, the live publishers): it starts now; the cycle
     // thread gets the ring's producer end.
-    let (logger, log_thread) = start_telemetry::<C>(opts.log.as_ref(), lockstep, &fanout, live_every)?;
+    let (logger, log_thread) =
+        start_telemetry::<C>(opts.log.as_ref(), physics.as_ref(), lockstep, &fanout, live_every)?;
     let handle = std::thread::Builder::new()
         .name("rtloop-cycle".into())
         .spawn(move || -> Option<LoopResult> {
@@ -348,8 +363,15 @@ where
                 main_thread.unpark();
                 return None;
             }
-            let setup =
-                CycleSetup { robot, sim, config: thread_config, shutdown, overrun, bus_numbers: thread_bus_numbers };
+            let setup = CycleSetup {
+                robot,
+                sim,
+                config: thread_config,
+                shutdown,
+                overrun,
+                bus_numbers: thread_bus_numbers,
+                physics: thread_physics,
+            };
             let (law, control_handle) = if control {
                 let (to_control, from_cycle) = rtrb::RingBuffer::<ToControl>::new(4);
                 let (to_cycle, from_control) = rtrb::RingBuffer::<CommandMsg<C::Telemetry>>::new(4);

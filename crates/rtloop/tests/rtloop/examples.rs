@@ -450,6 +450,7 @@ fn imu_level_refuses_to_start_on_a_robot_without_an_imu() {
         safe_mode: false,
         events: &[],
         body: None,
+        model_pose: rtloop::ModelPose::NotGiven,
     };
     let refused = imu_level::Level::default().start(&state).expect_err("no IMU: nothing to level with");
     assert_eq!(refused.name, "no_imu");
