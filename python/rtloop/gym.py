@@ -330,8 +330,7 @@ class QuadrupedEnv(gym.Env):
             "--lockstep",
             "--agent",
             name,
-            "--duration",
-            str(SPINE_DURATION_S),
+            *(() if "--duration" in spine_args else ("--duration", str(SPINE_DURATION_S))),
             "--agent-wait",
             str(int(math.ceil(self._timeout))),
             *spine_args,
@@ -565,6 +564,7 @@ class QuadrupedEnv(gym.Env):
         self._state = state
         self._steps = 0
         self._on_reset()
+        state = self._state
         info = self._info(state)
         info["domain"] = drawn
         return self._observation(state), info
