@@ -18,8 +18,9 @@ step; each row is simulated seconds per wall second over ``--seconds`` of steppi
   hand-off included (the Python process and the spine process).
 * **one env beside a CPU-bound process**: the same with a busy-looping process running.
 * **two envs on two cores**: two processes, each stepping its own env, summed.
-* **idle env CPU**: the CPU time the spine and the learner's process use while the learner
-  pauses for 2 s between steps (what an env costs while the learner updates its policy).
+* **idle env CPU**: the CPU time the spine and the learner's process use over 5 s of a
+  pause between steps, from 1.5 s into it (what an env costs while the learner updates its
+  policy).
 * **Ant-v5**: ``gym.make("Ant-v5")`` stepped with a fixed action (its ``dt`` 0.05 s).
 
 Nothing is pinned: the processes go where the scheduler puts them, as a user's would.
@@ -87,15 +88,21 @@ def _busy() -> None:
 
 
 def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (all its threads)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / tick
+    """CPU seconds process ``pid`` ran so far, all its threads (the scheduler's own
+    nanosecond account, ``/proc/PID/task/TID/schedstat``)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass  # a thread that ended meanwhile
+    return total * 1e-9
 
 
-def _idle_cpu(bin_path: str, idle_s: float = 2.0) -> tuple[float, float]:
-    """CPU use (fraction of a core) of the spine and of this process while an env idles."""
+def _idle_cpu(bin_path: str, idle_s: float = 5.0) -> tuple[float, float]:
+    """CPU use (fraction of a core) of the spine and of this process while an env idles:
+    measured over ``idle_s`` from 1.5 s into a pause (a learner updating its policy)."""
     import gymnasium as gym
 
     import rtloop.gym as rgym
@@ -105,6 +112,7 @@ def _idle_cpu(bin_path: str, idle_s: float = 2.0) -> tuple[float, float]:
         env.reset(seed=1)
         env.step(np.zeros(12))
         pid = env.unwrapped.spine_pid
+        time.sleep(1.5)
         spine0, me0 = _cpu_s(pid), _cpu_s(os.getpid())
         time.sleep(idle_s)
         spine1, me1 = _cpu_s(pid), _cpu_s(os.getpid())
@@ -188,7 +196,7 @@ def main(argv: Optional[list[str]] = None) -> list[dict[str, Any]]:
 
     spine_cpu, learner_cpu = _idle_cpu(bin_path)
     rows.append(dict(what="idle env CPU", value=100 * (spine_cpu + learner_cpu), unit="% of a core",
-                     detail=f"spine {100 * spine_cpu:.2f} %, learner {100 * learner_cpu:.2f} % while it pauses 2 s"))
+                     detail=f"spine {100 * spine_cpu:.3f} %, learner {100 * learner_cpu:.3f} % over 5 s of a pause"))
 
     ant = _ant_rate(seconds)
     rows.append(dict(what="Ant-v5", value=float("nan") if ant is None else ant, unit="sim s / wall s",

@@ -32,9 +32,17 @@ pub const SPINE_READ_TRIES: u32 = 4;
 pub const LOCKSTEP_SPIN_NS: u64 = 20_000;
 
 /// Lockstep: the longest [`Spine::wait_command_for`] sleeps on the agent's bell before it
-/// looks again (a stop, the agent's death, the arm wait), ns. An idle spine wakes this
-/// often and costs next to nothing.
+/// looks again (a stop, the agent's death, the arm wait), ns, in the first
+/// [`LOCKSTEP_IDLE_AFTER_NS`] of a wait.
 pub const LOCKSTEP_SLEEP_NS: u64 = 20_000_000;
+
+/// Lockstep: after this long without a command (a learner paused to update its policy), the
+/// spine looks only every [`LOCKSTEP_IDLE_SLEEP_NS`]: an idle spine wakes 4 times a second.
+pub const LOCKSTEP_IDLE_AFTER_NS: u64 = 1_000_000_000;
+
+/// Lockstep: the longest sleep on the agent's bell of a long wait, ns (a stop or the
+/// agent's death is noticed within it; the agent's command or detach rings at once).
+pub const LOCKSTEP_IDLE_SLEEP_NS: u64 = 250_000_000;
 
 /// Lockstep: how long, by default, [`Spine::wait_command_for`] waits for an agent to arm the
 /// spine (status `WAITING` or `SAFE`) before it gives up ([`Lockstep::NotArmed`]), ns.
@@ -936,8 +944,9 @@ impl Spine {
                     break Lockstep::NotArmed;
                 }
             }
-            let left = bound.map_or(LOCKSTEP_SLEEP_NS, |b| b.saturating_sub(waited).saturating_add(1));
-            bell::sleep(bell_word, sleeping, seen, left.min(LOCKSTEP_SLEEP_NS));
+            let slice = if waited < LOCKSTEP_IDLE_AFTER_NS { LOCKSTEP_SLEEP_NS } else { LOCKSTEP_IDLE_SLEEP_NS };
+            let left = bound.map_or(slice, |b| b.saturating_sub(waited).saturating_add(1));
+            bell::sleep(bell_word, sleeping, seen, left.min(slice));
         };
         if torn && outcome != Lockstep::Command {
             self.counters.torn += 1;
