@@ -68,7 +68,15 @@ def main(argv=None) -> int:
 
     # One thread per process for the network: the cores belong to the environments.
     torch.set_num_threads(1)
-    venv = make_vec_env(rgym.ENV_ID, n_envs=args.envs, seed=args.seed, vec_env_cls=SubprocVecEnv)
+    # "module:id": each worker process imports rtloop.gym (which registers the id) itself.
+    # render_mode None: SB3 asks for "rgb_array" by default, which rtloop.gym has not yet.
+    venv = make_vec_env(
+        f"rtloop.gym:{rgym.ENV_ID}",
+        n_envs=args.envs,
+        seed=args.seed,
+        vec_env_cls=SubprocVecEnv,
+        env_kwargs={"render_mode": None},
+    )
     model = PPO("MlpPolicy", venv, n_steps=1024, batch_size=256, seed=args.seed, device="cpu", verbose=0)
     t0 = time.perf_counter()
     model.learn(total_timesteps=args.timesteps)

@@ -72,6 +72,9 @@ const MAX_WAIT_S: f64 = 86_400.0;
 /// Looks between clock reads while busy-polling (the clock costs more than a look).
 const BUSY_LOOKS_PER_CLOCK: u32 = 64;
 
+/// One push of `Agent.request_reset(pushes=...)`: at s, duration s, force x, y, z N.
+type PushArg = (f64, f64, f64, f64, f64);
+
 /// The command kinds, by the names Python uses, and their protocol codes.
 const KINDS: [(&str, u32); 5] = [
     ("query", kind::QUERY),
@@ -813,7 +816,7 @@ impl PyAgent {
         joint_offset: Option<&Bound<'_, PyAny>>,
         joint_velocity: Option<&Bound<'_, PyAny>>,
         latency_cycles: Option<u32>,
-        pushes: Option<Vec<(f64, f64, f64, f64, f64)>>,
+        pushes: Option<Vec<PushArg>>,
     ) -> PyResult<u64> {
         use rtloop_agent::layout::{domain, DomainBlock, PushBlock, DOMAIN_PUSHES};
         let n = self.info.count;

@@ -134,7 +134,8 @@ mod tests {
         assert_eq!(validate_domain(&d, 12), Ok(()));
         d.flags = domain::APPLY;
         assert_eq!(validate_domain(&d, 12), Ok(()));
-        let bad: [(fn(&mut DomainBlock), &str); 7] = [
+        type Edit = fn(&mut DomainBlock);
+        let bad: [(Edit, &str); 7] = [
             (|d| d.friction_scale = f64::NAN, "friction_scale NaN is outside 0.1 to 3"),
             (|d| d.mass_scale = 9.0, "mass_scale 9 is outside"),
             (|d| d.kp_scale[3] = 0.0, "kp_scale[3] 0 is outside"),

@@ -632,7 +632,7 @@ fn episode_of(domain: &rtloop_agent::DomainBlock, state: &State<'_>) -> rtloop_s
     }
     episode.servo_count = n;
     for (slot, p) in episode.pushes.iter_mut().zip(&domain.pushes) {
-        *slot = (p.duration_s > 0.0).then(|| rtloop_sim::Push {
+        *slot = (p.duration_s > 0.0).then_some(rtloop_sim::Push {
             force_n: p.force_n,
             from_ns: (p.at_s * 1e9) as u64,
             duration_ns: (p.duration_s * 1e9) as u64,

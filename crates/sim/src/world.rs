@@ -682,14 +682,22 @@ mod tests {
         let gains = |s: &Servo| (s.config().kp_nm_per_rev, s.config().kd_nms_per_rev);
         assert_eq!((gains(&servos.0[0]), gains(&servos.0[1])), ((300.0, 5.0), (150.0, 10.0)));
         // The servo was handed its nudged joint.
-        assert!((servos.0[1].position() - 0.25 / TAU).abs() < 1e-12, "{}", servos.0[1].position());
-        // The push acts 2 ms after the reset (at 10 ms), for 1 ms.
+        assert!((servos.0[1].position() - 0.25 / core::f64::consts::TAU).abs() < 1e-12, "{}", servos.0[1].position());
+        // The push (2 ms after the reset at 10 ms, for 1 ms) acts in exactly one 1 ms step, as
+        // a push scheduled from the start would.
         log.lock().unwrap().clear();
         w.advance_to(15 * ms, &mut servos);
         let steps: Vec<String> = log.lock().unwrap().clone();
-        assert_eq!(steps[1], "step [0.0, 0.0, 0.0]");
-        assert_eq!(steps[2], "step [7.0, 0.0, 0.0]");
-        assert_eq!(steps[3], "step [0.0, 0.0, 0.0]");
+        assert_eq!(
+            steps,
+            [
+                "step [0.0, 0.0, 0.0]",
+                "step [7.0, 0.0, 0.0]",
+                "step [0.0, 0.0, 0.0]",
+                "step [0.0, 0.0, 0.0]",
+                "step [0.0, 0.0, 0.0]"
+            ]
+        );
         // A nominal reset puts the gains and the plant back.
         log.lock().unwrap().clear();
         assert!(w.reset(3, &mut servos));

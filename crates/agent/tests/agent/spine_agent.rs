@@ -485,6 +485,7 @@ fn a_lockstep_wait_sees_a_zombie_agent_as_gone() {
     let child = std::process::Command::new("true").spawn().unwrap();
     let pid = child.id() as i32;
     std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: signal 0 only checks that the process exists and may be signalled.
     assert_eq!(unsafe { libc::kill(pid, 0) }, 0, "the zombie answers kill(pid, 0)");
     assert!(rtloop_agent::pid_dead(pid), "a zombie is dead");
     common::write_raw(&name, 80, &pid.to_le_bytes());
