@@ -506,7 +506,10 @@ def test_a_segment_truncated_under_the_agent_is_spine_gone_lost_and_the_spine_en
         code, summary, err = finish(spine)
         assert code == 1, err
         assert kinds(summary) == ["agent_armed", "agent_segment_lost", "shutdown"], summary["events"]
-        assert summary["agent"]["segment_lost"] == ("replaced" if regrow else "truncated")
+        # Regrown, the spine may have looked between the truncation and the regrowth (a loaded
+        # machine leaves this process off the CPU there): either is the truth it saw.
+        expected = ("replaced", "truncated") if regrow else ("truncated",)
+        assert summary["agent"]["segment_lost"] in expected
         assert summary["problems"][0].startswith(f"the agent segment /dev/shm/rtloop-{name} was truncated"), summary
         assert all(s["commanded"] == "zero-velocity" for s in summary["final"].values()), summary["final"]
         assert err.strip().splitlines()[-1] == f"rtloop run: {summary['problems'][0]}"

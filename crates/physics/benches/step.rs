@@ -2,7 +2,9 @@
 //! built on it can reach) beside the plant rtloop steps (the same step, the joint torques
 //! written in and the stability checks after), and beside twelve servos coupled to it through
 //! `rtloop_sim::World` (their controllers evaluated every step). One line each:
-//! `cargo bench -p rtloop-physics --features mujoco --bench step`.
+//! `cargo bench -p rtloop-physics --features mujoco --bench step`. Then, when `tools/models`
+//! has fetched them, `mj_step` for other people's robots as they ship them (Go2, Go1, UR5e),
+//! at their own time step: what `benches/models.sh` sets beside rtloop's lockstep rate.
 use std::time::Instant;
 
 use mujoco_rs::prelude::*;
@@ -62,4 +64,19 @@ fn main() {
         now += step_ns;
         world.advance_to(now, &mut buses);
     });
+
+    let models = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/models");
+    let models = std::env::var_os("CARGO_TARGET_DIR").map_or(models, |t| std::path::PathBuf::from(t).join("models"));
+    for file in ["go2/scene_flat.xml", "go1/scene_flat.xml", "ur5e/scene.xml"] {
+        let path = models.join(file);
+        let Ok(model) = MjModel::from_xml(&path) else {
+            println!("{file}: not here (tools/models fetches it)");
+            continue;
+        };
+        let timestep = model.opt().timestep;
+        let mut data = MjData::new(Box::new(model));
+        let _ = data.reset_keyframe(0);
+        let per_s = rate(&format!("mj_step {file} ({:.1} ms step)", timestep * 1e3), || data.step());
+        println!("{:<44} {:>10.1} simulated s per wall s", "", per_s * timestep);
+    }
 }

@@ -75,7 +75,8 @@ impl core::fmt::Debug for Loaded {
 /// What a loaded model is: enough to name it and to know a replay uses the same one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelFacts {
-    /// "the built-in quadruped", or the file as given.
+    /// "the built-in quadruped", or the model's own name (`<mujoco model="…">`; the file as
+    /// given when it has none).
     pub name: String,
     /// The model file, absolute (`None`: built in).
     pub path: Option<std::path::PathBuf>,
@@ -110,6 +111,22 @@ pub enum PhysicsNotice {
         /// The loop's period, s.
         period_s: f64,
     },
+    /// A servo's gains are too stiff for its joint's inertia at the time step: its simulated
+    /// loop rings or spins (a real moteus runs its loop far faster).
+    StiffServo {
+        /// "servo 6 on bus 2".
+        servo: String,
+        /// The joint it drives.
+        joint: String,
+        /// The joint's inertia at the model's reference pose, kg·m² (kg for a slide).
+        inertia: f64,
+        /// The stiffest kp the step carries, N·m/rev (N/m for a slide).
+        max_kp: f64,
+        /// The stiffest kd the step carries, N·m·s/rev (N·s/m).
+        max_kd: f64,
+        /// The time step, s.
+        step_s: f64,
+    },
     /// The model's own actuators on mapped joints were switched off.
     ActuatorsSwitchedOff {
         /// How many.
@@ -117,6 +134,22 @@ pub enum PhysicsNotice {
         /// Whether their figures became the servos'.
         adopted: bool,
     },
+}
+
+/// `x` to two significant figures, rounded down (a limit to stay under): 121.397 → "120",
+/// 0.8302 → "0.83".
+fn two_figures_down(x: f64) -> String {
+    if !(x.is_finite() && x > 0.0) {
+        return "0".into();
+    }
+    let digits = x.log10().floor() as i32 - 1;
+    let unit = 10f64.powi(digits);
+    let v = (x / unit).floor() * unit;
+    if digits >= 0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.*}", (-digits) as usize)
+    }
 }
 
 impl core::fmt::Display for PhysicsNotice {
@@ -128,6 +161,15 @@ impl core::fmt::Display for PhysicsNotice {
                 model_s * 1e3,
                 period_s * 1e3,
                 used_s * 1e3
+            ),
+            PhysicsNotice::StiffServo { servo, joint, inertia, max_kp, max_kd, step_s } => write!(
+                f,
+                "{servo}'s gains are too stiff for joint `{joint}` ({inertia:.3e} kg·m² of inertia) at a {} ms step: \
+                 its simulated loop will ring or spin; give that joint kp at most {} and kd at most {} under \
+                 [physics] joints, or armature (the motor's inertia through its gearbox) in the model",
+                step_s * 1e3,
+                two_figures_down(*max_kp),
+                two_figures_down(*max_kd)
             ),
             PhysicsNotice::ActuatorsSwitchedOff { count, adopted: true } => write!(
                 f,
@@ -171,4 +213,18 @@ pub fn mujoco_warnings() -> u64 {
 /// Whether this build has MuJoCo (the `mujoco` feature).
 pub const fn available() -> bool {
     cfg!(feature = "mujoco")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::two_figures_down;
+
+    #[test]
+    fn a_limit_is_said_in_two_figures_rounded_down() {
+        assert_eq!(two_figures_down(121.397), "120");
+        assert_eq!(two_figures_down(21439.6), "21000");
+        assert_eq!(two_figures_down(0.8302), "0.83");
+        assert_eq!(two_figures_down(0.0519), "0.051");
+        assert_eq!(two_figures_down(f64::NAN), "0");
+    }
 }

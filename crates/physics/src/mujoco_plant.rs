@@ -9,10 +9,10 @@ use rtloop_sim::rng::XorShift64;
 use rtloop_sim::{BodyState, JointLink, Plant, PlantError, PlantParams};
 
 use crate::spec::{
-    BuiltInPose, ModelActuators, ModelSource, PhysicsError, PhysicsSpec, ServoOverrides, STAND_KEYFRAMES,
+    BuiltInPose, ModelActuators, ModelSource, PhysicsError, PhysicsSpec, ServoJoint, ServoOverrides, STAND_KEYFRAMES,
 };
 use crate::{Loaded, ModelFacts, PhysicsNotice, QUADRUPED_MJCF};
-use rtloop_sim::JointKind;
+use rtloop_sim::{JointKind, ServoSetup};
 
 /// Kinetic energy (J) past which the plant is taken to have blown up: a 10 kg robot would
 /// have to move at over 40 m/s.
@@ -237,7 +237,10 @@ pub(crate) fn load(spec: &PhysicsSpec) -> Result<Loaded, PhysicsError> {
     let tilt = tilt_quaternion(spec.ground_tilt_deg);
     let compiled_sha256 = compiled_fingerprint(&model);
     let facts = ModelFacts {
-        name: name.clone(),
+        name: match &spec.model {
+            ModelSource::BuiltIn => name.clone(),
+            ModelSource::File(_) => model_name(&model).unwrap_or_else(|| name.clone()),
+        },
         path: match &spec.model {
             ModelSource::BuiltIn => None,
             ModelSource::File(p) => Some(std::path::absolute(p).unwrap_or_else(|_| p.clone())),
@@ -250,6 +253,7 @@ pub(crate) fn load(spec: &PhysicsSpec) -> Result<Loaded, PhysicsError> {
         nq,
         stand_pose: stand_name,
     };
+    notices.extend(stiff_servos(&model, &map, &joints, &kinds, &setups, timestep_ns as f64 * 1e-9));
     let mut data = MjData::new(Box::new(model));
     // Gravity along the true vertical, seen from the ground's frame.
     let down = rotate(conjugate(tilt), [0.0, 0.0, -GRAVITY_MPS2]);
@@ -346,6 +350,53 @@ fn one_line(text: &str) -> String {
 fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The servos whose gains are too stiff for their joint at this time step. A simulated
+/// servo's PD loop runs once per MuJoCo step (a moteus runs its own at 40 kHz): explicit
+/// damping decays only while `h·kd/I < 2`, and the spring rings apart past `h²·kp/I ≈ 4`, so
+/// with a margin either above 1 is said, with what to change. `I` is the joint's inertia at
+/// the model's reference pose (MuJoCo's `dof_M0`, armature included).
+fn stiff_servos(
+    model: &MjModel,
+    map: &[ServoJoint],
+    joints: &[(usize, usize)],
+    kinds: &[JointKind],
+    setups: &[ServoSetup],
+    step_s: f64,
+) -> Vec<PhysicsNotice> {
+    let mut stiff = Vec::new();
+    for (((sj, &(_, dof)), kind), setup) in map.iter().zip(joints).zip(kinds).zip(setups) {
+        let inertia = model.dof_m0()[dof];
+        let per_unit = kind.plant_units_per_servo_unit();
+        let (kp, kd) = (setup.kp_nm_per_rev / per_unit, setup.kd_nms_per_rev / per_unit);
+        let (damping, spring) = (step_s * kd / inertia, step_s * step_s * kp / inertia);
+        if inertia > 0.0 && (damping > 1.0 || spring > 1.0) {
+            stiff.push(PhysicsNotice::StiffServo {
+                servo: format!("servo {} on bus {}", sj.id, sj.bus + 1),
+                joint: sj.joint.clone(),
+                inertia,
+                max_kp: inertia / (step_s * step_s) * per_unit,
+                max_kd: inertia / step_s * per_unit,
+                step_s,
+            });
+        }
+    }
+    stiff
+}
+
+/// The model's own name (`<mujoco model="go2">`), if it gives one.
+fn model_name(model: &MjModel) -> Option<String> {
+    let ffi = model.ffi();
+    let len = usize::try_from(ffi.nnames).ok().filter(|&n| n > 0)?;
+    if ffi.names.is_null() {
+        return None;
+    }
+    // SAFETY: a compiled mjModel's `names` points at `nnames` bytes of NUL-terminated names,
+    // the model's own first; the model outlives this borrow and is not written meanwhile.
+    let bytes = unsafe { std::slice::from_raw_parts(ffi.names.cast::<u8>(), len) };
+    let name = std::ffi::CStr::from_bytes_until_nul(bytes).ok()?.to_str().ok()?;
+    (!name.is_empty()).then(|| name.to_string())
 }
 
 /// SHA-256 of the compiled model as MuJoCo saves it (MJB): the same for the same files

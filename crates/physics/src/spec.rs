@@ -377,7 +377,7 @@ pub enum PhysicsError {
     /// The mapped joints hang from more than one free-floating body: which is the robot's
     /// base is not clear.
     AmbiguousBody {
-        /// The candidates' names.
+        /// The candidates, as the sentence names them: `` `name` ``, or "body N" unnamed.
         candidates: Vec<String>,
     },
     /// The named stand pose is not a keyframe of the model.

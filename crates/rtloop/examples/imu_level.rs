@@ -200,7 +200,11 @@ fn main() -> ExitCode {
     let mut level = Level::default();
     level.gain = args.gain.unwrap_or(level.gain);
     level.damping = args.damping.unwrap_or(level.damping);
-    match args.runtime().run(level) {
+    let runtime = match args.runtime() {
+        Ok(runtime) => runtime,
+        Err(e) => return common::usage_error("imu_level", &e),
+    };
+    match runtime.run(level) {
         Ok(summary) => common::finish(&summary),
         Err(e) => common::usage_error("imu_level", &e.to_string()),
     }

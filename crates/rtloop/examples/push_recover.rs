@@ -188,7 +188,11 @@ fn main() -> ExitCode {
     controller.level.gain = args.gain.unwrap_or(controller.level.gain);
     controller.level.damping = args.damping.unwrap_or(controller.level.damping);
     let result = Arc::clone(&controller.result);
-    let summary = match args.runtime().run(controller) {
+    let runtime = match args.runtime() {
+        Ok(runtime) => runtime,
+        Err(e) => return common::usage_error("push_recover", &e),
+    };
+    let summary = match runtime.run(controller) {
         Ok(summary) => summary,
         Err(e) => return common::usage_error("push_recover", &e.to_string()),
     };

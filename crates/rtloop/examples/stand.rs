@@ -7,7 +7,17 @@
 //!
 //! Run it: `cargo run --release --example stand` (add `-- --duration 10` to hold longer), or
 //! on a robot with a body:
-//! `cargo run --release -p rtloop --features physics --example stand -- --physics --lockstep`.
+//! `cargo run --release -p rtloop --features physics --example stand -- --physics --lockstep`,
+//! or on a robot model of someone else's (`tools/models` fetches Unitree's Go2 and Universal
+//! Robots' UR5e, as MuJoCo Menagerie ships them):
+//! `cargo run --release -p rtloop --features physics --example stand -- --robot examples/robots/go2.toml --lockstep`.
+//!
+//! The pose it stands in: the model's own (its `home`/`stand` keyframe, or `stand_pose` under
+//! `[physics]`: [`State::model_pose`]) when the robot's model names one, else the built-in
+//! quadruped's [`STAND_POSE`]; a model of the user's that names none is refused in `start`
+//! (the joints of someone else's robot are not the built-in one's). The gains and torque
+//! limit of each command are the run's `[gains]` (`--robot`'s file may raise them: a Go2's
+//! knees need 45 N·m where the built-in quadruped's need 8).
 //!
 //! * Without `--physics` the simulated joints start at 0.05 rev (a real robot never starts at
 //!   zero) and carry a gravity-like load of their own.
@@ -29,7 +39,7 @@
 mod common;
 
 use rtloop::motion::STAND_POSE;
-use rtloop::{Controller, Failure, Flow, Output, PositionCommand, ServoCommand, State};
+use rtloop::{Controller, Failure, Flow, ModelPose, Output, PositionCommand, ServoCommand, State};
 use std::process::ExitCode;
 
 /// The most joints this controller drives (the runtime drives at most 32 servos).
@@ -44,6 +54,8 @@ pub struct Stand {
     pub kd_scale: f64,
     pub maximum_torque: f64,
     pub watchdog_s: f64,
+    /// Where each joint goes (set in `start`: the model's pose or [`STAND_POSE`]).
+    stand: [f64; MAX_JOINTS],
     /// Where each joint was first measured (NaN: not yet) and when (s).
     from: [f64; MAX_JOINTS],
     from_t: [f64; MAX_JOINTS],
@@ -59,6 +71,7 @@ impl Default for Stand {
             kd_scale: 1.0,
             maximum_torque: 8.0,
             watchdog_s: 0.1,
+            stand: [f64::NAN; MAX_JOINTS],
             from: [f64::NAN; MAX_JOINTS],
             from_t: [0.0; MAX_JOINTS],
             worst_hold_error: 0.0,
@@ -69,8 +82,8 @@ impl Default for Stand {
 impl Stand {
     /// Joint `i`'s target at `t`: (position rev, velocity rev/s); `None` until it is measured.
     fn target(&self, i: usize, t: f64) -> Option<(f64, f64)> {
-        let (from, stand) = (self.from[i], STAND_POSE[i % 3]);
-        if from.is_nan() {
+        let (from, stand) = (self.from[i], self.stand[i]);
+        if from.is_nan() || stand.is_nan() {
             return None;
         }
         let x = ((t - self.from_t[i]) / self.ramp_s).clamp(0.0, 1.0);
@@ -83,6 +96,20 @@ impl Controller for Stand {
     type Telemetry = ();
 
     fn start(&mut self, state: &State<'_>) -> Result<(), Failure> {
+        for i in 0..state.servos.len().min(MAX_JOINTS) {
+            self.stand[i] = match state.model_pose {
+                ModelPose::NotGiven => STAND_POSE[i % 3],
+                // NaN for a servo the model does not drive: that one is only queried.
+                ModelPose::Stand(pose) => pose.get(i).copied().unwrap_or(f64::NAN),
+                ModelPose::Missing => {
+                    return Err(Failure::new(
+                        "no_stand_pose",
+                        "this model names no pose to stand in, and the built-in quadruped's is not its",
+                        "give the model a `home` or `stand` keyframe, or name one as stand_pose under [physics]",
+                    ))
+                }
+            };
+        }
         for (i, servo) in state.servos.iter().enumerate().take(MAX_JOINTS) {
             if servo.age_cycles.is_some() && servo.state.position.is_finite() {
                 self.from[i] = servo.state.position;
@@ -126,14 +153,25 @@ impl Controller for Stand {
 }
 
 fn main() -> ExitCode {
-    let args = match common::args("stand", common::Args::new(3.0), &[]) {
+    let args = match common::args("stand", common::Args::new(3.0), &["--robot"]) {
         Ok(args) => args,
         Err(code) => return code,
     };
-    let mut runtime = args.runtime();
+    let mut runtime = match args.runtime() {
+        Ok(runtime) => runtime,
+        Err(e) => return common::usage_error("stand", &e),
+    };
     // Without a body: where the simulated joints start (with one, the model's pose says).
     runtime.config_mut().sim.start_position_rev = 0.05;
-    match runtime.run(Stand::default()) {
+    let gains = &runtime.config().gains;
+    let stand = Stand {
+        kp_scale: gains.kp_scale,
+        kd_scale: gains.kd_scale,
+        maximum_torque: gains.maximum_torque,
+        watchdog_s: gains.watchdog_timeout_s,
+        ..Stand::default()
+    };
+    match runtime.run(stand) {
         Ok(summary) => common::finish(&summary),
         Err(e) => common::usage_error("stand", &e.to_string()),
     }

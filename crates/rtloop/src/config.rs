@@ -17,10 +17,12 @@
 //! | `rate_hz` | 0.1 … 100 000 Hz |
 //! | `duration_s` | above 0, at most one year (31 536 000 s) |
 //! | `gains.kp_scale`, `gains.kd_scale` | 0 … 1 |
-//! | `gains.maximum_torque` | above 0, at most 100 N·m |
+//! | `gains.maximum_torque` | above 0, at most 300 N·m (what an int16 command register carries is 327.67) |
 //! | `gains.watchdog_timeout_s` | 0.01 … 10 s (0.1 s by default; always sent) |
 //! | `safety.missing_limit` | 1 … 1 000 000 cycles (no "never": `on_fault = "ignore"` records without acting) |
 //! | `safety.recovery_cycles` | 1 … 1 000 000 cycles |
+//! | `safety.fall_tilt_deg` | 10 … 180 ° (60 by default) |
+//! | `safety.fall_height_m` | 0 (no height check, the default) … 100 m |
 //! | `realtime.busy_wait_us` | 0 … one period |
 //! | `realtime.priority` | 1 … 99 with fifo or rr, 0 with other or deadline, 0 … 99 with auto (0: [`AUTO_PRIORITY`]) |
 //! | `faults.drop_rate`, `faults.corrupt_rate` | 0 … 1 |
@@ -257,7 +259,26 @@ pub struct SafetyToml {
     /// Consecutive cycles with every servo answering, unfaulted and not timed out, after
     /// which `recovery = "auto"` ends the safe mode.
     pub recovery_cycles: u32,
+    /// A simulated body with a free base has fallen when it tilts this far from upright,
+    /// degrees ([`FALL_TILT_RANGE_DEG`], [`DEFAULT_FALL_TILT_DEG`] by default). Not checked on
+    /// a base fixed to the world (an arm).
+    pub fall_tilt_deg: f64,
+    /// … or when its base, having been above this height, comes down below it, m (0, the
+    /// default: height is not checked, only the tilt; at most [`MAX_FALL_HEIGHT_M`]).
+    pub fall_height_m: f64,
 }
+
+/// The tilt from upright at which a free-based body has fallen unless told otherwise, degrees:
+/// past 60° a legged robot's feet no longer carry it (a robot on its side is at 90°, on its
+/// back at 180°), while walking, a push or a slope tilts it far less.
+pub const DEFAULT_FALL_TILT_DEG: f64 = 60.0;
+
+/// `[safety] fall_tilt_deg`'s range, degrees: at least 10 (a body always sways a little), at
+/// most 180 (upside down; the check cannot be switched off, only made to ask for that).
+pub const FALL_TILT_RANGE_DEG: (f64, f64) = (10.0, 180.0);
+
+/// The largest `[safety] fall_height_m`, m.
+pub const MAX_FALL_HEIGHT_M: f64 = 100.0;
 
 /// Real-time settings of the cycle thread.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -372,6 +393,8 @@ impl Default for SafetyToml {
             shutdown: "zero-velocity".into(),
             recovery: "latched".into(),
             recovery_cycles: 100,
+            fall_tilt_deg: DEFAULT_FALL_TILT_DEG,
+            fall_height_m: 0.0,
         }
     }
 }
@@ -420,6 +443,10 @@ pub const DEFAULT_WATCHDOG_TIMEOUT_S: f64 = 0.1;
 /// The torque limit of `[gains] maximum_torque` when none is given, N·m: enough for the
 /// built-in quadruped with a body (`--physics`) to carry its 7.4 kg standing (4 N·m is not).
 pub const DEFAULT_MAXIMUM_TORQUE_NM: f64 = 8.0;
+
+/// The largest `[gains] maximum_torque`, N·m: big robots' joints (a Go2's knee gives 45 N·m,
+/// an arm's shoulder 150) fit, and the commands' int16 register (0.01 N·m steps) carries it.
+pub const MAX_MAXIMUM_TORQUE_NM: f64 = 300.0;
 
 /// Longest watchdog timeout a command may carry, s: a host that dies leaves its servos
 /// holding position at most this long before they latch mode 11.
@@ -701,11 +728,11 @@ impl RunConfig {
         }
         range("gains.kp_scale", self.gains.kp_scale, 0.0, 1.0, "0 to 1")?;
         range("gains.kd_scale", self.gains.kd_scale, 0.0, 1.0, "0 to 1")?;
-        if !(self.gains.maximum_torque > 0.0 && self.gains.maximum_torque <= 100.0) {
+        if !(self.gains.maximum_torque > 0.0 && self.gains.maximum_torque <= MAX_MAXIMUM_TORQUE_NM) {
             return Err(out_of_range(
                 "gains.maximum_torque",
                 &show_number(self.gains.maximum_torque),
-                "a torque above 0 and at most 100 N·m".into(),
+                format!("a torque above 0 and at most {MAX_MAXIMUM_TORQUE_NM} N·m"),
             ));
         }
         {
@@ -735,6 +762,20 @@ impl RunConfig {
                 "1 to 1000000 cycles".into(),
             ));
         }
+        range(
+            "safety.fall_tilt_deg",
+            self.safety.fall_tilt_deg,
+            FALL_TILT_RANGE_DEG.0,
+            FALL_TILT_RANGE_DEG.1,
+            "10 to 180 degrees from upright (180: only upside down is a fall)",
+        )?;
+        range(
+            "safety.fall_height_m",
+            self.safety.fall_height_m,
+            0.0,
+            MAX_FALL_HEIGHT_M,
+            "0 (no height check) to 100 m",
+        )?;
         let period_us = self.period_ns() / 1000;
         if self.realtime.busy_wait_us > period_us {
             return Err(out_of_range(
@@ -1024,6 +1065,8 @@ mod tests {
             ("faults", "drop_rate"),
             ("faults", "corrupt_rate"),
             ("sim", "start_position_rev"),
+            ("safety", "fall_tilt_deg"),
+            ("safety", "fall_height_m"),
         ];
         let toml_of = |table: &str, key: &str, value: &str| {
             if table.is_empty() {

@@ -387,6 +387,24 @@ pub struct PhysicsInfo {
 }
 
 impl PhysicsInfo {
+    /// The sentence a run says when the torque limit its commands carry (`[gains]
+    /// maximum_torque`, N·m) is above what every coupled servo gives: each caps at its own
+    /// `max_torque`, so the commands' limit would be a promise no joint keeps. (A limit that
+    /// covers the strongest joint and caps the weaker ones is the usual one-limit-for-all, and
+    /// said nothing about.) `None` when some servo gives at least `command_limit_nm`.
+    pub fn torque_cap_notice(&self, command_limit_nm: f64) -> Option<String> {
+        let strongest = self.setups.iter().map(|s| s.max_torque_nm).fold(f64::NAN, f64::max);
+        // No servo (NaN) or one strong enough: nothing to say.
+        if strongest.is_nan() || strongest >= command_limit_nm {
+            return None;
+        }
+        Some(format!(
+            "[gains] maximum_torque {command_limit_nm} N·m is above what any of the simulated servos gives (at most \
+             {strongest} N·m): they cap there; raise max_torque under [physics] (for all, or per joint) or lower \
+             [gains] maximum_torque"
+        ))
+    }
+
     /// The standing pose of every servo of `servos` (bus number, id) in that order: the
     /// model's, NaN for a servo the map leaves out; `None` when the model names no standing
     /// pose.

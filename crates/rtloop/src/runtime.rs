@@ -71,12 +71,20 @@ impl Runtime {
         Ok(Runtime::from_config(config))
     }
 
-    /// [`from_toml`](Self::from_toml) on a file.
+    /// [`from_toml`](Self::from_toml) on a file; the paths it holds (`[physics] model`) are
+    /// relative to the file's folder ([`RunConfig::relative_to`]).
     pub fn from_toml_file(path: impl AsRef<std::path::Path>) -> Result<Self, RunError> {
         let path = path.as_ref();
         let text =
             std::fs::read_to_string(path).map_err(|error| RunError::ReadConfig { path: path.to_path_buf(), error })?;
-        Runtime::from_toml(&text).map_err(|e| RunError::InFile { path: path.to_path_buf(), error: Box::new(e) })
+        let dir = path.parent().unwrap_or(std::path::Path::new("."));
+        let config = RunConfig::from_toml(&text)
+            .map(|c| c.relative_to(dir))
+            .map_err(|e| RunError::InFile { path: path.to_path_buf(), error: Box::new(RunError::Config(e)) })?;
+        config
+            .validate()
+            .map_err(|e| RunError::InFile { path: path.to_path_buf(), error: Box::new(RunError::Config(e)) })?;
+        Ok(Runtime::from_config(config))
     }
 
     /// The robot: its buses and servos ([`RobotSpec::default_quadruped`], a spec built from

@@ -407,8 +407,13 @@ pub struct RunSummary {
 }
 
 /// The simulated body at the end of a run with physics.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BodySummary {
+    /// The model's name (`quadruped` for the built-in one).
+    pub model: String,
+    /// Where the body's origin ended, in the ground's frame (+x forward, +y left from where
+    /// the model puts it, +z up), m.
+    pub position_m: [f64; 3],
     /// Height of the body's origin above the ground, m.
     pub height_m: f64,
     /// Roll, degrees (right side down positive, as the IMU reads it).
@@ -417,6 +422,8 @@ pub struct BodySummary {
     pub pitch_deg: f64,
     /// Plant steps taken.
     pub steps: u64,
+    /// Times the body fell (`[safety] fall_tilt_deg`, `fall_height_m`); each is an event.
+    pub falls: u32,
 }
 
 impl RunSummary {

@@ -87,22 +87,28 @@ pub enum PlantError {
 
 impl core::fmt::Display for PlantError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            PlantError::NotFinite { time_s } => write!(
-                f,
-                "the physics went unstable at {time_s:.3} s (its state became NaN): the model's masses, \
-                 inertias or time step do not fit the gains; the run stops the servos"
-            ),
-            PlantError::EnergyBlowUp { time_s, energy_j } => write!(
-                f,
-                "the physics went unstable at {time_s:.3} s (its energy reached {energy_j:.3e} J): the model's \
-                 masses, inertias or time step do not fit the gains; the run stops the servos"
-            ),
-        }
+        write!(
+            f,
+            "{}: the model's masses, inertias or time step do not fit the gains; the run stops the servos",
+            self.what()
+        )
     }
 }
 
 impl PlantError {
+    /// What happened, without a cause: "the physics went unstable at 1.432 s (its energy
+    /// reached 1.078e4 J)".
+    pub fn what(&self) -> String {
+        match self {
+            PlantError::NotFinite { time_s } => {
+                format!("the physics went unstable at {time_s:.3} s (its state became NaN)")
+            }
+            PlantError::EnergyBlowUp { time_s, energy_j } => {
+                format!("the physics went unstable at {time_s:.3} s (its energy reached {energy_j:.3e} J)")
+            }
+        }
+    }
+
     /// Simulated time of the step that failed, s.
     pub fn time_s(&self) -> f64 {
         match *self {

@@ -8,6 +8,7 @@ use rtloop_proto::frame::CanFdFrame;
 use rtloop_proto::host::PositionCommand;
 use rtloop_sim::{Push, Servo, ServoConfig, World};
 
+mod authors_models;
 mod bad_models;
 
 /// The stand pose of the library's motion (abduction, hip, knee), rev.

@@ -129,6 +129,25 @@ pub fn print_summary(s: &RunSummary, out: &mut impl Write) -> std::io::Result<()
             l.bytes as f64 / 1e6
         )?;
     }
+    if let Some(b) = &s.body {
+        let [x, y, _] = b.position_m;
+        writeln!(
+            out,
+            "  body         {}: height {:.3} m at x {:.3} y {:.3} m, roll {:.1}° pitch {:.1}°, {} steps{}",
+            b.model,
+            b.height_m,
+            x,
+            y,
+            b.roll_deg,
+            b.pitch_deg,
+            b.steps,
+            match b.falls {
+                0 => String::new(),
+                1 => ", fell once".into(),
+                n => format!(", fell {n} times"),
+            }
+        )?;
+    }
     if !s.events.is_empty() {
         writeln!(out, "  events:")?;
         for e in &s.events {

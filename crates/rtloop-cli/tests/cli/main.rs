@@ -25,6 +25,8 @@ mod moteus_tool;
 mod physics;
 mod python;
 mod readme_tour;
+#[cfg(feature = "physics")]
+mod robots;
 mod run_trust;
 mod runtime;
 mod telemetry;

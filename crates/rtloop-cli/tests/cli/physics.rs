@@ -114,6 +114,7 @@ const ARM: &str = r#"<mujoco>
       </body>
     </body>
   </worldbody>
+  <keyframe><key name="home" qpos="0.1 -0.2"/></keyframe>
 </mujoco>"#;
 
 fn arm(mass: &str) -> String {

@@ -12,7 +12,10 @@
 //! * `--push SECONDS:FX,FY,FZ[:DURATION]` (with `--physics`): push the body with that force,
 //!   N, world frame (+x forward, +y left, +z up), as `rtloop run --push`;
 //! * `--gain G`, `--damping D` (finite, 0 … 100): the levelling's integral and rate gains
-//!   (`imu_level`'s `Level`); 0 switches that term off.
+//!   (`imu_level`'s `Level`); 0 switches that term off;
+//! * `--robot FILE` (`stand`): the robot of a run file — its buses, and under `[physics]` a
+//!   MuJoCo model of your own with its servo ↔ joint map (`examples/robots/go2.toml`) — in
+//!   place of the built-in quadruped; `--physics` is implied when the file has `[physics]`.
 
 use rtloop::physics::{parse_push, PhysicsConfig, PushSpec};
 use rtloop::{RunSummary, Runtime};
@@ -29,12 +32,23 @@ pub struct Args {
     pub push: Option<PushSpec>,
     pub gain: Option<f64>,
     pub damping: Option<f64>,
+    /// A run file naming the robot (`--robot`).
+    pub robot: Option<std::path::PathBuf>,
 }
 
 impl Args {
     /// No options given: `duration_s`, no physics, real time.
     pub fn new(duration_s: f64) -> Self {
-        Args { duration_s, physics: false, lockstep: false, tilt_deg: 0.0, push: None, gain: None, damping: None }
+        Args {
+            duration_s,
+            physics: false,
+            lockstep: false,
+            tilt_deg: 0.0,
+            push: None,
+            gain: None,
+            damping: None,
+            robot: None,
+        }
     }
 
     /// The options in `args` (without the program's name) on top of `self`; `extra` names the
@@ -48,6 +62,7 @@ impl Args {
                 "--tilt" => ", --tilt DEGREES",
                 "--push" => ", --push SECONDS:FX,FY,FZ[:DURATION]",
                 "--damping" => ", --damping D",
+                "--robot" => ", --robot FILE",
                 _ => ", --gain G",
             });
         }
@@ -87,6 +102,10 @@ impl Args {
                         format!("--damping {value:?} is not a number from 0 to 100: try --damping 0")
                     })?);
                 }
+                "--robot" if extra.contains(&"--robot") => {
+                    let value = args.next().ok_or("--robot needs a run file: try --robot examples/robots/go2.toml")?;
+                    self.robot = Some(value.into());
+                }
                 _ => return Err(format!("unexpected argument {arg:?}: the options are {options}")),
             }
         }
@@ -96,16 +115,21 @@ impl Args {
         Ok(self)
     }
 
-    /// The runtime these options ask for (the built-in robot).
-    pub fn runtime(&self) -> Runtime {
-        let mut runtime = Runtime::new().duration_s(self.duration_s).lockstep(self.lockstep);
-        if self.physics {
+    /// The runtime these options ask for: the built-in robot, or the run file's (`--robot`;
+    /// its mistakes are one sentence).
+    pub fn runtime(&self) -> Result<Runtime, String> {
+        let mut runtime = match &self.robot {
+            Some(file) => Runtime::from_toml_file(file).map_err(|e| e.to_string())?,
+            None => Runtime::new(),
+        };
+        runtime = runtime.duration_s(self.duration_s).lockstep(self.lockstep);
+        if self.physics && runtime.config().physics.is_none() {
             runtime = runtime.physics(PhysicsConfig { ground_pitch_deg: self.tilt_deg, ..PhysicsConfig::default() });
         }
         if let Some(push) = self.push {
             runtime = runtime.push(push);
         }
-        runtime
+        Ok(runtime)
     }
 }
 
@@ -139,8 +163,8 @@ pub fn finish(summary: &RunSummary) -> ExitCode {
     );
     if let Some(body) = &summary.body {
         println!(
-            "body: height {:.4} m, roll {:+.3}°, pitch {:+.3}° at the end ({} physics steps)",
-            body.height_m, body.roll_deg, body.pitch_deg, body.steps
+            "body: height {:.4} m, roll {:+.3}°, pitch {:+.3}° at the end ({} physics steps; {}; falls {})",
+            body.height_m, body.roll_deg, body.pitch_deg, body.steps, body.model, body.falls
         );
     }
     for problem in &summary.problems {

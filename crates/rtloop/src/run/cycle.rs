@@ -29,6 +29,10 @@ pub(super) struct LoopResult {
     pub(super) supervisor: Supervisor,
     pub(super) start_ns: u64,
     pub(super) sim: Option<SimRobot>,
+    /// The body's falls ([`super::fall`]); 0 without a body or on a fixed base.
+    pub(super) falls: u32,
+    /// The name of the model under the servos, when there is one.
+    pub(super) model_name: Option<String>,
 }
 
 /// Everything the cycle thread needs, prepared before it starts.
@@ -336,6 +340,9 @@ struct CycleLoop<'a, C: Controller, K: Clock> {
     /// The model's standing pose, per servo ([`State::model_pose`]).
     pose_kind: PoseKind,
     stand: Vec<f64>,
+    /// Whether the body has fallen: a body with a free base only.
+    fall: Option<super::fall::FallWatch>,
+    model_name: Option<String>,
 }
 
 impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
@@ -360,6 +367,11 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
                 None => (PoseKind::NotGiven, Vec::new()),
             },
         };
+        let fall = physics
+            .as_ref()
+            .filter(|p| p.model.floating)
+            .map(|_| super::fall::FallWatch::new(config.safety.fall_tilt_deg, config.safety.fall_height_m));
+        let model_name = physics.as_ref().map(|p| p.model.name.clone());
         let servos: Vec<ServoSpec> = robot.servos().to_vec();
         let clock = robot.cycler().clock().clone();
         let safety = SafetyConfig {
@@ -408,6 +420,8 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             failure: None,
             pose_kind,
             stand,
+            fall,
+            model_name,
         }
     }
 
@@ -547,6 +561,19 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         true
     }
 
+    /// A body that falls is an event of the run (and so a problem: the run ends degraded);
+    /// the loop goes on, as the robot's computer would, and the control law may stand it up.
+    #[inline]
+    fn watch_fall(&mut self) {
+        let (Some(fall), Some(sim)) = (&mut self.fall, &self.sim) else { return };
+        let Some(body) = sim.body() else { return };
+        if let Some(f) = fall.observe(&body) {
+            let (name, value) = f.event();
+            let now = self.clock.now_ns();
+            self.supervisor.record(now, None, EventKind::Controller { name, value: Some(value) });
+        }
+    }
+
     /// The control law asked for a reset of the simulated world ([`Output::reset_world`]):
     /// the plant back at its starting pose (perturbed by `seed`), every servo stopped as
     /// `d stop` does (so the next command starts it afresh) and sent a stop this cycle. A
@@ -557,7 +584,12 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         let done = self.sim.as_ref().and_then(|sim| sim.reset_world_with(seed, episode));
         match done {
             None => {}
-            Some(true) => self.commands.fill(ServoCommand::Stop),
+            Some(true) => {
+                self.commands.fill(ServoCommand::Stop);
+                if let Some(fall) = &mut self.fall {
+                    fall.restart();
+                }
+            }
             Some(false) => {
                 let now = self.clock.now_ns();
                 let kind = EventKind::Controller { name: "physics_reset_failed", value: None };
@@ -603,6 +635,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
     fn cycle<T: TimeSource>(&mut self, lp: &mut PeriodicLoop<T>, tick: &Tick, start: u64) -> Flow {
         let mut answer = self.control(tick, start);
         self.supervise(&answer);
+        self.watch_fall();
         if let Some((failure, hook)) = answer.failure.take() {
             // The safe stop begins in this very cycle: the law's commands are not sent.
             self.fail(failure, hook);
@@ -874,6 +907,8 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             supervisor: self.supervisor,
             start_ns,
             sim: self.sim,
+            falls: self.fall.as_ref().map_or(0, super::fall::FallWatch::falls),
+            model_name: self.model_name,
         }
     }
 }

@@ -44,6 +44,7 @@ use std::time::{Duration, Instant};
 mod control;
 mod cycle;
 mod error;
+mod fall;
 mod options;
 mod report;
 mod setup;

@@ -25,8 +25,9 @@ pub(super) fn problems_of(
     result: &LoopResult,
     servos: &[ServoSpec],
     bus_numbers: &[u8],
-    on_fault: &str,
+    safety: &crate::config::SafetyToml,
 ) -> Vec<String> {
+    let (on_fault, fall_tilt_deg, fall_height_m) = (&safety.on_fault, safety.fall_tilt_deg, safety.fall_height_m);
     let mut problems = Vec::new();
     let ran = result.periodic.cycles + result.shutdown_cycles > 0;
     let silent: Vec<String> = servos
@@ -92,6 +93,18 @@ pub(super) fn problems_of(
                     }
                     _ => "the run has no physics world to reset; run with --physics",
                 }
+            ),
+            "fall" => format!(
+                "the body fell at {:.3} s: it tilted {}° from upright ([safety] fall_tilt_deg {})",
+                e.time,
+                e.value.unwrap_or(0),
+                fall_tilt_deg
+            ),
+            "fall_low" => format!(
+                "the body fell at {:.3} s: its base came down to {:.3} m ([safety] fall_height_m {})",
+                e.time,
+                e.value.unwrap_or(0) as f64 / 1e3,
+                fall_height_m
             ),
             "safe_mode_engaged" => {
                 format!("the safety policy engaged at {:.3} s and commanded {on_fault} to the healthy servos", e.time)
@@ -205,7 +218,7 @@ pub(super) fn summarize(
         });
     }
     events.sort_by(|a, b| a.time.total_cmp(&b.time));
-    let mut problems = problems_of(&events, &result, servos, bus_numbers, &config.safety.on_fault);
+    let mut problems = problems_of(&events, &result, servos, bus_numbers, &config.safety);
     // The control law's failure ended the run: the first thing to say.
     let failure = result.failure.take().map(|(f, hook, at_ns)| {
         let servo = f.servo.and_then(|i| servos.get(i));
@@ -224,7 +237,16 @@ pub(super) fn summarize(
         problems.insert(0, f.problem());
     }
     if let Some(fault) = result.sim.as_ref().and_then(SimRobot::world_fault) {
-        problems.push(fault.to_string());
+        let push = result.sim.as_ref().and_then(SimRobot::world_fault_push);
+        problems.push(match push {
+            Some([x, y, z]) => format!(
+                "{} while a push of ({x}, {y}, {z}) N acted on the body (a --push, or one of the control law's): the \
+                 push is the likely cause, not the model; try a smaller force or a shorter push; the run stopped the \
+                 servos",
+                fault.what()
+            ),
+            None => fault.to_string(),
+        });
     }
     let p = &result.periodic;
     let elapsed_s = p.last_wake_ns.saturating_sub(p.first_wake_ns) as f64 * 1e-9;
@@ -260,7 +282,15 @@ pub(super) fn summarize(
         events_dropped: result.supervisor.dropped_events(),
         body: result.sim.as_ref().and_then(SimRobot::world_body).map(|(b, steps)| {
             let (roll, pitch) = b.roll_pitch();
-            BodySummary { height_m: b.height_m(), roll_deg: roll.to_degrees(), pitch_deg: pitch.to_degrees(), steps }
+            BodySummary {
+                model: result.model_name.clone().unwrap_or_default(),
+                position_m: b.position_m,
+                height_m: b.height_m(),
+                roll_deg: roll.to_degrees(),
+                pitch_deg: pitch.to_degrees(),
+                steps,
+                falls: result.falls,
+            }
         }),
         injected,
         realtime: RealtimeSummary {

@@ -289,8 +289,8 @@ where
         config.faults.seed.unwrap_or_else(|| if lockstep { LOCKSTEP_SEED } else { crate::config::random_seed() });
     let crate::robot::Built { robot, sim, physics } = open_robot(&config, &robot_spec, clock, seed)?;
     if let Some(p) = &physics {
-        for n in &p.notices {
-            let n = n.to_string();
+        let torque_cap = p.torque_cap_notice(config.gains.maximum_torque);
+        for n in p.notices.iter().map(ToString::to_string).chain(torque_cap) {
             notify(&Notice::Warning(n.clone()));
             warnings.push(n);
         }

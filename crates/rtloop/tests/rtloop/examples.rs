@@ -246,6 +246,64 @@ mod with_a_body {
         assert_eq!(line(&out), line(&again));
     }
 
+    /// `<target>/models` (`tools/models`), or a visible skip.
+    fn models() -> Option<std::path::PathBuf> {
+        let exe = std::env::current_exe().ok()?;
+        let dir = exe.parent()?.parent()?.parent()?.join("models");
+        if dir.join(".complete").exists() {
+            Some(dir)
+        } else {
+            rtloop_testkit::skip(&format!("robot models absent from {} (tools/models fetches them)", dir.display()));
+            None
+        }
+    }
+
+    /// `examples/robots/NAME.toml` with its model from `models`, in a scratch folder.
+    fn robot_file(models: &std::path::Path, name: &str) -> (tempfile::TempDir, String) {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let text = std::fs::read_to_string(root.join(format!("examples/robots/{name}.toml"))).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&path, text.replace("../../target/models", &models.display().to_string())).unwrap();
+        (dir, path.display().to_string())
+    }
+
+    #[test]
+    fn stand_stands_a_go2_in_its_own_pose_and_holds_a_ur5e_at_home() {
+        let Some(models) = models() else { return };
+        let (_go2_dir, go2) = robot_file(&models, "go2");
+        let out = physics("stand", &["--robot", &go2, "--duration", "3"]);
+        let (height, roll, pitch) = body(&out);
+        assert!(height > 0.26 && roll.abs() < 3.0 && pitch.abs() < 3.0, "Go2 standing level: {out}");
+        assert!(out.contains("go2 scene; falls 0"), "{out}");
+        let (_ur5e_dir, ur5e) = robot_file(&models, "ur5e");
+        let out = physics("stand", &["--robot", &ur5e, "--duration", "3"]);
+        assert!(out.contains("6 of 6 joints ramped"), "{out}");
+        assert!(after(&out, "holding within") < 0.01, "the arm holds its home pose: {out}");
+    }
+
+    #[test]
+    fn stand_refuses_a_model_without_a_pose_to_stand_in() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("arm.xml"),
+            r#"<mujoco><worldbody><body name="base" pos="0 0 0.5"><geom type="box" size="0.1 0.1 0.1" mass="1"/>
+               <body><joint name="j" axis="0 1 0" armature="0.01"/><geom type="capsule" fromto="0 0 0 0 0 -0.3" size="0.02" mass="0.3"/></body>
+               </body></worldbody></mujoco>"#,
+        )
+        .unwrap();
+        let file = dir.path().join("arm.toml");
+        std::fs::write(
+            &file,
+            "[[bus]]\nbus = 1\nuri = \"sim\"\nservos = [1]\n\n[physics]\nmodel = \"arm.xml\"\njoints = [{ bus = 1, id = 1, joint = \"j\" }]\n",
+        )
+        .unwrap();
+        let (code, out, err) =
+            run_example("stand", &["--robot", file.to_str().unwrap(), "--lockstep", "--duration", "0.5"]);
+        assert_eq!(code, Some(1), "{out}{err}");
+        assert!(out.contains("names no pose to stand in"), "{out}{err}");
+    }
+
     #[test]
     fn imu_level_levels_the_body_on_a_slope_from_the_imu() {
         let flat = physics("imu_level", &["--tilt", "8", "--gain", "0", "--duration", "4"]);
@@ -275,7 +333,7 @@ mod with_a_body {
             .duration_s(2.0);
         let controller = super::push_recover::PushRecover::default();
         let (allocations, summary) = super::allocations_in_real_time(runtime, controller);
-        assert!(summary.body.is_some_and(|b| b.height_m > 0.28), "{:?}", summary.body);
+        assert!(summary.body.as_ref().is_some_and(|b| b.height_m > 0.28), "{:?}", summary.body);
         assert_eq!(allocations, 0);
     }
 

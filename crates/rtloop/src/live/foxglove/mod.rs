@@ -71,14 +71,15 @@ pub fn servo_topic(bus: u8, id: u8, what: &str) -> String {
     format!("/bus/{bus}/servo/{id}/{what}")
 }
 
-/// The `foxglove.Log` level of an event kind: faults and the safe mode are errors, a servo
-/// going quiet a warning, the rest (shutdown, answering again, re-armed, …) information.
+/// The `foxglove.Log` level of an event kind: faults, the safe mode, a fall and a plant gone
+/// unstable are errors, a servo going quiet a warning, the rest (shutdown, answering again,
+/// re-armed, …) information.
 pub fn event_level(kind: &str) -> u8 {
     const WARNING: u8 = 3;
     const ERROR: u8 = 4;
     const INFO: u8 = 2;
     match kind {
-        "fault" | "watchdog_timeout" | "safe_mode_engaged" => ERROR,
+        "fault" | "watchdog_timeout" | "safe_mode_engaged" | "fall" | "fall_low" | "physics_unstable" => ERROR,
         "missing_replies" | "stale_timeout_cleared" => WARNING,
         k if k.contains("fault") || k.contains("timeout") || k.contains("refused") => WARNING,
         _ => INFO,
@@ -678,6 +679,8 @@ mod tests {
 
     #[test]
     fn events_get_a_log_level_from_their_kind() {
+        assert_eq!(event_level("fall"), 4);
+        assert_eq!(event_level("fall_low"), 4);
         assert_eq!(event_level("fault"), 4);
         assert_eq!(event_level("safe_mode_engaged"), 4);
         assert_eq!(event_level("missing_replies"), 3);
