@@ -348,3 +348,23 @@ def test_a_spine_that_cannot_load_mujoco_says_so(tmp_path):
     with pytest.raises(RuntimeError, match=r"exited \(status 127\).*libmujoco\.so\.3\.17\.0: cannot open"):
         rgym.QuadrupedEnv(program=str(fake))
     assert time.monotonic() - t0 < 10
+
+
+def test_a_drawn_command_latency_delays_every_command_by_its_cycles(rtloop_bin):
+    def stopped_steps(latency):
+        fixed = {"friction_scale": (1, 1), "mass_scale": (1, 1), "payload_kg": (0, 0), "kp_scale": (1, 1),
+                 "kd_scale": (1, 1), "pushes_per_episode": 0, "latency_cycles": (latency, latency)}
+        env = gym.make(rgym.ENV_ID, program=rtloop_bin, cycles_per_step=1, domain_randomization=fixed)
+        try:
+            _, info = env.reset(seed=1)
+            assert info["domain"]["latency_cycles"] == latency
+            modes = []
+            for _ in range(10):
+                env.step(np.zeros(12))
+                modes.append(int(env.unwrapped._state.mode[0]))
+        finally:
+            env.close()
+        assert modes[-1] == 10, modes  # position mode once the commands arrive
+        return modes.index(10)
+
+    assert stopped_steps(4) == stopped_steps(0) + 4

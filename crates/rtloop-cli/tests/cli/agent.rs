@@ -625,7 +625,7 @@ fn resetting_agent(
             a.rearm_if_needed();
             if pending.is_none() && k >= every && s.status == rtloop_agent::layout::status::FOLLOWING {
                 if let Some(seed) = seeds.next() {
-                    pending = Some(a.request_reset(seed));
+                    pending = Some(a.request_reset(seed, &rtloop_agent::DomainBlock::NOMINAL));
                 }
             }
             let n = s.servo_count as usize;
