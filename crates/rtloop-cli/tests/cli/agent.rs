@@ -493,12 +493,12 @@ fn commands_of_another_protocol_version_or_none_are_never_applied_and_the_run_na
         (
             Some(1),
             "v1",
-            "an agent of protocol version 1, this spine 2, tried to attach; the spine ignored its commands",
+            "an agent of protocol version 1, this spine 3, tried to attach; the spine ignored its commands",
         ),
         (
             None,
             "v0",
-            "an agent wrote commands without stating its protocol version (agent_version 0), this spine speaks 2; \
+            "an agent wrote commands without stating its protocol version (agent_version 0), this spine speaks 3; \
              the spine ignored them",
         ),
     ] {
