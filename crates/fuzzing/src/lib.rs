@@ -913,7 +913,13 @@ pub fn foxglove_client(data: &[u8]) {
     let Some((&offer, mut rest)) = data.split_first() else { return };
     let mut sink = FoxgloveSink::bind("127.0.0.1:0".parse().expect("an address"), ServeOptions::default())
         .expect("a loopback port");
-    sink.start(&LiveRobot { name: "fuzz".into(), rate_hz: 1000.0, servos: vec![(1, 1), (1, 2)], imu: true });
+    sink.start(&LiveRobot {
+        name: "fuzz".into(),
+        rate_hz: 1000.0,
+        servos: vec![(1, 1), (1, 2)],
+        imu: true,
+        model: None,
+    });
     let addr = sink.addr();
     let handshake = |offer: &str| {
         let mut s = TcpStream::connect(addr).expect("connect");

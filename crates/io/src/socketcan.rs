@@ -18,6 +18,20 @@ use socketcan::{CanAnyFrame, CanDataFrame, CanRemoteFrame, EmbeddedFrame, Extend
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 
+/// The bit timing moteus controllers need, as `ip link set IFACE up type can` takes it: 1 Mbit/s
+/// arbitration and 5 Mbit/s data, both sampled at 66.6 % of the bit, the widest jump widths
+/// (moteus works best with them as large as the adapter allows; lower `sjw` / `dsjw` where one
+/// refuses these), a bus-off controller restarted after a second, CAN FD. (moteus's documentation,
+/// "socketcan": the bitrate, the sample point and the jump widths must all be set.)
+pub const MOTEUS_CAN_TIMING: &str =
+    "bitrate 1000000 dbitrate 5000000 sjw 10 dsjw 5 sample-point 0.666 dsample-point 0.666 restart-ms 1000 fd on";
+
+/// The commands that give `iface` moteus's bit timing ([`MOTEUS_CAN_TIMING`]); the interface
+/// has to be down for its timing to change, and comes back up.
+pub fn moteus_ip_link(iface: &str) -> String {
+    format!("ip link set {iface} down; ip link set {iface} up type can {MOTEUS_CAN_TIMING}")
+}
+
 /// Largest classic CAN payload.
 const CLASSIC_MAX_DATA: usize = 8;
 
@@ -163,9 +177,9 @@ impl SocketCanTransport {
         // Any MTU but the classic one (72 for CAN-FD), or no answer: the writes will tell.
         if let Ok(CLASSIC_CAN_MTU) = interface_mtu(socket.as_raw_fd(), iface) {
             return Err(err(format!(
-                "{iface} is a classic CAN interface and cannot carry CAN-FD frames: reconfigure it, e.g. \
-                 ip link set {iface} down; ip link set {iface} type can bitrate 1000000 dbitrate 5000000 fd on; \
-                 ip link set {iface} up"
+                "{iface} is a classic CAN interface and cannot carry CAN-FD frames: reconfigure it with moteus's \
+                 timing: {}",
+                moteus_ip_link(iface)
             )));
         }
         socket.set_nonblocking(true).map_err(|e| err(format!("cannot make the CAN socket non-blocking: {e}")))?;

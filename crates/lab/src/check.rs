@@ -263,6 +263,18 @@ pub enum CheckError {
         /// Its directory.
         dir: PathBuf,
     },
+    /// `--service` that cannot be a systemd unit name.
+    #[error("--service '{name}' is not a service name: give the unit's name, e.g. rtloop (for rtloop.service)")]
+    ServiceName {
+        /// The text given.
+        name: String,
+    },
+    /// `--root` that is not a directory.
+    #[error("--root {}: not a directory: give the directory holding the machine's proc/ and sys/", .path.display())]
+    NotADirectory {
+        /// The path given.
+        path: PathBuf,
+    },
     /// `--csv` and `--plot` name the same file.
     #[error("--csv and --plot both name {}: give each its own file", .path.display())]
     SameOutput {
@@ -462,6 +474,29 @@ pub fn pid(flag: &str, pid: u32) -> Result<libc::pid_t, CheckError> {
         .ok()
         .filter(|&p| p > 0)
         .ok_or_else(|| out_of_range(flag, pid, format!("1..={} (a process id)", libc::pid_t::MAX)))
+}
+
+/// `--service`: a systemd service's name (`rtloop`, `rtloop.service`, `robot@left`): letters, digits and
+/// `:-_.@\`, at most 255 characters, not empty.
+pub fn service_name(name: &str) -> Result<(), CheckError> {
+    let ok = !name.is_empty()
+        && name.len() <= 255
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || ":-_.@\\".contains(c))
+        && !name.starts_with('.');
+    if ok {
+        Ok(())
+    } else {
+        Err(CheckError::ServiceName { name: name.to_string() })
+    }
+}
+
+/// The directory `--root` names.
+pub fn root_directory(path: &Path) -> Result<(), CheckError> {
+    if path.is_dir() {
+        Ok(())
+    } else {
+        Err(CheckError::NotADirectory { path: path.to_path_buf() })
+    }
 }
 
 /// The refusal of an output path that exists when `--force` was not given.

@@ -246,11 +246,19 @@ pub enum LabCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Check the system's real-time readiness.
+    /// Check the system's real-time readiness and, on a robot's computer, its SPI and CAN
+    /// buses, where interrupts land, and the systemd service and its running loop.
     Doctor {
         /// Make the last line of output one JSON object.
         #[arg(long)]
         json: bool,
+        /// The systemd service that runs the robot (NAME.service).
+        #[arg(long, value_name = "NAME", default_value = crate::doctor::DEFAULT_SERVICE)]
+        service: String,
+        /// Examine the machine whose /proc, /sys and /etc are copied under DIR instead of this
+        /// one (CAN bit timing is then unknown: netlink answers for this machine only).
+        #[arg(long, value_name = "DIR")]
+        root: Option<std::path::PathBuf>,
     },
     /// The echo server udp-echo starts in a network namespace (internal).
     #[command(hide = true)]
@@ -360,7 +368,17 @@ pub fn run(cmd: LabCommand) -> Result<Report, crate::Error> {
         LabCommand::Compare { samples, sizes, json } => {
             crate::compare::compare(&crate::compare::CompareOptions { samples, sizes, json }).map(Report::from)
         }
-        LabCommand::Doctor { json } => Ok(crate::doctor::run(json).into()),
+        LabCommand::Doctor { json, service, root } => {
+            check::service_name(&service)?;
+            let machine = match root {
+                Some(dir) => {
+                    check::root_directory(&dir)?;
+                    crate::doctor::Machine::at(dir)
+                }
+                None => crate::doctor::Machine::this(),
+            };
+            Ok(crate::doctor::run(&machine.with_service(&service), json).into())
+        }
         LabCommand::UdpEchoServer { bind, method, seconds, idle_seconds, parent_pid, allow_remote } => {
             let lifetime = crate::udp::ServerLifetime { seconds, idle_seconds, parent_pid };
             crate::udp::serve_echo(&bind, &method, lifetime, allow_remote).map(|_| Report::default())

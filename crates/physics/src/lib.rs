@@ -25,7 +25,11 @@
 
 #[cfg(feature = "mujoco")]
 mod mujoco_plant;
+#[cfg(feature = "render")]
+pub mod render;
 mod spec;
+#[cfg(feature = "mujoco")]
+pub mod view;
 
 pub use spec::{
     non_finite_attribute, BuiltInPose, ModelActuators, ModelSource, PhysicsError, PhysicsSpec, ServoJoint,

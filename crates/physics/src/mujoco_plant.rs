@@ -62,7 +62,7 @@ struct Nominal {
 static WARNINGS: AtomicU64 = AtomicU64::new(0);
 
 /// MuJoCo's messages go to [`quiet_handler`], once per process, before any model is loaded.
-fn quiet_mujoco() {
+pub(crate) fn quiet_mujoco() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // SAFETY: this runs before the first model is loaded in the process (every load
@@ -95,6 +95,9 @@ pub(crate) fn warnings() -> u64 {
 pub(crate) fn load(spec: &PhysicsSpec) -> Result<Loaded, PhysicsError> {
     quiet_mujoco();
     let (name, mut model, file_sha256) = compile(&spec.model)?;
+    // Of the model as its files compile, before the run changes its time step or switches
+    // actuators off: a viewer compiling the same files gets the same value.
+    let compiled_sha256 = compiled_fingerprint(&model);
     check_finite(&model)?;
     let model_step_s = model.opt().timestep;
     if !(1e-5..=0.01).contains(&model_step_s) {
@@ -235,7 +238,6 @@ pub(crate) fn load(spec: &PhysicsSpec) -> Result<Loaded, PhysicsError> {
     };
 
     let tilt = tilt_quaternion(spec.ground_tilt_deg);
-    let compiled_sha256 = compiled_fingerprint(&model);
     let facts = ModelFacts {
         name: match &spec.model {
             ModelSource::BuiltIn => name.clone(),
@@ -291,7 +293,7 @@ pub(crate) fn load(spec: &PhysicsSpec) -> Result<Loaded, PhysicsError> {
 }
 
 /// Compile the model: its name for sentences, the model, and the SHA-256 of its file.
-fn compile(source: &ModelSource) -> Result<(String, MjModel, Option<String>), PhysicsError> {
+pub(crate) fn compile(source: &ModelSource) -> Result<(String, MjModel, Option<String>), PhysicsError> {
     match source {
         ModelSource::BuiltIn => {
             let model = MjModel::from_xml_string(QUADRUPED_MJCF).map_err(|e| PhysicsError::Model {
@@ -401,7 +403,7 @@ fn model_name(model: &MjModel) -> Option<String> {
 
 /// SHA-256 of the compiled model as MuJoCo saves it (MJB): the same for the same files
 /// (includes and meshes too) and the same MuJoCo, whatever path they were loaded from.
-fn compiled_fingerprint(model: &MjModel) -> String {
+pub(crate) fn compiled_fingerprint(model: &MjModel) -> String {
     let mut buffer = vec![0u8; model.size()];
     match model.save_to_buffer(&mut buffer) {
         Ok(()) => sha256_hex(&buffer),

@@ -71,9 +71,23 @@ enum Command {
     Log(LogCommand),
     /// Measure the machine and the stack: wakeup latency, UDP round trip, event response,
     /// serial turnaround, the full cycle; compare with cyclictest and sockperf; check tuning.
+    #[cfg(feature = "lab")]
     #[command(subcommand)]
     Lab(rtloop_lab::cli::LabCommand),
+    /// The lab, left out of this build.
+    #[cfg(not(feature = "lab"))]
+    #[command(hide = true, disable_help_flag = true)]
+    Lab {
+        /// Whatever was given after `lab`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
+
+/// What `rtloop lab` says in a build without the `lab` feature.
+#[cfg(not(feature = "lab"))]
+const WITHOUT_LAB: &str =
+    "this rtloop was built without the lab (feature `lab`): rebuild with it, e.g. tools/cross --robot (which keeps it)";
 
 /// The exit status of `rtloop log export`.
 const EXPORT_EXIT_STATUS: &str = "Exit status: 0 when the output was written (damage met in a log is \
@@ -182,6 +196,42 @@ enum LogCommand {
         /// Print one JSON object at the end.
         #[arg(long)]
         json: bool,
+    },
+    /// Draw a run with physics from its log with MuJoCo's own renderer (offscreen, headless):
+    /// a directory of PNG frames, or an MP4 (OUT ending in .mp4, encoded by ffmpeg).
+    Render {
+        /// The log (of `rtloop run --physics --log`).
+        file: std::path::PathBuf,
+        /// A new directory of frame-NNNNNN.png, or an .mp4 file.
+        #[arg(short = 'o', long = "out", value_name = "OUT")]
+        out: std::path::PathBuf,
+        /// Frames per second of log time.
+        #[arg(long, default_value_t = 30.0)]
+        fps: f64,
+        /// Picture size, WIDTHxHEIGHT.
+        #[arg(long, default_value = "640x480")]
+        size: String,
+        /// Camera heading, degrees (90: from the robot's right side, looking along +y).
+        #[arg(long, default_value_t = 90.0, allow_negative_numbers = true)]
+        azimuth: f64,
+        /// Camera elevation, degrees (negative: from above; -90 straight down).
+        #[arg(long, default_value_t = -20.0, allow_negative_numbers = true)]
+        elevation: f64,
+        /// Camera distance, m (default: twice the model's size).
+        #[arg(long)]
+        distance: Option<f64>,
+        /// Follow the IMU's body rather than keep the camera where the body started.
+        #[arg(long)]
+        track: bool,
+        /// From this many seconds after the log's first body item.
+        #[arg(long, allow_negative_numbers = true)]
+        start: Option<f64>,
+        /// Up to this many seconds after it.
+        #[arg(long, allow_negative_numbers = true)]
+        end: Option<f64>,
+        /// Replace OUT if it is an earlier render.
+        #[arg(long)]
+        force: bool,
     },
     /// Plot fields against time to a PNG.
     Plot {
@@ -873,7 +923,10 @@ fn dispatch(cmd: Command) -> Result<(), String> {
         Command::Sim(a) => sim_command(a),
         Command::Servo(a) => servo_command(&a),
         Command::Can(a) => can_command(&a),
+        #[cfg(feature = "lab")]
         Command::Lab(cmd) => lab_command(cmd),
+        #[cfg(not(feature = "lab"))]
+        Command::Lab { .. } => Err(WITHOUT_LAB.into()),
         Command::Log(cmd) => log_command(cmd),
         Command::Frame(FrameCommand::Decode { hexdata }) => {
             console::line(frame::decode(&hexdata).map_err(|e| e.to_string())?)
@@ -1083,6 +1136,7 @@ fn can_command(a: &CanArgs) -> Result<(), String> {
 }
 
 /// `rtloop lab`: measure the machine and the stack.
+#[cfg(feature = "lab")]
 fn lab_command(cmd: rtloop_lab::cli::LabCommand) -> Result<(), String> {
     let report = rtloop_lab::cli::run(cmd).map_err(|e| rtloop_output::sentence(&e))?;
     // The JSON object, when asked for, must be the very last line.
@@ -1140,6 +1194,10 @@ fn log_command(cmd: LogCommand) -> Result<(), String> {
             let opts =
                 log_cmd::ServeArgs { foxglove, speed, foxglove_every, start, end, looping, exit_at_end, allow_remote };
             ("serve", log_cmd::serve(&file, &opts, json)?)
+        }
+        LogCommand::Render { file, out, fps, size, azimuth, elevation, distance, track, start, end, force } => {
+            let args = log_cmd::RenderArgs { fps, size, azimuth, elevation, distance, track, start, end, force };
+            ("render", log_cmd::render(&file, &out, &args)?)
         }
         LogCommand::Plot { file, fields, out, force, one_axis } => {
             ("plot", log_cmd::plot(&file, &fields, &out, force, one_axis)?)

@@ -59,6 +59,8 @@
 //! * [`sim_buses`]: simulated servos served behind real devices (a pty, a UDP port).
 //! * [`physics`]: a body under the simulated servos (MuJoCo, feature `physics`): `[physics]`,
 //!   pushes, and coupling a robot's simulated servos to the model (docs/physics.md).
+//! * [`scene`]: the simulated robot in 3D for Foxglove (the model's geometry, every body's
+//!   pose from the logged `qpos`), live, played back and exported.
 //! * [`devices`]: what a bus failure or a device's refusal means, in one sentence.
 //! * [`numbers`]: range checks for numbers users give; [`signals`]: Ctrl-C as a flag.
 //! * The layers below, for those who want them: the protocol codec ([`proto`]), the
@@ -92,6 +94,7 @@ pub mod robot;
 pub mod robot_spec;
 mod run;
 pub mod runtime;
+pub mod scene;
 pub mod signals;
 pub mod sim_buses;
 

@@ -161,6 +161,29 @@ pub struct BodyLog {
     pub qpos: [f64; MAX_QPOS],
 }
 
+impl BodyLog {
+    /// A `body` item's JSON (the `body` record) as the loop logged it; `None` when it is not one.
+    pub fn from_record(v: &serde_json::Value) -> Option<BodyLog> {
+        let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+        let arr = |v: &serde_json::Value, out: &mut [f64]| {
+            for (i, o) in out.iter_mut().enumerate() {
+                *o = f(&v[i]);
+            }
+        };
+        let mut b = BodyLog { present: true, ..Default::default() };
+        v.get("position_m")?;
+        arr(&v["position_m"], &mut b.state.position_m);
+        arr(&v["quaternion"], &mut b.state.quaternion);
+        arr(&v["velocity_mps"], &mut b.state.velocity_mps);
+        arr(&v["rate_rps"], &mut b.state.rate_rps);
+        let qpos = v["qpos"].as_array().map_or(&[][..], Vec::as_slice);
+        let n = if qpos.len() <= b.qpos.len() { qpos.len() } else { 0 };
+        arr(&v["qpos"], &mut b.qpos[..n]);
+        b.qpos_len = n as u16;
+        Some(b)
+    }
+}
+
 impl Default for BodyLog {
     fn default() -> Self {
         BodyLog { present: false, state: rtloop_sim::BodyState::default(), qpos_len: 0, qpos: [0.0; MAX_QPOS] }
@@ -188,7 +211,8 @@ pub struct BodyRecord {
 
 /// The `model` record (runs with physics), written once at the start: which model the run
 /// simulated and how its servos map onto it, so a run can be replayed and checked.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct ModelRecord {
     /// "the built-in quadruped", or the file as given.
     pub name: String,
@@ -217,7 +241,8 @@ pub struct ModelRecord {
 }
 
 /// One servo's joint in the `model` record.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct JointRecord {
     /// Bus number.
     pub bus: u8,

@@ -126,3 +126,25 @@ pub fn test_path(module: &str, name: &str) -> String {
         None => name.to_string(),
     }
 }
+
+/// Where [`this_test_binary`] finds the emulator the tests run under, if any: the program and
+/// its arguments, split at whitespace (`qemu-aarch64 -L /usr/aarch64-linux-gnu`, as
+/// `tools/cross test` sets it).
+pub const EXEC_WRAPPER_ENV: &str = "RTLOOP_TEST_EXEC_WRAPPER";
+
+/// This test binary, to run again as a child process: the binary itself, or, when the tests
+/// run under an emulator ([`EXEC_WRAPPER_ENV`]), the emulator running it — a binary built for
+/// another architecture cannot be executed directly (without binfmt_misc).
+pub fn this_test_binary() -> std::process::Command {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let wrapper = std::env::var(EXEC_WRAPPER_ENV).unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut cmd = std::process::Command::new(program);
+            cmd.args(words).arg(exe);
+            cmd
+        }
+        None => std::process::Command::new(exe),
+    }
+}

@@ -191,6 +191,37 @@ fn write_header<'a>(out: &mut impl Write, names: impl Iterator<Item = &'a str>) 
 /// into any `Write` (the MCAP writer is told not to seek back); blocks and items that could
 /// not be exported are counted in the problems.
 pub fn to_mcap<W: Write>(reader: &FileReader, out: W, progress: Option<&ProgressBar>) -> Result<McapStats, TlogError> {
+    to_mcap_with(reader, out, progress, None)
+}
+
+/// One channel [`Derived`] adds to an MCAP export.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DerivedChannel {
+    /// Its topic.
+    pub topic: String,
+    /// Its schema's name (e.g. `foxglove.SceneUpdate`).
+    pub schema_name: String,
+    /// Its JSON Schema.
+    pub schema: serde_json::Value,
+}
+
+/// Messages computed from a log's items (rtloop's 3D view: the scene and every body's pose
+/// from the `model` and `body` records), written beside the records' own channels.
+pub trait Derived {
+    /// The channels it writes on (asked once, before the first item).
+    fn channels(&self) -> Vec<DerivedChannel>;
+    /// One decoded item of record `record`, stamped `time_ns`: `emit(channel index, JSON
+    /// payload)` for every message it makes of it.
+    fn item(&mut self, record: &str, time_ns: u64, value: &serde_json::Value, emit: &mut dyn FnMut(usize, &[u8]));
+}
+
+/// [`to_mcap`], with the channels and messages of `derived` too (counted in the stats).
+pub fn to_mcap_with<W: Write>(
+    reader: &FileReader,
+    out: W,
+    progress: Option<&ProgressBar>,
+    mut derived: Option<&mut dyn Derived>,
+) -> Result<McapStats, TlogError> {
     let mut writer = mcap::WriteOptions::new()
         .disable_seeking(true)
         .create(mcap::write::NoSeek::new(BufWriter::new(out)))
@@ -215,7 +246,17 @@ pub fn to_mcap<W: Write>(reader: &FileReader, out: W, progress: Option<&Progress
         channels.insert(record.id, (channel_id, 0));
     }
     let names: HashMap<u64, &str> = records.iter().map(|r| (r.id, r.name.as_str())).collect();
-    stats.channels = channels.len();
+    // (channel id, sequence) of each derived channel.
+    let mut extra: Vec<(u16, u32)> = Vec::new();
+    if let Some(d) = derived.as_deref() {
+        for c in d.channels() {
+            let schema_bytes = serde_json::to_vec(&c.schema).map_err(TlogError::McapJson)?;
+            let schema_id = writer.add_schema(&c.schema_name, "jsonschema", &schema_bytes).map_err(mcap_error)?;
+            let channel_id = writer.add_channel(schema_id, &c.topic, "json", &BTreeMap::new()).map_err(mcap_error)?;
+            extra.push((channel_id, 0));
+        }
+    }
+    stats.channels = channels.len() + extra.len();
     if let Some(bar) = progress {
         bar.set_length(reader.len());
     }
@@ -235,7 +276,8 @@ pub fn to_mcap<W: Write>(reader: &FileReader, out: W, progress: Option<&Progress
         };
         let name = names.get(&item.record_id).copied();
         let Some(value) = decode_or_note(reader, &item, name, problems) else { continue };
-        let payload = serde_json::to_vec(&value.to_json()).map_err(TlogError::McapJson)?;
+        let json_value = value.to_json();
+        let payload = serde_json::to_vec(&json_value).map_err(TlogError::McapJson)?;
         let time_ns = item.timestamp_us.map_or(0, |us| u64::try_from(us).unwrap_or(0).saturating_mul(1000));
         let header = mcap::records::MessageHeader {
             channel_id: *channel_id,
@@ -246,6 +288,26 @@ pub fn to_mcap<W: Write>(reader: &FileReader, out: W, progress: Option<&Progress
         *sequence = sequence.wrapping_add(1);
         writer.write_to_known_channel(&header, &payload).map_err(mcap_error)?;
         stats.messages += 1;
+        if let (Some(d), Some(name)) = (derived.as_deref_mut(), name) {
+            let mut failed = None;
+            d.item(name, time_ns, &json_value, &mut |k, payload| {
+                let Some((channel_id, sequence)) = extra.get_mut(k) else { return };
+                let header = mcap::records::MessageHeader {
+                    channel_id: *channel_id,
+                    sequence: *sequence,
+                    log_time: time_ns,
+                    publish_time: time_ns,
+                };
+                *sequence = sequence.wrapping_add(1);
+                match writer.write_to_known_channel(&header, payload) {
+                    Ok(()) => stats.messages += 1,
+                    Err(e) => failed = Some(e),
+                }
+            });
+            if let Some(e) = failed {
+                return Err(mcap_error(e));
+            }
+        }
     }
     writer.finish().map_err(mcap_error)?;
     let mut inner = writer.into_inner().into_inner();

@@ -27,7 +27,7 @@ const URI: &str = "pi3hat:spidev";
 const MAX_TRANSFER: usize = 256;
 
 /// What the device tree must say for the pi3hat's buses to appear as spidev devices.
-const ENABLE_SPI: &str = "enable SPI0 and SPI1, which the pi3hat needs, with dtparam=spi=on and \
+pub const ENABLE_SPI: &str = "enable SPI0 and SPI1, which the pi3hat needs, with dtparam=spi=on and \
                           dtoverlay=spi1-3cs in /boot/config.txt (/boot/firmware/config.txt since Bookworm), then reboot";
 
 /// Zeros clocked out while reading (the kernel copies from it; it is never written).

@@ -574,7 +574,7 @@ fn every_other_test_here_leaves_nothing_in_the_temp_dir() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
+    let out = rtloop_testkit::this_test_binary()
         // This module's tests only: the binary holds the whole crate's.
         .args([
             &rtloop_testkit::test_path(module_path!(), ""),

@@ -45,7 +45,7 @@ fn defaults_of_every_experiment() {
     }
     assert!(matches!(parse(&["compare", "--samples", "100", "--sizes", "16,64"]),
         LabCommand::Compare { samples: 100, ref sizes, json: false } if sizes == &[16, 64]));
-    assert!(matches!(parse(&["doctor", "--json"]), LabCommand::Doctor { json: true }));
+    assert!(matches!(parse(&["doctor", "--json"]), LabCommand::Doctor { json: true, .. }));
     assert!(matches!(parse(&["udp-echo-server", "--bind", "10.0.0.1:7777"]), LabCommand::UdpEchoServer { .. }));
 }
 

@@ -2,7 +2,7 @@
 //! JSON line agrees with the table. No verdict is asserted that depends on the machine, except
 //! the two that this VM's files decide (no /sys/kernel/realtime, no cpufreq).
 
-use rtloop_lab::doctor::{checks, run, Status, CHECK_NAMES};
+use rtloop_lab::doctor::{Machine, Status, CHECK_NAMES};
 use std::path::Path;
 use std::process::Command;
 
@@ -11,7 +11,7 @@ const CHILD_ENV: &str = "RTLOOP_DOCTOR_CHILD";
 
 #[test]
 fn every_listed_check_is_returned_with_a_value() {
-    let found = checks();
+    let found = rtloop_lab::doctor::checks(&Machine::this());
     let names: Vec<&str> = found.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, CHECK_NAMES);
     for c in &found {
@@ -24,7 +24,7 @@ fn every_listed_check_is_returned_with_a_value() {
 
 #[test]
 fn json_summary_counts_the_statuses() {
-    let out = run(true);
+    let out = rtloop_lab::doctor::run(&Machine::this(), true);
     let last = out.lines().last().expect("output");
     let v: serde_json::Value = serde_json::from_str(last).expect("last line is JSON");
     let list = v["checks"].as_array().expect("checks list");
@@ -41,12 +41,12 @@ fn json_summary_counts_the_statuses() {
 
 #[test]
 fn without_json_there_is_no_json_line() {
-    assert!(!run(false).lines().any(|l| l.starts_with('{')));
+    assert!(!rtloop_lab::doctor::run(&Machine::this(), false).lines().any(|l| l.starts_with('{')));
 }
 
 #[test]
 fn this_vm_is_reported_honestly() {
-    let found = checks();
+    let found = rtloop_lab::doctor::checks(&Machine::this());
     let get = |name: &str| found.iter().find(|c| c.name == name).unwrap().clone();
     if !Path::new("/sys/kernel/realtime").exists() {
         let c = get("preempt-rt");
@@ -62,7 +62,7 @@ fn this_vm_is_reported_honestly() {
 #[test]
 fn doctor_child() {
     if std::env::var_os(CHILD_ENV).is_some() {
-        print!("{}", run(true));
+        print!("{}", rtloop_lab::doctor::run(&Machine::this(), true));
     }
 }
 
@@ -73,7 +73,7 @@ fn runs_unprivileged() {
     let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"].into_iter().find(|p| Path::new(p).exists());
     let (true, Some(setpriv)) = (root, setpriv) else {
         // Already unprivileged (or no way to drop privileges): calling it is the test.
-        let out = run(true);
+        let out = rtloop_lab::doctor::run(&Machine::this(), true);
         assert!(out.lines().last().unwrap().starts_with('{'));
         return;
     };

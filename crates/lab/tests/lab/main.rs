@@ -11,6 +11,7 @@ mod cli_wiring;
 mod compare;
 mod core;
 mod doctor;
+mod doctor_trees;
 mod event;
 mod honest_reports;
 mod load_files;

@@ -146,3 +146,15 @@ fn csv_and_plot_may_not_share_a_file() {
     assert!(err.contains("--plot both name") && err.contains("give each its own file"), "{err}");
     assert!(!std::path::Path::new(both).exists());
 }
+
+#[test]
+fn the_doctor_refuses_a_root_that_is_no_directory_and_a_service_that_is_no_name() {
+    let err = refusal(&["doctor", "--root", "/nonexistent/robot"], "--root");
+    assert!(err.contains("not a directory") && err.contains("proc/ and sys/"), "{err}");
+    let err = refusal(&["doctor", "--service", "../etc/passwd"], "--service");
+    assert!(err.contains("not a service name"), "{err}");
+    // A unit's name with its suffix, an instance, are names.
+    for name in ["rtloop.service", "robot@left", "walker"] {
+        assert!(run(parse(&["doctor", "--service", name])).is_ok(), "{name}");
+    }
+}

@@ -9,7 +9,6 @@ use rtloop_rt::setup::{
     Policy, RtError, RtSettings, Setting,
 };
 use std::os::unix::process::CommandExt;
-use std::process::Command;
 
 /// Run `f` on a fresh thread (with room for the default 256 KiB stack prefault).
 fn on_new_thread<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
@@ -226,7 +225,7 @@ const CHILD_ENV: &str = "RTLOOP_RT_SETUP_CHILD";
 
 /// Re-run this test binary with only `child_entry`, as `uid` if given.
 fn run_child(role: &str, uid: Option<u32>) -> String {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    let mut cmd = rtloop_testkit::this_test_binary();
     cmd.args(["--exact", &rtloop_testkit::test_path(module_path!(), "child_entry"), "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, role);
     if let Some(uid) = uid {

@@ -93,8 +93,14 @@ fn seconds(us: i64) -> f64 {
     rtloop_tlog::value::micros_to_seconds(us)
 }
 
+#[cfg(feature = "parquet")]
 mod parquet;
+#[cfg(not(feature = "parquet"))]
+#[path = "log/without_parquet.rs"]
+mod parquet;
+mod render;
 use parquet::{export_dataset, export_parquet};
+pub use render::{render, RenderArgs};
 
 fn problems_json(problems: &[Problem]) -> Json {
     serde_json::to_value(problems).unwrap_or(Json::Null)
@@ -443,7 +449,11 @@ struct ExportReport {
 
 impl ExportReport {
     fn warnings(&self) -> Vec<String> {
-        self.problems.iter().map(ToString::to_string).collect()
+        self.problems
+            .iter()
+            .map(ToString::to_string)
+            .chain(self.written["no_3d"].as_str().map(|w| format!("{w}; the MCAP has the records without it")))
+            .collect()
     }
 }
 
@@ -526,13 +536,19 @@ fn export_to(
     } else {
         let mut output = create_output(out, identity, force, flag)?;
         let bar = progress_bar("mcap");
-        let stats = rtloop_tlog::export::to_mcap(&reader, output.file(), bar.as_ref()).map_err(cannot_export)?;
+        // A run with physics: its 3D view too (the scene, every body's pose, the body's
+        // transform), from the `model` and `body` records.
+        let mut scene = rtloop::scene::logged_model(&reader).map(|m| rtloop::scene::SceneExport::new(&m));
+        let derived = scene.as_mut().map(|s| s as &mut dyn rtloop_tlog::export::Derived);
+        let stats =
+            rtloop_tlog::export::to_mcap_with(&reader, output.file(), bar.as_ref(), derived).map_err(cannot_export)?;
         if let Some(b) = bar {
             b.finish_and_clear();
         }
         let report = ExportReport {
             record: None,
-            written: json!({"messages": stats.messages, "channels": stats.channels}),
+            written: json!({"messages": stats.messages, "channels": stats.channels,
+                            "no_3d": scene.as_ref().and_then(|s| s.no_3d.clone())}),
             problems: stats.problems,
         };
         if stats.messages == 0 {
@@ -628,7 +644,7 @@ pub fn serve(path: &Path, args: &ServeArgs, as_json: bool) -> Result<Outcome, St
         exit_at_end: args.exit_at_end,
     };
     let report = playback::serve(path, &opts).map_err(|e| e.to_string())?;
-    let warnings = report.problems.iter().map(ToString::to_string).collect();
+    let warnings = report.problems.iter().map(ToString::to_string).chain(report.no_3d.clone()).collect();
     let text = if as_json {
         serde_json::to_string(&report).map_err(|e| e.to_string())?
     } else {

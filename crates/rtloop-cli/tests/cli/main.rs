@@ -25,10 +25,14 @@ mod moteus_tool;
 mod physics;
 mod python;
 mod readme_tour;
+#[cfg(feature = "render")]
+mod render;
 #[cfg(feature = "physics")]
 mod robots;
 mod run_trust;
 mod runtime;
+#[cfg(feature = "physics")]
+mod scene;
 mod telemetry;
 mod tview;
 mod watchdog_always_on;

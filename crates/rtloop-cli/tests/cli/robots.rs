@@ -18,7 +18,7 @@ fn workspace() -> PathBuf {
 }
 
 /// `<target>/models` (where `tools/models` puts them), or a visible skip.
-fn models() -> Option<PathBuf> {
+pub(crate) fn models() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     // <target>/<profile>/deps/<test binary>
     let target = exe.parent()?.parent()?.parent()?;
@@ -33,7 +33,7 @@ fn models() -> Option<PathBuf> {
 
 /// `examples/robots/NAME.toml` in `scratch`, its model taken from `models` (the example's
 /// `../../target/models` is right for the checkout's own target directory only).
-fn run_file(scratch: &Scratch, models: &Path, name: &str, edit: impl Fn(String) -> String) -> PathBuf {
+pub(crate) fn run_file(scratch: &Scratch, models: &Path, name: &str, edit: impl Fn(String) -> String) -> PathBuf {
     let text = std::fs::read_to_string(workspace().join(format!("examples/robots/{name}.toml"))).unwrap();
     let text = text.replace("../../target/models", &models.display().to_string());
     let path = scratch.path(&format!("{name}.toml"));

@@ -338,6 +338,9 @@ pub struct LiveRobot {
     pub servos: Vec<(u8, u8)>,
     /// The run has an IMU whose attitude is measured (a pi3hat, or the simulated one).
     pub imu: bool,
+    /// The simulated body's model (runs with physics): what the 3D view draws
+    /// ([`crate::scene`]).
+    pub model: Option<crate::telemetry::ModelRecord>,
 }
 
 /// One cycle, as publishers get it.
@@ -352,6 +355,8 @@ pub struct LiveCycle<'a> {
     pub servos: &'a [crate::telemetry::ServoLog],
     /// The attitude.
     pub imu: ImuMsg,
+    /// The simulated body's ground truth and `qpos` (runs with physics).
+    pub body: Option<&'a crate::telemetry::BodyLog>,
 }
 
 /// The cycle's timing: `/cycle` in Foxglove, `rtloop/<robot>/state/cycle` in zenoh.
@@ -763,6 +768,7 @@ pub fn live_cycle(c: &CycleLog, epoch_offset_us: i64) -> LiveCycle<'_> {
         },
         servos: &c.servos[..n],
         imu: ImuMsg::from_sample(&c.imu),
+        body: c.body.present.then_some(&c.body),
     }
 }
 
@@ -885,7 +891,7 @@ mod tests {
     fn each_publisher_gets_the_cycles_of_its_decimation_and_every_event() {
         let a = Arc::new(Mutex::new(Seen::default()));
         let b = Arc::new(Mutex::new(Seen::default()));
-        let robot = LiveRobot { name: "r".into(), rate_hz: 1000.0, servos: vec![(1, 1)], imu: true };
+        let robot = LiveRobot { name: "r".into(), rate_hz: 1000.0, servos: vec![(1, 1)], imu: true, model: None };
         let mut fan = Fanout::start(
             vec![Publisher::new(Box::new(Recorder(a.clone())), 1), Publisher::new(Box::new(Recorder(b.clone())), 4)],
             &robot,

@@ -150,6 +150,9 @@ pub struct PlaybackReport {
     pub problems: Vec<Problem>,
     /// Playback requests refused (a speed out of range).
     pub refused_requests: u64,
+    /// Why a run with physics plays without its 3D view (`null`: it has one, or the log is
+    /// of a run without physics).
+    pub no_3d: Option<String>,
     /// The server's counts.
     pub foxglove: LiveStats,
 }
@@ -274,9 +277,21 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Play
 
     let records = reader.records();
     let id_of = |name: &str| records.iter().find(|r| r.name == name).map(|r| r.id);
-    let (cycle_id, event_id) = (id_of("cycle"), id_of("event"));
-    // The robot: the servos of the first cycle.
-    let mut robot = LiveRobot { name: "log".into(), rate_hz: 0.0, servos: Vec::new(), imu: false };
+    let (cycle_id, event_id, body_id) = (id_of("cycle"), id_of("event"), id_of("body"));
+    // The robot: the servos of the first cycle, the model of the `model` record.
+    let mut robot = LiveRobot { name: "log".into(), rate_hz: 0.0, servos: Vec::new(), imu: false, model: None };
+    let model = crate::scene::logged_model(&reader);
+    let mut scene = None;
+    let mut no_3d = None;
+    if let Some(m) = &model {
+        match crate::scene::Scene3d::for_model(m) {
+            Ok(s) => {
+                scene = Some(s);
+                robot.model = model.clone();
+            }
+            Err(e) => no_3d = Some(e.to_string()),
+        }
+    }
     if let Some(id) = cycle_id {
         let first = reader
             .items(ItemFilter { record: Some("cycle".into()), ..Default::default() })
@@ -335,6 +350,9 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Play
             playback: Some(((to_ns(start_us), to_ns(end_us)), handler)),
         },
     )?;
+    if let Some(s) = scene {
+        sink.set_scene(s);
+    }
     sink.start(&robot);
     let mut other: HashMap<u64, Arc<super::foxglove::server::Channel>> = HashMap::new();
     for r in &records {
@@ -355,6 +373,9 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Play
         sink.addr(),
         sink.addr()
     );
+    if let Some(why) = &no_3d {
+        eprintln!("rtloop log serve: warning: {why}; the log plays without it");
+    }
 
     crate::signals::install();
     let mut report = PlaybackReport {
@@ -367,11 +388,13 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Play
         restarts: 0,
         problems: Vec::new(),
         refused_requests: 0,
+        no_3d: no_3d.clone(),
         foxglove: LiveStats::default(),
     };
     let mut problems = Problems::default();
     let mut first_pass = true;
-    let items_from = |us: i64| reader.items(ItemFilter { record: None, from_us: Some(us), to_us: Some(end_us) });
+    let items_from =
+        |us: i64| reader.items(ItemFilter { record: None, from_us: Some(us), to_us: Some(end_us) }).peekable();
     let mut items = items_from(start_us);
     // (wall clock, log time) at which playback was last (re)anchored.
     let mut anchor: Option<(Instant, i64)> = None;
@@ -399,11 +422,16 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Play
                     if now - settling.1 >= SETTLE || now - first >= SETTLE_MAX {
                         c.playing = true;
                         auto_started = true;
+                        if let Some(why) = &no_3d {
+                            sink.publish_status(Status::warning(why.clone()));
+                        }
                     }
                 }
             }
             if let Some(us) = c.seek_us.take() {
                 items = items_from(us);
+                // The app forgets what it had when it seeks: the 3D scene again.
+                sink.resend_scene(us);
                 anchor = None;
                 first_pass = false;
                 report.restarts += 1;
@@ -468,11 +496,32 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Play
                 continue;
             }
         };
-        let cycle = if Some(item.record_id) == cycle_id { cycle_from_record(&decoded) } else { None };
+        if Some(item.record_id) == body_id {
+            // A body item goes with its cycle (below): this one's cycle was not sent.
+            continue;
+        }
+        let mut cycle = if Some(item.record_id) == cycle_id { cycle_from_record(&decoded) } else { None };
         if cycle.as_ref().is_some_and(|c| !super::sends_cycle(c.index, every)) {
             // Not sent: no need to wait for its time.
             report.decimated += 1;
             continue;
+        }
+        // The body as of this cycle: the `body` item the loop wrote right after it.
+        let mut body_json = None;
+        if let (Some(c), Some(body_id)) = (cycle.as_mut(), body_id) {
+            let next_is_body =
+                matches!(items.peek(), Some(Ok(next)) if next.record_id == body_id && next.timestamp_us == Some(ts));
+            if next_is_body {
+                if let Some(Ok(next)) = items.next() {
+                    if let Ok(v) = reader.decode_item(&next) {
+                        let v = v.to_json();
+                        if let Some(b) = crate::telemetry::BodyLog::from_record(&v) {
+                            c.body = b;
+                        }
+                        body_json = Some(v);
+                    }
+                }
+            }
         }
         // Wait for the item's time, in short steps so a pause or a seek is heard.
         let mut interrupted = false;
@@ -509,6 +558,12 @@ pub fn serve(path: &Path, opts: &PlaybackOptions) -> Result<PlaybackReport, Play
                 live.stamp_us = ts;
                 sink.cycle(&live);
                 report.cycles += 1;
+            }
+            if let (Some(v), Some(ch)) = (body_json, body_id.and_then(|id| other.get(&id))) {
+                if let Ok(payload) = serde_json::to_vec(&v) {
+                    sink.publish_raw(ch, ts, payload);
+                    report.other += 1;
+                }
             }
         } else if Some(item.record_id) == event_id {
             let kind = decoded["kind"].as_str().unwrap_or("?");

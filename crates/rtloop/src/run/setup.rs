@@ -343,6 +343,7 @@ where
         rate_hz: config.rate_hz,
         servos: servos.iter().map(|s| (bus_numbers.get(s.bus).copied().unwrap_or(0), s.id)).collect(),
         imu: robot.cycler().has_imu(),
+        model: physics.as_ref().map(crate::telemetry::ModelRecord::of),
     };
     // Stamped with wall-clock time, also in lockstep: a viewer shows when it happened.
     let fanout = crate::live::Fanout::start(publishers, &live_robot, crate::telemetry::epoch_offset_us());

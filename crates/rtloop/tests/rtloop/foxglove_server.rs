@@ -24,7 +24,7 @@ fn text(ws: &mut tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<std:
 #[test]
 fn a_client_subscribes_and_gets_each_cycle_as_message_data() {
     let mut sink = FoxgloveSink::bind("127.0.0.1:0".parse().unwrap(), ServeOptions::default()).unwrap();
-    let robot = LiveRobot { name: "t".into(), rate_hz: 1000.0, servos: vec![(1, 1), (2, 7)], imu: true };
+    let robot = LiveRobot { name: "t".into(), rate_hz: 1000.0, servos: vec![(1, 1), (2, 7)], imu: true, model: None };
     sink.start(&robot);
     let mut request = format!("ws://{}", sink.addr()).into_client_request().unwrap();
     request.headers_mut().insert("Sec-WebSocket-Protocol", "foxglove.sdk.v1".parse().unwrap());
@@ -99,7 +99,7 @@ fn a_client_subscribes_and_gets_each_cycle_as_message_data() {
 #[test]
 fn a_client_offering_only_the_old_name_is_let_in_under_that_name() {
     let mut sink = FoxgloveSink::bind("127.0.0.1:0".parse().unwrap(), ServeOptions::default()).unwrap();
-    sink.start(&LiveRobot { name: "t".into(), rate_hz: 1000.0, servos: vec![(1, 1)], imu: false });
+    sink.start(&LiveRobot { name: "t".into(), rate_hz: 1000.0, servos: vec![(1, 1)], imu: false, model: None });
     let connect = |offer: &str| {
         let mut request = format!("ws://{}", sink.addr()).into_client_request().unwrap();
         request.headers_mut().insert("Sec-WebSocket-Protocol", offer.parse().unwrap());
@@ -139,7 +139,7 @@ fn a_client_offering_only_the_old_name_is_let_in_under_that_name() {
 fn an_endless_handshake_is_cut_off_and_counted() {
     use std::io::{Read, Write};
     let mut sink = FoxgloveSink::bind("127.0.0.1:0".parse().unwrap(), ServeOptions::default()).unwrap();
-    sink.start(&LiveRobot { name: "t".into(), rate_hz: 1000.0, servos: vec![(1, 1)], imu: false });
+    sink.start(&LiveRobot { name: "t".into(), rate_hz: 1000.0, servos: vec![(1, 1)], imu: false, model: None });
     let mut s = std::net::TcpStream::connect(sink.addr()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     // The server may close while we still write: stop at the first refused write.
@@ -199,7 +199,13 @@ fn finish_returns(mut sink: FoxgloveSink) -> rtloop::live::LiveStats {
 }
 
 fn robot(servos: usize) -> LiveRobot {
-    LiveRobot { name: "t".into(), rate_hz: 1000.0, servos: (0..servos).map(|i| (1, i as u8 + 1)).collect(), imu: true }
+    LiveRobot {
+        name: "t".into(),
+        rate_hz: 1000.0,
+        servos: (0..servos).map(|i| (1, i as u8 + 1)).collect(),
+        imu: true,
+        model: None,
+    }
 }
 
 /// Issue 29 §1: a client that subscribes to everything and stops reading fills its socket

@@ -65,9 +65,15 @@ fn remove_scratch_dirs_of_dead_processes() {
 /// The moteus package version the protocol notes were checked against.
 pub const MOTEUS_VERSION: &str = "1.1.1";
 
-/// The `rtloop` binary cargo built for these tests. (The library's test binary shares this
-/// file but has no binary: it never calls this.)
+/// The `rtloop` binary under test: the one cargo built for these tests, or the program
+/// `RTLOOP_TEST_BIN` names (tools/cross-test runs the tour against the aarch64 build under
+/// qemu-user that way). (The library's test binary shares this file but has no binary: it
+/// never calls this.)
 pub fn rtloop_bin() -> &'static str {
+    static GIVEN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    if let Some(given) = GIVEN.get_or_init(|| std::env::var("RTLOOP_TEST_BIN").ok().filter(|b| !b.is_empty())) {
+        return given;
+    }
     match option_env!("CARGO_BIN_EXE_rtloop") {
         Some(bin) => bin,
         None => panic!("only rtloop-cli's tests have the rtloop binary"),

@@ -29,9 +29,7 @@
 pub mod protocol;
 pub mod server;
 
-use super::{
-    CycleTiming, EventMsg, ImuMsg, LiveCycle, LiveError, LiveRobot, LiveSink, LiveStats, Publisher, Quat, Vec3,
-};
+use super::{CycleTiming, EventMsg, ImuMsg, LiveCycle, LiveError, LiveRobot, LiveSink, LiveStats, Publisher, Quat};
 use super::{ServoCommandMsg, ServoStateMsg};
 use crate::live::LiveConfig;
 use crate::telemetry::ServoLog;
@@ -86,7 +84,8 @@ pub fn event_level(kind: &str) -> u8 {
     }
 }
 
-/// JSON schemas of the well-known Foxglove messages this server sends as JSON.
+/// JSON schemas of the well-known Foxglove messages this server sends as JSON (those of
+/// the 3D view are [`crate::scene::schemas`]).
 pub mod wellknown {
     use serde_json::{json, Value as Json};
 
@@ -94,20 +93,6 @@ pub mod wellknown {
         json!({"type": "object", "properties": {
             "sec": {"type": "integer", "minimum": 0}, "nsec": {"type": "integer", "minimum": 0, "maximum": 999_999_999}},
             "required": ["sec", "nsec"]})
-    }
-
-    fn xyz(keys: &[&str]) -> Json {
-        let props: serde_json::Map<String, Json> =
-            keys.iter().map(|k| (k.to_string(), json!({"type": "number"}))).collect();
-        json!({"type": "object", "properties": props, "required": keys})
-    }
-
-    /// `foxglove.FrameTransform`.
-    pub fn frame_transform() -> Json {
-        json!({"title": "foxglove.FrameTransform", "type": "object", "properties": {
-            "timestamp": time(), "parent_frame_id": {"type": "string"}, "child_frame_id": {"type": "string"},
-            "translation": xyz(&["x", "y", "z"]), "rotation": xyz(&["x", "y", "z", "w"])},
-            "required": ["timestamp", "parent_frame_id", "child_frame_id", "translation", "rotation"]})
     }
 
     /// `foxglove.Log` (level: 0 unknown, 1 debug, 2 info, 3 warning, 4 error, 5 fatal).
@@ -118,15 +103,6 @@ pub mod wellknown {
             "line": {"type": "integer", "minimum": 0}},
             "required": ["timestamp", "level", "message", "name", "file", "line"]})
     }
-}
-
-#[derive(Serialize)]
-struct FrameTransformMsg {
-    timestamp: Time,
-    parent_frame_id: &'static str,
-    child_frame_id: &'static str,
-    translation: Vec3,
-    rotation: Quat,
 }
 
 #[derive(Serialize)]
@@ -280,6 +256,8 @@ struct Channels {
     servos: Vec<(Arc<Channel>, Arc<Channel>)>,
     imu: Option<(Arc<Channel>, Arc<Channel>)>,
     events: Arc<Channel>,
+    /// The 3D view (runs with physics): the scene (latched) and every body's transform.
+    model: Option<(Arc<Channel>, Arc<Channel>)>,
 }
 
 /// One JSON channel with a JSON schema (named by the schema's `title`).
@@ -303,7 +281,15 @@ impl Channels {
         let imu = if robot.imu {
             Some((
                 json_channel(server, "/imu", &schemas::imu())?,
-                json_channel(server, "/imu/transform", &wellknown::frame_transform())?,
+                json_channel(server, "/imu/transform", &crate::scene::schemas::frame_transform())?,
+            ))
+        } else {
+            None
+        };
+        let model = if robot.model.is_some() {
+            Some((
+                json_channel(server, crate::scene::SCENE_TOPIC, &crate::scene::schemas::scene_update())?,
+                json_channel(server, crate::scene::TRANSFORMS_TOPIC, &crate::scene::schemas::frame_transforms())?,
             ))
         } else {
             None
@@ -313,6 +299,7 @@ impl Channels {
             servos,
             imu,
             events: json_channel(server, "/events", &wellknown::log())?,
+            model,
         })
     }
 }
@@ -325,6 +312,7 @@ struct OwnedCycle {
     imu: ImuMsg,
     servos_len: usize,
     servos: [ServoLog; crate::controller::MAX_SERVOS],
+    body: crate::telemetry::BodyLog,
 }
 
 // A cycle stays inline in the queue: the queue's slots are allocated once, up front.
@@ -337,6 +325,11 @@ enum Item {
         servo: u8,
         kind: String,
     },
+    /// Send the 3D scene again, stamped `stamp_us` (`rtloop log serve` after a seek: the app
+    /// forgets what it had).
+    Scene {
+        stamp_us: i64,
+    },
     /// A message on a channel of the caller's (`rtloop log serve`'s `/log/<record>`).
     Raw {
         channel: Arc<Channel>,
@@ -346,9 +339,18 @@ enum Item {
 }
 
 /// The publisher thread: serialise each item into reused buffers, queue it for the clients.
-fn publish_loop(rx: Receiver<Item>, channels: Channels, server: Arc<Server>, counters: Arc<Counters>) {
+fn publish_loop(
+    rx: Receiver<Item>,
+    channels: Channels,
+    server: Arc<Server>,
+    counters: Arc<Counters>,
+    mut scene: Option<crate::scene::Scene3d>,
+) {
     let mut buf: Vec<u8> = Vec::with_capacity(1024);
     let mut text = String::with_capacity(128);
+    let mut scene_sent = false;
+    let mut rate = crate::scene::RateLimit::default();
+    let mut transforms: Vec<u8> = Vec::with_capacity(4096);
     let mut send = |channel: &Channel, stamp_ns: u64, encode: &dyn Fn(&mut Vec<u8>) -> serde_json::Result<()>| {
         if !channel.has_sinks() {
             return;
@@ -374,16 +376,45 @@ fn publish_loop(rx: Receiver<Item>, channels: Channels, server: Arc<Server>, cou
                     send(state, ns, &|b| serde_json::to_writer(b, &ServoStateMsg::from_log(s)));
                     send(command, ns, &|b| serde_json::to_writer(b, &ServoCommandMsg::from_log(s)));
                 }
+                let body = c.body.present.then_some(&c.body);
                 if let Some((imu, transform)) = &channels.imu {
                     send(imu, ns, &|b| serde_json::to_writer(b, &c.imu));
-                    let t = FrameTransformMsg {
-                        timestamp: Time::from_ns(ns),
-                        parent_frame_id: "world",
-                        child_frame_id: "body",
-                        translation: Vec3::default(),
-                        rotation: z_up(c.imu.orientation),
-                    };
-                    send(transform, ns, &|b| serde_json::to_writer(b, &t));
+                    let o = z_up(c.imu.orientation);
+                    let position = body.map_or([0.0; 3], |b| b.state.position_m);
+                    send(transform, ns, &|b| {
+                        crate::scene::frame_transform_json(b, ns, "world", "body", position, [o.w, o.x, o.y, o.z])
+                    });
+                }
+                if let (Some(s), Some((scene_ch, tf_ch)), Some(b)) = (scene.as_mut(), &channels.model, body) {
+                    if !scene_sent {
+                        let json = s.scene_update(ns);
+                        if !server.set_latched(scene_ch, ns, &json) {
+                            counters.errors.fetch_add(1, Ordering::Relaxed);
+                            server.broadcast_status(&Status::warning(format!(
+                                "no 3D view: the model's scene is {} MB of JSON, more than the {} MB a client is sent",
+                                json.len() >> 20,
+                                server::MAX_LATCHED_BYTES >> 20
+                            )));
+                        }
+                        scene_sent = true;
+                    }
+                    let n = usize::from(b.qpos_len).min(b.qpos.len());
+                    if tf_ch.has_sinks() && n > 0 && rate.due(ns) {
+                        if s.transforms(ns, &b.qpos[..n], &mut transforms) {
+                            if server.publish(tf_ch, ns, &transforms) > 0 {
+                                counters.messages.fetch_add(1, Ordering::Relaxed);
+                            }
+                        } else {
+                            counters.errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
+            Item::Scene { stamp_us } => {
+                if let (Some(s), Some((scene_ch, _)), true) = (scene.as_ref(), &channels.model, scene_sent) {
+                    let ns = stamp_ns(stamp_us);
+                    let _ = server.set_latched(scene_ch, ns, &s.scene_update(ns));
+                    rate = crate::scene::RateLimit::default();
                 }
             }
             Item::Event { stamp_us, bus, servo, kind } => {
@@ -413,6 +444,10 @@ pub struct FoxgloveSink {
     per_cycle: u64,
     /// How long [`LiveSink::finish`] leaves clients to read what is queued.
     linger: std::time::Duration,
+    /// The 3D view's model, given before [`LiveSink::start`] (`rtloop log serve`).
+    scene: Option<crate::scene::Scene3d>,
+    /// Why the run's model cannot be shown in 3D.
+    scene_error: Option<String>,
 }
 
 impl std::fmt::Debug for FoxgloveSink {
@@ -461,6 +496,8 @@ impl FoxgloveSink {
             thread: None,
             per_cycle: 1,
             linger: std::time::Duration::ZERO,
+            scene: None,
+            scene_error: None,
         })
     }
 
@@ -510,6 +547,22 @@ impl FoxgloveSink {
         self.enqueue(Item::Raw { channel: Arc::clone(channel), stamp_us, payload }, 1);
     }
 
+    /// The 3D view's model, loaded by the caller (`rtloop log serve`, which checked it against
+    /// the log): used at [`LiveSink::start`] when the robot has a model.
+    pub fn set_scene(&mut self, scene: crate::scene::Scene3d) {
+        self.scene = Some(scene);
+    }
+
+    /// Why the run's model is not shown in 3D (it did not load, or is not the run's).
+    pub fn scene_error(&self) -> Option<&str> {
+        self.scene_error.as_deref()
+    }
+
+    /// Send the 3D scene again, stamped `stamp_us` (after a seek the app has forgotten it).
+    pub fn resend_scene(&mut self, stamp_us: i64) {
+        self.enqueue(Item::Scene { stamp_us }, 1);
+    }
+
     /// Tell every client where playback is (`rtloop log serve`).
     pub fn broadcast_playback_state(&self, state: PlaybackState) {
         if let Some(s) = &self.server {
@@ -554,13 +607,29 @@ impl LiveSink for FoxgloveSink {
             }
         };
         self.per_cycle = 1 + 2 * robot.servos.len() as u64 + if robot.imu { 2 } else { 0 };
+        // The 3D view's model, loaded now (before the run, never on the telemetry thread),
+        // unless the caller gave it already; a model that cannot be shown is said to every
+        // client that connects (a status) and counted in `errors`.
+        let mut scene = self.scene.take();
+        if let (None, Some(record)) = (&scene, &robot.model) {
+            match crate::scene::Scene3d::for_model(record) {
+                Ok(s) => scene = Some(s),
+                Err(e) => {
+                    self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                    self.scene_error = Some(e.to_string());
+                }
+            }
+        }
+        if channels.model.is_none() {
+            scene = None;
+        }
         let (tx, rx) = sync_channel(QUEUE_LEN);
         let counters = Arc::clone(&self.counters);
         let server = Arc::clone(server);
         match std::thread::Builder::new()
             .name("rtloop-foxglove-pub".into())
             .stack_size(RUNTIME_STACK)
-            .spawn(move || publish_loop(rx, channels, server, counters))
+            .spawn(move || publish_loop(rx, channels, server, counters, scene))
         {
             Ok(t) => {
                 self.tx = Some(tx);
@@ -581,6 +650,7 @@ impl LiveSink for FoxgloveSink {
             imu: cycle.imu,
             servos_len: n,
             servos: [ServoLog::default(); crate::controller::MAX_SERVOS],
+            body: cycle.body.copied().unwrap_or_default(),
         };
         owned.servos[..n].copy_from_slice(&cycle.servos[..n]);
         self.enqueue(Item::Cycle(owned), self.per_cycle);

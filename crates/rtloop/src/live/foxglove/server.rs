@@ -21,14 +21,16 @@
 //! * A client message (and frame) is at most [`CLIENT_MESSAGE_MAX`] bytes: a longer one
 //!   closes the connection with code 1009 (`refused_too_large`) before it is buffered.
 //! * Each client's outgoing queue holds at most [`CLIENT_QUEUE_BYTES`]: a message that does
-//!   not fit is dropped and counted (`client_queue_dropped`, and in `dropped`); a control
+//!   not fit is dropped and counted (`client_queue_dropped`, and in `dropped`), but for a
+//!   latched channel's one message (the 3D scene, [`Server::set_latched`]), which is taken
+//!   while the queue is within its limit, whatever its size; a control
 //!   message (advertisement, status, playback state) that does not fit closes the client
 //!   (`clients_dropped_slow`).
 //! * [`Server::stop`] gives every client [`CLOSE_TIMEOUT`] to take a close frame, then drops
 //!   every socket: it returns within that bound whatever the clients do.
 //!
-//! Memory is therefore bounded by `MAX_CLIENTS × (CLIENT_QUEUE_BYTES + tungstenite's buffers
-//! + CLIENT_MESSAGE_MAX)` plus `MAX_HANDSHAKING` handshakes of 64 KiB.
+//! Memory is therefore bounded by `MAX_CLIENTS × (CLIENT_QUEUE_BYTES + the latched message
+//! + tungstenite's buffers + CLIENT_MESSAGE_MAX)` plus `MAX_HANDSHAKING` handshakes of 64 KiB.
 //!
 //! Must never: listen beyond the address given; buffer a client's input past the limits;
 //! let a client's input panic anything or reach the loop; make [`Server::stop`] or the
@@ -70,6 +72,10 @@ pub const CLIENT_MESSAGE_MAX: usize = 64 * 1024;
 /// second of every channel).
 pub const CLIENT_QUEUE_BYTES: usize = 1024 * 1024;
 
+/// The largest latched message (the 3D scene; Menagerie's Go2 with its meshes is 23 MB): a
+/// client's write buffer grows to hold one message while it is sent.
+pub const MAX_LATCHED_BYTES: usize = 64 * 1024 * 1024;
+
 /// How long [`Server::stop`] gives clients to take their close frame before it drops their
 /// sockets.
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -91,6 +97,9 @@ pub struct Channel {
     schema_name: String,
     schema: String,
     subscribers: AtomicU32,
+    /// The message a client gets when it subscribes (a latched channel: the 3D scene, sent
+    /// once), with its log time.
+    latched: Mutex<Option<(u64, Arc<[u8]>)>>,
 }
 
 impl Channel {
@@ -153,6 +162,22 @@ impl Client {
         let len = message.len();
         let mut o = lock(&self.outbox);
         if o.bytes + len > CLIENT_QUEUE_BYTES {
+            return false;
+        }
+        o.bytes += len;
+        o.messages.push_back(message);
+        drop(o);
+        self.wake.notify_one();
+        true
+    }
+
+    /// Queue a latched channel's message (the 3D scene, which may be larger than the whole
+    /// queue): taken while the queue holds at most [`CLIENT_QUEUE_BYTES`], so one such message
+    /// at most goes past the limit; false (dropped) otherwise.
+    fn push_latched(&self, message: Message) -> bool {
+        let len = message.len();
+        let mut o = lock(&self.outbox);
+        if o.bytes > CLIENT_QUEUE_BYTES {
             return false;
         }
         o.bytes += len;
@@ -312,6 +337,7 @@ impl Server {
             schema_name: schema_name.to_string(),
             schema,
             subscribers: AtomicU32::new(0),
+            latched: Mutex::new(None),
         });
         lock(&self.shared.channels).push(Arc::clone(&channel));
         let text = protocol::advertise(&[channel.info()]);
@@ -338,6 +364,22 @@ impl Server {
             }
         }
         subscribed
+    }
+
+    /// Make `payload` the message every client gets when it subscribes to `channel` (and
+    /// send it now to those subscribed): the 3D scene, sent once but needed by every client.
+    /// False (nothing latched or sent) when it is over [`MAX_LATCHED_BYTES`].
+    pub fn set_latched(&self, channel: &Channel, log_time_ns: u64, payload: &[u8]) -> bool {
+        if payload.len() > MAX_LATCHED_BYTES {
+            return false;
+        }
+        let payload: Arc<[u8]> = Arc::from(payload);
+        *lock(&channel.latched) = Some((log_time_ns, Arc::clone(&payload)));
+        for c in lock(&self.shared.clients).iter() {
+            let Some(sub) = c.subscription_for(channel) else { continue };
+            send_latched(c, &self.shared, sub, log_time_ns, &payload);
+        }
+        true
     }
 
     /// A status message for every client.
@@ -456,7 +498,10 @@ fn ws_config() -> WebSocketConfig {
     WebSocketConfig::default()
         .read_buffer_size(READ_BUFFER)
         .write_buffer_size(WRITE_BUFFER)
-        .max_write_buffer_size(MAX_WRITE_BUFFER)
+        // One whole message must fit (tungstenite refuses a larger one): the latched scene may
+        // be far larger than the buffer (it only grows past `WRITE_BUFFER` while a message that
+        // large is written).
+        .max_write_buffer_size(MAX_WRITE_BUFFER + MAX_LATCHED_BYTES + 64)
         .max_message_size(Some(CLIENT_MESSAGE_MAX))
         .max_frame_size(Some(CLIENT_MESSAGE_MAX))
 }
@@ -561,9 +606,14 @@ async fn serve_client(ws: tokio_tungstenite::WebSocketStream<TcpStream>, shared:
     shared.count(Detail::ClientsConnected);
     let (sink, mut stream) = ws.split();
     let mut writer = tokio::spawn(write_loop(sink, Arc::clone(&client)));
+    // A finished task's handle must not be polled again (tokio panics).
+    let mut writer_done = false;
     loop {
         tokio::select! {
-            _ = &mut writer => break,
+            _ = &mut writer => {
+                writer_done = true;
+                break;
+            }
             next = stream.next() => match next {
                 None => break,
                 Some(Ok(message)) => handle(&message, &client, &shared),
@@ -588,7 +638,7 @@ async fn serve_client(ws: tokio_tungstenite::WebSocketStream<TcpStream>, shared:
     }
     client.close();
     // Let the writer send what is queued and the close frame, within the bound.
-    if tokio::time::timeout(CLOSE_TIMEOUT, &mut writer).await.is_err() {
+    if !writer_done && tokio::time::timeout(CLOSE_TIMEOUT, &mut writer).await.is_err() {
         writer.abort();
     }
     unregister(&client, &shared);
@@ -663,9 +713,13 @@ fn handle(message: &Message, client: &Client, shared: &Shared) {
                     continue;
                 }
                 channel.subscribers.fetch_add(1, Ordering::Relaxed);
+                let latched = lock(&channel.latched).clone();
                 subscriptions.push((s.id, channel));
                 drop(subscriptions);
                 shared.count(Detail::Subscriptions);
+                if let Some((log_time_ns, payload)) = latched {
+                    send_latched(client, shared, s.id, log_time_ns, &payload);
+                }
             }
         }
         Ok(ClientMessage::Unsubscribe(ids)) => {
@@ -695,6 +749,17 @@ fn handle(message: &Message, client: &Client, shared: &Shared) {
             }
         }
         Err(e) => refuse_error(client, shared, &e),
+    }
+}
+
+/// A latched channel's message to one client (dropped and counted when its queue is over
+/// the limit).
+fn send_latched(client: &Client, shared: &Shared, sub: u32, log_time_ns: u64, payload: &[u8]) {
+    let mut frame = Vec::with_capacity(payload.len() + 16);
+    protocol::message_data(&mut frame, sub, log_time_ns, payload);
+    if !client.push_latched(Message::binary(frame)) {
+        shared.count(Detail::ClientQueueDropped);
+        shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -1,103 +1,42 @@
-//! `rtloop lab doctor`: the system's real-time readiness, one check per setting that changes
-//! latency, each with the value found and the fix (kernel command line, sysctl or file).
-//!
-//! Verdicts: [`Status::Fail`] means something rtloop asks for will be *refused* (no way to get
-//! a real-time priority at all). [`Status::Warn`] means it runs, but with latency tails worse
-//! than this hardware can do — a kernel without PREEMPT_RT is a Warn, not a Fail, because
-//! rtloop still runs on it (soft real time, tails in the hundreds of µs to ms under load)
-//! and the fix is named; the lab's figures then tell how far that kernel can be trusted.
-//! [`Status::Info`] is something worth knowing that has no right or wrong here (no cpufreq in a
-//! VM). [`Status::Pass`] is as good as it gets.
-//!
-//! What it must never do: change anything (it only reads), need privileges, or panic because a
-//! file is absent or unreadable — an absent file is reported as such in the check's value.
+//! The kernel's checks: preemption model, isolated and tickless CPUs, frequency and idle
+//! states, interrupt affinity, real-time throttling, the limits of the doctor's own process,
+//! swap, huge pages, timer migration, clocksource.
 
-use serde::Serialize;
+use super::{check, Check, Machine, Status};
+use rtloop_rt::setup::{format_cpu_list, parse_cpu_list, PreemptionModel};
 use std::fmt::Write as _;
-
-/// How a check came out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    /// As good as this system can be for real time.
-    Pass,
-    /// Works, but costs latency; the fix says what to change.
-    Warn,
-    /// Something rtloop asks for will be refused.
-    Fail,
-    /// Worth knowing, nothing to fix.
-    Info,
-}
-
-impl Status {
-    /// "pass", "warn", "fail" or "info".
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Pass => "pass",
-            Status::Warn => "warn",
-            Status::Fail => "fail",
-            Status::Info => "info",
-        }
-    }
-}
-
-impl std::fmt::Display for Status {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// One check: what was looked at, how it came out, what was found and what to change.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Check {
-    /// Stable name, one of [`CHECK_NAMES`].
-    pub name: String,
-    /// The verdict.
-    pub status: Status,
-    /// What was found (never empty; "absent: …" when the file does not exist).
-    pub value: String,
-    /// What to change, when there is something to change.
-    pub fix: Option<String>,
-}
-
-/// The names of the checks [`checks`] returns, in order.
-pub const CHECK_NAMES: &[&str] = &[
-    "preempt-rt",
-    "preemption-model",
-    "isolcpus",
-    "nohz_full",
-    "rcu_nocbs",
-    "cpufreq-governor",
-    "cpuidle",
-    "cpu_dma_latency",
-    "irq-affinity",
-    "sched_rt_runtime_us",
-    "rlimit-rtprio",
-    "rlimit-memlock",
-    "swap",
-    "transparent-hugepages",
-    "timer_migration",
-    "clocksource",
-    "kernel",
-];
 
 const CPU_DIR: &str = "/sys/devices/system/cpu";
 
-/// The content of a file, or why there is none, as a sentence fragment for the value column.
-fn read(path: &str) -> Result<String, String> {
-    std::fs::read_to_string(path).map(|s| s.trim().to_string()).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => format!("absent: {path}"),
-        std::io::ErrorKind::PermissionDenied => format!("unreadable (permission denied): {path}"),
-        _ => format!("unreadable ({e}): {path}"),
-    })
+/// What several kernel checks read: `uname -r` and `-v` (as /proc/sys/kernel gives them), the
+/// preemption model, the command line, the online and isolated CPUs.
+pub(crate) struct Kernel {
+    pub release: Option<String>,
+    pub version: Option<String>,
+    pub realtime_sysfs: Option<bool>,
+    pub preemption: PreemptionModel,
+    pub dynamic_mode: Option<String>,
+    pub cmdline: String,
+    pub online: Vec<usize>,
+    pub isolated: Vec<usize>,
 }
 
-fn check(name: &str, status: Status, value: impl Into<String>, fix: Option<String>) -> Check {
-    let mut value = value.into();
-    if value.is_empty() {
-        value = "(empty)".into();
+impl Kernel {
+    pub(crate) fn read(m: &Machine) -> Kernel {
+        let release = m.read("/proc/sys/kernel/osrelease").ok();
+        let version = m.read("/proc/sys/kernel/version").ok();
+        let realtime_sysfs = m.read("/sys/kernel/realtime").ok().map(|s| s == "1");
+        Kernel {
+            preemption: rtloop_rt::setup::preemption_model(version.as_deref(), realtime_sysfs),
+            release,
+            version,
+            realtime_sysfs,
+            dynamic_mode: m.read("/sys/kernel/debug/sched/preempt").ok(),
+            cmdline: m.read("/proc/cmdline").unwrap_or_default(),
+            online: m.cpu_list(&format!("{CPU_DIR}/online")).unwrap_or_default(),
+            isolated: m.cpu_list(&format!("{CPU_DIR}/isolated")).unwrap_or_default(),
+        }
     }
-    Check { name: name.to_string(), status, value, fix }
 }
 
 /// The value of `key=` on the kernel command line, the last one winning as in the kernel.
@@ -116,55 +55,65 @@ fn cmdline_param(cmdline: &str, key: &str) -> Option<String> {
 fn suggested_isolated(online: &[usize]) -> String {
     match online {
         [] | [_] => "N".into(),
-        [_, rest @ ..] => rtloop_rt::setup::format_cpu_list(rest),
+        [_, rest @ ..] => format_cpu_list(rest),
     }
 }
 
-/// Every readiness check, in the order of [`CHECK_NAMES`]. Reads files and limits only.
-pub fn checks() -> Vec<Check> {
-    let conditions = rtloop_rt::current_conditions();
-    let cmdline = read("/proc/cmdline").unwrap_or_default();
-    let online = conditions.online_cpus.clone().unwrap_or_default();
-    let isolated = conditions.isolated_cpus.clone().unwrap_or_default();
+/// The CPUs left for everything else: the online ones that are not isolated ("0" when that
+/// leaves none, or nothing is known).
+pub(crate) fn housekeeping(online: &[usize], isolated: &[usize]) -> String {
+    let rest: Vec<usize> = online.iter().copied().filter(|c| !isolated.contains(c)).collect();
+    if rest.is_empty() {
+        "0".into()
+    } else {
+        format_cpu_list(&rest)
+    }
+}
+
+/// The kernel's checks, in the order of [`super::CHECK_NAMES`].
+pub fn checks(m: &Machine) -> Vec<Check> {
+    let k = Kernel::read(m);
+    let (online, isolated) = (&k.online, &k.isolated);
     let mut out = vec![
-        preempt_rt(&conditions),
-        preemption_model(&conditions, &cmdline),
-        isolcpus(&online, &isolated),
-        nohz_full(&online, &isolated),
-        rcu_nocbs(&online, &cmdline),
-        cpufreq(&online),
-        cpuidle(),
-        cpu_dma_latency(),
-        irq_affinity(&isolated),
-        rt_throttling(&conditions),
+        preempt_rt(m, &k),
+        preemption_model(&k),
+        isolcpus(m, online, isolated),
+        nohz_full(m, online, isolated),
+        rcu_nocbs(online, &k.cmdline),
+        cpufreq(m, online),
+        cpuidle(m),
+        cpu_dma_latency(m),
+        irq_affinity(m, online, isolated),
+        rt_throttling(m),
     ];
-    out.extend(rlimits(&conditions));
-    out.extend([swap(), transparent_hugepages(), timer_migration(), clocksource(), kernel(&conditions)]);
+    out.extend(rlimits(m));
+    out.extend([swap(m), transparent_hugepages(m), timer_migration(m), clocksource(m), kernel(&k)]);
     out
 }
 
-fn preempt_rt(c: &rtloop_rt::Conditions) -> Check {
-    let sysfs = match c.realtime_sysfs {
+fn preempt_rt(m: &Machine, k: &Kernel) -> Check {
+    let sysfs = match k.realtime_sysfs {
         Some(true) => "/sys/kernel/realtime = 1",
         Some(false) => "/sys/kernel/realtime = 0",
         None => "/sys/kernel/realtime absent",
     };
-    let version = c.kernel_version.as_deref().unwrap_or("uname -v unreadable");
+    let version = k.version.as_deref().unwrap_or("uname -v unreadable");
     let value = format!("{sysfs}; uname -v: {version}");
-    if c.preemption == rtloop_rt::setup::PreemptionModel::PreemptRt {
-        check("preempt-rt", Status::Pass, value, None)
-    } else {
-        check(
-            "preempt-rt",
-            Status::Warn,
-            format!("not PREEMPT_RT ({value})"),
-            Some(
-                "boot a PREEMPT_RT kernel (Debian: apt install linux-image-rt-amd64, or linux-image-rt-arm64) \
-                 for bounded latency; this one gives soft real time only"
-                    .into(),
-            ),
-        )
+    if k.preemption == PreemptionModel::PreemptRt {
+        return check("preempt-rt", Status::Pass, value, None);
     }
+    let how = if m.device_model().is_some_and(|model| model.starts_with("Raspberry Pi")) {
+        "on a Raspberry Pi, the Raspberry Pi kernel built with CONFIG_PREEMPT_RT (docs/robot.md, \"A PREEMPT_RT \
+         kernel\")"
+    } else {
+        "Debian: apt install linux-image-rt-amd64, or linux-image-rt-arm64"
+    };
+    check(
+        "preempt-rt",
+        Status::Warn,
+        format!("not PREEMPT_RT ({value})"),
+        Some(format!("boot a PREEMPT_RT kernel ({how}) for bounded latency; this one gives soft real time only")),
+    )
 }
 
 /// The active PREEMPT_DYNAMIC mode: the parenthesised word of debugfs' "none voluntary (full) lazy".
@@ -172,11 +121,11 @@ fn active_dynamic_mode(debugfs: &str) -> Option<&str> {
     debugfs.split_whitespace().find_map(|w| w.strip_prefix('(')?.strip_suffix(')'))
 }
 
-fn preemption_model(c: &rtloop_rt::Conditions, cmdline: &str) -> Check {
-    use rtloop_rt::setup::PreemptionModel as M;
+fn preemption_model(k: &Kernel) -> Check {
+    use PreemptionModel as M;
     const FIX: &str = "add preempt=full to the kernel command line (or, as root with debugfs mounted: echo full > \
                        /sys/kernel/debug/sched/preempt); better, a PREEMPT_RT kernel";
-    match c.preemption {
+    match k.preemption {
         M::PreemptRt => check("preemption-model", Status::Pass, "PREEMPT_RT (fully preemptible)", None),
         M::Full => check("preemption-model", Status::Pass, "PREEMPT (full, built in)", None),
         M::VoluntaryOrNone => check(
@@ -189,9 +138,9 @@ fn preemption_model(c: &rtloop_rt::Conditions, cmdline: &str) -> Check {
         ),
         M::Unknown => check("preemption-model", Status::Warn, "unknown: uname -v unreadable", None),
         M::Dynamic => {
-            let (mode, source) = match c.preempt_dynamic_mode.as_deref().and_then(active_dynamic_mode) {
+            let (mode, source) = match k.dynamic_mode.as_deref().and_then(active_dynamic_mode) {
                 Some(m) => (Some(m.to_string()), "from /sys/kernel/debug/sched/preempt"),
-                None => match cmdline_param(cmdline, "preempt") {
+                None => match cmdline_param(&k.cmdline, "preempt") {
                     Some(m) => (Some(m), "from preempt= on the kernel command line"),
                     None => (None, ""),
                 },
@@ -219,48 +168,40 @@ fn preemption_model(c: &rtloop_rt::Conditions, cmdline: &str) -> Check {
     }
 }
 
-fn isolcpus(online: &[usize], isolated: &[usize]) -> Check {
+fn isolcpus(m: &Machine, online: &[usize], isolated: &[usize]) -> Check {
     let n = suggested_isolated(online);
     let fix = format!("kernel command line: isolcpus={n} nohz_full={n} rcu_nocbs={n}, then pin the loop there (--cpu)");
     if online.len() < 2 {
         return check("isolcpus", Status::Info, "one CPU online: nothing to isolate", None);
     }
-    match read(&format!("{CPU_DIR}/isolated")) {
+    match m.read(&format!("{CPU_DIR}/isolated")) {
         Err(why) => check("isolcpus", Status::Warn, why, Some(fix)),
-        Ok(_) if isolated.is_empty() => check(
-            "isolcpus",
-            Status::Warn,
-            format!("no CPU isolated (online {})", rtloop_rt::setup::format_cpu_list(online)),
-            Some(fix),
-        ),
-        Ok(_) => {
-            check("isolcpus", Status::Pass, format!("isolated {}", rtloop_rt::setup::format_cpu_list(isolated)), None)
+        Ok(_) if isolated.is_empty() => {
+            check("isolcpus", Status::Warn, format!("no CPU isolated (online {})", format_cpu_list(online)), Some(fix))
         }
+        Ok(_) => check("isolcpus", Status::Pass, format!("isolated {}", format_cpu_list(isolated)), None),
     }
 }
 
-fn nohz_full(online: &[usize], isolated: &[usize]) -> Check {
-    let target =
-        if isolated.is_empty() { suggested_isolated(online) } else { rtloop_rt::setup::format_cpu_list(isolated) };
+fn nohz_full(m: &Machine, online: &[usize], isolated: &[usize]) -> Check {
+    let target = if isolated.is_empty() { suggested_isolated(online) } else { format_cpu_list(isolated) };
     let fix = Some(format!("kernel command line: nohz_full={target} (with isolcpus= and rcu_nocbs= on the same CPUs)"));
-    match read(&format!("{CPU_DIR}/nohz_full")) {
+    match m.read(&format!("{CPU_DIR}/nohz_full")) {
         Err(why) => check(
             "nohz_full",
             Status::Warn,
             format!("{why} (kernel built without CONFIG_NO_HZ_FULL: the tick interrupts every CPU)"),
             fix,
         ),
-        Ok(text) => match rtloop_rt::setup::parse_cpu_list(&text).filter(|c| !c.is_empty()) {
+        Ok(text) => match parse_cpu_list(&text).filter(|c| !c.is_empty()) {
             None => check("nohz_full", Status::Warn, "no CPU runs tickless", fix),
             Some(cpus) if !isolated.iter().all(|c| cpus.contains(c)) => check(
                 "nohz_full",
                 Status::Warn,
-                format!("tickless {} does not cover the isolated CPUs", rtloop_rt::setup::format_cpu_list(&cpus)),
+                format!("tickless {} does not cover the isolated CPUs", format_cpu_list(&cpus)),
                 fix,
             ),
-            Some(cpus) => {
-                check("nohz_full", Status::Pass, format!("tickless {}", rtloop_rt::setup::format_cpu_list(&cpus)), None)
-            }
+            Some(cpus) => check("nohz_full", Status::Pass, format!("tickless {}", format_cpu_list(&cpus)), None),
         },
     }
 }
@@ -277,10 +218,10 @@ fn rcu_nocbs(online: &[usize], cmdline: &str) -> Check {
     }
 }
 
-fn cpufreq(online: &[usize]) -> Check {
+fn cpufreq(m: &Machine, online: &[usize]) -> Check {
     let governors: Vec<(usize, String)> = online
         .iter()
-        .filter_map(|&cpu| Some((cpu, read(&format!("{CPU_DIR}/cpu{cpu}/cpufreq/scaling_governor")).ok()?)))
+        .filter_map(|&cpu| Some((cpu, m.read(&format!("{CPU_DIR}/cpu{cpu}/cpufreq/scaling_governor")).ok()?)))
         .collect();
     if governors.is_empty() {
         return check(
@@ -303,10 +244,10 @@ fn cpufreq(online: &[usize]) -> Check {
     }
 }
 
-fn cpuidle() -> Check {
+fn cpuidle(m: &Machine) -> Check {
     let fix = "cpupower idle-set -D 0 (disable states with exit latency > 0), or kernel idle=poll or \
                processor.max_cstate=1, or hold /dev/cpu_dma_latency at 0 while the loop runs (as cyclictest does)";
-    let driver = match read(&format!("{CPU_DIR}/cpuidle/current_driver")) {
+    let driver = match m.read(&format!("{CPU_DIR}/cpuidle/current_driver")) {
         Ok(d) => d,
         Err(why) => {
             return check("cpuidle", Status::Info, format!("no cpuidle driver ({why}): the default idle loop"), None)
@@ -317,16 +258,16 @@ fn cpuidle() -> Check {
     let mut deep = false;
     for i in 0.. {
         let dir = format!("{CPU_DIR}/cpu0/cpuidle/state{i}");
-        let Ok(name) = read(&format!("{dir}/name")) else { break };
-        let latency: u64 = read(&format!("{dir}/latency")).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-        let disabled = read(&format!("{dir}/disable")).is_ok_and(|s| s == "1");
+        let Ok(name) = m.read(&format!("{dir}/name")) else { break };
+        let latency: u64 = m.read(&format!("{dir}/latency")).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let disabled = m.read(&format!("{dir}/disable")).is_ok_and(|s| s == "1");
         deep |= !disabled && latency > 0;
         states.push(format!("{name} {latency} µs{}", if disabled { " (disabled)" } else { "" }));
     }
     let mut value =
         format!("driver {driver}; states: {}", if states.is_empty() { "none".into() } else { states.join(", ") });
     if driver.contains("haltpoll") {
-        if let Ok(ns) = read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") {
+        if let Ok(ns) = m.read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") {
             write!(value, "; guest_halt_poll_ns {ns}").ok();
         }
         value.push_str(" (a halted vCPU is woken through the hypervisor)");
@@ -338,9 +279,9 @@ fn cpuidle() -> Check {
     }
 }
 
-fn cpu_dma_latency() -> Check {
+fn cpu_dma_latency(m: &Machine) -> Check {
     const PATH: &str = "/dev/cpu_dma_latency";
-    match std::fs::metadata(PATH) {
+    match std::fs::metadata(m.path(PATH)) {
         Err(_) => check(
             "cpu_dma_latency",
             Status::Warn,
@@ -350,7 +291,7 @@ fn cpu_dma_latency() -> Check {
         Ok(_) => {
             // Reading returns the current system-wide limit; opening adds a request with the
             // default value (no constraint) for as long as the file is open, changing nothing.
-            let current = std::fs::read(PATH).ok().and_then(|b| Some(i32::from_ne_bytes(b.get(..4)?.try_into().ok()?)));
+            let current = m.read_bytes(PATH).and_then(|b| Some(i32::from_ne_bytes(b.get(..4)?.try_into().ok()?)));
             let value = match current {
                 Some(us) => format!("present; current limit {us} µs (0 keeps CPUs out of deep idle)"),
                 None => "present (its current limit is readable by root only)".to_string(),
@@ -371,11 +312,10 @@ fn parse_cpu_mask(text: &str) -> Option<Vec<usize>> {
     Some(cpus)
 }
 
-fn irq_affinity(isolated: &[usize]) -> Check {
-    let default = match read("/proc/irq/default_smp_affinity") {
+fn irq_affinity(m: &Machine, online: &[usize], isolated: &[usize]) -> Check {
+    let default = match m.read("/proc/irq/default_smp_affinity") {
         Ok(mask) => {
-            let cpus =
-                parse_cpu_mask(&mask).map(|c| rtloop_rt::setup::format_cpu_list(&c)).unwrap_or_else(|| "?".into());
+            let cpus = parse_cpu_mask(&mask).map(|c| format_cpu_list(&c)).unwrap_or_else(|| "?".into());
             format!("default_smp_affinity {mask} (CPUs {cpus})")
         }
         Err(why) => why,
@@ -389,16 +329,14 @@ fn irq_affinity(isolated: &[usize]) -> Check {
         );
     }
     let mut landing = Vec::new();
-    if let Ok(dir) = std::fs::read_dir("/proc/irq") {
-        for entry in dir.flatten() {
-            let irq = entry.file_name().to_string_lossy().into_owned();
-            let Ok(list) = read(&format!("/proc/irq/{irq}/smp_affinity_list")) else { continue };
-            if rtloop_rt::setup::parse_cpu_list(&list).is_some_and(|cpus| cpus.iter().any(|c| isolated.contains(c))) {
-                landing.push(irq);
-            }
+    for irq in m.list("/proc/irq") {
+        let Ok(list) = m.read(&format!("/proc/irq/{irq}/smp_affinity_list")) else { continue };
+        if parse_cpu_list(&list).is_some_and(|cpus| cpus.iter().any(|c| isolated.contains(c))) {
+            landing.push(irq);
         }
     }
     landing.sort_by_key(|s| s.parse::<u32>().unwrap_or(u32::MAX));
+    let housekeeping = housekeeping(online, isolated);
     if landing.is_empty() {
         check("irq-affinity", Status::Pass, format!("{default}; no IRQ may land on the isolated CPUs"), None)
     } else {
@@ -406,18 +344,19 @@ fn irq_affinity(isolated: &[usize]) -> Check {
             "irq-affinity",
             Status::Warn,
             format!("{default}; IRQs {} may land on isolated CPUs", landing.join(",")),
-            Some(
-                "kernel command line irqaffinity=0 (housekeeping CPUs), or echo the housekeeping list into \
-                 /proc/irq/*/smp_affinity_list; stop irqbalance or ban the isolated CPUs from it"
-                    .into(),
-            ),
+            Some(format!(
+                "kernel command line irqaffinity={housekeeping} (the housekeeping CPUs), or echo {housekeeping} \
+                 into /proc/irq/*/smp_affinity_list; stop irqbalance or ban the isolated CPUs from it \
+                 (IRQBALANCE_BANNED_CPULIST={})",
+                format_cpu_list(isolated)
+            )),
         )
     }
 }
 
-fn rt_throttling(c: &rtloop_rt::Conditions) -> Check {
-    let period = c.sched_rt_period_us.unwrap_or(1_000_000);
-    match c.sched_rt_runtime_us {
+fn rt_throttling(m: &Machine) -> Check {
+    let period = m.number("/proc/sys/kernel/sched_rt_period_us").unwrap_or(1_000_000);
+    match m.number("/proc/sys/kernel/sched_rt_runtime_us") {
         None => check("sched_rt_runtime_us", Status::Warn, "unreadable: /proc/sys/kernel/sched_rt_runtime_us", None),
         Some(r) if r < 0 => check("sched_rt_runtime_us", Status::Pass, "-1 (RT throttling off)", None),
         Some(r) => check(
@@ -433,7 +372,12 @@ fn rt_throttling(c: &rtloop_rt::Conditions) -> Check {
     }
 }
 
-fn rlimits(c: &rtloop_rt::Conditions) -> [Check; 2] {
+fn rlimits(m: &Machine) -> [Check; 2] {
+    let Some(c) = m.process("self") else {
+        let why = "unreadable: /proc/self/status";
+        return [check("rlimit-rtprio", Status::Warn, why, None), check("rlimit-memlock", Status::Warn, why, None)];
+    };
+    let root = c.euid == Some(0);
     let shown = |l: Option<rtloop_rt::setup::ResourceLimit>, unit: &str, div: u64| match l {
         None => "unreadable".to_string(),
         Some(l) => {
@@ -443,11 +387,11 @@ fn rlimits(c: &rtloop_rt::Conditions) -> [Check; 2] {
     };
     let rtprio_value = shown(c.rlimit_rtprio, "", 1);
     let memlock_value = shown(c.rlimit_memlock, " KiB", 1024);
-    let rtprio = if c.euid == 0 || c.cap_sys_nice == Some(true) {
+    let rtprio = if root || c.cap_sys_nice == Some(true) {
         check(
             "rlimit-rtprio",
             Status::Pass,
-            format!("{rtprio_value}; {} bypasses it (CAP_SYS_NICE)", if c.euid == 0 { "root" } else { "this process" }),
+            format!("{rtprio_value}; {} bypasses it (CAP_SYS_NICE)", if root { "root" } else { "this process" }),
             None,
         )
     } else {
@@ -460,14 +404,11 @@ fn rlimits(c: &rtloop_rt::Conditions) -> [Check; 2] {
             _ => check("rlimit-rtprio", Status::Pass, rtprio_value, None),
         }
     };
-    let memlock = if c.euid == 0 || c.cap_ipc_lock == Some(true) {
+    let memlock = if root || c.cap_ipc_lock == Some(true) {
         check(
             "rlimit-memlock",
             Status::Pass,
-            format!(
-                "{memlock_value}; {} bypasses it (CAP_IPC_LOCK)",
-                if c.euid == 0 { "root" } else { "this process" }
-            ),
+            format!("{memlock_value}; {} bypasses it (CAP_IPC_LOCK)", if root { "root" } else { "this process" }),
             None,
         )
     } else if c.rlimit_memlock.is_some_and(|l| l.soft.is_none()) {
@@ -486,8 +427,8 @@ fn rlimits(c: &rtloop_rt::Conditions) -> [Check; 2] {
     [rtprio, memlock]
 }
 
-fn swap() -> Check {
-    match read("/proc/swaps") {
+fn swap(m: &Machine) -> Check {
+    match m.read("/proc/swaps") {
         Err(why) => check("swap", Status::Info, why, None),
         Ok(text) => {
             let devices: Vec<(String, u64)> = text
@@ -514,9 +455,9 @@ fn swap() -> Check {
     }
 }
 
-fn transparent_hugepages() -> Check {
+fn transparent_hugepages(m: &Machine) -> Check {
     const PATH: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
-    match read(PATH) {
+    match m.read(PATH) {
         Err(why) => check("transparent-hugepages", Status::Info, why, None),
         Ok(text) => {
             let mode = active_bracketed(&text).unwrap_or("unknown").to_string();
@@ -539,9 +480,9 @@ fn active_bracketed(text: &str) -> Option<&str> {
     text.split_whitespace().find_map(|w| w.strip_prefix('[')?.strip_suffix(']'))
 }
 
-fn timer_migration() -> Check {
+fn timer_migration(m: &Machine) -> Check {
     const PATH: &str = "/proc/sys/kernel/timer_migration";
-    match read(PATH) {
+    match m.read(PATH) {
         Err(why) => check("timer_migration", Status::Info, why, None),
         Ok(v) if v == "0" => check("timer_migration", Status::Pass, "0", None),
         Ok(v) => check(
@@ -553,12 +494,15 @@ fn timer_migration() -> Check {
     }
 }
 
-fn clocksource() -> Check {
+fn clocksource(m: &Machine) -> Check {
     let dir = "/sys/devices/system/clocksource/clocksource0";
-    let available = read(&format!("{dir}/available_clocksource")).unwrap_or_default();
-    match read(&format!("{dir}/current_clocksource")) {
+    let available = m.read(&format!("{dir}/available_clocksource")).unwrap_or_default();
+    match m.read(&format!("{dir}/current_clocksource")) {
         Err(why) => check("clocksource", Status::Warn, why, None),
-        Ok(cs) if cs == "tsc" => check("clocksource", Status::Pass, format!("tsc (available: {available})"), None),
+        // The counters clock_gettime reads in user space (the vDSO): x86's TSC, Arm's generic timer.
+        Ok(cs) if cs == "tsc" || cs == "arch_sys_counter" => {
+            check("clocksource", Status::Pass, format!("{cs} (available: {available})"), None)
+        }
         Ok(cs) => {
             let note = if cs == "kvm-clock" {
                 "kvm-clock is fine in a VM (read in user space through the vDSO), but costs more per read than tsc"
@@ -574,58 +518,10 @@ fn clocksource() -> Check {
     }
 }
 
-fn kernel(c: &rtloop_rt::Conditions) -> Check {
-    let value = match (&c.kernel_release, &c.kernel_version) {
+fn kernel(k: &Kernel) -> Check {
+    let value = match (&k.release, &k.version) {
         (Some(r), Some(v)) => format!("{r} {v}"),
         _ => "uname unreadable".to_string(),
     };
     check("kernel", Status::Info, value, None)
-}
-
-/// Counts per status, for the JSON summary.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Summary {
-    /// Checks that passed.
-    pub pass: usize,
-    /// Checks that warn.
-    pub warn: usize,
-    /// Checks that fail.
-    pub fail: usize,
-    /// Informational checks.
-    pub info: usize,
-}
-
-impl Summary {
-    /// Count the statuses of `checks`.
-    pub fn of(checks: &[Check]) -> Summary {
-        let count = |s: Status| checks.iter().filter(|c| c.status == s).count();
-        Summary {
-            pass: count(Status::Pass),
-            warn: count(Status::Warn),
-            fail: count(Status::Fail),
-            info: count(Status::Info),
-        }
-    }
-}
-
-/// Run every check and render them as a table (status, name, value, fix); with `json`, the
-/// last line is one object `{"checks": [...], "summary": {pass, warn, fail, info}}`.
-pub fn run(json: bool) -> String {
-    let checks = checks();
-    let summary = Summary::of(&checks);
-    let name_width = checks.iter().map(|c| c.name.len()).max().unwrap_or(4);
-    let mut out = String::new();
-    writeln!(out, "{:<6} {:<name_width$} value / fix", "status", "check").ok();
-    for c in &checks {
-        writeln!(out, "{:<6} {:<name_width$} {}", c.status.as_str().to_uppercase(), c.name, c.value).ok();
-        if let Some(fix) = &c.fix {
-            writeln!(out, "{:<6} {:<name_width$}   fix: {fix}", "", "").ok();
-        }
-    }
-    writeln!(out, "{} pass, {} warn, {} fail, {} info", summary.pass, summary.warn, summary.fail, summary.info).ok();
-    if json {
-        let object = serde_json::json!({ "checks": checks, "summary": summary });
-        writeln!(out, "{object}").ok();
-    }
-    out
 }
