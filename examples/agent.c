@@ -13,9 +13,10 @@
  * echoes the published arm token, which arms it; that is the only way a spine starts
  * following an agent.
  *
- * Waiting for the next state: in lockstep, or with RTLOOP_AGENT_BUSY=1 in the environment,
- * it busy-polls (lowest latency, one CPU kept busy: give it a core of its own); otherwise it
- * sleeps 20 µs between looks.
+ * Waiting for the next state: with RTLOOP_AGENT_BUSY=1 in the environment it busy-polls
+ * (lowest latency, one CPU kept busy: give it a core of its own). Otherwise, in lockstep it
+ * sleeps on the spine's bell (no CPU until the spine publishes a state to answer), and in a
+ * free-running run it sleeps 20 µs between looks.
  *
  * Exit status: 0 when the spine goes away (it ended, removed the segment, or died) or on
  * SIGINT/SIGTERM; 1 with a one-line message when it cannot attach, or when another process
@@ -107,15 +108,18 @@ int main(int argc, char **argv) {
             agent.header.rate_hz, agent.header.lockstep ? ", lockstep" : "");
 
     const char *busy_env = getenv("RTLOOP_AGENT_BUSY");
-    const int busy = agent.header.lockstep || (busy_env != NULL && busy_env[0] == '1');
+    const int busy = busy_env != NULL && busy_env[0] == '1';
+    const int bells = agent.header.lockstep && !busy;
 
-    static rtloop_state state; /* 3 KB: keep it off the stack */
+    static rtloop_state state; /* 3.4 KB: keep it off the stack */
     int have_state = 0;
     uint64_t last_cycle = 0;
     uint64_t last_gone_check = 0;
     int gone = 0; /* why the spine is gone: rtloop_agent_spine_gone's answer */
     unsigned idle_looks = 0;
     while (!stop_requested) {
+        /* Read the bell before looking: a state published after the look moves it. */
+        uint32_t bell = bells ? rtloop_agent_state_bell(&agent) : 0;
         /* Nothing new published since the last state read: look again (cheaply). */
         if (have_state && rtloop_agent_state_sequence(&agent) == state.seq) {
             /* Reading the clock costs more than a look: only every 1024 looks when busy. */
@@ -129,7 +133,9 @@ int main(int argc, char **argv) {
                     break;
                 }
             }
-            if (!busy) {
+            if (bells) {
+                rtloop_agent_sleep(&agent, bell, 10000000ull); /* at most 10 ms, then look again */
+            } else if (!busy) {
                 sleep_us(20);
             }
             continue;

@@ -10,8 +10,9 @@ Runs each benchmark of this directory and prints one table:
 * ``bench_moteus``: the moteus package's own transport vs the same moteus code routed
   through rtloop's transport;
 * ``bench_agent``: the agent round trip from Python (state published → command seen);
-* ``bench_gym``: ``env.step()`` of ``rtloop/Quadruped-v0`` (needs gymnasium and an rtloop
-  built with physics);
+* ``bench_gym``: ``rtloop/Quadruped-v0`` in simulated s per wall s beside the spine alone,
+  under load, two at once, idle, and ``Ant-v5`` (needs gymnasium and an rtloop built with
+  physics);
 * ``bench_tlog``: ``rtloop.tlog`` reading a 1 M-record log vs mjlib's Python reader (with
   ``--mjlib DIR`` or ``RTLOOP_MJLIB``: a directory holding ``mjlib/telemetry/file_reader.py``).
 

@@ -221,6 +221,15 @@ class BodyState:
     @property
     def quaternion(self) -> npt.NDArray[np.float64]:
         """Attitude w, x, y, z in the pi3hat's frame, shape (4,)."""
+    @property
+    def position_m(self) -> npt.NDArray[np.float64]:
+        """Body origin in the ground's frame (+x forward, +y left, +z up), m, shape (3,)."""
+    @property
+    def velocity_mps(self) -> npt.NDArray[np.float64]:
+        """Body origin's velocity in the ground's frame, m/s, shape (3,)."""
+    @property
+    def yaw_deg(self) -> float:
+        """Heading, degrees, positive turning left."""
 
 class AgentState:
     """One published state, copied out of shared memory (never a view of it)."""
@@ -305,7 +314,10 @@ class AgentState:
         """The last reset request the spine answered, 0 before any."""
     @property
     def reset_result(self) -> str:
-        """ "none", "done", "no_physics" or "not_lockstep"."""
+        """ "none", "done", "no_physics", "not_lockstep" or "bad_domain"."""
+    @property
+    def awaiting(self) -> bool:
+        """Whether the spine waits for a command answering this state (lockstep)."""
     @property
     def resets(self) -> int:
         """Resets of the simulated world done so far."""
@@ -356,8 +368,8 @@ class Agent:
         """Whether the agent was closed."""
     def state(self) -> AgentState:
         """The newest state, now (no wait)."""
-    def wait_next(self, timeout: Optional[float] = None) -> Optional[AgentState]:
-        """The next state with a newer cycle; None after ``timeout`` s."""
+    def wait_next(self, timeout: Optional[float] = None, *, awaited: bool = False) -> Optional[AgentState]:
+        """The next state with a newer cycle (with ``awaited``: one the spine waits on); None after ``timeout`` s."""
     def command(
         self,
         *,
@@ -372,13 +384,27 @@ class Agent:
         velocity_limit: Optional[_Values] = None,
         accel_limit: Optional[_Values] = None,
         kind: Union[str, Sequence[str], None] = "position",
+        hold: int = 1,
     ) -> int:
         """Write one command for every servo; returns its heartbeat number."""
     def heartbeat(self) -> int:
         """Send the last command again (proof of life); returns its heartbeat number."""
     def arm(self) -> bool:
         """Echo the spine's arm token if it waits to be armed; True if it did."""
-    def request_reset(self, seed: int = 0) -> int:
+    def request_reset(
+        self,
+        seed: int = 0,
+        *,
+        friction_scale: Optional[float] = None,
+        mass_scale: Optional[float] = None,
+        payload_kg: Optional[float] = None,
+        kp_scale: Optional[_Values] = None,
+        kd_scale: Optional[_Values] = None,
+        joint_offset: Optional[_Values] = None,
+        joint_velocity: Optional[_Values] = None,
+        latency_cycles: Optional[int] = None,
+        pushes: Optional[Sequence[Tuple[float, float, float, float, float]]] = None,
+    ) -> int:
         """Ask for a reset of the simulated world with the next command; returns the request number."""
     def close(self) -> None:
         """Detach from the spine."""

@@ -76,12 +76,14 @@ class Agent(_rtloop.Agent):
     made from a fresh state; :meth:`heartbeat` never arms. With ``auto_arm=False``, call
     :meth:`arm` yourself before the command that should take control.
 
-    **Waiting.** :meth:`wait_next` polls the segment with the GIL released: spinning when
-    ``busy_poll`` is true (the default in lockstep runs: lowest latency, one core kept
+    **Waiting.** :meth:`wait_next` waits with the GIL released. In a lockstep run it sleeps
+    on the spine's bell (a futex in the segment: no CPU at all until the spine publishes a
+    state it waits on, however long that takes). In a free-running run it sleeps 20 µs
+    between looks. With ``busy_poll=True`` it spins instead (lowest latency, one core kept
     busy — give the agent a core of its own, as a spinning process sharing its core with
-    other work loses whole scheduler slices, milliseconds), else sleeping 20 µs between
-    looks (the default in free-running runs). It checks every 5 ms whether the spine is
-    gone and every 50 ms for Ctrl-C.
+    other work loses whole scheduler slices, milliseconds). It checks every 5 ms whether
+    the spine is gone (a zombie spine, exited but not yet reaped, counts as gone) and
+    every 50 ms for Ctrl-C.
 
     **Threads.** Every method may be called from any thread; a wait in one thread does not
     block a command from another (``await agent.next()`` runs in a worker thread).

@@ -1,69 +1,91 @@
-"""``rtloop.gym``: the simulated quadruped as a Gymnasium environment, through the agent protocol.
+"""``rtloop.gym``: the simulated quadruped as Gymnasium environments, through the agent protocol.
 
-Importing this module registers ``rtloop/Quadruped-v0``::
+Importing this module registers ``rtloop/Quadruped-v0`` (stand up from lying, then stand)
+and ``rtloop/QuadrupedWalk-v0`` (track a commanded velocity)::
 
     import gymnasium as gym
-    import rtloop.gym  # noqa: F401  (registers the environment)
+    import rtloop.gym  # noqa: F401  (registers the environments)
 
     env = gym.make("rtloop/Quadruped-v0")
     obs, info = env.reset(seed=1)
     obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
     env.close()
 
-It needs Gymnasium (``pip install 'rtloop[gym]'``) and the ``rtloop`` program built with
-physics (``tools/mujoco``, then ``cargo build --release -p rtloop-cli --features physics``).
+It needs Gymnasium and the ``rtloop`` program built with physics (``docs/gym.md``: how to
+install both).
 
-**One spine, many episodes.** The environment starts ONE process,
-``rtloop run --physics --lockstep --agent NAME --duration 31536000`` (the built-in
-12-servo quadruped on MuJoCo, simulated time waiting for the agent), and drives it as an
-:class:`rtloop.Agent` — the same agent code that drives ``rtloop run --agent NAME`` on real
-buses. :meth:`QuadrupedEnv.reset` asks the spine to reset the simulated world (the
-protocol's reset request, ``docs/agent-protocol.md`` section 9): the body goes back to
-lying on the ground, its joints perturbed by a seed drawn from the environment's
-``np_random``, every servo stopped — without restarting the process
-(:attr:`QuadrupedEnv.spine_pid` stays the same). Everything runs in lockstep: the same
-seed and the same actions give the same observations, bit for bit.
+**One spine, many episodes.** An environment starts ONE process,
+``rtloop run --physics --lockstep --agent NAME`` (the built-in 12-servo quadruped on
+MuJoCo, simulated time waiting for the agent), and drives it as an :class:`rtloop.Agent` —
+the same agent code that drives ``rtloop run --agent NAME`` on real buses. :meth:`reset`
+asks the spine to reset the simulated world (``docs/agent-protocol.md`` section 9) without
+restarting the process (:attr:`QuadrupedEnv.spine_pid` stays the same).
 
-The program is ``program=`` if given, else ``$RTLOOP_BIN``, else ``rtloop`` on ``PATH``,
-else ``target/release/rtloop`` or ``target/debug/rtloop`` in the current directory or one
-of its parents (:func:`find_program`).
+**Time.** The spine's servo loop runs at 1 kHz; the policy acts every ``cycles_per_step``
+cycles (default 20: 50 Hz, what legged RL commonly uses over a fast PD loop), so
+:attr:`dt` is 0.02 s. Each action is one position command held by the spine over those
+cycles (the protocol's ``hold_cycles``, as a real robot's spine keeps applying the last
+command), so stepping costs one hand-off per step, not one per cycle. Simulated time
+waits for the learner however long it pauses between steps (a policy update, other
+environments of a vector env resetting): the run after any pause is bit-identical to the
+run without it. While it waits, neither process uses CPU (the hand-off sleeps on futexes).
 
 **Spaces.**
 
-* Action: 12 joint position targets, rev, in the servos' order (legs front-left,
-  front-right, rear-left, rear-right; each abduction, hip, knee): a ``Box`` of float32
-  bounded by :data:`ACTION_LOW` / :data:`ACTION_HIGH` — abduction ±0.14, hip ±0.4, knee
-  -0.03 to 0.46 rev (the model's joint ranges). Values outside are clipped. Each target is
-  sent as a moteus position command (mode 10) with velocity 0, ``kp_scale`` and
-  ``kd_scale`` (default 1: the servo's own gains), ``maximum_torque`` (default 8 N·m) and a
-  watchdog of ``watchdog_timeout`` (default 0.1 s).
-* One :meth:`~QuadrupedEnv.step` is ``cycles_per_step`` cycles of the 1 kHz spine (default
-  1: 1 ms of simulated time), the same targets sent each cycle.
-* Observation (float32, shape (34,), :data:`OBSERVATION_NAMES`): joint positions (12, rev),
-  joint velocities (12, rev/s), IMU attitude quaternion w, x, y, z (4), IMU rates (3, °/s),
-  IMU linear acceleration (3, m/s²) — what the servos and the IMU report, in the pi3hat's
-  frame (+x forward, +y right, +z down), as on the real robot.
-* ``info``: the body's ground truth from the physics — ``height_m`` (above the ground),
-  ``roll_deg``, ``pitch_deg`` — and ``steps``, the steps of the episode so far. (Ground
-  truth is for the reward and for checks; a policy that must run on a real robot uses the
-  observation only.)
+* Action (``action_mode="normalized"``, the default): 12 numbers in [-1, 1], one per joint
+  in the servos' order (legs front-left, front-right, rear-left, rear-right; each
+  abduction, hip, knee), mapped linearly onto the joint's range — abduction ±0.14, hip
+  ±0.4, knee -0.03 to 0.46 rev (:data:`ACTION_LOW`, :data:`ACTION_HIGH`).
+  ``action_mode="position"``: the joint targets themselves, rev, in that range. Values
+  beyond the space are clipped; an action of another shape (``(3, 4)`` included) or with
+  NaN or infinite values is refused (``ValueError``). Each target is sent as a moteus
+  position command (mode 10) with velocity 0, ``kp_scale`` / ``kd_scale`` (default 1: the
+  servo's own gains), ``maximum_torque`` (default 8 N·m) and a watchdog.
+* Observation (float32, :data:`OBSERVATION_NAMES`): joint positions (12, rev), joint
+  velocities (12, rev/s), IMU attitude quaternion w, x, y, z (4), IMU rates (3, °/s), IMU
+  linear acceleration (3, m/s²) — what the servos and the IMU report, in the pi3hat's frame
+  (+x forward, +y right, +z down), as on the real robot; the walking task adds its
+  velocity command (3).
+* ``info``: the reward's terms (``reward_*``), the body's ground truth from the physics —
+  ``x_position``, ``y_position``, ``height_m``, ``x_velocity``, ``y_velocity``,
+  ``z_velocity`` (ground frame, +x forward, +y left, +z up), ``roll_deg``, ``pitch_deg``,
+  ``yaw_deg`` — and ``steps`` of the episode. (Ground truth is for rewards and checks; a
+  policy meant for the real robot uses the observation only.)
 
-**Reward** (the default; subclass and override :meth:`QuadrupedEnv.reward` for another)::
+**Rewards** (keyword arguments set the weights; subclass and override :meth:`reward` for
+another). ``Quadruped-v0``, per step::
 
-    1 - 5·|height_m - 0.335| - (|roll| + |pitch|, rad) - 0.001·Σ torque²  (N·m, per servo)
+    healthy_reward - height_weight·|height_m - 0.335| - tilt_weight·(|roll| + |pitch|, rad)
+                   - ctrl_cost_weight·Σ torque²  (N·m, per servo)
 
-highest when the body is level at the standing height of 0.335 m (the stand pose: abduction 0,
-hip -0.1, knee 0.2 rev) with little effort.
+``QuadrupedWalk-v0``::
 
-**Episode end.** ``terminated`` when the body fell over: ``|roll|`` or ``|pitch|`` beyond 45°
-(lying on its belly, the starting pose, is not a fall: the body's origin is then 0.05 m up).
-``truncated`` after ``max_episode_steps`` steps: 1000 as registered, ``gym.make(ENV_ID,
-max_episode_steps=N)`` for another (Gymnasium's ``TimeLimit``; a :class:`QuadrupedEnv` made
-directly never truncates — wrap it in ``gymnasium.wrappers.TimeLimit``).
+    healthy_reward + tracking_weight·exp(-|v_xy - command_xy|² / 0.25)
+                   + yaw_tracking_weight·exp(-(yaw_rate - command_yaw)² / 0.25)
+                   - tilt_weight·(|roll| + |pitch|) - ctrl_cost_weight·Σ torque²
 
-**Closing.** :meth:`~QuadrupedEnv.close` detaches and stops the spine (SIGTERM; SIGKILL
-if it has not ended within 5 s); an environment that is never closed stops its spine when
-it is garbage-collected or the interpreter exits.
+**Episode end.** ``terminated`` when the body is no longer healthy: ``|roll|`` or
+``|pitch|`` beyond ``healthy_tilt_deg`` (45°), or, for the walking task, the height
+outside ``healthy_z_range`` (lying on its belly — the standing task's start — is healthy
+there). ``terminate_when_unhealthy=False`` never terminates. ``truncated`` after
+``max_episode_steps``: 250 steps (5 s) for standing up, 1000 (20 s) for walking.
+
+**Starts and domain randomisation**, all drawn from the environment's ``np_random`` (so
+``reset(seed=...)`` reproduces them, bit for bit): ``reset_noise_scale`` (rad, default
+0.1) offsets every joint from the settled pose; ``domain_randomization=True`` (or a dict
+overriding :data:`DOMAIN_RANGES`) draws per episode the friction, the masses and a
+payload, each servo's position and velocity gains, a command latency, and pushes on the
+body at random times of the episode. The values drawn are in ``info["domain"]`` after
+:meth:`reset`. Pushes given with ``spine_args=["--push", ...]`` start again with every
+episode.
+
+**Dead spine.** A spine that ends or dies is noticed at once (its process is watched, a
+zombie included): the next :meth:`step` or :meth:`reset` raises ``RuntimeError`` with
+what the spine said (its stderr and summary, read without moving the spine's file offset).
+
+**Closing.** :meth:`close` detaches and stops the spine (SIGTERM; SIGKILL if it has not
+ended within 5 s); an environment that is never closed stops its spine when it is
+garbage-collected or the interpreter exits.
 """
 
 from __future__ import annotations
@@ -75,7 +97,7 @@ import subprocess
 import tempfile
 import time
 import weakref
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -84,7 +106,7 @@ try:
     from gymnasium import spaces
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "rtloop.gym needs Gymnasium; install it with pip install 'rtloop[gym]' (or pip install gymnasium)"
+        "rtloop.gym needs Gymnasium; install it with pip install gymnasium (or pip install './python[gym]' from a checkout)"
     ) from e
 
 from .agent import Agent, AgentState, SpineGone
@@ -92,17 +114,22 @@ from .program import find_program
 
 __all__ = [
     "QuadrupedEnv",
+    "QuadrupedWalkEnv",
     "find_program",
     "ENV_ID",
+    "WALK_ENV_ID",
     "ACTION_LOW",
     "ACTION_HIGH",
     "STAND_POSE",
     "STAND_HEIGHT_M",
     "OBSERVATION_NAMES",
+    "DOMAIN_RANGES",
 ]
 
-#: The id this module registers.
+#: The standing task's id.
 ENV_ID = "rtloop/Quadruped-v0"
+#: The walking task's id.
+WALK_ENV_ID = "rtloop/QuadrupedWalk-v0"
 
 #: Joints of the built-in quadruped (its servos, in order).
 JOINTS = 12
@@ -119,15 +146,32 @@ STAND_POSE = (0.0, -0.1, 0.2)
 #: The standing height the default reward aims at, m.
 STAND_HEIGHT_M = 0.335
 
-#: Beyond this roll or pitch the body has fallen over (terminated), degrees.
-FALL_TILT_DEG = 45.0
+#: The spine's servo loop, Hz (``rtloop run``'s default rate).
+SPINE_RATE_HZ = 1000.0
 
-#: What each observation element is.
+#: What each observation element is (the standing task's; walking adds its command).
 OBSERVATION_NAMES = (
     tuple(f"position[{i}]" for i in range(JOINTS))
     + tuple(f"velocity[{i}]" for i in range(JOINTS))
     + ("imu.w", "imu.x", "imu.y", "imu.z", "rate.x", "rate.y", "rate.z", "accel.x", "accel.y", "accel.z")
 )
+
+#: Domain randomisation's ranges (``domain_randomization=True``; a dict overrides any):
+#: uniform draws per episode. ``pushes_per_episode`` pushes of ``push_force_n`` (horizontal,
+#: random direction) lasting ``push_duration_s``, at random times within
+#: ``push_window_s`` of the reset.
+DOMAIN_RANGES: Dict[str, Any] = {
+    "friction_scale": (0.5, 1.5),
+    "mass_scale": (0.85, 1.15),
+    "payload_kg": (0.0, 1.0),
+    "kp_scale": (0.8, 1.2),
+    "kd_scale": (0.8, 1.2),
+    "latency_cycles": (0, 4),
+    "pushes_per_episode": 2,
+    "push_force_n": (0.0, 40.0),
+    "push_duration_s": (0.05, 0.2),
+    "push_window_s": (1.0, 15.0),
+}
 
 #: Simulated seconds the spine runs for: a year (``rtloop run``'s longest), so it never
 #: ends under an environment.
@@ -135,6 +179,10 @@ SPINE_DURATION_S = 31_536_000
 
 #: How long close() waits for the spine to end after SIGTERM before it kills it, s.
 CLOSE_WAIT_S = 5.0
+
+#: Longest wait for one state while the spine lives, s: only a bound against a spine that
+#: hangs (simulated time never times out while the agent pauses).
+STATE_WAIT_S = 3600.0
 
 
 def _stop_spine(process: subprocess.Popen, log) -> None:
@@ -156,34 +204,57 @@ def _stop_spine(process: subprocess.Popen, log) -> None:
             pass
 
 
+def _finite_range(name: str, value: Any, low: float, high: float) -> Tuple[float, float]:
+    try:
+        a, b = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} = {value!r}: give a pair (low, high)") from None
+    if not (math.isfinite(a) and math.isfinite(b) and low <= a <= b <= high):
+        raise ValueError(f"{name} = {value!r}: give low <= high within {low} to {high}")
+    return a, b
+
+
 class QuadrupedEnv(gym.Env):
-    """The built-in quadruped on MuJoCo, stepped through a lockstep spine (see the module).
+    """The built-in quadruped on MuJoCo, stepped through a lockstep spine: stand up from
+    lying, then stand (see the module).
 
-    ``QuadrupedEnv(*, program=None, cycles_per_step=1, kp_scale=1.0, kd_scale=1.0, maximum_torque=8.0, watchdog_timeout=0.1,
-    spine_args=(), start_timeout=60.0, render_mode=None)``
-
-    ``spine_args`` are added to the ``rtloop run`` command line (e.g.
-    ``["--ground-tilt", "5,0"]``). ``start_timeout`` bounds, in seconds, how long the
-    constructor waits for the spine to come up, and every wait for a state.
+    Keyword arguments: ``program`` (the ``rtloop`` program), ``cycles_per_step`` (1 to
+    1000 cycles of the 1 kHz loop per step; default 20), ``action_mode`` ("normalized" or
+    "position"), ``kp_scale``, ``kd_scale`` (0 to 1), ``maximum_torque`` (N·m),
+    ``healthy_reward``, ``height_weight``, ``tilt_weight``, ``ctrl_cost_weight``,
+    ``healthy_tilt_deg``, ``healthy_z_range``, ``terminate_when_unhealthy``,
+    ``reset_noise_scale`` (rad, 0 to 1), ``domain_randomization`` (bool or dict),
+    ``spine_args`` (added to the ``rtloop run`` command line, e.g.
+    ``["--ground-tilt", "5,0"]``), ``start_timeout`` (s, bounds the spine's start),
+    ``render_mode`` (None only).
 
     Raises:
         FileNotFoundError: no ``rtloop`` program (:func:`find_program`).
         ValueError: an argument out of range.
         RuntimeError: the spine did not start (its one-sentence reason, e.g. a program built
-            without physics), or stopped answering.
+            without physics), or ended.
     """
 
-    metadata: Dict[str, Any] = {"render_modes": []}
+    metadata: Dict[str, Any] = {"render_modes": [], "render_fps": 50}
 
     def __init__(
         self,
         *,
         program: Optional[str] = None,
-        cycles_per_step: int = 1,
+        cycles_per_step: int = 20,
+        action_mode: str = "normalized",
         kp_scale: float = 1.0,
         kd_scale: float = 1.0,
         maximum_torque: float = 8.0,
-        watchdog_timeout: float = 0.1,
+        healthy_reward: float = 1.0,
+        height_weight: float = 5.0,
+        tilt_weight: float = 1.0,
+        ctrl_cost_weight: float = 1e-3,
+        healthy_tilt_deg: float = 45.0,
+        healthy_z_range: Tuple[float, float] = (0.0, 10.0),
+        terminate_when_unhealthy: bool = True,
+        reset_noise_scale: float = 0.1,
+        domain_randomization: Union[bool, Dict[str, Any]] = False,
         spine_args: Sequence[str] = (),
         start_timeout: float = 60.0,
         render_mode: Optional[str] = None,
@@ -192,25 +263,63 @@ class QuadrupedEnv(gym.Env):
             raise ValueError(f"render_mode {render_mode!r} is not supported; leave it None")
         if not (isinstance(cycles_per_step, int) and 1 <= cycles_per_step <= 1000):
             raise ValueError(f"cycles_per_step = {cycles_per_step!r}: give an integer from 1 to 1000")
+        if action_mode not in ("normalized", "position"):
+            raise ValueError(f"action_mode = {action_mode!r}: give \"normalized\" or \"position\"")
         if not (math.isfinite(start_timeout) and 0.0 < start_timeout <= 3600.0):
             raise ValueError(f"start_timeout = {start_timeout!r} s: give 0 to 3600 seconds")
+        for name, value, low, high in (
+            ("kp_scale", kp_scale, 0.0, 1.0),
+            ("kd_scale", kd_scale, 0.0, 1.0),
+            ("maximum_torque", maximum_torque, 0.0, 100.0),
+            ("healthy_tilt_deg", healthy_tilt_deg, 0.0, 180.0),
+            ("reset_noise_scale", reset_noise_scale, 0.0, 1.0),
+        ):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and low <= value <= high):
+                raise ValueError(f"{name} = {value!r}: give a number from {low} to {high}")
+        for name, value in (
+            ("healthy_reward", healthy_reward),
+            ("height_weight", height_weight),
+            ("tilt_weight", tilt_weight),
+            ("ctrl_cost_weight", ctrl_cost_weight),
+        ):
+            if not (isinstance(value, (int, float)) and math.isfinite(value)):
+                raise ValueError(f"{name} = {value!r}: give a finite number")
+        self._z_range = _finite_range("healthy_z_range", healthy_z_range, 0.0, 10.0)
+        self._domain = self._domain_ranges(domain_randomization)
         self.render_mode = None
         self.cycles_per_step = cycles_per_step
+        self.action_mode = action_mode
+        self.weights = dict(
+            healthy_reward=float(healthy_reward),
+            height_weight=float(height_weight),
+            tilt_weight=float(tilt_weight),
+            ctrl_cost_weight=float(ctrl_cost_weight),
+        )
+        self.healthy_tilt_deg = float(healthy_tilt_deg)
+        self.terminate_when_unhealthy = bool(terminate_when_unhealthy)
+        self.reset_noise_scale = float(reset_noise_scale)
         self._gains = dict(
             velocity=0.0,
             kp_scale=float(kp_scale),
             kd_scale=float(kd_scale),
             maximum_torque=float(maximum_torque),
-            watchdog_timeout=float(watchdog_timeout),
+            # The servo stops by itself when commands stop coming for 2 steps (never in
+            # lockstep while the agent lives: simulated time waits for it).
+            watchdog_timeout=min(10.0, max(0.1, 2.0 * cycles_per_step / SPINE_RATE_HZ)),
         )
         self._timeout = float(start_timeout)
-        self.action_space = spaces.Box(ACTION_LOW, ACTION_HIGH, dtype=np.float32)
-        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(len(OBSERVATION_NAMES),), dtype=np.float32)
         self._low = ACTION_LOW.astype(np.float64)
         self._high = ACTION_HIGH.astype(np.float64)
+        if action_mode == "normalized":
+            self.action_space = spaces.Box(-1.0, 1.0, shape=(JOINTS,), dtype=np.float32)
+        else:
+            self.action_space = spaces.Box(ACTION_LOW, ACTION_HIGH, dtype=np.float32)
+        n_obs = len(OBSERVATION_NAMES) + self._extra_observations()
+        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(n_obs,), dtype=np.float32)
         self._agent: Optional[Agent] = None
         self._state: Optional[AgentState] = None
         self._steps = 0
+        self._episode_domain: Dict[str, Any] = {}
         self._process: Optional[subprocess.Popen] = None
 
         name = f"gym-{os.getpid()}-{id(self) & 0xFFFFFF:x}"
@@ -219,17 +328,18 @@ class QuadrupedEnv(gym.Env):
             "run",
             "--physics",
             "--lockstep",
-            "--quiet",
             "--agent",
             name,
-            "--duration",
-            str(SPINE_DURATION_S),
+            *(() if "--duration" in spine_args else ("--duration", str(SPINE_DURATION_S))),
             "--agent-wait",
             str(int(math.ceil(self._timeout))),
             *spine_args,
         ]
-        self._log = tempfile.TemporaryFile(prefix="rtloop-gym-")
-        self._process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log)
+        # The spine's stderr and its summary (stdout) go to one file opened for appending:
+        # every write lands at its end whatever the file offset, and this side reads it
+        # with pread, which moves no offset — so what the spine said stays intact.
+        self._log = tempfile.TemporaryFile(prefix="rtloop-gym-", mode="a+b")
+        self._process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log)
         self._finalizer = weakref.finalize(self, _stop_spine, self._process, self._log)
         try:
             self._agent = self._attach(name)
@@ -243,6 +353,48 @@ class QuadrupedEnv(gym.Env):
             self.close()
             raise
 
+    # --- configuration ----------------------------------------------------------------
+
+    def _extra_observations(self) -> int:
+        return 0
+
+    @staticmethod
+    def _domain_ranges(given: Union[bool, Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+        if given is False or given is None:
+            return None
+        ranges = dict(DOMAIN_RANGES)
+        if isinstance(given, dict):
+            unknown = set(given) - set(DOMAIN_RANGES)
+            if unknown:
+                raise ValueError(
+                    f"domain_randomization has unknown keys {sorted(unknown)}; give any of {sorted(DOMAIN_RANGES)}"
+                )
+            ranges.update(given)
+        elif given is not True:
+            raise ValueError(f"domain_randomization = {given!r}: give True, False or a dict of ranges")
+        bounds = {
+            "friction_scale": (0.1, 3.0),
+            "mass_scale": (0.5, 2.0),
+            "payload_kg": (0.0, 20.0),
+            "kp_scale": (0.1, 3.0),
+            "kd_scale": (0.1, 3.0),
+            "latency_cycles": (0, 32),
+            "push_force_n": (0.0, 1000.0),
+            "push_duration_s": (0.0, 10.0),
+            "push_window_s": (0.0, 86400.0),
+        }
+        for key, (low, high) in bounds.items():
+            ranges[key] = _finite_range(f"domain_randomization[{key!r}]", ranges[key], low, high)
+        pushes = ranges["pushes_per_episode"]
+        if not (isinstance(pushes, int) and 0 <= pushes <= 4):
+            raise ValueError(f"domain_randomization['pushes_per_episode'] = {pushes!r}: give 0 to 4")
+        return ranges
+
+    @property
+    def dt(self) -> float:
+        """Simulated seconds per step (``cycles_per_step`` cycles of the 1 kHz loop)."""
+        return self.cycles_per_step / SPINE_RATE_HZ
+
     # --- the spine --------------------------------------------------------------------
 
     @property
@@ -252,14 +404,18 @@ class QuadrupedEnv(gym.Env):
         return self._process.pid
 
     def _spine_said(self) -> str:
-        """What the spine wrote on stderr (its one-sentence reason when it stopped)."""
+        """What the spine wrote (its one-sentence reason when it stopped, its summary)."""
         try:
-            self._log.seek(0)
-            text = self._log.read().decode("utf-8", "replace").strip()
+            size = os.fstat(self._log.fileno()).st_size
+            text = os.pread(self._log.fileno(), min(size, 1 << 16), max(0, size - (1 << 16)))
         except (OSError, ValueError):
             return ""
-        lines = [line for line in text.splitlines() if not line.startswith("rtloop run: waiting for agent")]
-        return "; ".join(lines[-3:])
+        lines = [
+            line.strip()
+            for line in text.decode("utf-8", "replace").splitlines()
+            if line.strip() and not line.startswith("rtloop run: waiting for agent")
+        ]
+        return " | ".join(lines[-6:])
 
     def _failed(self, what: str) -> RuntimeError:
         said = self._spine_said()
@@ -276,16 +432,27 @@ class QuadrupedEnv(gym.Env):
                 if time.monotonic() > deadline:
                     raise self._failed(f"the rtloop spine did not come up within {self._timeout} s") from None
 
-    def _next(self) -> AgentState:
-        """The next state, within the timeout; a spine that ended or went silent raises."""
+    def _ended(self) -> RuntimeError:
+        # Reap it, so its exit status is known (and it is no zombie).
         try:
-            state = self._agent.wait_next(self._timeout)
+            status = self._process.wait(timeout=CLOSE_WAIT_S)
+        except subprocess.TimeoutExpired:
+            status = None
+        how = f" (status {status})" if status is not None else ""
+        return self._failed(f"the rtloop spine ended{how}")
+
+    def _next(self) -> AgentState:
+        """The next state the spine waits on; a spine that ended or died raises at once."""
+        try:
+            state = self._agent.wait_next(STATE_WAIT_S, awaited=True)
         except SpineGone as gone:
             if gone.reason == "lost":
                 raise self._failed(str(gone)) from None
-            raise self._failed("the rtloop spine ended") from None
+            raise self._ended() from None
         if state is None:
-            raise self._failed(f"the rtloop spine published nothing for {self._timeout} s")
+            raise self._failed(f"the rtloop spine published nothing for {STATE_WAIT_S} s")
+        if state.status == "ended":
+            raise self._ended()
         return state
 
     # --- Gymnasium --------------------------------------------------------------------
@@ -296,42 +463,95 @@ class QuadrupedEnv(gym.Env):
             (state.position, state.velocity, imu.quaternion, imu.rate_dps, imu.accel_mps2)
         ).astype(np.float32)
 
-    @staticmethod
-    def _info(state: AgentState, steps: int) -> Dict[str, Any]:
+    def _body_info(self, state: AgentState) -> Dict[str, Any]:
         body = state.body
+        p, v = body.position_m, body.velocity_mps
         return {
+            "x_position": float(p[0]),
+            "y_position": float(p[1]),
             "height_m": body.height_m,
+            "x_velocity": float(v[0]),
+            "y_velocity": float(v[1]),
+            "z_velocity": float(v[2]),
             "roll_deg": body.roll_deg,
             "pitch_deg": body.pitch_deg,
-            "steps": steps,
+            "yaw_deg": body.yaw_deg,
         }
 
-    def reward(self, state: AgentState) -> float:
-        """The default reward of a state (see the module): upright, at standing height,
-        with little effort."""
+    def reward_terms(self, state: AgentState) -> Dict[str, float]:
+        """The default reward's terms for a state (see the module); they sum to the reward."""
+        w = self.weights
         body = state.body
         tilt = math.radians(abs(body.roll_deg)) + math.radians(abs(body.pitch_deg))
         effort = float(np.sum(np.square(state.torque)))
-        return 1.0 - 5.0 * abs(body.height_m - STAND_HEIGHT_M) - tilt - 1e-3 * effort
+        return {
+            "reward_healthy": w["healthy_reward"] if self.healthy(state) else 0.0,
+            "reward_height": -w["height_weight"] * abs(body.height_m - STAND_HEIGHT_M),
+            "reward_tilt": -w["tilt_weight"] * tilt,
+            "reward_ctrl": -w["ctrl_cost_weight"] * effort,
+        }
 
-    @staticmethod
-    def fell(state: AgentState) -> bool:
-        """Whether the body fell over (the episode is terminated)."""
+    def reward(self, state: AgentState) -> float:
+        """The reward of a state: the sum of :meth:`reward_terms`."""
+        return float(sum(self.reward_terms(state).values()))
+
+    def healthy(self, state: AgentState) -> bool:
+        """Whether the body is upright enough (``healthy_tilt_deg``) at a height within
+        ``healthy_z_range``."""
         body = state.body
-        return abs(body.roll_deg) > FALL_TILT_DEG or abs(body.pitch_deg) > FALL_TILT_DEG
+        upright = abs(body.roll_deg) <= self.healthy_tilt_deg and abs(body.pitch_deg) <= self.healthy_tilt_deg
+        return upright and self._z_range[0] <= body.height_m <= self._z_range[1]
+
+    def fell(self, state: AgentState) -> bool:
+        """Whether the episode is terminated (unhealthy, unless told not to terminate)."""
+        return self.terminate_when_unhealthy and not self.healthy(state)
+
+    def _draw_domain(self) -> Dict[str, Any]:
+        """This episode's start and physical parameters, from ``np_random``."""
+        rng = self.np_random
+        n = JOINTS
+        drawn: Dict[str, Any] = {}
+        if self.reset_noise_scale > 0:
+            drawn["joint_offset"] = rng.uniform(-self.reset_noise_scale, self.reset_noise_scale, n)
+        r = self._domain
+        if r is not None:
+            drawn["friction_scale"] = float(rng.uniform(*r["friction_scale"]))
+            drawn["mass_scale"] = float(rng.uniform(*r["mass_scale"]))
+            drawn["payload_kg"] = float(rng.uniform(*r["payload_kg"]))
+            drawn["kp_scale"] = rng.uniform(*r["kp_scale"], n)
+            drawn["kd_scale"] = rng.uniform(*r["kd_scale"], n)
+            lo, hi = r["latency_cycles"]
+            drawn["latency_cycles"] = int(rng.integers(int(lo), int(hi) + 1))
+            pushes = []
+            for _ in range(r["pushes_per_episode"]):
+                at = float(rng.uniform(*r["push_window_s"]))
+                duration = float(rng.uniform(*r["push_duration_s"]))
+                force = float(rng.uniform(*r["push_force_n"]))
+                heading = float(rng.uniform(0.0, 2.0 * math.pi))
+                pushes.append((at, duration, force * math.cos(heading), force * math.sin(heading), 0.0))
+            drawn["pushes"] = pushes
+        return drawn
+
+    def _info(self, state: AgentState) -> Dict[str, Any]:
+        info = self.reward_terms(state)
+        info.update(self._body_info(state))
+        info["steps"] = self._steps
+        return info
 
     def reset(
         self, *, seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None
     ) -> Tuple[np.ndarray, Dict[str, Any]]:
         """Start an episode: the spine resets the simulated world (lying on the ground, the
-        joints perturbed by a seed drawn from ``np_random``, every servo stopped) in the same
-        process. ``seed`` seeds ``np_random`` (Gymnasium's rule): the same seed, the same
-        episode. Returns the first observation and ``info``."""
+        joints offset by up to ``reset_noise_scale``, the domain drawn, every servo stopped)
+        in the same process. ``seed`` seeds ``np_random`` (Gymnasium's rule): the same seed,
+        the same episode. Returns the first observation and ``info`` (with ``domain``: what
+        was drawn)."""
         super().reset(seed=seed)
         if self._agent is None:
             raise RuntimeError("this environment is closed; make a new one")
         spine_seed = int(self.np_random.integers(1, 2**63))
-        request = self._agent.request_reset(spine_seed)
+        drawn = self._draw_domain()
+        request = self._agent.request_reset(spine_seed, **drawn)
         # A stop for every servo carries the request; the spine stops them all anyway.
         self._agent.command(kind="stop")
         state = self._next()
@@ -340,30 +560,45 @@ class QuadrupedEnv(gym.Env):
             state = self._next()
         if state.reset_result != "done":
             raise self._failed(f"the spine refused the reset ({state.reset_result})")
+        self._episode_domain = drawn
         self._state = state
         self._steps = 0
-        return self._observation(state), self._info(state, 0)
+        self._on_reset()
+        state = self._state
+        info = self._info(state)
+        info["domain"] = drawn
+        return self._observation(state), info
+
+    def _on_reset(self) -> None:
+        pass
+
+    def _targets(self, action: Any) -> np.ndarray:
+        a = np.asarray(action, dtype=np.float64)
+        if a.shape != (JOINTS,):
+            raise ValueError(f"the action has shape {a.shape}; give shape ({JOINTS},), one value per joint")
+        if not np.isfinite(a).all():
+            raise ValueError("the action holds NaN or infinite values; give finite numbers")
+        if self.action_mode == "normalized":
+            a = np.clip(a, -1.0, 1.0)
+            return self._low + (a + 1.0) * 0.5 * (self._high - self._low)
+        return np.clip(a, self._low, self._high)
 
     def step(self, action: Any) -> Tuple[np.ndarray, float, bool, bool, Dict[str, Any]]:
-        """Send the 12 joint targets (rev, clipped to the action space) for
-        ``cycles_per_step`` cycles; returns observation, reward, terminated, truncated,
-        info."""
+        """Send the 12 joint targets, held for ``cycles_per_step`` cycles; returns
+        observation, reward, terminated, truncated, info."""
         if self._agent is None:
             raise RuntimeError("this environment is closed; make a new one")
-        targets = np.clip(np.asarray(action, dtype=np.float64).reshape(JOINTS), self._low, self._high)
-        state = self._state
-        for _ in range(self.cycles_per_step):
-            self._agent.command(position=targets, **self._gains)
-            state = self._next()
+        targets = self._targets(action)
+        self._agent.command(position=targets, hold=self.cycles_per_step, **self._gains)
+        state = self._next()
         self._state = state
         self._steps += 1
-        terminated = self.fell(state)
         return (
             self._observation(state),
             self.reward(state),
-            terminated,
+            self.fell(state),
             False,
-            self._info(state, self._steps),
+            self._info(state),
         )
 
     def close(self) -> None:
@@ -376,5 +611,91 @@ class QuadrupedEnv(gym.Env):
             finalizer()
 
 
+class QuadrupedWalkEnv(QuadrupedEnv):
+    """Walk: track a velocity command (forward, sideways m/s, turning rad/s) drawn per
+    episode from ``command_ranges`` (``np_random``), given in the observation's last 3
+    elements. The episode starts standing: :meth:`reset` stands the robot up first
+    (``stand_s`` of simulated time, a smooth ramp done by the servos' own trajectory
+    limits), then hands it over. Terminated when it falls (tilt beyond ``healthy_tilt_deg``
+    or height outside ``healthy_z_range``, default 0.15 to 0.6 m)."""
+
+    def __init__(
+        self,
+        *,
+        command_ranges: Tuple[Tuple[float, float], Tuple[float, float], Tuple[float, float]] = (
+            (-0.5, 1.0),
+            (-0.3, 0.3),
+            (-1.0, 1.0),
+        ),
+        tracking_weight: float = 1.0,
+        yaw_tracking_weight: float = 0.5,
+        healthy_z_range: Tuple[float, float] = (0.15, 0.6),
+        stand_s: float = 1.5,
+        **kwargs: Any,
+    ) -> None:
+        try:
+            ranges = tuple(_finite_range("command_ranges", r, -5.0, 5.0) for r in command_ranges)
+        except TypeError:
+            raise ValueError("command_ranges: give three pairs (low, high)") from None
+        if len(ranges) != 3:
+            raise ValueError("command_ranges: give three pairs (low, high): forward m/s, left m/s, turning rad/s")
+        if not (math.isfinite(stand_s) and 0.1 <= stand_s <= 10.0):
+            raise ValueError(f"stand_s = {stand_s!r}: give 0.1 to 10 seconds")
+        self.command_ranges = ranges
+        self.stand_s = float(stand_s)
+        self.command = np.zeros(3)
+        super().__init__(healthy_z_range=healthy_z_range, **kwargs)
+        self.weights.update(tracking_weight=float(tracking_weight), yaw_tracking_weight=float(yaw_tracking_weight))
+
+    def _extra_observations(self) -> int:
+        return 3
+
+    def _observation(self, state: AgentState) -> np.ndarray:
+        return np.concatenate((super()._observation(state), self.command.astype(np.float32)))
+
+    def _on_reset(self) -> None:
+        self.command = np.array([self.np_random.uniform(lo, hi) for lo, hi in self.command_ranges])
+        # Stand up: one command held for stand_s, the servos ramping to the stand pose
+        # within their velocity and acceleration limits.
+        cycles = int(round(self.stand_s * SPINE_RATE_HZ))
+        self._agent.command(
+            position=np.tile(STAND_POSE, 4),
+            velocity_limit=0.5,
+            accel_limit=2.0,
+            hold=cycles,
+            **{k: v for k, v in self._gains.items() if k != "watchdog_timeout"},
+            watchdog_timeout=min(10.0, self.stand_s + 0.5),
+        )
+        self._state = self._next()
+
+    def reward_terms(self, state: AgentState) -> Dict[str, float]:
+        w = self.weights
+        body = state.body
+        v = body.velocity_mps
+        yaw = math.radians(body.yaw_deg)
+        # Velocity in the body's heading frame.
+        forward = math.cos(yaw) * v[0] + math.sin(yaw) * v[1]
+        left = -math.sin(yaw) * v[0] + math.cos(yaw) * v[1]
+        # Turning rate: the IMU's z rate (pi3hat frame: +z down, so negate for +left).
+        yaw_rate = -math.radians(float(state.imu.rate_dps[2]))
+        err = (forward - self.command[0]) ** 2 + (left - self.command[1]) ** 2
+        tilt = math.radians(abs(body.roll_deg)) + math.radians(abs(body.pitch_deg))
+        effort = float(np.sum(np.square(state.torque)))
+        return {
+            "reward_healthy": w["healthy_reward"] if self.healthy(state) else 0.0,
+            "reward_tracking": w["tracking_weight"] * math.exp(-err / 0.25),
+            "reward_yaw_tracking": w["yaw_tracking_weight"] * math.exp(-((yaw_rate - self.command[2]) ** 2) / 0.25),
+            "reward_tilt": -w["tilt_weight"] * tilt,
+            "reward_ctrl": -w["ctrl_cost_weight"] * effort,
+        }
+
+    def _info(self, state: AgentState) -> Dict[str, Any]:
+        info = super()._info(state)
+        info["command"] = self.command.copy()
+        return info
+
+
 if ENV_ID not in gym.registry:
-    gym.register(id=ENV_ID, entry_point="rtloop.gym:QuadrupedEnv", max_episode_steps=1000)
+    gym.register(id=ENV_ID, entry_point="rtloop.gym:QuadrupedEnv", max_episode_steps=250)
+if WALK_ENV_ID not in gym.registry:
+    gym.register(id=WALK_ENV_ID, entry_point="rtloop.gym:QuadrupedWalkEnv", max_episode_steps=1000)

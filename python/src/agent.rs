@@ -9,9 +9,11 @@
 //!   view of the shared memory itself would change (and tear) under the reader.
 //! * Commands are checked here against the spine's limits before anything is written, so a
 //!   mistake is an exception at the call instead of a silent refusal counted by the spine.
-//! * Every wait (attaching, the next state) runs with the GIL released, polls the segment
-//!   with short sleeps (or spins, in lockstep), looks at the spine's liveness every few
-//!   milliseconds, and comes back for Ctrl-C every 50 ms.
+//! * Every wait (attaching, the next state) runs with the GIL released. In lockstep it
+//!   sleeps on the spine's bell (a futex: no CPU until the spine publishes a state to answer,
+//!   [`rtloop_agent::Agent::sleep_until_rung`]); free-running it polls with short sleeps
+//!   (or spins, with `busy_poll`). It looks at the spine's liveness every few milliseconds
+//!   and comes back for Ctrl-C every 50 ms.
 //!
 //! Must never: expose shared memory to Python, panic on user input, or hold the GIL while it
 //! waits.
@@ -69,6 +71,9 @@ const SIGNAL_SLICE: Duration = Duration::from_millis(50);
 const MAX_WAIT_S: f64 = 86_400.0;
 /// Looks between clock reads while busy-polling (the clock costs more than a look).
 const BUSY_LOOKS_PER_CLOCK: u32 = 64;
+
+/// One push of `Agent.request_reset(pushes=...)`: at s, duration s, force x, y, z N.
+type PushArg = (f64, f64, f64, f64, f64);
 
 /// The command kinds, by the names Python uses, and their protocol codes.
 const KINDS: [(&str, u32); 5] = [
@@ -258,6 +263,10 @@ struct Inner {
     returned: Option<u64>,
     /// When the spine's liveness was last checked.
     gone_checked: Instant,
+    /// Return only states the spine waits on (`awaiting`), and its status changes.
+    awaited_only: bool,
+    /// The status of the last state read.
+    last_status: u32,
 }
 
 impl Inner {
@@ -271,7 +280,12 @@ impl Inner {
                     if s.status == status::ENDED {
                         return Some(Look::Gone(rtloop_agent::SpineGone::Ended));
                     }
-                    if s.status != status::NONE && self.returned.is_none_or(|c| s.cycle > c) {
+                    let status_changed = s.status != self.last_status;
+                    self.last_status = s.status;
+                    // A state the spine does not wait on (a held command answers it) is
+                    // skipped when only awaited ones are asked for, unless its status is new.
+                    let wanted = !self.awaited_only || s.awaiting != 0 || status_changed;
+                    if s.status != status::NONE && wanted && self.returned.is_none_or(|c| s.cycle > c) {
                         self.returned = Some(s.cycle);
                         return Some(Look::State(Box::new(*s)));
                     }
@@ -334,13 +348,17 @@ impl PyAgent {
 
     /// Poll until a new state, the spine's absence, or `end` (called with the GIL released;
     /// the lock is held only for each look, so other threads may command meanwhile).
-    fn poll_until(&self, end: Instant) -> Look {
+    fn poll_until(&self, end: Instant, awaited_only: bool) -> Look {
         let mut looks: u32 = 0;
         let mut now = Instant::now();
         loop {
+            let bell;
             {
                 let mut guard = lock(&self.inner);
                 let Some(inner) = guard.as_mut() else { return Look::Closed };
+                // Read the bell before looking: a state published after the look moves it.
+                bell = inner.agent.state_bell();
+                inner.awaited_only = awaited_only;
                 if let Some(found) = inner.look(now) {
                     return found;
                 }
@@ -349,7 +367,18 @@ impl PyAgent {
             if now >= end {
                 return Look::Slice;
             }
-            if self.busy {
+            if self.info.lockstep && !self.busy {
+                // The spine rings when it publishes a state it waits on (or a new status);
+                // wake at least every GONE_CHECK to look whether it died.
+                let left = end.saturating_duration_since(now).min(GONE_CHECK);
+                // Under the lock (which keeps the mapping alive: `close` takes the agent out
+                // under it): another thread's command waits at most one such slice.
+                let guard = lock(&self.inner);
+                let Some(inner) = guard.as_ref() else { return Look::Closed };
+                inner.agent.sleep_until_rung(bell, left.as_nanos() as u64);
+                drop(guard);
+                now = Instant::now();
+            } else if self.busy {
                 core::hint::spin_loop();
                 looks = looks.wrapping_add(1);
                 if looks.is_multiple_of(BUSY_LOOKS_PER_CLOCK) {
@@ -479,8 +508,15 @@ impl PyAgent {
             lockstep: h.lockstep != 0,
             spine_pid: h.spine_pid,
         };
-        let busy = busy_poll.unwrap_or(info.lockstep);
-        let inner = Inner { agent: attached, seen_seq: None, returned: None, gone_checked: Instant::now() };
+        let busy = busy_poll.unwrap_or(false);
+        let inner = Inner {
+            agent: attached,
+            seen_seq: None,
+            returned: None,
+            gone_checked: Instant::now(),
+            awaited_only: false,
+            last_status: status::NONE,
+        };
         Ok(PyAgent { inner: Mutex::new(Some(inner)), info, auto_arm, busy })
     }
 
@@ -579,13 +615,16 @@ impl PyAgent {
     /// Wait for the next state with a newer cycle than the last one returned, and return
     /// it (an `AgentState`, copies as for `state()`).
     ///
-    /// Blocks with the GIL released: looks at the segment every 20 µs (or spins, with
-    /// `busy_poll`), checks every 5 ms whether the spine is gone and every 50 ms for
-    /// Ctrl-C. `timeout`: seconds, 0 to 86400, or None (no bound); returns None when it
-    /// passes. Raises `SpineGone` (`.reason` "ended", "unlinked" or "dead") when the spine
-    /// went away; `ValueError` for a bad timeout.
-    #[pyo3(signature = (timeout = None))]
-    fn wait_next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<AgentState>> {
+    /// Blocks with the GIL released: in lockstep it sleeps on the spine's bell (no CPU
+    /// until the spine publishes a state it waits on); free-running it looks at the segment
+    /// every 20 µs (or spins, with `busy_poll`). It checks every 5 ms whether the spine is
+    /// gone and every 50 ms for Ctrl-C. `timeout`: seconds, 0 to 86400, or None (no
+    /// bound); returns None when it passes. `awaited`: return only a state the spine waits
+    /// on (`state.awaiting`; lockstep: the one after the cycles a held command answers, see
+    /// `command(hold=)`) or one with a new status. Raises `SpineGone` (`.reason` "ended",
+    /// "unlinked" or "dead") when the spine went away; `ValueError` for a bad timeout.
+    #[pyo3(signature = (timeout = None, *, awaited = false))]
+    fn wait_next(&self, py: Python<'_>, timeout: Option<f64>, awaited: bool) -> PyResult<Option<AgentState>> {
         let deadline = match timeout {
             Some(t) => Some(Instant::now() + seconds_arg("timeout", t)?),
             None => None,
@@ -593,7 +632,7 @@ impl PyAgent {
         loop {
             let now = Instant::now();
             let slice_end = deadline.map_or(now + SIGNAL_SLICE, |d| d.min(now + SIGNAL_SLICE));
-            match py.detach(|| self.poll_until(slice_end)) {
+            match py.detach(|| self.poll_until(slice_end, awaited)) {
                 Look::State(block) => return Ok(Some(self.state_object(block))),
                 Look::Gone(g) => return Err(spine_gone_error(py, &self.info.name, self.info.spine_pid, g)),
                 Look::Closed => return Err(closed_error()),
@@ -618,6 +657,11 @@ impl PyAgent {
     /// 0.1), `velocity_limit` rev/s, `accel_limit` rev/s². Fields not given are not sent.
     /// `kind`: "position" (the default), "query", "stop", "zero_velocity" or "brake", or a
     /// sequence of `servo_count` of them; the fields go only to the "position" servos.
+    /// `hold` (lockstep, 1 to 100000): the cycles this command answers, from the last state
+    /// returned on — the spine applies it each of them without waiting (as a real robot's
+    /// spine applies an agent's last command until the next) and waits again after them:
+    /// a policy at 50 Hz over a 1 kHz spine sends `hold=20` and waits with
+    /// `wait_next(awaited=True)`. A free-running spine ignores it.
     ///
     /// Everything is checked before anything is written, with the spine's limits
     /// (positions ±10 rev, velocities ±20 rev/s, accel_limit 0 to 200 rev/s², scales 0 to
@@ -630,12 +674,12 @@ impl PyAgent {
     #[pyo3(signature = (
         *, position = None, velocity = None, feedforward_torque = None, kp_scale = None,
         kd_scale = None, maximum_torque = None, stop_position = None, watchdog_timeout = None,
-        velocity_limit = None, accel_limit = None, kind = None
+        velocity_limit = None, accel_limit = None, kind = None, hold = 1
     ))]
     // `kind=None` means "position": say so in the signature Python shows.
     #[pyo3(text_signature = "(self, /, *, position=None, velocity=None, feedforward_torque=None, kp_scale=None, \
         kd_scale=None, maximum_torque=None, stop_position=None, watchdog_timeout=None, velocity_limit=None, \
-        accel_limit=None, kind='position')")]
+        accel_limit=None, kind='position', hold=1)")]
     #[allow(clippy::too_many_arguments)] // one keyword argument per protocol field
     fn command(
         &self,
@@ -650,8 +694,13 @@ impl PyAgent {
         velocity_limit: Option<&Bound<'_, PyAny>>,
         accel_limit: Option<&Bound<'_, PyAny>>,
         kind: Option<&Bound<'_, PyAny>>,
+        hold: i64,
     ) -> PyResult<u64> {
         let n = self.info.count;
+        let max_hold = i64::from(rtloop_agent::layout::MAX_HOLD_CYCLES);
+        if !(1..=max_hold).contains(&hold) {
+            return Err(PyValueError::new_err(format!("hold = {hold} cycles is out of range; give 1 to {max_hold}")));
+        }
         let args: [Option<&Bound<'_, PyAny>>; FIELDS] = [
             position,
             velocity,
@@ -712,6 +761,7 @@ impl PyAgent {
             let cmd = inner.agent.command_mut();
             cmd.for_cycle = for_cycle;
             cmd.servos = servos;
+            cmd.hold_cycles = hold as u32;
             if auto_arm {
                 inner.agent.rearm_if_needed();
             }
@@ -737,16 +787,86 @@ impl PyAgent {
     /// says (0: not at all; the same seed, the same pose), every servo stopped (mode 0) so
     /// the next position commands start afresh — without restarting the spine. Returns the
     /// request number: the answer is the first state whose `reset_ack` equals it, with
-    /// `reset_result` "done", or "no_physics" / "not_lockstep" when the spine refused (it
-    /// also counts and reports the refusal). `seed`: 0 to 2**64 - 1 (`OverflowError`
-    /// otherwise). The spine must be armed (following) to act on it.
-    #[pyo3(signature = (seed = 0))]
-    fn request_reset(&self, seed: u64) -> PyResult<u64> {
+    /// `reset_result` "done", or "no_physics" / "not_lockstep" / "bad_domain" when the
+    /// spine refused (it also counts and reports the refusal). `seed`: 0 to 2**64 - 1
+    /// (`OverflowError` otherwise). The spine must be armed (following) to act on it.
+    ///
+    /// The episode's physical parameters (domain randomisation; any given: the others
+    /// nominal; none: the nominal world): `friction_scale` (0.1 to 3), `mass_scale` (0.5 to
+    /// 2), `payload_kg` (0 to 20), per servo (a number or one per servo) `kp_scale` and
+    /// `kd_scale` (0.1 to 3: of the servo's stored gains), `joint_offset` (rad, -1 to 1,
+    /// added to the settled pose) and `joint_velocity` (rad/s, -20 to 20), `latency_cycles`
+    /// (0 to 32: each new command reaches the servos that many cycles late), and `pushes`,
+    /// up to 4 of `(at_s, duration_s, fx, fy, fz)` (s after the reset, s, N in the ground's
+    /// frame: +x forward, +y left, +z up). Checked here: `ValueError` (one sentence) for a
+    /// value out of range, nothing sent then.
+    #[pyo3(signature = (
+        seed = 0, *, friction_scale = None, mass_scale = None, payload_kg = None, kp_scale = None,
+        kd_scale = None, joint_offset = None, joint_velocity = None, latency_cycles = None, pushes = None
+    ))]
+    #[allow(clippy::too_many_arguments)] // one keyword argument per domain field
+    fn request_reset(
+        &self,
+        seed: u64,
+        friction_scale: Option<f64>,
+        mass_scale: Option<f64>,
+        payload_kg: Option<f64>,
+        kp_scale: Option<&Bound<'_, PyAny>>,
+        kd_scale: Option<&Bound<'_, PyAny>>,
+        joint_offset: Option<&Bound<'_, PyAny>>,
+        joint_velocity: Option<&Bound<'_, PyAny>>,
+        latency_cycles: Option<u32>,
+        pushes: Option<Vec<PushArg>>,
+    ) -> PyResult<u64> {
+        use rtloop_agent::layout::{domain, DomainBlock, PushBlock, DOMAIN_PUSHES};
+        let n = self.info.count;
+        let mut d = DomainBlock::NOMINAL;
+        let mut any = false;
+        for (value, slot) in
+            [(friction_scale, &mut d.friction_scale), (mass_scale, &mut d.mass_scale), (payload_kg, &mut d.payload_kg)]
+        {
+            if let Some(v) = value {
+                *slot = v;
+                any = true;
+            }
+        }
+        for (name, value, out) in [
+            ("kp_scale", kp_scale, &mut d.kp_scale),
+            ("kd_scale", kd_scale, &mut d.kd_scale),
+            ("joint_offset", joint_offset, &mut d.joint_offset_rad),
+            ("joint_velocity", joint_velocity, &mut d.joint_velocity_rad_s),
+        ] {
+            if let Some(v) = value {
+                if field_values(name, v, n, out)? != Given::Absent {
+                    any = true;
+                }
+            }
+        }
+        if let Some(l) = latency_cycles {
+            d.latency_cycles = l;
+            any = true;
+        }
+        if let Some(pushes) = pushes {
+            if pushes.len() > DOMAIN_PUSHES {
+                return Err(PyValueError::new_err(format!(
+                    "{} pushes given; a reset takes at most {DOMAIN_PUSHES}: combine pushes that happen together",
+                    pushes.len()
+                )));
+            }
+            for (slot, (at_s, duration_s, fx, fy, fz)) in d.pushes.iter_mut().zip(pushes) {
+                *slot = PushBlock { at_s, duration_s, force_n: [fx, fy, fz] };
+                any = true;
+            }
+        }
+        if any {
+            d.flags = domain::APPLY;
+        }
+        rtloop_agent::validate_domain(&d, n).map_err(|e| PyValueError::new_err(e.to_string()))?;
         self.with(|inner| {
             if inner.seen_seq.is_none() {
                 let _ = inner.read_now();
             }
-            inner.agent.request_reset(seed)
+            inner.agent.request_reset(seed, &d)
         })
     }
 
@@ -1009,8 +1129,16 @@ impl AgentState {
             reset::DONE => "done",
             reset::NO_PHYSICS => "no_physics",
             reset::NOT_LOCKSTEP => "not_lockstep",
+            reset::BAD_DOMAIN => "bad_domain",
             _ => "unknown",
         }
+    }
+
+    /// Whether the spine waits for a command answering this state (lockstep; False for a
+    /// state a held command answers already, see `Agent.command(hold=)`).
+    #[getter]
+    fn awaiting(&self) -> bool {
+        self.block.awaiting != 0
     }
 
     /// Resets of the simulated world done so far.
@@ -1024,6 +1152,9 @@ impl AgentState {
     fn body(&self, py: Python<'_>) -> Option<BodyState> {
         let b = &self.block.body;
         (b.present != 0).then(|| BodyState {
+            position_m: PyArray1::from_slice(py, &b.position_m).unbind(),
+            velocity_mps: PyArray1::from_slice(py, &b.velocity_mps).unbind(),
+            yaw_deg: b.yaw_deg,
             height_m: b.height_m,
             roll_deg: b.roll_deg,
             pitch_deg: b.pitch_deg,
@@ -1091,6 +1222,16 @@ pub struct BodyState {
     /// Attitude quaternion w, x, y, z in the pi3hat's frame (float64, shape (4,)).
     #[pyo3(get)]
     quaternion: Py<PyArray1<f64>>,
+    /// Position of the body's origin in the ground's frame (+x forward, +y left of where
+    /// the model starts, +z up), m (float64, shape (3,)).
+    #[pyo3(get)]
+    position_m: Py<PyArray1<f64>>,
+    /// Velocity of the body's origin in the ground's frame, m/s (float64, shape (3,)).
+    #[pyo3(get)]
+    velocity_mps: Py<PyArray1<f64>>,
+    /// Heading: rotation about the vertical, degrees, positive turning left (-180 to 180).
+    #[pyo3(get)]
+    yaw_deg: f64,
 }
 
 #[pymethods]

@@ -2,6 +2,8 @@
 (``rtloop run --physics --lockstep --agent NAME``) that resets without restarting."""
 
 import os
+import signal
+import time
 import warnings
 
 import numpy as np
@@ -29,27 +31,35 @@ def rollout(env, seed, actions):
     return np.array(out), info
 
 
-def test_the_environment_passes_gymnasiums_checker(rtloop_bin):
+@pytest.mark.parametrize("env_id", [rgym.ENV_ID, rgym.WALK_ENV_ID])
+def test_the_environments_pass_gymnasiums_checker(rtloop_bin, env_id):
     # Its own environment: the checker closes it at the end.
-    env = gym.make("rtloop/Quadruped-v0", program=rtloop_bin)
+    env = gym.make(env_id, program=rtloop_bin, domain_randomization=True)
     with warnings.catch_warnings():
-        # Gymnasium recommends a [-1, 1] action space; ours is joint targets in rev, as
-        # documented.
-        warnings.filterwarnings("ignore", message=".*symmetric and normalized space.*")
+        warnings.simplefilter("error")
         # Observations are unbounded readings (velocities, rates, accelerations).
         warnings.filterwarnings("ignore", message=".*Box observation space m.*")
         check_env(env.unwrapped, skip_render_check=True)
     env.close()
 
 
-def test_spaces_are_as_documented(env):
+def test_spaces_and_conventions_are_as_documented(env):
     assert env.action_space.shape == (12,)
+    np.testing.assert_array_equal(env.action_space.low, -np.ones(12, np.float32))
+    np.testing.assert_array_equal(env.action_space.high, np.ones(12, np.float32))
     assert env.observation_space.shape == (34,)
     assert env.observation_space.dtype == np.float32
-    np.testing.assert_array_equal(env.action_space.low, rgym.ACTION_LOW)
+    assert env.unwrapped.dt == 0.02  # 50 Hz policy over the 1 kHz loop
+    assert env.spec.max_episode_steps == 200  # as made here; 250 (5 s) registered
+    assert gym.spec(rgym.ENV_ID).max_episode_steps == 250
+    assert gym.spec(rgym.WALK_ENV_ID).max_episode_steps == 1000
     obs, info = env.reset(seed=3)
     assert obs.dtype == np.float32 and obs.shape == (34,)
-    assert set(info) == {"height_m", "roll_deg", "pitch_deg", "steps"}
+    terms = {"reward_healthy", "reward_height", "reward_tilt", "reward_ctrl"}
+    body = {"x_position", "y_position", "height_m", "x_velocity", "y_velocity", "z_velocity"}
+    assert terms | body | {"roll_deg", "pitch_deg", "yaw_deg", "steps", "domain"} == set(info)
+    obs, reward, _, _, info = env.step(np.zeros(12))
+    assert reward == pytest.approx(sum(info[k] for k in terms), abs=1e-12)
     # Lying on the ground, level.
     assert 0.0 < info["height_m"] < 0.2
     assert abs(info["roll_deg"]) < 10 and abs(info["pitch_deg"]) < 10
@@ -59,8 +69,7 @@ def test_spaces_are_as_documented(env):
 
 def test_the_same_seed_gives_the_same_episode_and_another_seed_another(env):
     rng = np.random.default_rng(0)
-    low, high = rgym.ACTION_LOW, rgym.ACTION_HIGH
-    actions = [rng.uniform(low, high).astype(np.float32) for _ in range(50)]
+    actions = [rng.uniform(-1, 1, 12).astype(np.float32) for _ in range(50)]
     pid = env.unwrapped.spine_pid
     a, info_a = rollout(env, 11, actions)
     other, _ = rollout(env, 12, actions)
@@ -88,7 +97,10 @@ def test_many_resets_in_one_process(env):
 def test_a_ramp_to_the_stand_pose_stands_the_quadruped_up(rtloop_bin):
     """The issue's "done when": rtloop run --physics --lockstep --agent NAME with the Python
     environment stands the quadruped up."""
-    env = gym.make("rtloop/Quadruped-v0", program=rtloop_bin, max_episode_steps=3000)
+    env = gym.make(
+        "rtloop/Quadruped-v0", program=rtloop_bin, max_episode_steps=3000, cycles_per_step=1,
+        action_mode="position", reset_noise_scale=0.0,
+    )
     try:
         obs, info = env.reset(seed=7)
         start = obs[:12].astype(np.float64)
@@ -127,3 +139,232 @@ def test_a_missing_program_or_a_bad_argument_is_refused(tmp_path):
         rgym.QuadrupedEnv(program=str(tmp_path / "no-such-rtloop"))
     with pytest.raises(ValueError, match="cycles_per_step"):
         rgym.QuadrupedEnv(cycles_per_step=0)
+    with pytest.raises(ValueError, match="action_mode"):
+        rgym.QuadrupedEnv(action_mode="torque")
+    with pytest.raises(ValueError, match="healthy_z_range"):
+        rgym.QuadrupedEnv(healthy_z_range=(0.5, 0.1))
+    with pytest.raises(ValueError, match="unknown keys"):
+        rgym.QuadrupedEnv(domain_randomization={"gravity": (1, 2)})
+    with pytest.raises(ValueError, match="friction_scale"):
+        rgym.QuadrupedEnv(domain_randomization={"friction_scale": (0.0, float("nan"))})
+
+
+def test_bad_actions_are_refused_in_one_sentence(env):
+    env.reset(seed=1)
+    for bad, words in (
+        (np.zeros((3, 4)), r"shape \(3, 4\); give shape \(12,\)"),
+        (np.zeros(11), r"shape \(11,\)"),
+        (np.full(12, np.nan), "NaN or infinite"),
+        (np.r_[np.zeros(11), np.inf], "NaN or infinite"),
+    ):
+        with pytest.raises(ValueError, match=words):
+            env.step(bad)
+    # Refused actions sent nothing: the environment goes on.
+    env.step(np.zeros(12))
+
+
+def test_pauses_change_nothing_bit_for_bit(rtloop_bin):
+    """A learner that pauses (far beyond the spine's 100 ms agent timeout) before resets
+    and steps gets exactly the run it gets without pausing."""
+    rng = np.random.default_rng(5)
+    actions = [rng.uniform(-1, 1, 12) for _ in range(30)]
+
+    def run(pause_s):
+        env = gym.make(rgym.ENV_ID, program=rtloop_bin, cycles_per_step=5, domain_randomization=True)
+        out = []
+        try:
+            for episode in range(2):
+                if pause_s:
+                    time.sleep(pause_s)
+                obs, info = env.reset(seed=40 + episode)
+                out.append(np.r_[obs, 0.0, 0.0])
+                for k, a in enumerate(actions):
+                    if pause_s and k % 10 == 3:
+                        time.sleep(pause_s)
+                    obs, reward, terminated, truncated, info = env.step(a)
+                    out.append(np.r_[obs, reward, terminated])
+            assert env.unwrapped._agent.state().timeouts == 0
+        finally:
+            env.close()
+        return np.array(out)
+
+    np.testing.assert_array_equal(run(0.0), run(0.35))
+
+
+def _reference(rtloop_bin, seed, actions, episode_steps, same_step):
+    """One environment stepped by hand as a vector env's autoreset would: the observations
+    the vector env returns for it."""
+    env = gym.make(rgym.ENV_ID, program=rtloop_bin, cycles_per_step=5, max_episode_steps=episode_steps)
+    out = []
+    try:
+        obs, _ = env.reset(seed=seed)
+        out.append(obs)
+        done = False
+        for a in actions:
+            if done and not same_step:
+                obs, _ = env.reset()  # NEXT_STEP: this step only resets
+                done = False
+            else:
+                obs, reward, terminated, truncated, _ = env.step(a)
+                done = terminated or truncated
+                if done and same_step:
+                    obs, _ = env.reset()  # SAME_STEP: the reset's observation in its place
+                    done = False
+            out.append(obs)
+    finally:
+        env.close()
+    return np.array(out)
+
+
+@pytest.mark.parametrize(
+    "vector, mode",
+    [("sync", "NEXT_STEP"), ("sync", "SAME_STEP"), ("async", "NEXT_STEP"), ("async", "SAME_STEP")],
+)
+def test_vector_envs_match_their_single_env_references(rtloop_bin, vector, mode):
+    from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+
+    n, episode_steps, steps = 2, 7, 24
+    # Episodes end a step apart in the two envs (7 and 8 steps), and resets come while the
+    # other env waits: the pauses a vector env makes.
+    lengths = [episode_steps, episode_steps + 1]
+
+    def make(k):
+        return lambda: gym.make(
+            rgym.ENV_ID, program=rtloop_bin, cycles_per_step=5, max_episode_steps=lengths[k]
+        )
+
+    cls = SyncVectorEnv if vector == "sync" else AsyncVectorEnv
+    venv = cls([make(k) for k in range(n)], autoreset_mode=getattr(AutoresetMode, mode))
+    rng = np.random.default_rng(9)
+    actions = rng.uniform(-1, 1, (steps, n, 12))
+    got = []
+    try:
+        obs, _ = venv.reset(seed=100)
+        got.append(obs)
+        for a in actions:
+            obs, *_ = venv.step(a)
+            got.append(obs)
+    finally:
+        venv.close()
+    got = np.array(got)
+    for k in range(n):
+        want = _reference(rtloop_bin, 100 + k, actions[:, k], lengths[k], mode == "SAME_STEP")
+        np.testing.assert_array_equal(got[:, k], want, err_msg=f"env {k} ({vector}, {mode})")
+
+
+def test_record_episode_statistics_counts_the_episodes(rtloop_bin):
+    env = gym.wrappers.RecordEpisodeStatistics(gym.make(rgym.ENV_ID, program=rtloop_bin, max_episode_steps=5))
+    try:
+        env.reset(seed=1)
+        for _ in range(5):
+            *_, truncated, info = env.step(np.zeros(12))
+        assert truncated and info["episode"]["l"] == 5
+        assert np.isfinite(info["episode"]["r"])
+    finally:
+        env.close()
+
+
+def test_a_dead_spine_is_noticed_at_once_with_its_own_words(rtloop_bin):
+    env = gym.make(rgym.ENV_ID, program=rtloop_bin)
+    try:
+        env.reset(seed=1)
+        os.kill(env.unwrapped.spine_pid, signal.SIGKILL)  # a zombie until the env reaps it
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError, match=r"spine ended \(status -9\)"):
+            env.step(np.zeros(12))
+        assert time.monotonic() - t0 < 5.0
+    finally:
+        env.close()
+    # A spine that ends by itself: what it said reaches the exception, intact.
+    env = gym.make(rgym.ENV_ID, program=rtloop_bin, spine_args=["--duration", "1.5"])
+    try:
+        env.reset(seed=1)
+        with pytest.raises(RuntimeError, match="spine ended") as raised:
+            for _ in range(200):
+                env.step(np.zeros(12))
+        said = str(raised.value)
+        # The run's summary (stdout), its last line intact, no zero bytes from a clobbered
+        # file offset.
+        assert said.startswith("the rtloop spine ended (status 0): ") and said.endswith("status: ok"), said
+        assert "\x00" not in said, said
+    finally:
+        env.close()
+
+
+def test_domain_randomisation_is_drawn_from_the_seed_and_changes_the_episode(rtloop_bin):
+    env = gym.make(rgym.ENV_ID, program=rtloop_bin, domain_randomization={"pushes_per_episode": 1,
+                   "push_window_s": (0.1, 0.1), "push_force_n": (200.0, 200.0), "push_duration_s": (0.2, 0.2)})
+    try:
+        _, a = env.reset(seed=3)
+        _, b = env.reset(seed=3)
+        _, c = env.reset(seed=4)
+        for key in ("friction_scale", "mass_scale", "payload_kg", "latency_cycles"):
+            assert a["domain"][key] == b["domain"][key]
+        assert a["domain"]["friction_scale"] != c["domain"]["friction_scale"]
+        np.testing.assert_array_equal(a["domain"]["kp_scale"], b["domain"]["kp_scale"])
+        # The push (200 N for 0.2 s, 0.1 s after the reset) moves the body in every episode,
+        # the second as the first.
+        moved = []
+        for _ in range(2):
+            env.reset(seed=3)
+            for _ in range(25):
+                *_, info = env.step(np.zeros(12))
+            moved.append(np.hypot(info["x_position"], info["y_position"]))
+        assert moved[0] == moved[1]
+        env.reset(seed=3)
+        info0 = env.step(np.zeros(12))[-1]
+        assert moved[0] > np.hypot(info0["x_position"], info0["y_position"]) + 0.05, moved
+    finally:
+        env.close()
+
+
+def test_the_walking_task_starts_standing_and_tracks_a_command(rtloop_bin):
+    env = gym.make(rgym.WALK_ENV_ID, program=rtloop_bin)
+    try:
+        obs, info = env.reset(seed=2)
+        assert obs.shape == (37,)
+        assert info["height_m"] > 0.25, info  # stood up before the policy takes over
+        np.testing.assert_array_equal(obs[-3:], info["command"].astype(np.float32))
+        stand = (np.tile(rgym.STAND_POSE, 4) - rgym.ACTION_LOW) / (rgym.ACTION_HIGH - rgym.ACTION_LOW) * 2 - 1
+        for _ in range(10):
+            obs, reward, terminated, truncated, info = env.step(stand)
+        assert not terminated and "reward_tracking" in info
+    finally:
+        env.close()
+
+
+def test_a_spine_that_cannot_load_mujoco_says_so(tmp_path):
+    """What an installed package meets after `cargo clean` removed the MuJoCo library the
+    program links (docs/gym.md, "What the installed package depends on"): the loader's own
+    sentence, not a hang."""
+    fake = tmp_path / "rtloop"
+    fake.write_text(
+        "#!/bin/sh\n"
+        "echo 'rtloop: error while loading shared libraries: libmujoco.so.3.17.0: "
+        "cannot open shared object file: No such file or directory' >&2\nexit 127\n"
+    )
+    fake.chmod(0o755)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"exited \(status 127\).*libmujoco\.so\.3\.17\.0: cannot open"):
+        rgym.QuadrupedEnv(program=str(fake))
+    assert time.monotonic() - t0 < 10
+
+
+def test_a_drawn_command_latency_delays_every_command_by_its_cycles(rtloop_bin):
+    def stopped_steps(latency):
+        fixed = {"friction_scale": (1, 1), "mass_scale": (1, 1), "payload_kg": (0, 0), "kp_scale": (1, 1),
+                 "kd_scale": (1, 1), "pushes_per_episode": 0, "latency_cycles": (latency, latency)}
+        env = gym.make(rgym.ENV_ID, program=rtloop_bin, cycles_per_step=1, domain_randomization=fixed)
+        try:
+            _, info = env.reset(seed=1)
+            assert info["domain"]["latency_cycles"] == latency
+            modes = []
+            for _ in range(10):
+                env.step(np.zeros(12))
+                modes.append(int(env.unwrapped._state.mode[0]))
+        finally:
+            env.close()
+        assert modes[-1] == 10, modes  # position mode once the commands arrive
+        return modes.index(10)
+
+    assert stopped_steps(4) == stopped_steps(0) + 4

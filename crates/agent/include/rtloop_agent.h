@@ -10,7 +10,10 @@
  *   rtloop_agent_attach     open and check the segment, register this agent
  *   rtloop_agent_read_state copy the newest state out (seqlock reader)
  *   rtloop_agent_state_sequence the state's sequence now: unchanged = nothing new to read
- *   rtloop_agent_write_command  write a.command with the next heartbeat (seqlock writer)
+ *   rtloop_agent_write_command  write a.command with the next heartbeat (seqlock writer),
+ *                           and ring the spine's bell
+ *   rtloop_agent_state_bell / rtloop_agent_sleep  sleep (no CPU) until a lockstep spine
+ *                           has a state for this agent to answer (Linux futex)
  *   rtloop_agent_rearm      echo the spine's arm token when it waits to be armed
  *   rtloop_agent_spine_gone whether the spine ended, removed the segment or died, or the
  *                           segment was lost (truncated under the agent)
@@ -51,10 +54,15 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
-#define RTLOOP_AGENT_VERSION 2u
+/* Strict POSIX hides syscall(2); this is glibc's and musl's declaration. */
+extern long syscall(long number, ...);
+
+#define RTLOOP_AGENT_VERSION 3u
 #define RTLOOP_MAX_SERVOS 32
 #define RTLOOP_FIELD_COUNT 14
 /* "RTLOOPAG" read as a little-endian uint64. */
@@ -76,8 +84,18 @@ enum {
     RTLOOP_RESET_NONE = 0,        /* no reset asked for yet */
     RTLOOP_RESET_DONE = 1,        /* world back at its start pose, every servo stopped */
     RTLOOP_RESET_NO_PHYSICS = 2,  /* refused: the run has no physics world */
-    RTLOOP_RESET_NOT_LOCKSTEP = 3 /* refused: the run is not lockstep */
+    RTLOOP_RESET_NOT_LOCKSTEP = 3, /* refused: the run is not lockstep */
+    RTLOOP_RESET_BAD_DOMAIN = 4    /* refused: a value of command.domain out of its range */
 };
+
+/* command.domain.flags */
+enum {
+    RTLOOP_DOMAIN_APPLY = 1u /* the reset applies the domain's parameters; else the nominal world */
+};
+
+#define RTLOOP_MAX_LATENCY_CYCLES 32
+#define RTLOOP_DOMAIN_PUSHES 4
+#define RTLOOP_MAX_HOLD_CYCLES 100000
 
 /* servo command kind */
 enum {
@@ -129,7 +147,11 @@ typedef struct {
     int32_t spine_pid;
     int32_t agent_pid;      /* accessed atomically */
     uint32_t agent_version; /* accessed atomically */
-    uint8_t reserved[40];
+    uint32_t state_bell;    /* spine -> agent bell (futex word); accessed atomically */
+    uint32_t agent_waiting; /* agents sleeping on state_bell; accessed atomically */
+    uint32_t command_bell;  /* agent -> spine bell (futex word); accessed atomically */
+    uint32_t spine_waiting; /* 1 while the spine sleeps on command_bell; accessed atomically */
+    uint8_t reserved[24];
     rtloop_servo_info servos[RTLOOP_MAX_SERVOS];
 } rtloop_header;
 
@@ -148,6 +170,10 @@ typedef struct {
     double roll_deg;      /* right side down positive */
     double pitch_deg;     /* nose up positive */
     double quaternion[4]; /* w, x, y, z, pi3hat frame */
+    double position_m[3]; /* ground frame: +x forward, +y left, +z up, m */
+    double velocity_mps[3];
+    double yaw_deg; /* heading, positive turning left */
+    uint64_t reserved2;
 } rtloop_body;
 
 typedef struct {
@@ -182,8 +208,8 @@ typedef struct {
     rtloop_imu imu;
     uint64_t reset_ack;    /* the last command reset_request answered */
     uint32_t reset_result; /* RTLOOP_RESET_* */
-    uint32_t reserved;
-    uint64_t resets; /* resets done so far */
+    uint32_t awaiting;     /* 1: the spine waits for a command answering this state (lockstep) */
+    uint64_t resets;       /* resets done so far */
     rtloop_body body;
     rtloop_servo_state servos[RTLOOP_MAX_SERVOS];
 } rtloop_state;
@@ -208,30 +234,53 @@ typedef struct {
 } rtloop_servo_command;
 
 typedef struct {
+    double at_s;       /* seconds after the reset */
+    double duration_s; /* 0: no push in this slot */
+    double force_n[3]; /* ground frame: +x forward, +y left, +z up */
+} rtloop_push;
+
+/* The physical parameters a reset gives the simulated world (docs/agent-protocol.md section 9). */
+typedef struct {
+    uint32_t flags; /* RTLOOP_DOMAIN_APPLY, or 0: the nominal world */
+    uint32_t latency_cycles;
+    double friction_scale;
+    double mass_scale;
+    double payload_kg;
+    double kp_scale[RTLOOP_MAX_SERVOS];
+    double kd_scale[RTLOOP_MAX_SERVOS];
+    double joint_offset_rad[RTLOOP_MAX_SERVOS];
+    double joint_velocity_rad_s[RTLOOP_MAX_SERVOS];
+    rtloop_push pushes[RTLOOP_DOMAIN_PUSHES];
+} rtloop_domain;
+
+typedef struct {
     uint64_t seq; /* seqlock; accessed atomically */
     uint64_t for_cycle;
     uint64_t heartbeat;
     uint64_t arm_token;
     uint32_t servo_count;
-    uint32_t reserved0;
+    uint32_t hold_cycles;   /* lockstep: cycles this command answers from for_cycle (0, 1: one) */
     uint64_t reset_request; /* differs from state.reset_ack: reset the simulated world */
     uint64_t reset_seed;    /* 0: the start pose exactly */
     uint8_t reserved[8];
     rtloop_servo_command servos[RTLOOP_MAX_SERVOS];
+    rtloop_domain domain; /* read with a reset request */
 } rtloop_command;
 
 #define RTLOOP_STATE_OFFSET 384
-#define RTLOOP_COMMAND_OFFSET 3712
-#define RTLOOP_TOTAL_SIZE 7616
+#define RTLOOP_COMMAND_OFFSET 3776
+#define RTLOOP_TOTAL_SIZE 8896
 
 _Static_assert(sizeof(rtloop_servo_info) == 8, "layout");
 _Static_assert(sizeof(rtloop_header) == 384, "layout");
 _Static_assert(sizeof(rtloop_imu) == 88, "layout");
-_Static_assert(sizeof(rtloop_body) == 64, "layout");
+_Static_assert(sizeof(rtloop_body) == 128, "layout");
 _Static_assert(sizeof(rtloop_servo_state) == 96, "layout");
-_Static_assert(sizeof(rtloop_state) == 3328, "layout");
+_Static_assert(sizeof(rtloop_state) == 3392, "layout");
 _Static_assert(sizeof(rtloop_servo_command) == 120, "layout");
-_Static_assert(sizeof(rtloop_command) == 3904, "layout");
+_Static_assert(sizeof(rtloop_push) == 40, "layout");
+_Static_assert(sizeof(rtloop_domain) == 1216, "layout");
+_Static_assert(sizeof(rtloop_command) == 5120, "layout");
 _Static_assert(sizeof(_Atomic uint64_t) == 8 && alignof(_Atomic uint64_t) == 8, "64-bit atomics");
 _Static_assert(sizeof(_Atomic int32_t) == 4 && sizeof(_Atomic uint32_t) == 4, "32-bit atomics");
 
@@ -255,7 +304,11 @@ _Static_assert(offsetof(rtloop_header, lockstep) == 72, "layout");
 _Static_assert(offsetof(rtloop_header, spine_pid) == 76, "layout");
 _Static_assert(offsetof(rtloop_header, agent_pid) == 80, "layout");
 _Static_assert(offsetof(rtloop_header, agent_version) == 84, "layout");
-_Static_assert(offsetof(rtloop_header, reserved) == 88, "layout");
+_Static_assert(offsetof(rtloop_header, state_bell) == 88, "layout");
+_Static_assert(offsetof(rtloop_header, agent_waiting) == 92, "layout");
+_Static_assert(offsetof(rtloop_header, command_bell) == 96, "layout");
+_Static_assert(offsetof(rtloop_header, spine_waiting) == 100, "layout");
+_Static_assert(offsetof(rtloop_header, reserved) == 104, "layout");
 _Static_assert(offsetof(rtloop_header, servos) == 128, "layout");
 _Static_assert(offsetof(rtloop_imu, present) == 0, "layout");
 _Static_assert(offsetof(rtloop_imu, reserved) == 4, "layout");
@@ -268,6 +321,10 @@ _Static_assert(offsetof(rtloop_body, height_m) == 8, "layout");
 _Static_assert(offsetof(rtloop_body, roll_deg) == 16, "layout");
 _Static_assert(offsetof(rtloop_body, pitch_deg) == 24, "layout");
 _Static_assert(offsetof(rtloop_body, quaternion) == 32, "layout");
+_Static_assert(offsetof(rtloop_body, position_m) == 64, "layout");
+_Static_assert(offsetof(rtloop_body, velocity_mps) == 88, "layout");
+_Static_assert(offsetof(rtloop_body, yaw_deg) == 112, "layout");
+_Static_assert(offsetof(rtloop_body, reserved2) == 120, "layout");
 _Static_assert(offsetof(rtloop_servo_state, mode) == 0, "layout");
 _Static_assert(offsetof(rtloop_servo_state, fault) == 4, "layout");
 _Static_assert(offsetof(rtloop_servo_state, fresh) == 8, "layout");
@@ -296,10 +353,10 @@ _Static_assert(offsetof(rtloop_state, torn) == 72, "layout");
 _Static_assert(offsetof(rtloop_state, imu) == 80, "layout");
 _Static_assert(offsetof(rtloop_state, reset_ack) == 168, "layout");
 _Static_assert(offsetof(rtloop_state, reset_result) == 176, "layout");
-_Static_assert(offsetof(rtloop_state, reserved) == 180, "layout");
+_Static_assert(offsetof(rtloop_state, awaiting) == 180, "layout");
 _Static_assert(offsetof(rtloop_state, resets) == 184, "layout");
 _Static_assert(offsetof(rtloop_state, body) == 192, "layout");
-_Static_assert(offsetof(rtloop_state, servos) == 256, "layout");
+_Static_assert(offsetof(rtloop_state, servos) == 320, "layout");
 _Static_assert(offsetof(rtloop_servo_command, kind) == 0, "layout");
 _Static_assert(offsetof(rtloop_servo_command, present) == 4, "layout");
 _Static_assert(offsetof(rtloop_servo_command, position) == 8, "layout");
@@ -321,11 +378,25 @@ _Static_assert(offsetof(rtloop_command, for_cycle) == 8, "layout");
 _Static_assert(offsetof(rtloop_command, heartbeat) == 16, "layout");
 _Static_assert(offsetof(rtloop_command, arm_token) == 24, "layout");
 _Static_assert(offsetof(rtloop_command, servo_count) == 32, "layout");
-_Static_assert(offsetof(rtloop_command, reserved0) == 36, "layout");
+_Static_assert(offsetof(rtloop_command, hold_cycles) == 36, "layout");
 _Static_assert(offsetof(rtloop_command, reset_request) == 40, "layout");
 _Static_assert(offsetof(rtloop_command, reset_seed) == 48, "layout");
 _Static_assert(offsetof(rtloop_command, reserved) == 56, "layout");
 _Static_assert(offsetof(rtloop_command, servos) == 64, "layout");
+_Static_assert(offsetof(rtloop_command, domain) == 3904, "layout");
+_Static_assert(offsetof(rtloop_push, at_s) == 0, "layout");
+_Static_assert(offsetof(rtloop_push, duration_s) == 8, "layout");
+_Static_assert(offsetof(rtloop_push, force_n) == 16, "layout");
+_Static_assert(offsetof(rtloop_domain, flags) == 0, "layout");
+_Static_assert(offsetof(rtloop_domain, latency_cycles) == 4, "layout");
+_Static_assert(offsetof(rtloop_domain, friction_scale) == 8, "layout");
+_Static_assert(offsetof(rtloop_domain, mass_scale) == 16, "layout");
+_Static_assert(offsetof(rtloop_domain, payload_kg) == 24, "layout");
+_Static_assert(offsetof(rtloop_domain, kp_scale) == 32, "layout");
+_Static_assert(offsetof(rtloop_domain, kd_scale) == 288, "layout");
+_Static_assert(offsetof(rtloop_domain, joint_offset_rad) == 544, "layout");
+_Static_assert(offsetof(rtloop_domain, joint_velocity_rad_s) == 800, "layout");
+_Static_assert(offsetof(rtloop_domain, pushes) == 1056, "layout");
 
 /* An attached agent. `command` is the agent's own copy: fill it, then write it. */
 typedef struct {
@@ -537,8 +608,43 @@ static inline int rtloop__name_ok(const char *name) {
     return 1;
 }
 
+/* Whether process `pid` is gone: kill(pid, 0) fails with ESRCH, or it is a zombie (it exited
+ * and its parent has not reaped it: kill still succeeds then). */
 static inline int rtloop__pid_dead(int32_t pid) {
-    return pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+    if (pid <= 0) {
+        return 0;
+    }
+    if (kill((pid_t)pid, 0) != 0) {
+        return errno == ESRCH;
+    }
+    char path[32], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return errno == ENOENT;
+    }
+    ssize_t got = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (got <= 0) {
+        return 0;
+    }
+    buf[got] = 0;
+    const char *close_paren = strrchr(buf, ')'); /* "PID (NAME) STATE ...", NAME may hold ')' */
+    return close_paren != NULL && (close_paren[1] == ' ') && (close_paren[2] == 'Z' || close_paren[2] == 'X');
+}
+
+/* ---- Bells: the lockstep hand-off without busy-polling (Linux futex on the header) ---- */
+
+static inline _Atomic uint32_t *rtloop__header_word(const rtloop_agent *a, size_t offset) {
+    return (_Atomic uint32_t *)(void *)(a->map + offset);
+}
+
+/* Add 1 to `bell`; wake its sleepers when `sleepers` says there are some. */
+static inline void rtloop__ring(_Atomic uint32_t *bell, _Atomic uint32_t *sleepers) {
+    atomic_fetch_add(bell, 1u);
+    if (atomic_load(sleepers) != 0) {
+        syscall(SYS_futex, (uint32_t *)(void *)bell, 1 /* FUTEX_WAKE */, 0x7fffffff, NULL, NULL, 0);
+    }
 }
 
 /* Attach to /dev/shm/rtloop-NAME. On RTLOOP_RETRY or RTLOOP_ERROR, `err` holds one sentence. */
@@ -759,7 +865,33 @@ static inline uint64_t rtloop_agent_write_command(rtloop_agent *a) {
     a->command.heartbeat += 1;
     a->command.servo_count = a->header.servo_count;
     rtloop__write(a->map + RTLOOP_COMMAND_OFFSET, &a->command, sizeof a->command / 8, &a->command_seq);
+    /* A lockstep spine sleeping on its bell reads the command at once. */
+    rtloop__ring(rtloop__header_word(a, offsetof(rtloop_header, command_bell)),
+                 rtloop__header_word(a, offsetof(rtloop_header, spine_waiting)));
     return a->command.heartbeat;
+}
+
+/* The spine's bell now: read it *before* looking at the state; if there was nothing to do,
+ * pass it to rtloop_agent_sleep. */
+static inline uint32_t rtloop_agent_state_bell(const rtloop_agent *a) {
+    return atomic_load(rtloop__header_word(a, offsetof(rtloop_header, state_bell)));
+}
+
+/* Sleep, using no CPU, until the spine rings its bell (a lockstep spine rings when it
+ * publishes a state it waits on, a new status, or its end) or `timeout_ns` passes; returns
+ * at once if the bell moved since `seen`. May return early: look at the state again. A
+ * free-running spine rings only for a new status: poll its states instead. */
+static inline void rtloop_agent_sleep(const rtloop_agent *a, uint32_t seen, uint64_t timeout_ns) {
+    _Atomic uint32_t *bell = rtloop__header_word(a, offsetof(rtloop_header, state_bell));
+    _Atomic uint32_t *sleepers = rtloop__header_word(a, offsetof(rtloop_header, agent_waiting));
+    struct timespec ts;
+    ts.tv_sec = (time_t)(timeout_ns / 1000000000u);
+    ts.tv_nsec = (long)(timeout_ns % 1000000000u);
+    atomic_fetch_add(sleepers, 1u);
+    if (atomic_load(bell) == seen) {
+        syscall(SYS_futex, (uint32_t *)(void *)bell, 0 /* FUTEX_WAIT */, seen, &ts, NULL, 0);
+    }
+    atomic_fetch_sub(sleepers, 1u);
 }
 
 /* If the spine waits to be armed (WAITING or SAFE) with a token the commands do not echo,
@@ -809,6 +941,9 @@ static inline void rtloop_agent_detach(rtloop_agent *a) {
         _Atomic int32_t *slot = (_Atomic int32_t *)&((rtloop_header *)a->map)->agent_pid;
         int32_t me = a->pid;
         atomic_compare_exchange_strong(slot, &me, 0);
+        /* A lockstep spine sleeping on its bell sees at once that its agent left. */
+        rtloop__ring(rtloop__header_word(a, offsetof(rtloop_header, command_bell)),
+                     rtloop__header_word(a, offsetof(rtloop_header, spine_waiting)));
         rtloop__guard_release(a->guard_slot); /* before the range can be reused */
         a->guard_slot = -1;
         munmap(a->map, RTLOOP_TOTAL_SIZE);

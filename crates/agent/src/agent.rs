@@ -6,7 +6,7 @@ use crate::layout::{
     TOTAL_SIZE, VERSION,
 };
 use crate::shm::{self, Mapping, NameError};
-use crate::{header_atomics, seqlock};
+use crate::{bell, header_atomics, seqlock};
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::fmt;
 use std::io;
@@ -348,17 +348,49 @@ impl Agent {
         // SAFETY: the command block is mapped, 64-byte aligned; this agent is its only
         // writer (attach refused a second live agent).
         unsafe { seqlock::write(self.map.ptr().add(COMMAND_OFFSET), &*self.command, &mut self.command_seq) };
+        self.ring_spine();
         self.command.heartbeat
+    }
+
+    /// Ring the spine's bell (after every command [`Agent::send`] writes): a lockstep
+    /// spine sleeping on it wakes and reads the command at once. One atomic add; the
+    /// `FUTEX_WAKE` system call only when the spine sleeps.
+    pub fn ring_spine(&self) {
+        // SAFETY: the header is mapped; the bell words are only accessed atomically.
+        let (bell_word, sleeping) = unsafe { header_atomics::command_bell(self.map.ptr()) };
+        bell::ring(bell_word, sleeping);
+    }
+
+    /// The spine's bell as it is now: read it *before* looking at the state, then pass it to
+    /// [`Agent::sleep_until_rung`] if there was nothing to do.
+    pub fn state_bell(&self) -> u32 {
+        // SAFETY: the header is mapped; the bell words are only accessed atomically.
+        let (bell_word, _) = unsafe { header_atomics::state_bell(self.map.ptr()) };
+        bell::value(bell_word)
+    }
+
+    /// Sleep until the spine rings its bell (a lockstep spine rings when it publishes a
+    /// state it waits on, a new status, or its end) or `timeout_ns` passes; at once if the
+    /// bell moved since `seen` ([`Agent::state_bell`]). May return early; look again then.
+    /// No CPU is used meanwhile. A free-running spine rings only for a new status: poll
+    /// its states instead.
+    pub fn sleep_until_rung(&self, seen: u32, timeout_ns: u64) {
+        // SAFETY: the header is mapped; the bell words are only accessed atomically.
+        let (bell_word, sleepers) = unsafe { header_atomics::state_bell(self.map.ptr()) };
+        bell::sleep(bell_word, sleepers, seen, timeout_ns);
     }
 
     /// Ask for a reset of the simulated world with the next [`Agent::send`]: the next
     /// request number after both this agent's last one and the last one the spine answered
-    /// (the state's `reset_ack`), with `seed`. Returns the request number: the reset is
-    /// answered in the first state whose `reset_ack` equals it (`reset_result` says how).
-    pub fn request_reset(&mut self, seed: u64) -> u64 {
+    /// (the state's `reset_ack`), with `seed` and the world's physical parameters `domain`
+    /// ([`DomainBlock::NOMINAL`](crate::DomainBlock::NOMINAL): the nominal world). Returns
+    /// the request number: the reset is answered in the first state whose `reset_ack`
+    /// equals it (`reset_result` says how).
+    pub fn request_reset(&mut self, seed: u64, domain: &crate::DomainBlock) -> u64 {
         let next = self.command.reset_request.max(self.state.reset_ack).wrapping_add(1);
         self.command.reset_request = next;
         self.command.reset_seed = seed;
+        self.command.domain = *domain;
         next
     }
 
@@ -416,5 +448,7 @@ impl Drop for Agent {
         // SAFETY: the header is mapped; agent_pid is accessed atomically only.
         let slot = unsafe { header_atomics::agent_pid(self.map.ptr()) };
         let _ = slot.compare_exchange(self.pid, 0, Ordering::AcqRel, Ordering::Relaxed);
+        // A lockstep spine sleeping on its bell sees at once that its agent left.
+        self.ring_spine();
     }
 }

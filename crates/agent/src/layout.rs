@@ -14,7 +14,7 @@
 compile_error!("the rtloop agent segment is little-endian; this target is big-endian");
 
 /// Protocol version: bumped on any change to the layout or the meaning of a field.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// The first 8 bytes of every segment.
 pub const MAGIC_BYTES: [u8; 8] = *b"RTLOOPAG";
@@ -66,7 +66,26 @@ pub mod reset {
     pub const NO_PHYSICS: u32 = 2;
     /// Refused: the run is not lockstep (a reset is reproducible only in simulated time).
     pub const NOT_LOCKSTEP: u32 = 3;
+    /// Refused: the request's [`DomainBlock`](super::DomainBlock) holds a value out of its
+    /// range (`docs/agent-protocol.md` section 9).
+    pub const BAD_DOMAIN: u32 = 4;
 }
+
+/// Bits of [`DomainBlock::flags`].
+pub mod domain {
+    /// The reset applies the block's physical parameters; without it the world goes back to
+    /// its nominal ones (every scale 1, no latency, no noise, no pushes).
+    pub const APPLY: u32 = 1;
+}
+
+/// The longest command latency a reset may ask for ([`DomainBlock::latency_cycles`]), cycles.
+pub const MAX_LATENCY_CYCLES: u32 = 32;
+
+/// Pushes one reset may schedule ([`DomainBlock::pushes`]).
+pub const DOMAIN_PUSHES: usize = 4;
+
+/// The longest a lockstep command may be held ([`CommandBlock::hold_cycles`]), cycles.
+pub const MAX_HOLD_CYCLES: u32 = 100_000;
 
 /// Command kinds, [`RawServoCommand::kind`].
 pub mod kind {
@@ -156,8 +175,20 @@ pub struct Header {
     /// The protocol version of the last agent that tried to attach, 0 for none (agent
     /// writes it, atomically, before it checks `version`).
     pub agent_version: u32,
+    /// Lockstep hand-off, spine to agent: the spine adds 1 (atomically) when an agent has
+    /// something to look at — a state it waits on, a new status — and wakes whoever sleeps
+    /// on the word (a futex). Not a value to interpret: only its changes matter.
+    pub state_bell: u32,
+    /// Agents sleeping on `state_bell` (each adds 1 before it sleeps, 1 less after): the
+    /// spine makes the wake-up system call only when it is not 0.
+    pub agent_waiting: u32,
+    /// Lockstep hand-off, agent to spine: the agent adds 1 after every command it writes,
+    /// and wakes the spine if `spine_waiting` says it sleeps on the word.
+    pub command_bell: u32,
+    /// 1 while the spine sleeps on `command_bell` (waiting for a command in lockstep).
+    pub spine_waiting: u32,
     /// Zero.
-    pub reserved: [u8; 40],
+    pub reserved: [u8; 24],
     /// Slots `0..servo_count`: which servo each slot is.
     pub servos: [ServoInfo; MAX_SERVOS],
 }
@@ -197,6 +228,16 @@ pub struct BodyBlock {
     /// Attitude quaternion w, x, y, z in the pi3hat's frame (+x forward, +y right, +z down),
     /// as a perfect IMU would report it.
     pub quaternion: [f64; 4],
+    /// Position of the body's origin in the ground's frame (+x forward and +y left of where
+    /// the run started, +z up), m.
+    pub position_m: [f64; 3],
+    /// Velocity of the body's origin in the ground's frame, m/s.
+    pub velocity_mps: [f64; 3],
+    /// Heading: rotation about the vertical from the starting heading, degrees, positive
+    /// turning left (counter-clockwise seen from above), -180 to 180.
+    pub yaw_deg: f64,
+    /// Zero.
+    pub reserved2: u64,
 }
 
 /// One servo in a [`StateBlock`]. Floats are NaN when absent.
@@ -267,8 +308,9 @@ pub struct StateBlock {
     pub reset_ack: u64,
     /// What became of it: [`reset`].
     pub reset_result: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// 1 when the spine waits for a command answering this state (lockstep: a command with
+    /// `for_cycle` equal to `cycle`, or one held over it); 0 otherwise.
+    pub awaiting: u32,
     /// Resets done so far.
     pub resets: u64,
     /// The simulated body's ground truth.
@@ -330,8 +372,11 @@ pub struct CommandBlock {
     pub arm_token: u64,
     /// Servo entries the agent filled: must equal [`Header::servo_count`].
     pub servo_count: u32,
-    /// Zero.
-    pub reserved0: u32,
+    /// Lockstep: how many cycles this command answers, from `for_cycle` on (0 and 1: that
+    /// cycle only; at most [`MAX_HOLD_CYCLES`]): the spine applies it each of them without
+    /// waiting, as a real robot's spine applies an agent's last command until the next, and
+    /// waits again at `for_cycle + hold_cycles`. Ignored by a free-running spine.
+    pub hold_cycles: u32,
     /// Ask for a reset of the simulated world: a value different from the state's
     /// `reset_ack` is a new request (add 1 for each). Continued from the block's value when
     /// an agent attaches, like `heartbeat`.
@@ -343,6 +388,51 @@ pub struct CommandBlock {
     pub reserved: [u8; 8],
     /// Slots `0..servo_count` in use.
     pub servos: [RawServoCommand; MAX_SERVOS],
+    /// The physical parameters of the world the requested reset starts (domain
+    /// randomisation): read with the request, once.
+    pub domain: DomainBlock,
+}
+
+/// One push a reset schedules, timed from the reset ([`DomainBlock::pushes`]).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PushBlock {
+    /// Seconds after the reset it starts.
+    pub at_s: f64,
+    /// Seconds it lasts; 0: no push in this slot.
+    pub duration_s: f64,
+    /// Force, N, in the ground's frame (+x forward, +y left, +z up).
+    pub force_n: [f64; 3],
+}
+
+/// The physical parameters a reset gives the simulated world, read only when
+/// [`domain::APPLY`] is set in `flags` (otherwise the reset restores the nominal world).
+/// Every value is range-checked by the spine (`docs/agent-protocol.md` section 9); a reset
+/// with a value out of range is refused ([`reset::BAD_DOMAIN`]).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DomainBlock {
+    /// [`domain`] bits.
+    pub flags: u32,
+    /// Cycles each new agent command waits before it reaches the servos (0 to
+    /// [`MAX_LATENCY_CYCLES`]); meanwhile they get the command before it.
+    pub latency_cycles: u32,
+    /// Scale of every contact's friction coefficients.
+    pub friction_scale: f64,
+    /// Scale of every body's mass and inertia.
+    pub mass_scale: f64,
+    /// Mass added to the body the IMU is on, kg.
+    pub payload_kg: f64,
+    /// Per servo slot: scale of its position gain kp.
+    pub kp_scale: [f64; MAX_SERVOS],
+    /// Per servo slot: scale of its velocity gain kd.
+    pub kd_scale: [f64; MAX_SERVOS],
+    /// Per servo slot: added to its joint's angle once the world has settled, rad.
+    pub joint_offset_rad: [f64; MAX_SERVOS],
+    /// Per servo slot: its joint's velocity once the world has settled, rad/s.
+    pub joint_velocity_rad_s: [f64; MAX_SERVOS],
+    /// Pushes on the body, timed from the reset.
+    pub pushes: [PushBlock; DOMAIN_PUSHES],
 }
 
 /// Offset of the [`StateBlock`] in the segment.
@@ -359,18 +449,22 @@ const _: () = {
     assert!(size_of::<Header>() == 384);
     assert!(size_of::<ImuBlock>() == 88);
     assert!(size_of::<RawServoState>() == 96);
-    assert!(size_of::<BodyBlock>() == 64);
-    assert!(size_of::<StateBlock>() == 3328);
+    assert!(size_of::<BodyBlock>() == 128);
+    assert!(size_of::<StateBlock>() == 3392);
     assert!(size_of::<RawServoCommand>() == 120);
-    assert!(size_of::<CommandBlock>() == 3904);
+    assert!(size_of::<PushBlock>() == 40);
+    assert!(size_of::<DomainBlock>() == 1216);
+    assert!(size_of::<CommandBlock>() == 5120);
     assert!(STATE_OFFSET == 384);
-    assert!(COMMAND_OFFSET == 3712);
-    assert!(TOTAL_SIZE == 7616);
+    assert!(COMMAND_OFFSET == 3776);
+    assert!(TOTAL_SIZE == 8896);
     assert!(core::mem::offset_of!(Header, agent_version) + 4 == FROZEN_PREFIX);
     assert!(core::mem::offset_of!(Header, spine_pid) == 76);
+    assert!(core::mem::offset_of!(Header, state_bell) == 88);
     assert!(core::mem::offset_of!(StateBlock, body) == 192);
-    assert!(core::mem::offset_of!(StateBlock, servos) == 256);
+    assert!(core::mem::offset_of!(StateBlock, servos) == 320);
     assert!(core::mem::offset_of!(CommandBlock, servos) == 64);
+    assert!(core::mem::offset_of!(CommandBlock, domain) == 3904);
     // Blocks start on cache lines, so the spine's and the agent's writes never share one.
     assert!(STATE_OFFSET.is_multiple_of(64) && COMMAND_OFFSET.is_multiple_of(64));
     assert!(align_of::<Header>() == 8 && align_of::<StateBlock>() == 8 && align_of::<CommandBlock>() == 8);
@@ -394,9 +488,9 @@ pub unsafe trait Plain: Copy + 'static {
 
 // SAFETY: integers only, explicit padding (`reserved`), size 384, align 8 (asserted above).
 unsafe impl Plain for Header {}
-// SAFETY: integers and floats, explicit padding, size 3328, align 8 (asserted above).
+// SAFETY: integers and floats, explicit padding, size 3392, align 8 (asserted above).
 unsafe impl Plain for StateBlock {}
-// SAFETY: integers and floats, explicit padding, size 3904, align 8 (asserted above).
+// SAFETY: integers and floats, explicit padding, size 5120, align 8 (asserted above).
 unsafe impl Plain for CommandBlock {}
 // SAFETY: integers and floats, no padding (4 + 4 + 14 × 8), size 120, align 8 (asserted above).
 unsafe impl Plain for RawServoCommand {}
@@ -443,6 +537,27 @@ impl BodyBlock {
         roll_deg: f64::NAN,
         pitch_deg: f64::NAN,
         quaternion: [f64::NAN; 4],
+        position_m: [f64::NAN; 3],
+        velocity_mps: [f64::NAN; 3],
+        yaw_deg: f64::NAN,
+        reserved2: 0,
+    };
+}
+
+impl DomainBlock {
+    /// The nominal world: `flags` 0 (nothing applied), every scale 1, no latency, noise or
+    /// push.
+    pub const NOMINAL: DomainBlock = DomainBlock {
+        flags: 0,
+        latency_cycles: 0,
+        friction_scale: 1.0,
+        mass_scale: 1.0,
+        payload_kg: 0.0,
+        kp_scale: [1.0; MAX_SERVOS],
+        kd_scale: [1.0; MAX_SERVOS],
+        joint_offset_rad: [0.0; MAX_SERVOS],
+        joint_velocity_rad_s: [0.0; MAX_SERVOS],
+        pushes: [PushBlock { at_s: 0.0, duration_s: 0.0, force_n: [0.0; 3] }; DOMAIN_PUSHES],
     };
 }
 

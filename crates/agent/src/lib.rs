@@ -33,6 +33,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod agent;
+mod bell;
+pub mod domain;
 mod guard;
 pub mod layout;
 pub mod seqlock;
@@ -41,7 +43,8 @@ pub mod spine;
 pub mod validate;
 
 pub use agent::{Agent, AgentAttachError, SpineGone};
-pub use layout::{CommandBlock, Header, RawServoCommand, RawServoState, ServoInfo, StateBlock};
+pub use domain::{validate_domain, DomainError};
+pub use layout::{CommandBlock, DomainBlock, Header, PushBlock, RawServoCommand, RawServoState, ServoInfo, StateBlock};
 pub use shm::{describe_owner, euid, monotonic_ns, pid_dead, segment_path, user_name, validate_name, NameError};
 pub use spine::{
     Counters, Lockstep, Poll, RefusalCause, Refusals, SegmentLoss, Spine, SpineConfig, SpineError, VersionMismatch,
@@ -68,6 +71,32 @@ mod header_atomics {
     pub(crate) unsafe fn agent_version<'a>(base: *mut u8) -> &'a AtomicU32 {
         // SAFETY: in bounds and 4-aligned (offset 84).
         unsafe { AtomicU32::from_ptr(base.add(offset_of!(Header, agent_version)).cast()) }
+    }
+
+    /// # Safety
+    /// As [`agent_pid`], with the whole header mapped.
+    pub(crate) unsafe fn u32_at<'a>(base: *mut u8, offset: usize) -> &'a AtomicU32 {
+        debug_assert!(offset.is_multiple_of(4) && offset + 4 <= size_of::<Header>());
+        // SAFETY: in bounds and 4-aligned (the caller passes a field's offset).
+        unsafe { AtomicU32::from_ptr(base.add(offset).cast()) }
+    }
+
+    /// The spine-to-agent bell and its sleeper count (`crate::bell`).
+    ///
+    /// # Safety
+    /// As [`u32_at`].
+    pub(crate) unsafe fn state_bell<'a>(base: *mut u8) -> (&'a AtomicU32, &'a AtomicU32) {
+        // SAFETY: the caller's promise.
+        unsafe { (u32_at(base, offset_of!(Header, state_bell)), u32_at(base, offset_of!(Header, agent_waiting))) }
+    }
+
+    /// The agent-to-spine bell and the spine's sleeping flag (`crate::bell`).
+    ///
+    /// # Safety
+    /// As [`u32_at`].
+    pub(crate) unsafe fn command_bell<'a>(base: *mut u8) -> (&'a AtomicU32, &'a AtomicU32) {
+        // SAFETY: the caller's promise.
+        unsafe { (u32_at(base, offset_of!(Header, command_bell)), u32_at(base, offset_of!(Header, spine_waiting))) }
     }
 
     /// # Safety

@@ -109,16 +109,70 @@ pub(crate) fn not_regular(st: &libc::stat) -> Option<&'static str> {
     }
 }
 
-/// Whether process `pid` is known to be gone: `kill(pid, 0)` fails with ESRCH. A pid we
-/// may not signal (EPERM) is alive; pid 0 or negative is "no process" and not reported
-/// dead (nobody to blame).
+/// Whether process `pid` is known to be gone: `kill(pid, 0)` fails with ESRCH, or the
+/// process is a zombie (it exited, and its parent has not reaped it yet). A pid we may not
+/// signal (EPERM) is alive; pid 0 or negative is "no process" and not reported dead (nobody
+/// to blame).
 pub fn pid_dead(pid: i32) -> bool {
     if pid <= 0 {
         return false;
     }
     // SAFETY: signal 0 performs the permission and existence checks only.
     let r = unsafe { libc::kill(pid, 0) };
-    r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    if r != 0 {
+        return io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    }
+    // kill(pid, 0) succeeds for a zombie too: a process that has exited but that its parent
+    // has not waited for yet — a spine started by the agent itself, for one. It is dead all
+    // the same.
+    zombie(pid)
+}
+
+/// Whether process `pid` has exited and waits to be reaped (state `Z` or `X` in
+/// `/proc/PID/stat`). Reads into a fixed buffer: no allocation.
+fn zombie(pid: i32) -> bool {
+    let mut path = [0u8; 32];
+    let mut len = 0;
+    let mut put = |bytes: &[u8]| {
+        for &b in bytes {
+            if len < path.len() - 1 {
+                path[len] = b;
+                len += 1;
+            }
+        }
+    };
+    put(b"/proc/");
+    let mut digits = [0u8; 12];
+    let mut n = pid.unsigned_abs();
+    let mut d = digits.len();
+    loop {
+        d -= 1;
+        digits[d] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    put(&digits[d..]);
+    put(b"/stat");
+    // SAFETY: `path` is NUL-terminated (zeroed, at most 31 bytes written).
+    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        // No /proc entry: the process is gone (or /proc is not mounted: then kill's answer
+        // is all there is).
+        return io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT);
+    }
+    let mut buf = [0u8; 512];
+    // SAFETY: `fd` is open; `buf` is a valid buffer of its length.
+    let got = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    // SAFETY: `fd` is ours and open.
+    unsafe { libc::close(fd) };
+    let Ok(got) = usize::try_from(got) else { return false };
+    // "PID (COMM) STATE ...": the name may hold spaces and parentheses, so the state is the
+    // first field after the last ')'.
+    let text = &buf[..got.min(buf.len())];
+    let Some(close) = text.iter().rposition(|&b| b == b')') else { return false };
+    matches!(text.get(close + 2), Some(b'Z' | b'X'))
 }
 
 /// This process's id.

@@ -2,9 +2,11 @@
 //! the agent's liveness.
 //!
 //! Hot path ([`Spine::publish`], [`Spine::poll_command`], [`Spine::command_for`],
-//! [`Spine::note_rejected`], [`Spine::version_mismatch`]): no allocation, no lock, no system
-//! call, bounded work. Everything read from the mapping is first copied into the spine's own
-//! memory; nothing read from it is used as a size or an index.
+//! [`Spine::note_rejected`], [`Spine::version_mismatch`]): no allocation, no lock, bounded
+//! work, and no system call in a free-running run (a lockstep publish that the agent must
+//! answer rings its bell, one `FUTEX_WAKE` when the agent sleeps on it). Everything read
+//! from the mapping is first copied into the spine's own memory; nothing read from it is
+//! used as a size or an index.
 
 use crate::layout::{
     status, CommandBlock, Header, ServoInfo, StateBlock, COMMAND_OFFSET, FROZEN_PREFIX, MAGIC, MAX_SERVOS,
@@ -12,7 +14,7 @@ use crate::layout::{
 };
 use crate::shm::{self, Mapping, NameError};
 use crate::validate::{validate, Limits, ServoCommandError, ValidCommand};
-use crate::{header_atomics, seqlock};
+use crate::{bell, header_atomics, seqlock};
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::fmt;
 use std::io;
@@ -25,8 +27,22 @@ pub const DEFAULT_TIMEOUT_NS: u64 = 100_000_000;
 /// copies one block (about 4 KB): bounded, and short next to a cycle.
 pub const SPINE_READ_TRIES: u32 = 4;
 
-/// Lockstep: how long [`Spine::wait_command_for`] spins before it sleeps between looks.
-pub const LOCKSTEP_SPIN_NS: u64 = 200_000;
+/// Lockstep: how long [`Spine::wait_command_for`] spins (an agent on a core of its own
+/// answers within it) before it sleeps on the agent's bell.
+pub const LOCKSTEP_SPIN_NS: u64 = 20_000;
+
+/// Lockstep: the longest [`Spine::wait_command_for`] sleeps on the agent's bell before it
+/// looks again (a stop, the agent's death, the arm wait), ns, in the first
+/// [`LOCKSTEP_IDLE_AFTER_NS`] of a wait.
+pub const LOCKSTEP_SLEEP_NS: u64 = 20_000_000;
+
+/// Lockstep: after this long without a command (a learner paused to update its policy), the
+/// spine looks only every [`LOCKSTEP_IDLE_SLEEP_NS`]: an idle spine wakes 4 times a second.
+pub const LOCKSTEP_IDLE_AFTER_NS: u64 = 1_000_000_000;
+
+/// Lockstep: the longest sleep on the agent's bell of a long wait, ns (a stop or the
+/// agent's death is noticed within it; the agent's command or detach rings at once).
+pub const LOCKSTEP_IDLE_SLEEP_NS: u64 = 250_000_000;
 
 /// Lockstep: how long, by default, [`Spine::wait_command_for`] waits for an agent to arm the
 /// spine (status `WAITING` or `SAFE`) before it gives up ([`Lockstep::NotArmed`]), ns.
@@ -390,6 +406,8 @@ pub struct Spine {
     /// The last reset request answered, and how (`layout::reset`).
     reset_ack: u64,
     reset_result: u32,
+    /// The status last published (a change rings the agent's bell in lockstep).
+    published_status: u32,
 }
 
 // SAFETY: the mapping is owned by the Spine (unmapped only in its drop) and all accesses to
@@ -508,6 +526,7 @@ impl Spine {
             reported_len: 0,
             reset_ack: 0,
             reset_result: crate::layout::reset::NONE,
+            published_status: status::NONE,
         };
         spine.arm_token = next_token(&mut rng, 0);
         spine.rng = rng;
@@ -563,8 +582,11 @@ impl Spine {
         &mut self.state
     }
 
-    /// Publish the state (seqlock write), stamped `now_ns` (CLOCK_MONOTONIC). No allocation,
-    /// no system call; the agent never delays it.
+    /// Publish the state (seqlock write), stamped `now_ns` (CLOCK_MONOTONIC). No allocation;
+    /// the agent never delays it. In a lockstep run, a state the agent must answer (its
+    /// `awaiting`, set by the caller through [`Spine::state_mut`]) or a new status rings
+    /// the agent's bell (one `FUTEX_WAKE` when it sleeps on it); so does status `ENDED`. A
+    /// free-running publish makes no system call.
     pub fn publish(&mut self, now_ns: u64) {
         let s = &mut *self.state;
         s.stamp_ns = now_ns;
@@ -582,6 +604,28 @@ impl Spine {
         // its only writer (agents only read it; a hostile agent's writes there race only
         // with atomics, never with a plain access).
         unsafe { seqlock::write(self.map.ptr().add(STATE_OFFSET), &*self.state, &mut self.state_seq) };
+        let changed = self.status != self.published_status;
+        self.published_status = self.status;
+        let lockstep = self.header.lockstep != 0;
+        if (lockstep && (changed || self.state.awaiting != 0)) || self.status == status::ENDED {
+            self.ring_agent();
+        }
+    }
+
+    /// Ring the agent's bell: whoever sleeps on it looks at the state again.
+    pub fn ring_agent(&self) {
+        // SAFETY: the header is inside our mapping (the guard keeps it mapped); the bell
+        // words are only accessed atomically.
+        let (bell_word, sleepers) = unsafe { header_atomics::state_bell(self.map.ptr()) };
+        bell::ring(bell_word, sleepers);
+    }
+
+    /// Whether the followed command answers `cycle` in lockstep: its `for_cycle` is
+    /// `cycle`, or it is held over it (`for_cycle < cycle < for_cycle + hold_cycles`).
+    pub fn covers(&self, cycle: u64) -> bool {
+        let c = &*self.command;
+        let hold = u64::from(c.hold_cycles.clamp(1, crate::layout::MAX_HOLD_CYCLES));
+        self.following() && c.for_cycle <= cycle && cycle - c.for_cycle < hold
     }
 
     /// Look for a new command at `now_ns` (the caller's monotonic clock) and keep the
@@ -692,6 +736,12 @@ impl Spine {
         (cmd.reset_request != self.reset_ack).then_some((cmd.reset_request, cmd.reset_seed))
     }
 
+    /// The physical parameters the followed command's reset request asks for (read with
+    /// [`Spine::reset_request`]; check them with [`crate::validate_domain`]).
+    pub fn reset_domain(&self) -> Option<&crate::layout::DomainBlock> {
+        self.command().map(|c| &c.domain)
+    }
+
     /// Answer reset request `request` with `result` (`layout::reset`: `DONE` or a
     /// refusal), published with the next state and counted.
     pub fn answer_reset(&mut self, request: u64, result: u32) {
@@ -785,8 +835,9 @@ impl Spine {
         (pid > 0).then_some(pid)
     }
 
-    /// Whether the agent is gone: the pid it registered is dead, or it registered once and
-    /// `agent_pid` is back at 0 (it detached). One atomic load, plus `kill(pid, 0)`.
+    /// Whether the agent is gone: the pid it registered is dead (a zombie included), or it
+    /// registered once and `agent_pid` is back at 0 (it detached). One atomic load, plus
+    /// `kill(pid, 0)` (and a read of `/proc/PID/stat` for a live pid).
     fn agent_left(&mut self) -> bool {
         match self.agent_pid() {
             Some(pid) => {
@@ -820,16 +871,22 @@ impl Spine {
     }
 
     /// Lockstep: wait, in wall-clock time, for the agent's command for `cycle` (simulated
-    /// time stands still meanwhile). Polls with the real monotonic clock, spinning for
-    /// [`LOCKSTEP_SPIN_NS`] then sleeping 20 µs at a time. Ends with:
-    /// * [`Lockstep::Command`]: a followed command with `for_cycle == cycle` (an arming one
-    ///   included) arrived;
-    /// * [`Lockstep::TimedOut`]: the spine was following and no such command came within
-    ///   `timeout_ns` of the call: the spine went safe (the caller applies the safe command
-    ///   and goes on);
+    /// time stands still meanwhile). Spins for [`LOCKSTEP_SPIN_NS`], then sleeps on the
+    /// agent's bell (the agent rings it with every command it writes), waking at least every
+    /// [`LOCKSTEP_SLEEP_NS`] to look at its stop, the agent's liveness and its bounds: an
+    /// idle spine costs no CPU. Ends with:
+    /// * [`Lockstep::Command`]: a followed command that answers `cycle` ([`Spine::covers`]:
+    ///   `for_cycle == cycle` or held over it; an arming one included) arrived — at once,
+    ///   without waiting, when the last one is held over `cycle`;
+    /// * [`Lockstep::AgentGone`]: the agent's registered pid is dead (a zombie included), or
+    ///   it detached;
+    /// * [`Lockstep::TimedOut`]: the spine was following an agent that never registered its
+    ///   pid (so nothing tells whether it lives) and no command came within `timeout_ns`:
+    ///   the spine went safe (the caller applies the safe command and goes on). An agent
+    ///   that registered is waited for as long as its process lives — simulated time waits
+    ///   for it however long it pauses — so it never times out here;
     /// * [`Lockstep::NotArmed`]: the spine was waiting to be armed (`WAITING` or `SAFE`) and
     ///   nothing armed it within [`SpineConfig::arm_wait_ns`];
-    /// * [`Lockstep::AgentGone`]: the agent's registered pid is dead, or it detached;
     /// * [`Lockstep::SegmentLost`]: the segment was lost under the spine
     ///   ([`Spine::check_segment`]);
     /// * [`Lockstep::Stopped`]: `stop` returned true.
@@ -837,46 +894,59 @@ impl Spine {
     /// A wait that ends without the command while the last read was torn counts one torn
     /// cycle. Blocks: for lockstep runs only, never on a real-time path.
     pub fn wait_command_for(&mut self, cycle: u64, stop: impl Fn() -> bool) -> Lockstep {
+        // SAFETY: the header is inside our mapping (the guard keeps it mapped); the bell
+        // words are only accessed atomically.
+        let (bell_word, sleeping) = unsafe { header_atomics::command_bell(self.map.ptr()) };
         let start = shm::monotonic_ns();
-        let mut spins = 0u32;
-        let mut now = start;
         let mut torn;
         let outcome = loop {
-            // Reading the clock costs more than a look at the command: every 64th look (a few
-            // µs apart while spinning), and after every sleep.
-            if spins.is_multiple_of(64) || now.saturating_sub(start) >= LOCKSTEP_SPIN_NS {
-                now = shm::monotonic_ns();
-            }
-            let look = self.look(now);
+            // Read before looking: a command written after this look moves the bell, and
+            // the sleep below then does not happen.
+            let seen = bell::value(bell_word);
+            let look = self.look(shm::monotonic_ns());
             torn = look == Poll::Torn;
             if look == Poll::SegmentLost || self.check_segment().is_some() {
                 break Lockstep::SegmentLost;
             }
-            if self.following() && self.command.for_cycle == cycle {
+            if self.covers(cycle) {
                 break Lockstep::Command;
             }
-            if stop() {
-                break Lockstep::Stopped;
-            }
+            let now = shm::monotonic_ns();
             let waited = now.saturating_sub(start);
-            if self.following() && waited > self.header.timeout_ns {
-                self.time_out();
-                break Lockstep::TimedOut;
-            }
-            if !self.following() && waited > self.arm_wait_ns {
-                break Lockstep::NotArmed;
-            }
-            spins += 1;
-            // Spin for the first 200 µs (an agent on its own core answers well within that,
-            // and a sleep would cost more than the step), then sleep in short slices.
+            // An agent on its own core answers within microseconds: spin a little first
+            // (looks only: the clock is read above, the liveness checks come later).
             if waited < LOCKSTEP_SPIN_NS {
                 core::hint::spin_loop();
                 continue;
             }
-            if spins.is_multiple_of(64) && self.agent_left() {
+            if stop() {
+                break Lockstep::Stopped;
+            }
+            if self.agent_left() {
                 break Lockstep::AgentGone;
             }
-            std::thread::sleep(std::time::Duration::from_micros(20));
+            let registered = self.agent_pid().is_some();
+            let bound = if self.following() {
+                if registered {
+                    None
+                } else {
+                    Some(self.header.timeout_ns)
+                }
+            } else {
+                Some(self.arm_wait_ns)
+            };
+            if let Some(bound) = bound {
+                if waited > bound {
+                    if self.following() {
+                        self.time_out();
+                        break Lockstep::TimedOut;
+                    }
+                    break Lockstep::NotArmed;
+                }
+            }
+            let slice = if waited < LOCKSTEP_IDLE_AFTER_NS { LOCKSTEP_SLEEP_NS } else { LOCKSTEP_IDLE_SLEEP_NS };
+            let left = bound.map_or(slice, |b| b.saturating_sub(waited).saturating_add(1));
+            bell::sleep(bell_word, sleeping, seen, left.min(slice));
         };
         if torn && outcome != Lockstep::Command {
             self.counters.torn += 1;

@@ -6,7 +6,7 @@ use std::sync::Once;
 use mujoco_rs::prelude::*;
 use rtloop_sim::plant::GRAVITY_MPS2;
 use rtloop_sim::rng::XorShift64;
-use rtloop_sim::{BodyState, JointLink, Plant, PlantError};
+use rtloop_sim::{BodyState, JointLink, Plant, PlantError, PlantParams};
 
 use crate::spec::{
     BuiltInPose, ModelActuators, ModelSource, PhysicsError, PhysicsSpec, ServoJoint, ServoOverrides, STAND_KEYFRAMES,
@@ -45,6 +45,16 @@ pub(crate) struct MujocoPlant {
     steps: u64,
     timestep_ns: u64,
     push: [f64; 3],
+    /// The model's own masses, inertias and friction coefficients: an episode's parameters
+    /// scale these, never the last episode's ([`Plant::set_params`]).
+    nominal: Nominal,
+}
+
+/// The compiled model's own physical values, per body and per geom.
+struct Nominal {
+    mass: Vec<f64>,
+    inertia: Vec<[f64; 3]>,
+    friction: Vec<[f64; 3]>,
 }
 
 /// MuJoCo's warnings since the process started (it would otherwise print them and write
@@ -256,6 +266,11 @@ pub(crate) fn load(spec: &PhysicsSpec) -> Result<Loaded, PhysicsError> {
         return Err(PhysicsError::NoGround { model: name, body: body_name });
     }
     let settle_steps = (spec.settle_s / (timestep_ns as f64 * 1e-9)).round() as u64;
+    let nominal = Nominal {
+        mass: data.model().body_mass().to_vec(),
+        inertia: data.model().body_inertia().to_vec(),
+        friction: data.model().geom_friction().to_vec(),
+    };
     let mut plant = MujocoPlant {
         data,
         joints,
@@ -271,6 +286,7 @@ pub(crate) fn load(spec: &PhysicsSpec) -> Result<Loaded, PhysicsError> {
         steps: 0,
         timestep_ns,
         push: [0.0; 3],
+        nominal,
     };
     plant.restart(0).map_err(|e| PhysicsError::Unstable { reason: e.to_string() })?;
     Ok(Loaded { plant: Box::new(plant), links, joint_names, setups, stand_rev, notices, model: facts })
@@ -648,6 +664,40 @@ impl Plant for MujocoPlant {
 
     fn reset(&mut self, seed: u64) -> bool {
         self.restart(seed).is_ok()
+    }
+
+    fn set_params(&mut self, params: &PlantParams) -> bool {
+        let ok = |v: f64| v.is_finite() && v > 0.0;
+        if !(ok(params.friction_scale) && ok(params.mass_scale) && params.payload_kg.is_finite()) {
+            return false;
+        }
+        let payload = params.payload_kg.max(0.0);
+        // SAFETY: only the values of existing per-body and per-geom arrays change (masses,
+        // inertias, friction coefficients: all positive and finite); no size, index or
+        // address of the model does, which is what the wrapper's invariants rest on.
+        let model = unsafe { self.data.model_mut() };
+        for (b, (m, i)) in self.nominal.mass.iter().zip(&self.nominal.inertia).enumerate() {
+            let extra = if b == self.body { payload } else { 0.0 };
+            model.body_mass_mut()[b] = m * params.mass_scale + extra;
+            // The payload sits at the body's centre of mass: its inertia grows with its mass.
+            let grow = if *m > 0.0 { (m * params.mass_scale + extra) / m } else { params.mass_scale };
+            model.body_inertia_mut()[b] = [i[0] * grow, i[1] * grow, i[2] * grow];
+        }
+        for (g, f) in self.nominal.friction.iter().enumerate() {
+            model.geom_friction_mut()[g] =
+                [f[0] * params.friction_scale, f[1] * params.friction_scale, f[2] * params.friction_scale];
+        }
+        true
+    }
+
+    fn nudge_joint(&mut self, j: usize, offset: f64, velocity: f64) {
+        let Some(&(q, d)) = self.joints.get(j) else { return };
+        if !(offset.is_finite() && velocity.is_finite()) {
+            return;
+        }
+        self.data.qpos_mut()[q] += offset;
+        self.data.qvel_mut()[d] = velocity;
+        self.data.forward();
     }
 }
 

@@ -358,6 +358,12 @@ pub struct AgentSpine {
     on_start: Option<Box<dyn FnOnce() + Send>>,
     /// Reset refusal reasons already reported as an event (bit `reason`).
     reset_refusals_reported: u32,
+    /// The episode's command latency, cycles (a reset's domain sets it; 0: none).
+    latency: usize,
+    /// The commands of the last `latency + 1` cycles, `servo_count` each (ring), and the
+    /// cycles since the last reset: what a latency delays. Allocated once, at creation.
+    history: Vec<ServoCommand>,
+    since_reset: u64,
 }
 
 /// Why an agent spine could not be set up: `Display` is the one sentence `rtloop run --agent`
@@ -444,6 +450,12 @@ impl AgentSpine {
                 measured: false,
                 on_start: None,
                 reset_refusals_reported: 0,
+                latency: 0,
+                history: vec![
+                    ServoCommand::Stop;
+                    (rtloop_agent::layout::MAX_LATENCY_CYCLES as usize + 1) * servos.len()
+                ],
+                since_reset: 0,
             },
             handle,
             warning,
@@ -480,9 +492,12 @@ impl AgentSpine {
         self.on_start = Some(Box::new(announce));
     }
 
-    fn publish(&mut self, state: &State<'_>) {
+    /// Publish `state`; `awaiting`: the spine waits for a command answering it (the agent
+    /// is woken for it).
+    fn publish(&mut self, state: &State<'_>, awaiting: bool) {
         let block = self.spine.state_mut();
         block.cycle = state.cycle;
+        block.awaiting = u32::from(awaiting);
         block.time_ns = (state.time_s * 1e9).max(0.0) as u64;
         block.imu.present = u32::from(state.imu.quaternion != [0.0; 4]);
         block.imu.quaternion = state.imu.quaternion;
@@ -492,6 +507,9 @@ impl AgentSpine {
             Some(b) => {
                 let imu = b.to_imu();
                 let (roll, pitch) = rtloop_sim::imu::roll_pitch(imu.quaternion);
+                // Heading about the world's vertical (+z up), positive turning left.
+                let [w, x, y, z] = b.quaternion;
+                let yaw = (2.0 * (w * z + x * y)).atan2(1.0 - 2.0 * (y * y + z * z));
                 rtloop_agent::layout::BodyBlock {
                     present: 1,
                     reserved: 0,
@@ -499,6 +517,10 @@ impl AgentSpine {
                     roll_deg: roll.to_degrees(),
                     pitch_deg: pitch.to_degrees(),
                     quaternion: imu.quaternion,
+                    position_m: b.position_m,
+                    velocity_mps: b.velocity_mps,
+                    yaw_deg: yaw.to_degrees(),
+                    reserved2: 0,
                 }
             }
             None => rtloop_agent::layout::BodyBlock::ABSENT,
@@ -529,16 +551,23 @@ impl AgentSpine {
     fn answer_reset(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> bool {
         use rtloop_agent::layout::reset;
         let Some((request, seed)) = self.spine.reset_request() else { return false };
+        let domain = self.spine.reset_domain().copied().unwrap_or(rtloop_agent::DomainBlock::NOMINAL);
         let result = if !self.options.lockstep {
             reset::NOT_LOCKSTEP
         } else if state.body.is_none() {
             reset::NO_PHYSICS
+        } else if rtloop_agent::validate_domain(&domain, state.servos.len()).is_err() {
+            reset::BAD_DOMAIN
         } else {
             reset::DONE
         };
         self.spine.answer_reset(request, result);
         if result == reset::DONE {
-            out.reset_world(seed);
+            let applied = domain.flags & rtloop_agent::layout::domain::APPLY != 0;
+            let episode = if applied { episode_of(&domain, state) } else { rtloop_sim::Episode::NOMINAL };
+            out.reset_world_with(seed, &episode);
+            self.latency = if applied { domain.latency_cycles as usize } else { 0 };
+            self.since_reset = 0;
             return true;
         }
         if self.reset_refusals_reported & (1 << result) == 0 {
@@ -546,6 +575,24 @@ impl AgentSpine {
             out.event_value(None, "agent_reset_refused", u64::from(result));
         }
         false
+    }
+
+    /// Servo `i`'s command `command` of this cycle as the servo gets it: `latency` cycles
+    /// late (a stop until the first one arrives after a reset). No allocation.
+    fn delayed(&mut self, i: usize, command: ServoCommand, n: usize) -> ServoCommand {
+        if self.latency == 0 || n == 0 {
+            return command;
+        }
+        let slots = self.latency as u64 + 1;
+        let now = (self.since_reset % slots) as usize;
+        if let Some(slot) = self.history.get_mut(now * n + i) {
+            *slot = command;
+        }
+        if self.since_reset < self.latency as u64 {
+            return ServoCommand::Stop;
+        }
+        let then = ((self.since_reset - self.latency as u64) % slots) as usize;
+        self.history.get(then * n + i).copied().unwrap_or(command)
     }
 
     /// The command a validated agent command becomes.
@@ -564,6 +611,36 @@ impl AgentSpine {
     }
 }
 
+/// The episode a reset's checked `domain` asks for, per servo of `state` (bus index, id).
+fn episode_of(domain: &rtloop_agent::DomainBlock, state: &State<'_>) -> rtloop_sim::Episode {
+    let mut episode = rtloop_sim::Episode::NOMINAL;
+    episode.plant = rtloop_sim::PlantParams {
+        friction_scale: domain.friction_scale,
+        mass_scale: domain.mass_scale,
+        payload_kg: domain.payload_kg,
+    };
+    let n = state.servos.len().min(rtloop_sim::world::EPISODE_SERVOS).min(rtloop_agent::layout::MAX_SERVOS);
+    for (k, s) in state.servos[..n].iter().enumerate() {
+        episode.servos[k] = rtloop_sim::EpisodeServo {
+            bus: s.bus_index,
+            id: s.id,
+            kp_scale: domain.kp_scale[k],
+            kd_scale: domain.kd_scale[k],
+            offset_rad: domain.joint_offset_rad[k],
+            velocity_rad_s: domain.joint_velocity_rad_s[k],
+        };
+    }
+    episode.servo_count = n;
+    for (slot, p) in episode.pushes.iter_mut().zip(&domain.pushes) {
+        *slot = (p.duration_s > 0.0).then_some(rtloop_sim::Push {
+            force_n: p.force_n,
+            from_ns: (p.at_s * 1e9) as u64,
+            duration_ns: (p.duration_s * 1e9) as u64,
+        });
+    }
+    episode
+}
+
 impl Controller for AgentSpine {
     type Telemetry = ();
 
@@ -571,12 +648,18 @@ impl Controller for AgentSpine {
         if let Some(announce) = self.on_start.take() {
             announce();
         }
-        self.publish(state);
+        self.publish(state, false);
         Ok(())
     }
 
     fn cycle(&mut self, state: &State<'_>, out: &mut Output<'_, ()>) -> Result<Flow, Failure> {
-        self.publish(state);
+        // Lockstep: measure before waiting — the first state has no servo answer to a
+        // cycle's request, and an agent may rightly wait for one before it commands anything.
+        let unmeasured = state.servos.iter().any(|s| s.from_cycle.is_none());
+        let measuring = self.options.lockstep && !self.measured && unmeasured && self.measuring < MEASURE_CYCLES;
+        // The spine waits on this state unless a held command answers it already.
+        let awaiting = self.options.lockstep && !measuring && !self.spine.covers(state.cycle);
+        self.publish(state, awaiting);
         // Two atomic loads: the segment is still the one the spine made (publishing into a
         // truncated one faulted, and the guard took the fault).
         if let Some(loss) = self.spine.check_segment() {
@@ -586,10 +669,7 @@ impl Controller for AgentSpine {
         // Why a lockstep wait ended the run, reported after what the wait saw.
         let mut ended = None;
         if self.options.lockstep {
-            // Measure before waiting: the first state has no servo answer to a cycle's
-            // request, and an agent may rightly wait for one before it commands anything.
-            let unmeasured = state.servos.iter().any(|s| s.from_cycle.is_none());
-            if !self.measured && unmeasured && self.measuring < MEASURE_CYCLES {
+            if measuring {
                 // A query-only cycle that does not look at commands (reproducible: when
                 // the agent arms does not depend on how fast it is).
                 self.measuring += 1;
@@ -638,7 +718,9 @@ impl Controller for AgentSpine {
         if let Some(m) = self.spine.version_mismatch() {
             out.event_value(None, "agent_version_mismatch", u64::from(m.agent));
         }
-        let fresh_command = now.commands > self.seen.commands;
+        // A command held over this cycle (lockstep `hold_cycles`) answers it like a fresh one.
+        let fresh_command =
+            now.commands > self.seen.commands || (self.options.lockstep && self.spine.covers(state.cycle));
         let following = self.spine.following();
         let waiting = self.spine.status() == status::WAITING;
         self.cycles_run += 1;
@@ -661,8 +743,10 @@ impl Controller for AgentSpine {
                 None => self.options.on_timeout,
             };
             // A reset stops every servo: the agent's next commands start afresh.
-            out.set(i, if resetting { ServoCommand::Stop } else { command });
+            let command = if resetting { ServoCommand::Stop } else { command };
+            out.set(i, self.delayed(i, command, state.servos.len()));
         }
+        self.since_reset += 1;
         let f = &self.figures;
         if following && fresh_command {
             f.applied.fetch_add(1, Ordering::Relaxed);
@@ -683,7 +767,7 @@ impl Controller for AgentSpine {
         // The agent sees the run stopping; the segment goes (status ENDED) when the spine
         // is dropped with this controller.
         self.spine.begin_shutdown();
-        self.publish(state);
+        self.publish(state, false);
         // Off the real-time section: the refusal record, for the summary.
         *self.figures.refusals.lock().unwrap_or_else(|e| e.into_inner()) = Some(*self.spine.refusals());
     }

@@ -167,9 +167,20 @@ pub struct Output<'a, T> {
     commands: &'a mut [ServoCommand],
     telemetry: &'a mut Option<T>,
     rearm: bool,
-    reset_world: Option<u64>,
+    reset_world: Option<WorldReset>,
     events: [Reported; MAX_EVENTS_PER_CYCLE],
     events_len: usize,
+}
+
+/// A reset of the simulated world a controller asked for ([`Output::reset_world`],
+/// [`Output::reset_world_with`]): the seed of the start pose's perturbation and the
+/// episode's physical parameters. Fixed size: no allocation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WorldReset {
+    /// Perturbs the start pose (0: exactly the model's).
+    pub seed: u64,
+    /// The episode's physics, servo gains, joint start and pushes.
+    pub episode: rtloop_sim::Episode,
 }
 
 /// Events a controller can report in one cycle ([`Output::event`]); more are ignored.
@@ -243,12 +254,24 @@ impl<'a, T> Output<'a, T> {
     /// `physics_reset_failed` event. Meant for simulated episodes (lockstep): a real robot
     /// cannot be reset.
     pub fn reset_world(&mut self, seed: u64) {
-        self.reset_world = Some(seed);
+        self.reset_world_with(seed, &rtloop_sim::Episode::NOMINAL);
+    }
+
+    /// [`reset_world`](Self::reset_world) into an episode with `episode`'s physical
+    /// parameters (friction, masses, payload), servo gains, joint start and pushes (domain
+    /// randomisation; [`rtloop_sim::World::reset_with`]).
+    pub fn reset_world_with(&mut self, seed: u64, episode: &rtloop_sim::Episode) {
+        self.reset_world = Some(WorldReset { seed, episode: *episode });
     }
 
     /// The seed of the reset [`reset_world`](Self::reset_world) asked for this cycle.
     pub fn reset_requested(&self) -> Option<u64> {
-        self.reset_world
+        self.reset_world.map(|r| r.seed)
+    }
+
+    /// The whole reset asked for this cycle, its episode included.
+    pub fn world_reset(&self) -> Option<&WorldReset> {
+        self.reset_world.as_ref()
     }
 
     /// Report an event (`name` like `"agent_timeout"`), about servo `servo` (an index into

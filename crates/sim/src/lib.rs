@@ -58,9 +58,9 @@ pub use imu::{Imu, ImuConfig, ImuSample};
 pub use inject::{bus_fault_seed, InjectedEvent, InjectedKind, EVENT_CAPACITY};
 pub use model::{predict, CycleModel, Prediction};
 pub use pi3hat::{Pi3hatConfig, SimPi3hat};
-pub use plant::{BodyState, IndependentJoints, JointKind, JointParams, Plant, PlantError};
+pub use plant::{BodyState, IndependentJoints, JointKind, JointParams, Plant, PlantError, PlantParams};
 pub use servo::{OverheatState, Servo, ServoConfig, ServoSetup, Telemetry, OVERHEAT_OVERSHOOT_C, OVERHEAT_RAMP_NS};
-pub use world::{JointLink, Push, Servos, World, WorldError};
+pub use world::{Episode, EpisodeServo, JointLink, Push, Servos, World, WorldError, EPISODE_PUSHES};
 
 /// Seed of the IMU [`default_quadruped`] builds.
 pub const DEFAULT_IMU_SEED: u64 = 1;

@@ -162,6 +162,41 @@ pub trait Plant: Send {
     fn reset(&mut self, _seed: u64) -> bool {
         false
     }
+
+    /// Take the physical parameters `params` (scales of the model's own values, never of the
+    /// last ones) for the episodes from the next [`Plant::reset`] on. Returns false when the
+    /// plant has none of these parameters (the default): only the nominal world then.
+    fn set_params(&mut self, _params: &PlantParams) -> bool {
+        false
+    }
+
+    /// Move joint `j` by `offset_rad` and set its velocity to `velocity_rad_s`: a start that
+    /// differs from the settled pose (after a [`Plant::reset`]). Ignored by a plant that
+    /// cannot (the default).
+    fn nudge_joint(&mut self, _j: usize, _offset_rad: f64, _velocity_rad_s: f64) {}
+}
+
+/// The physical parameters of a plant's episode (domain randomisation), as scales of the
+/// model's own values.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlantParams {
+    /// Scale of every contact's friction coefficients.
+    pub friction_scale: f64,
+    /// Scale of every body's mass and inertia.
+    pub mass_scale: f64,
+    /// Mass added to the body (the one the IMU is on), kg.
+    pub payload_kg: f64,
+}
+
+impl PlantParams {
+    /// The model as it is.
+    pub const NOMINAL: PlantParams = PlantParams { friction_scale: 1.0, mass_scale: 1.0, payload_kg: 0.0 };
+}
+
+impl Default for PlantParams {
+    fn default() -> Self {
+        Self::NOMINAL
+    }
 }
 
 /// How a joint moves, which sets the unit its servo counts in.

@@ -1244,6 +1244,16 @@ impl Servo {
         }
     }
 
+    /// Set the position gains in force (`kp` N·m/rev, `kd` N·m·s/rev) without touching the
+    /// stored configuration: a simulated episode's servo, stiffer or softer than the stored
+    /// one (domain randomisation). No allocation. Non-finite or negative values are ignored.
+    pub fn set_gains(&mut self, kp: f64, kd: f64) {
+        if kp.is_finite() && kd.is_finite() && kp >= 0.0 && kd >= 0.0 {
+            self.cfg.kp_nm_per_rev = kp;
+            self.cfg.kd_nms_per_rev = kd;
+        }
+    }
+
     /// The joint's state as the plant computed it: position (rev, before the output sign and
     /// offset) and velocity (rev/s). Non-finite values are ignored (the joint keeps its last
     /// state), so a servo never reports a NaN it was handed.

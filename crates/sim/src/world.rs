@@ -14,7 +14,7 @@
 
 use crate::bus::SimBus;
 use crate::imu::ImuSample;
-use crate::plant::{BodyState, Plant, PlantError};
+use crate::plant::{BodyState, Plant, PlantError, PlantParams};
 use crate::servo::{Servo, ServoSetup};
 
 /// The robot's simulated servos, as a [`World`] reaches them: by bus index (the position of
@@ -144,6 +144,11 @@ pub struct World {
     pushing: [f64; 3],
     /// Per link, the setup [`World::couple`] gives its servo (none: the servo keeps its own).
     setups: Vec<Option<ServoSetup>>,
+    /// The last episode scaled some servo's gains (the next reset puts them back).
+    gains_scaled: bool,
+    /// Pushes every reset schedules again, `from_ns` counted from the reset
+    /// ([`World::repeat_after_reset`]).
+    repeated: [Option<Push>; MAX_PUSHES],
 }
 
 /// Pushes a world holds at once (scheduled or under way).
@@ -158,6 +163,69 @@ pub struct Push {
     pub from_ns: u64,
     /// How long it lasts, ns.
     pub duration_ns: u64,
+}
+
+/// Pushes an [`Episode`] schedules at most.
+pub const EPISODE_PUSHES: usize = 4;
+
+/// Servos an [`Episode`] describes at most.
+pub const EPISODE_SERVOS: usize = 32;
+
+/// One servo of an [`Episode`]: the servo on bus index `bus` with CAN id `id`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EpisodeServo {
+    /// Bus index.
+    pub bus: usize,
+    /// CAN id.
+    pub id: u8,
+    /// Scale of its position gain kp (of its stored configuration's, [`World::with_setups`]).
+    pub kp_scale: f64,
+    /// Scale of its velocity gain kd.
+    pub kd_scale: f64,
+    /// Added to its joint's angle once the plant has settled, rad.
+    pub offset_rad: f64,
+    /// Its joint's velocity once the plant has settled, rad/s.
+    pub velocity_rad_s: f64,
+}
+
+impl EpisodeServo {
+    /// Nothing changed for the servo on bus index `bus` with id `id`.
+    pub const fn nominal(bus: usize, id: u8) -> Self {
+        EpisodeServo { bus, id, kp_scale: 1.0, kd_scale: 1.0, offset_rad: 0.0, velocity_rad_s: 0.0 }
+    }
+}
+
+/// What a reset gives the world beside its seed (domain randomisation): the plant's physical
+/// parameters, per servo its gains and its joint's start, and pushes timed from the reset.
+/// Fixed size: no allocation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Episode {
+    /// The plant's parameters.
+    pub plant: PlantParams,
+    /// Per servo (the first `servo_count`); a linked servo left out keeps its nominal gains
+    /// and its settled joint.
+    pub servos: [EpisodeServo; EPISODE_SERVOS],
+    /// Servos in `servos`.
+    pub servo_count: usize,
+    /// Pushes, `from_ns` counted from the reset.
+    pub pushes: [Option<Push>; EPISODE_PUSHES],
+}
+
+impl Episode {
+    /// The nominal world: the model's own parameters, the servos' nominal gains, the
+    /// settled start, no push.
+    pub const NOMINAL: Episode = Episode {
+        plant: PlantParams::NOMINAL,
+        servos: [EpisodeServo::nominal(0, 0); EPISODE_SERVOS],
+        servo_count: 0,
+        pushes: [None; EPISODE_PUSHES],
+    };
+}
+
+impl Default for Episode {
+    fn default() -> Self {
+        Self::NOMINAL
+    }
 }
 
 impl World {
@@ -197,6 +265,8 @@ impl World {
             steps: 0,
             pushes: [None; MAX_PUSHES],
             pushing: [0.0; 3],
+            gains_scaled: false,
+            repeated: [None; MAX_PUSHES],
         })
     }
 
@@ -264,6 +334,19 @@ impl World {
     /// nothing scheduled, when [`MAX_PUSHES`] are already scheduled or under way.
     pub fn push(&mut self, push: Push) -> bool {
         match self.pushes.iter_mut().find(|p| p.is_none()) {
+            Some(slot) => {
+                *slot = Some(push);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Schedule `push` again after every reset, `from_ns` counted from the reset (a run's
+    /// pushes, so that every episode of a simulated robot gets them). False when the world
+    /// holds as many as it can ([`MAX_PUSHES`]).
+    pub fn repeat_after_reset(&mut self, push: Push) -> bool {
+        match self.repeated.iter_mut().find(|p| p.is_none()) {
             Some(slot) => {
                 *slot = Some(push);
                 true
@@ -341,8 +424,21 @@ impl World {
     }
 
     /// Back to the plant's initial state (perturbed as `seed` says), handing every coupled
-    /// servo its joint's state. False when the plant cannot reset.
+    /// servo its joint's state: [`World::reset_with`] the nominal [`Episode`].
     pub fn reset(&mut self, seed: u64, servos: &mut dyn Servos) -> bool {
+        self.reset_with(seed, &Episode::NOMINAL, servos)
+    }
+
+    /// Back to the plant's initial state (perturbed as `seed` says) with `episode`'s physical
+    /// parameters ([`Plant::set_params`], taken before the plant settles), each listed
+    /// servo's gains scaled from its stored ones and its joint moved and set moving after
+    /// the settle ([`Plant::nudge_joint`]), the pushes under way dropped and the repeated
+    /// ones ([`World::repeat_after_reset`]) and the episode's scheduled from the world's
+    /// time now (as many as [`MAX_PUSHES`] allows); every coupled servo is handed its
+    /// joint's state. False when the plant cannot reset. No allocation.
+    pub fn reset_with(&mut self, seed: u64, episode: &Episode, servos: &mut dyn Servos) -> bool {
+        // A plant without parameters of its own runs the nominal world whatever is asked.
+        self.plant.set_params(&episode.plant);
         if !self.plant.reset(seed) {
             return false;
         }
@@ -350,8 +446,45 @@ impl World {
         self.fault_push = [0.0; 3];
         self.pushes = [None; MAX_PUSHES];
         self.pushing = [0.0; 3];
+        // After an episode that scaled them, every coupled servo back to its stored gains;
+        // then this episode's scales.
+        if self.gains_scaled {
+            for l in &self.links {
+                if let Some(servo) = servos.servo_mut(l.bus, l.id) {
+                    let stored = *servo.factory_config();
+                    servo.set_gains(stored.kp_nm_per_rev, stored.kd_nms_per_rev);
+                }
+            }
+        }
+        self.gains_scaled = false;
+        for e in &episode.servos[..episode.servo_count.min(EPISODE_SERVOS)] {
+            let Some(link) = self.links.iter().find(|l| l.bus == e.bus && l.id == e.id) else { continue };
+            if e.offset_rad != 0.0 || e.velocity_rad_s != 0.0 {
+                self.plant.nudge_joint(link.joint, e.offset_rad, e.velocity_rad_s);
+            }
+            if e.kp_scale == 1.0 && e.kd_scale == 1.0 {
+                continue;
+            }
+            if let Some(servo) = servos.servo_mut(e.bus, e.id) {
+                let stored = *servo.factory_config();
+                servo.set_gains(stored.kp_nm_per_rev * e.kp_scale, stored.kd_nms_per_rev * e.kd_scale);
+                self.gains_scaled = true;
+            }
+        }
+        let now = self.time_ns.unwrap_or(0);
+        // The repeated pushes first, then the episode's, as long as there are slots.
+        let repeated = self.repeated;
+        for p in repeated.iter().flatten().chain(episode.pushes.iter().flatten()) {
+            self.push(Push { from_ns: now.saturating_add(p.from_ns), ..*p });
+        }
         hand_joint_states(&self.links, &self.units, &*self.plant, servos);
         true
+    }
+
+    /// The world's time, ns on its timeline (the last time it was stepped to); `None` before
+    /// the first [`World::advance_to`].
+    pub fn time_ns(&self) -> Option<u64> {
+        self.time_ns
     }
 }
 
@@ -484,5 +617,91 @@ mod tests {
         assert!((a - b).abs() < 1e-9, "free {a} coupled {b}");
         assert!(a > 0.08, "the joint moved toward its target from 0.05: {a}");
         assert_eq!(world.steps(), 500);
+    }
+
+    /// A plant that logs what a reset asks of it.
+    struct Episodic {
+        log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+        pos: [f64; 2],
+        push: [f64; 3],
+    }
+
+    impl Plant for Episodic {
+        fn joint_count(&self) -> usize {
+            2
+        }
+        fn timestep_ns(&self) -> u64 {
+            1_000_000
+        }
+        fn step(&mut self, _torque_nm: &[f64]) -> Result<(), PlantError> {
+            self.log.lock().unwrap().push(format!("step {:?}", self.push));
+            Ok(())
+        }
+        fn joint_state(&self, j: usize) -> (f64, f64) {
+            (self.pos[j], 0.0)
+        }
+        fn set_push(&mut self, force_n: [f64; 3]) {
+            self.push = force_n;
+        }
+        fn reset(&mut self, seed: u64) -> bool {
+            self.pos = [0.0; 2];
+            self.log.lock().unwrap().push(format!("reset {seed}"));
+            true
+        }
+        fn set_params(&mut self, p: &PlantParams) -> bool {
+            self.log.lock().unwrap().push(format!("params {} {} {}", p.friction_scale, p.mass_scale, p.payload_kg));
+            true
+        }
+        fn nudge_joint(&mut self, j: usize, offset_rad: f64, velocity_rad_s: f64) {
+            self.pos[j] += offset_rad;
+            self.log.lock().unwrap().push(format!("nudge {j} {offset_rad} {velocity_rad_s}"));
+        }
+    }
+
+    #[test]
+    fn an_episode_sets_the_plant_the_gains_the_start_and_pushes_timed_from_the_reset() {
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let plant = Episodic { log: log.clone(), pos: [0.0; 2], push: [0.0; 3] };
+        let links = vec![JointLink { bus: 0, id: 1, joint: 0 }, JointLink { bus: 0, id: 2, joint: 1 }];
+        let setup = ServoSetup { kp_nm_per_rev: 300.0, kd_nms_per_rev: 5.0, ..ServoSetup::PHYSICAL };
+        let mut w = World::new(Box::new(plant), links).unwrap().with_setups(&[setup, setup]);
+        let mut servos = OneBus(vec![Servo::new(ServoConfig::new(1)), Servo::new(ServoConfig::new(2))]);
+        w.couple(&mut servos).unwrap();
+        let ms = 1_000_000;
+        w.advance_to(0, &mut servos);
+        w.advance_to(10 * ms, &mut servos);
+        let mut episode = Episode::NOMINAL;
+        episode.plant = PlantParams { friction_scale: 0.5, mass_scale: 1.1, payload_kg: 2.0 };
+        episode.servos[0] =
+            EpisodeServo { kp_scale: 0.5, kd_scale: 2.0, offset_rad: 0.25, ..EpisodeServo::nominal(0, 2) };
+        episode.servo_count = 1;
+        episode.pushes[0] = Some(Push { force_n: [7.0, 0.0, 0.0], from_ns: 2 * ms, duration_ns: ms });
+        log.lock().unwrap().clear();
+        assert!(w.reset_with(9, &episode, &mut servos));
+        assert_eq!(*log.lock().unwrap(), ["params 0.5 1.1 2", "reset 9", "nudge 1 0.25 0"]);
+        let gains = |s: &Servo| (s.config().kp_nm_per_rev, s.config().kd_nms_per_rev);
+        assert_eq!((gains(&servos.0[0]), gains(&servos.0[1])), ((300.0, 5.0), (150.0, 10.0)));
+        // The servo was handed its nudged joint.
+        assert!((servos.0[1].position() - 0.25 / core::f64::consts::TAU).abs() < 1e-12, "{}", servos.0[1].position());
+        // The push (2 ms after the reset at 10 ms, for 1 ms) acts in exactly one 1 ms step, as
+        // a push scheduled from the start would.
+        log.lock().unwrap().clear();
+        w.advance_to(15 * ms, &mut servos);
+        let steps: Vec<String> = log.lock().unwrap().clone();
+        assert_eq!(
+            steps,
+            [
+                "step [0.0, 0.0, 0.0]",
+                "step [7.0, 0.0, 0.0]",
+                "step [0.0, 0.0, 0.0]",
+                "step [0.0, 0.0, 0.0]",
+                "step [0.0, 0.0, 0.0]"
+            ]
+        );
+        // A nominal reset puts the gains and the plant back.
+        log.lock().unwrap().clear();
+        assert!(w.reset(3, &mut servos));
+        assert_eq!(log.lock().unwrap()[0], "params 1 1 0");
+        assert_eq!(gains(&servos.0[1]), (300.0, 5.0));
     }
 }

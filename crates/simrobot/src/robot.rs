@@ -212,6 +212,12 @@ impl SimRobot {
         self.lock().world.as_ref().and_then(World::fault_push)
     }
 
+    /// Schedule `push` again after every reset, timed from the reset
+    /// ([`World::repeat_after_reset`]); `None` without a world.
+    pub fn repeat_after_reset(&self, push: Push) -> Option<bool> {
+        self.lock().world.as_mut().map(|w| w.repeat_after_reset(push))
+    }
+
     /// Schedule a push on the body; `None` without a world, `Some(false)` when the world
     /// holds as many pushes as it can.
     pub fn push(&self, push: Push) -> Option<bool> {
@@ -222,9 +228,15 @@ impl SimRobot {
     /// as `d stop` does, so the next command starts it afresh. `None` without a world,
     /// `Some(false)` when the plant cannot reset.
     pub fn reset_world(&self, seed: u64) -> Option<bool> {
+        self.reset_world_with(seed, &rtloop_sim::Episode::NOMINAL)
+    }
+
+    /// [`SimRobot::reset_world`] into an episode with `episode`'s physical parameters,
+    /// servo gains, joint start and pushes ([`World::reset_with`]).
+    pub fn reset_world_with(&self, seed: u64, episode: &rtloop_sim::Episode) -> Option<bool> {
         let mut inner = self.lock();
         let (world, mut servos) = inner.split();
-        let done = world?.reset(seed, &mut servos);
+        let done = world?.reset_with(seed, episode, &mut servos);
         for index in 0..inner.buses.len() {
             if let Some(bus) = inner.bus_mut(index) {
                 for servo in bus.servos_mut() {

@@ -3,7 +3,8 @@
 //! are compared with the crate's structures, field by field.
 
 use rtloop_agent::layout::{
-    BodyBlock, CommandBlock, Header, ImuBlock, Plain, RawServoCommand, RawServoState, ServoInfo, StateBlock,
+    BodyBlock, CommandBlock, DomainBlock, Header, ImuBlock, Plain, PushBlock, RawServoCommand, RawServoState,
+    ServoInfo, StateBlock,
 };
 use std::collections::BTreeMap;
 use std::mem::{offset_of, size_of_val};
@@ -20,16 +21,20 @@ fn layout() -> BTreeMap<(String, String), (usize, usize)> {
     }
     fields!(Header, Header::zeroed(); magic, version, header_size, state_offset, state_size, command_offset,
         command_size, total_size, max_servos, servo_count, rate_hz, period_ns, timeout_ns, lockstep, spine_pid,
-        agent_pid, agent_version, reserved, servos);
+        agent_pid, agent_version, state_bell, agent_waiting, command_bell, spine_waiting, reserved, servos);
     fields!(ServoInfo, ServoInfo::default(); id, bus);
     fields!(StateBlock, StateBlock::empty(); seq, cycle, time_ns, stamp_ns, status, servo_count, timeouts, rearms,
-        arm_token, rejected, torn, imu, reset_ack, reset_result, reserved, resets, body, servos);
-    fields!(BodyBlock, BodyBlock::ABSENT; present, reserved, height_m, roll_deg, pitch_deg, quaternion);
+        arm_token, rejected, torn, imu, reset_ack, reset_result, awaiting, resets, body, servos);
+    fields!(BodyBlock, BodyBlock::ABSENT; present, reserved, height_m, roll_deg, pitch_deg, quaternion, position_m,
+        velocity_mps, yaw_deg, reserved2);
     fields!(ImuBlock, ImuBlock::ABSENT; present, reserved, quaternion, rate_dps, accel_mps2);
     fields!(RawServoState, RawServoState::ABSENT; mode, fault, fresh, reserved, request_cycle, age_cycles, position,
         velocity, torque, q_current, d_current, motor_temperature, temperature, voltage);
-    fields!(CommandBlock, CommandBlock::empty(); seq, for_cycle, heartbeat, arm_token, servo_count, reserved0,
-        reset_request, reset_seed, reserved, servos);
+    fields!(CommandBlock, CommandBlock::empty(); seq, for_cycle, heartbeat, arm_token, servo_count, hold_cycles,
+        reset_request, reset_seed, reserved, servos, domain);
+    fields!(DomainBlock, DomainBlock::NOMINAL; flags, latency_cycles, friction_scale, mass_scale, payload_kg, kp_scale,
+        kd_scale, joint_offset_rad, joint_velocity_rad_s, pushes);
+    fields!(PushBlock, DomainBlock::NOMINAL.pushes[0]; at_s, duration_s, force_n);
     fields!(RawServoCommand, RawServoCommand::QUERY; kind, present, position, velocity, feedforward_torque, kp_scale,
         kd_scale, maximum_torque, stop_position, watchdog_timeout, velocity_limit, accel_limit,
         fixed_voltage_override, ilimit_scale, fixed_current_override, ignore_position_bounds);
@@ -46,6 +51,8 @@ fn sizes() -> BTreeMap<&'static str, usize> {
         ("RawServoState", size_of::<RawServoState>()),
         ("CommandBlock", size_of::<CommandBlock>()),
         ("RawServoCommand", size_of::<RawServoCommand>()),
+        ("DomainBlock", size_of::<DomainBlock>()),
+        ("PushBlock", size_of::<PushBlock>()),
     ])
 }
 
@@ -106,6 +113,8 @@ fn the_c_header_asserts_the_same_offsets() {
         ("rtloop_servo_state", "RawServoState"),
         ("rtloop_command", "CommandBlock"),
         ("rtloop_servo_command", "RawServoCommand"),
+        ("rtloop_domain", "DomainBlock"),
+        ("rtloop_push", "PushBlock"),
     ]);
     let mut found = BTreeMap::new();
     let mut sizes_found = BTreeMap::new();
@@ -141,4 +150,24 @@ fn the_c_header_asserts_the_same_offsets() {
     assert!(header.contains(&format!("#define RTLOOP_AGENT_VERSION {}u\n", rtloop_agent::layout::VERSION)));
     assert!(header
         .contains(&format!("#define RTLOOP_MAGIC {:#018X}ull\n", rtloop_agent::layout::MAGIC).replace("0X", "0x")));
+}
+
+#[test]
+fn the_protocol_doc_states_the_domain_ranges_the_spine_accepts() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/agent-protocol.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    let table = doc.split("| Domain field | Accepted |").nth(1).expect("the domain ranges table");
+    let mut rows = Vec::new();
+    for row in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let field = between_backticks(cells[1]).unwrap();
+        let mut words = cells[2].split_whitespace();
+        let lo: f64 = words.next().unwrap().parse().unwrap();
+        assert_eq!(words.next(), Some("to"), "{row}");
+        let hi: f64 = words.next().unwrap().parse().unwrap();
+        rows.push((field.to_string(), lo, hi));
+    }
+    let want: Vec<(String, f64, f64)> =
+        rtloop_agent::domain::DOMAIN_RANGES.iter().map(|&(f, lo, hi)| (f.to_string(), lo, hi)).collect();
+    assert_eq!(rows, want);
 }

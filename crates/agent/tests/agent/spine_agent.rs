@@ -381,18 +381,38 @@ fn lockstep_waits_for_the_command_of_each_cycle() {
     assert!(agent_thread.join().unwrap() >= 50);
 }
 
+/// This thread's CPU time so far.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// A stop flag raised by another thread after `after`.
+fn stop_after(after: Duration) -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let raise = Arc::clone(&flag);
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        raise.store(true, Ordering::Relaxed);
+    });
+    flag
+}
+
+fn publish(spine: &mut Spine, cycle: u64) {
+    spine.state_mut().cycle = cycle;
+    spine.publish(rtloop_agent::monotonic_ns());
+}
+
 #[test]
-fn lockstep_wait_ends_on_stop_on_the_arm_wait_on_a_timeout_and_when_the_agent_leaves() {
-    let name = common::unique_name("lockstop");
+fn a_lockstep_spine_waits_for_a_live_agent_however_long_it_pauses_without_using_the_cpu() {
+    let name = common::unique_name("lockpause");
     let mut config = SpineConfig::new(&name, &common::servos(1), 1000.0);
     config.lockstep = true;
     config.timeout_ns = 20 * MS;
     config.arm_wait_ns = 50 * MS;
     let (mut spine, _) = Spine::create(&config).unwrap();
-    let publish = |spine: &mut Spine, cycle: u64| {
-        spine.state_mut().cycle = cycle;
-        spine.publish(rtloop_agent::monotonic_ns());
-    };
     assert_eq!(spine.wait_command_for(1, || true), Lockstep::Stopped);
 
     // Nobody arms it: the wait ends after the arm wait, not the (shorter) timeout, and
@@ -404,6 +424,90 @@ fn lockstep_wait_ends_on_stop_on_the_arm_wait_on_a_timeout_and_when_the_agent_le
 
     // Armed by the command answering cycle 1.
     let mut agent = Agent::attach(&name).unwrap();
+    publish(&mut spine, 1);
+    agent.read_state().unwrap();
+    assert!(agent.rearm_if_needed());
+    agent.command_mut().for_cycle = 1;
+    agent.send();
+    assert_eq!(spine.wait_command_for(1, || false), Lockstep::Command);
+
+    // The agent (registered, alive) pauses for ten timeouts: the spine still waits, without
+    // timing out, and sleeps meanwhile (a few wake-ups, not a spinning core).
+    publish(&mut spine, 2);
+    let stop = stop_after(Duration::from_millis(300));
+    let (t, cpu) = (Instant::now(), thread_cpu());
+    assert_eq!(spine.wait_command_for(2, || stop.load(Ordering::Relaxed)), Lockstep::Stopped);
+    let (waited, used) = (t.elapsed(), thread_cpu() - cpu);
+    assert!(waited >= Duration::from_millis(300));
+    assert_eq!((spine.status(), spine.counters().timeouts), (status::FOLLOWING, 0));
+    assert!(used < waited / 5, "the waiting spine used {used:?} of CPU in {waited:?}");
+
+    // The command after the pause is taken as if there had been none; the bell wakes the
+    // spine long before its next look.
+    let answer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(150));
+        let t = Instant::now();
+        agent.command_mut().for_cycle = 2;
+        agent.send();
+        (agent, t)
+    });
+    assert_eq!(spine.wait_command_for(2, || false), Lockstep::Command);
+    let woke = Instant::now();
+    let (mut agent, sent) = answer.join().unwrap();
+    assert_eq!(spine.command().unwrap().for_cycle, 2);
+    assert!(woke >= sent);
+
+    // A command held over 5 cycles answers them without a wait; the sixth waits again.
+    publish(&mut spine, 3);
+    agent.command_mut().for_cycle = 3;
+    agent.command_mut().hold_cycles = 5;
+    agent.send();
+    for cycle in 3..8 {
+        publish(&mut spine, cycle);
+        assert_eq!(spine.wait_command_for(cycle, || true), Lockstep::Command, "cycle {cycle}");
+        assert!(spine.covers(cycle));
+    }
+    assert!(!spine.covers(8));
+    assert_eq!(spine.wait_command_for(8, || true), Lockstep::Stopped);
+
+    // The agent detaches (exits): the wait ends at once, whatever the arm wait.
+    drop(agent);
+    assert_eq!(spine.wait_command_for(8, || false), Lockstep::AgentGone);
+}
+
+#[test]
+fn a_lockstep_wait_sees_a_zombie_agent_as_gone() {
+    let name = common::unique_name("zombie");
+    let mut config = SpineConfig::new(&name, &common::servos(1), 1000.0);
+    config.lockstep = true;
+    let (mut spine, _) = Spine::create(&config).unwrap();
+    // A child that exits at once and is not reaped: kill(pid, 0) still succeeds on it.
+    let child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id() as i32;
+    std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: signal 0 only checks that the process exists and may be signalled.
+    assert_eq!(unsafe { libc::kill(pid, 0) }, 0, "the zombie answers kill(pid, 0)");
+    assert!(rtloop_agent::pid_dead(pid), "a zombie is dead");
+    common::write_raw(&name, 80, &pid.to_le_bytes());
+    publish(&mut spine, 1);
+    let t = Instant::now();
+    assert_eq!(spine.wait_command_for(1, || false), Lockstep::AgentGone);
+    assert!(t.elapsed() < Duration::from_secs(5));
+    drop(child);
+}
+
+#[test]
+fn an_unregistered_lockstep_agent_times_out_and_rearms() {
+    let name = common::unique_name("lockstop");
+    let mut config = SpineConfig::new(&name, &common::servos(1), 1000.0);
+    config.lockstep = true;
+    config.timeout_ns = 20 * MS;
+    config.arm_wait_ns = 50 * MS;
+    let (mut spine, _) = Spine::create(&config).unwrap();
+    // An agent that writes commands without registering its pid (a hand-made one): nothing
+    // tells the spine whether it lives, so the timeout applies.
+    let mut agent = Agent::attach(&name).unwrap();
+    common::write_raw(&name, 80, &0i32.to_le_bytes());
     publish(&mut spine, 1);
     agent.read_state().unwrap();
     assert!(agent.rearm_if_needed());
@@ -440,10 +544,43 @@ fn lockstep_wait_ends_on_stop_on_the_arm_wait_on_a_timeout_and_when_the_agent_le
     assert_eq!(spine.wait_command_for(4, || false), Lockstep::TimedOut);
     assert_eq!(spine.counters().torn, 1);
     common::write_raw(&name, rtloop_agent::layout::COMMAND_OFFSET, &seq.to_le_bytes());
+}
 
-    // The agent detaches (exits): the wait ends at once, whatever the arm wait.
-    drop(agent);
-    assert_eq!(spine.wait_command_for(5, || false), Lockstep::AgentGone);
+#[test]
+fn an_agent_sleeps_on_the_bell_until_the_spine_awaits_it() {
+    let name = common::unique_name("bell");
+    let mut config = SpineConfig::new(&name, &common::servos(1), 1000.0);
+    config.lockstep = true;
+    let (mut spine, _) = Spine::create(&config).unwrap();
+    let mut agent = Agent::attach(&name).unwrap();
+    let sleeper = std::thread::spawn(move || {
+        let (t, cpu) = (Instant::now(), thread_cpu());
+        let mut woke = 0;
+        // Sleep until the state the spine awaits: intermediate states do not ring.
+        loop {
+            let seen = agent.state_bell();
+            let s = *agent.read_state().unwrap();
+            if s.awaiting == 1 {
+                return (s.cycle, woke, t.elapsed(), thread_cpu() - cpu);
+            }
+            agent.sleep_until_rung(seen, 5_000 * MS);
+            woke += 1;
+        }
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    for cycle in 1..5 {
+        spine.state_mut().cycle = cycle;
+        spine.state_mut().awaiting = 0;
+        spine.publish(rtloop_agent::monotonic_ns());
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    spine.state_mut().cycle = 5;
+    spine.state_mut().awaiting = 1;
+    spine.publish(rtloop_agent::monotonic_ns());
+    let (cycle, woke, slept, cpu) = sleeper.join().unwrap();
+    assert_eq!((cycle, woke), (5, 1), "one wake-up, by the awaited state");
+    assert!(slept >= Duration::from_millis(150) && slept < Duration::from_secs(4), "{slept:?}");
+    assert!(cpu < Duration::from_millis(50), "the sleeping agent used {cpu:?} of CPU");
 }
 
 #[test]
@@ -468,7 +605,7 @@ fn commands_are_followed_only_from_an_agent_of_this_version() {
     let m = spine.version_mismatch().unwrap();
     assert_eq!(
         m.to_string(),
-        "agent speaks protocol version 1, this spine 2; the spine ignores its commands: rebuild the agent against \
+        "agent speaks protocol version 1, this spine 3; the spine ignores its commands: rebuild the agent against \
          this rtloop's rtloop_agent.h"
     );
     assert_eq!(spine.version_mismatch(), None, "reported once");
@@ -504,7 +641,7 @@ fn a_wrong_version_agent_is_reported_once_by_the_spine() {
     let m = spine.version_mismatch().unwrap();
     assert_eq!(
         m.to_string(),
-        "agent speaks protocol version 7, this spine 2; the spine ignores its commands: rebuild the agent against \
+        "agent speaks protocol version 7, this spine 3; the spine ignores its commands: rebuild the agent against \
          this rtloop's rtloop_agent.h"
     );
     assert_eq!(spine.version_mismatch(), None, "reported once");

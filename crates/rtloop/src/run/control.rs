@@ -91,7 +91,7 @@ pub(super) struct CommandMsg<T> {
     pub(super) commands: [ServoCommand; MAX_SERVOS],
     pub(super) telemetry: Option<T>,
     pub(super) rearm: bool,
-    pub(super) reset_world: Option<u64>,
+    pub(super) reset_world: Option<crate::controller::WorldReset>,
     pub(super) flow: Flow,
     /// The control law failed, in which hook.
     pub(super) failure: Option<(Failure, Hook)>,
@@ -152,7 +152,7 @@ pub(super) fn control_thread<C: Controller>(
             _ => controller.cycle(state, &mut output).map_err(|failure| (failure, Hook::Cycle)),
         };
         out.rearm = output.rearm_requested();
-        out.reset_world = output.reset_requested();
+        out.reset_world = output.world_reset().copied();
         out.events_len = output.events().len();
         out.events[..out.events_len].copy_from_slice(output.events());
         (out.flow, out.failure) = match result {

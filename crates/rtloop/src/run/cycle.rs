@@ -244,8 +244,8 @@ struct Counts {
 struct Answer {
     flow: Flow,
     rearm: bool,
-    /// The control law asked for a reset of the simulated world, with this seed.
-    reset_world: Option<u64>,
+    /// The control law asked for a reset of the simulated world.
+    reset_world: Option<crate::controller::WorldReset>,
     /// The control law failed (in `cycle`, or in `start` on a control thread): the safe stop.
     failure: Option<(Failure, Hook)>,
     reported: [Reported; MAX_EVENTS_PER_CYCLE],
@@ -254,7 +254,7 @@ struct Answer {
 
 impl Answer {
     #[inline]
-    fn new(flow: Flow, rearm: bool, reset_world: Option<u64>, events: &[Reported]) -> Self {
+    fn new(flow: Flow, rearm: bool, reset_world: Option<crate::controller::WorldReset>, events: &[Reported]) -> Self {
         let mut answer = Answer {
             flow,
             rearm,
@@ -275,7 +275,7 @@ impl Answer {
         result: Result<Flow, Failure>,
         hook: Hook,
         rearm: bool,
-        reset_world: Option<u64>,
+        reset_world: Option<crate::controller::WorldReset>,
         events: &[Reported],
     ) -> Self {
         match result {
@@ -538,6 +538,9 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             // At most rtloop_sim::world::MAX_PUSHES: RunConfig::validate checks it.
             if let Some(sim) = &self.sim {
                 sim.push(push);
+                // Every episode of a reset world gets the run's pushes again, timed from
+                // its reset.
+                sim.repeat_after_reset(rtloop_sim::Push { from_ns: secs_to_ns(p.at_s), ..push });
             }
         }
     }
@@ -577,8 +580,8 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
     /// plant that cannot reset ends the run (a `physics_reset_failed` event, a problem of
     /// the run). Nothing without a world.
     #[inline]
-    fn reset_world(&mut self, seed: u64) {
-        let done = self.sim.as_ref().and_then(|sim| sim.reset_world(seed));
+    fn reset_world(&mut self, seed: u64, episode: &rtloop_sim::Episode) {
+        let done = self.sim.as_ref().and_then(|sim| sim.reset_world_with(seed, episode));
         match done {
             None => {}
             Some(true) => {
@@ -637,8 +640,8 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             // The safe stop begins in this very cycle: the law's commands are not sent.
             self.fail(failure, hook);
             self.supervisor.shutdown(self.shutdown, &mut self.commands);
-        } else if let Some(seed) = answer.reset_world {
-            self.reset_world(seed);
+        } else if let Some(reset) = &answer.reset_world {
+            self.reset_world(reset.seed, &reset.episode);
         }
         let report = cycle_robot(&mut self.robot, self.sim.as_ref(), &self.commands, &mut self.replies, &mut self.imu);
         let dt = self.read_replies(tick, &report);
@@ -675,7 +678,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             ControlLaw::Inline(controller) => {
                 let mut out = Output::new(&mut self.wanted, &mut self.telemetry);
                 let result = controller.cycle(&state, &mut out);
-                Answer::of(result, Hook::Cycle, out.rearm_requested(), out.reset_requested(), out.events())
+                Answer::of(result, Hook::Cycle, out.rearm_requested(), out.world_reset().copied(), out.events())
             }
             ControlLaw::Thread { to_control, from_control } => {
                 let first = std::mem::replace(&mut self.first_command_pending, false);
