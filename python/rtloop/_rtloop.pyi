@@ -228,6 +228,9 @@ class BodyState:
     def velocity_mps(self) -> npt.NDArray[np.float64]:
         """Body origin's velocity in the ground's frame, m/s, shape (3,)."""
     @property
+    def fallen(self) -> bool:
+        """The body has fallen (the run's ``fall`` event, ``[safety] fall_tilt_deg``) and is not upright again yet."""
+    @property
     def yaw_deg(self) -> float:
         """Heading, degrees, positive turning left."""
 

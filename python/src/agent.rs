@@ -1155,6 +1155,7 @@ impl AgentState {
             position_m: PyArray1::from_slice(py, &b.position_m).unbind(),
             velocity_mps: PyArray1::from_slice(py, &b.velocity_mps).unbind(),
             yaw_deg: b.yaw_deg,
+            fallen: b.fallen != 0,
             height_m: b.height_m,
             roll_deg: b.roll_deg,
             pitch_deg: b.pitch_deg,
@@ -1232,6 +1233,10 @@ pub struct BodyState {
     /// Heading: rotation about the vertical, degrees, positive turning left (-180 to 180).
     #[pyo3(get)]
     yaw_deg: f64,
+    /// The body has fallen (the run's `fall` event, `[safety] fall_tilt_deg`) and is not
+    /// upright again yet.
+    #[pyo3(get)]
+    fallen: bool,
 }
 
 #[pymethods]

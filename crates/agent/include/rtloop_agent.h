@@ -165,7 +165,7 @@ typedef struct {
 
 typedef struct {
     uint32_t present; /* 1: a simulated body (rtloop run --physics) */
-    uint32_t reserved;
+    uint32_t fallen;  /* 1 from a fall until upright again ([safety] fall_tilt_deg) */
     double height_m;      /* above the ground, m */
     double roll_deg;      /* right side down positive */
     double pitch_deg;     /* nose up positive */
@@ -316,7 +316,7 @@ _Static_assert(offsetof(rtloop_imu, quaternion) == 8, "layout");
 _Static_assert(offsetof(rtloop_imu, rate_dps) == 40, "layout");
 _Static_assert(offsetof(rtloop_imu, accel_mps2) == 64, "layout");
 _Static_assert(offsetof(rtloop_body, present) == 0, "layout");
-_Static_assert(offsetof(rtloop_body, reserved) == 4, "layout");
+_Static_assert(offsetof(rtloop_body, fallen) == 4, "layout");
 _Static_assert(offsetof(rtloop_body, height_m) == 8, "layout");
 _Static_assert(offsetof(rtloop_body, roll_deg) == 16, "layout");
 _Static_assert(offsetof(rtloop_body, pitch_deg) == 24, "layout");

@@ -217,8 +217,9 @@ pub struct BodyBlock {
     /// 1 when the run simulates a body (`rtloop run --physics`) and the fields below hold
     /// its state at this cycle; 0 (and every float NaN) otherwise.
     pub present: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// 1 from the cycle the body fell (tilted past `[safety] fall_tilt_deg`, or came down
+    /// through `fall_height_m`) until it is upright again; 0 otherwise.
+    pub fallen: u32,
     /// Height of the body's origin above the ground under it, m.
     pub height_m: f64,
     /// Roll, degrees: positive is the right side down (the pi3hat's sense).
@@ -532,7 +533,7 @@ impl BodyBlock {
     /// No body: `present` 0, every value NaN.
     pub const ABSENT: BodyBlock = BodyBlock {
         present: 0,
-        reserved: 0,
+        fallen: 0,
         height_m: f64::NAN,
         roll_deg: f64::NAN,
         pitch_deg: f64::NAN,

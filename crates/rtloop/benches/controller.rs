@@ -113,6 +113,7 @@ fn call_alone<C: Controller>(mut controller: C) -> f64 {
             safe_mode: false,
             events: &[],
             body: None,
+            fallen: false,
             model_pose: rtloop::ModelPose::NotGiven,
         })
         .expect("the controllers measured here start on this state");
@@ -127,6 +128,7 @@ fn call_alone<C: Controller>(mut controller: C) -> f64 {
             safe_mode: false,
             events: &[],
             body: None,
+            fallen: false,
             model_pose: rtloop::ModelPose::NotGiven,
         };
         let mut out = Output::new(&mut wanted, &mut telemetry);

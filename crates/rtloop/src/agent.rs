@@ -512,7 +512,7 @@ impl AgentSpine {
                 let yaw = (2.0 * (w * z + x * y)).atan2(1.0 - 2.0 * (y * y + z * z));
                 rtloop_agent::layout::BodyBlock {
                     present: 1,
-                    reserved: 0,
+                    fallen: u32::from(state.fallen),
                     height_m: b.height_m(),
                     roll_deg: roll.to_degrees(),
                     pitch_deg: pitch.to_degrees(),

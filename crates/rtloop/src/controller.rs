@@ -133,6 +133,9 @@ pub struct State<'a> {
     /// physics computed, not a sensor: for rewards, tests and checks, not for control (a
     /// real robot has only its IMU).
     pub body: Option<BodyState>,
+    /// The simulated body has fallen (`[safety] fall_tilt_deg`, `fall_height_m`: the run's
+    /// `fall` event) and is not upright again yet; always false without a free-based body.
+    pub fallen: bool,
     /// The standing pose the simulated body's model names, if any: what a demonstration or a
     /// policy stands a model of the user's in. Not a sensor either.
     pub model_pose: ModelPose<'a>,

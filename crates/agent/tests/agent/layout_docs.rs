@@ -25,7 +25,7 @@ fn layout() -> BTreeMap<(String, String), (usize, usize)> {
     fields!(ServoInfo, ServoInfo::default(); id, bus);
     fields!(StateBlock, StateBlock::empty(); seq, cycle, time_ns, stamp_ns, status, servo_count, timeouts, rearms,
         arm_token, rejected, torn, imu, reset_ack, reset_result, awaiting, resets, body, servos);
-    fields!(BodyBlock, BodyBlock::ABSENT; present, reserved, height_m, roll_deg, pitch_deg, quaternion, position_m,
+    fields!(BodyBlock, BodyBlock::ABSENT; present, fallen, height_m, roll_deg, pitch_deg, quaternion, position_m,
         velocity_mps, yaw_deg, reserved2);
     fields!(ImuBlock, ImuBlock::ABSENT; present, reserved, quaternion, rate_dps, accel_mps2);
     fields!(RawServoState, RawServoState::ABSENT; mode, fault, fresh, reserved, request_cycle, age_cycles, position,

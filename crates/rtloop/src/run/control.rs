@@ -21,6 +21,7 @@ pub(super) struct StateMsg {
     pub(super) events_len: usize,
     pub(super) events: [rtloop_io::safety::Event; EVENTS_PER_MESSAGE],
     pub(super) body: Option<rtloop_sim::BodyState>,
+    pub(super) fallen: bool,
     pub(super) pose_kind: super::cycle::PoseKind,
     pub(super) stand_len: usize,
     pub(super) stand: [f64; MAX_SERVOS],
@@ -40,6 +41,7 @@ impl StateMsg {
             events_len: 0,
             events: [none; EVENTS_PER_MESSAGE],
             body: None,
+            fallen: false,
             pose_kind: super::cycle::PoseKind::NotGiven,
             stand_len: 0,
             stand: [f64::NAN; MAX_SERVOS],
@@ -57,6 +59,7 @@ impl StateMsg {
         self.events_len = state.events.len().min(EVENTS_PER_MESSAGE);
         self.events[..self.events_len].copy_from_slice(&state.events[..self.events_len]);
         self.body = state.body;
+        self.fallen = state.fallen;
         (self.pose_kind, self.stand_len) = match state.model_pose {
             crate::controller::ModelPose::NotGiven => (super::cycle::PoseKind::NotGiven, 0),
             crate::controller::ModelPose::Missing => (super::cycle::PoseKind::Missing, 0),
@@ -78,6 +81,7 @@ impl StateMsg {
             safe_mode: self.safe_mode,
             events: &self.events[..self.events_len],
             body: self.body,
+            fallen: self.fallen,
             model_pose: self.pose_kind.view(&self.stand[..self.stand_len]),
         }
     }

@@ -490,6 +490,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             safe_mode: self.supervisor.tripped_at().is_some(),
             events,
             body: self.sim.as_ref().and_then(SimRobot::body),
+            fallen: self.fall.as_ref().is_some_and(super::fall::FallWatch::fallen),
             model_pose: self.pose_kind.view(&self.stand),
         };
         match &mut self.law {
@@ -671,6 +672,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             safe_mode: self.supervisor.tripped_at().is_some(),
             events: events.get(self.events_seen..).unwrap_or(&[]),
             body: self.sim.as_ref().and_then(SimRobot::body),
+            fallen: self.fall.as_ref().is_some_and(super::fall::FallWatch::fallen),
             model_pose: self.pose_kind.view(&self.stand),
         };
         self.events_seen = events.len();
@@ -866,6 +868,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             safe_mode: self.supervisor.tripped_at().is_some(),
             events: events.get(self.events_seen..).unwrap_or(&[]),
             body: self.sim.as_ref().and_then(SimRobot::body),
+            fallen: self.fall.as_ref().is_some_and(super::fall::FallWatch::fallen),
             model_pose: self.pose_kind.view(&self.stand),
         };
         match &mut self.law {

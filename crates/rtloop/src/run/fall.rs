@@ -101,6 +101,11 @@ impl FallWatch {
         self.was_up = false;
     }
 
+    /// Between a fall and the body being upright again.
+    pub(crate) fn fallen(&self) -> bool {
+        self.fallen
+    }
+
     /// Falls so far.
     pub(crate) fn falls(&self) -> u32 {
         self.falls
