@@ -10,8 +10,9 @@ from rtloop import _rtloop, frame
 
 TABLE = _rtloop.POSITION_FIELDS
 NAMES = [name for _, name, _ in TABLE]
-# Keywords that are not register fields.
-OTHERS = {"self", "kind", "id", "bus", "mode", "commands", "query", "resolution", "fields"}
+# Keywords that are not register fields (`hold`: how many lockstep cycles an agent's command
+# answers, agent protocol v3).
+OTHERS = {"self", "kind", "id", "bus", "mode", "commands", "query", "resolution", "fields", "hold"}
 
 
 def test_the_table_is_registers_0x020_to_0x02d_in_order():

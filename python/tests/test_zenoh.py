@@ -355,7 +355,9 @@ def test_a_bad_zenoh_configuration_is_one_sentence_and_exit_2(rtloop_bin, tmp_pa
 
 def test_garbage_on_the_command_key_does_not_move_the_loops_figures(rtloop_bin, tmp_path):
     """Lockstep (simulated time, a fixed fault seed): the same run with and without a flood
-    of garbage on the command key has the same figures, to the reply."""
+    of garbage on the command key has the same figures, to the reply. Long enough in simulated
+    time (120 s, several wall seconds) that the flood arrives while it runs on a quiet machine
+    too (20 s ended before the garbage was delivered)."""
     port = free_port()
     conf = robot_config(tmp_path, "g", f"tcp/127.0.0.1:{port}")
     figures = ("cycles", "overruns", "skipped_periods", "missing_replies", "timeouts", "reply_accounting")
@@ -365,7 +367,7 @@ def test_garbage_on_the_command_key_does_not_move_the_loops_figures(rtloop_bin, 
         for flood in (False, True):
             seen = Seen()
             sub = station.declare_subscriber("rtloop/g/state", seen)
-            proc = start_robot(rtloop_bin, conf, "g", "--lockstep", "--seed", "7", "--zenoh-every", "1", duration=20)
+            proc = start_robot(rtloop_bin, conf, "g", "--lockstep", "--seed", "7", "--zenoh-every", "1", duration=120)
             sent = 0
             try:
                 seen.wait("the first state message", lambda: len(seen.get("rtloop/g/state")) >= 1)
