@@ -371,9 +371,13 @@ def test_garbage_on_the_command_key_does_not_move_the_loops_figures(rtloop_bin, 
             sent = 0
             try:
                 seen.wait("the first state message", lambda: len(seen.get("rtloop/g/state")) >= 1)
+                # Spread over about 1.5 s: the run's command subscriber is declared after its
+                # first state is out, and a flood that is over before it reaches the router
+                # (a quiet machine puts 3000 in a few ms) is refused by nobody.
                 while flood and proc.poll() is None and sent < 3000:
                     station.put("rtloop/g/cmd", os.urandom(1 + sent % 300))
                     sent += 1
+                    time.sleep(0.0005)
                 code, summary, err = finish(proc, timeout=120)
             finally:
                 if proc.poll() is None:

@@ -53,7 +53,9 @@ impl Controller for Failing {
             let hold = PositionCommand { position: Some(0.0), velocity: Some(0.0), ..Default::default() };
             out.set(i, ServoCommand::Position(hold));
         }
-        if state.cycle == self.fail_at {
+        // At or after: a control thread in lockstep may never see the very cycle (states it
+        // falls behind on are dropped, counted as control_late).
+        if state.cycle >= self.fail_at {
             out.event(None, "about_to_fail");
             return Err(Failure::new("estimate_diverged", "the estimate diverged", &self.fix).servo(4).value(7));
         }
