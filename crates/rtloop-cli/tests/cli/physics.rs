@@ -4,7 +4,8 @@
 
 use crate::support::*;
 
-fn json_of(o: &std::process::Output) -> serde_json::Value {
+/// The JSON summary: the last line of `--json`'s stdout (also `robots`').
+pub(crate) fn json_of(o: &std::process::Output) -> serde_json::Value {
     let out = stdout(o);
     let last = out.lines().last().unwrap_or_default();
     serde_json::from_str(last).unwrap_or_else(|e| panic!("no JSON summary ({e}): {out}\n{}", stderr(o)))

@@ -4,14 +4,9 @@
 //! torque limit no servo gives, a push that blew the physics up, a run file's relative paths.
 //! Lockstep throughout: exact outcomes.
 
+use crate::physics::json_of;
 use crate::support::*;
 use std::path::{Path, PathBuf};
-
-fn json_of(o: &std::process::Output) -> serde_json::Value {
-    let out = stdout(o);
-    let last = out.lines().last().unwrap_or_default();
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("no JSON summary ({e}): {out}\n{}", stderr(o)))
-}
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
