@@ -228,18 +228,35 @@ fn a_client_that_stops_reading_cannot_keep_the_server_from_finishing() {
     let n = subs.len() as u64;
     ws.send(Message::text(serde_json::json!({"op": "subscribe", "subscriptions": subs}).to_string())).unwrap();
     until(&sink, "subscribed", |s| s.detail["subscriptions"] == n);
-    // Never read again: push cycles until the client's queue has dropped some.
+    // Never read again: push cycles until the client's queue drops, and until it still drops
+    // after the server's writer had 300 ms to move the queue into the socket. A drop the
+    // writer merely lagged behind (a busy machine) is not a full socket: the writer would
+    // then send the queue and the close frame in time, and nothing would be closed hard.
     let mut c = CycleLog { servos_len: 32, ..Default::default() };
     let mut index = 0;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while sink.stats().detail["client_queue_dropped"] == 0 {
-        assert!(Instant::now() < deadline, "the queue never filled: {:?}", sink.stats());
+    let mut push = |sink: &mut FoxgloveSink| {
         c.index = index;
         index += 1;
         sink.cycle(&live_cycle(&c, 1_000_000));
         if index % 64 == 0 {
             std::thread::sleep(Duration::from_millis(1));
         }
+    };
+    let dropped = |sink: &FoxgloveSink| sink.stats().detail["client_queue_dropped"];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let before = dropped(&sink);
+        let mut pushed = 0;
+        while dropped(&sink) == before {
+            assert!(Instant::now() < deadline, "the socket never filled: {:?}", sink.stats());
+            push(&mut sink);
+            pushed += 1;
+        }
+        // Full, and still full after the pause: the writer is blocked on the socket.
+        if before > 0 && pushed <= 16 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
     }
     let stats = finish_returns(sink);
     assert!(stats.dropped >= stats.detail["client_queue_dropped"], "{stats:?}");
