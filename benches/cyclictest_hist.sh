@@ -18,7 +18,9 @@ def q(p):
         if acc >= p * n:
             return v
     return h[-1][0] if h else 0
-late = sum(c for v, c in h if v > slack)
+# Bucket v holds the wakeups in [v, v+1) µs (cyclictest truncates to whole µs): the bucket
+# the slack falls in counts for the part of it above the slack.
+late = round(sum(c if v >= slack else c * (v + 1 - slack) for v, c in h if v + 1 > slack))
 mean = sum(v * c for v, c in h) / max(n, 1)
 mx = max((v for v, c in h if c), default=0)
 print(q(0.5), q(0.99), late, "%.2f" % mean, mx, n)' "$@"

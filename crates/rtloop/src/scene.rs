@@ -17,6 +17,7 @@
 //! `mj_kinematics`), or show a model other than the one the run simulated.
 
 use crate::telemetry::ModelRecord;
+#[cfg(feature = "physics")]
 use serde::ser::{SerializeSeq, SerializeStruct, Serializer};
 use serde::Serialize;
 use serde_json::{json, Value as Json};

@@ -72,7 +72,7 @@ fn check(args: &RenderArgs) -> Result<(), String> {
 pub fn render(path: &Path, out: &Path, args: &RenderArgs) -> Result<Outcome, String> {
     check(args)?;
     parse_size(&args.size)?;
-    let _ = (path, out);
+    let _ = (path, out, args.track, args.force);
     Err("rtloop log render: this rtloop was built without MuJoCo's renderer; run tools/mujoco once, then build \
          with `--features render` (docs/physics.md)"
         .into())
