@@ -36,8 +36,13 @@ run without it. While it waits, neither process uses CPU (the hand-off sleeps on
   in the servos' order (legs front-left, front-right, rear-left, rear-right; each
   abduction, hip, knee), mapped linearly onto the joint's range — abduction ±0.14, hip
   ±0.4, knee -0.03 to 0.46 rev (:data:`ACTION_LOW`, :data:`ACTION_HIGH`).
-  ``action_mode="position"``: the joint targets themselves, rev, in that range. Values
-  beyond the space are clipped; an action of another shape (``(3, 4)`` included) or with
+  ``action_mode="position"``: the joint targets themselves, rev, in that range.
+  ``action_mode="delta"``: 12 numbers in [-1, 1], each moving its joint's target by up to
+  ``action_scale`` rev (default 0.02: 1 rev/s at 50 Hz) from the last step's target, kept
+  in the joint's range; an episode's first target is where the joints are after
+  :meth:`reset`, so the zero action holds the pose and a policy moves the robot at a rate
+  it chooses (standing up from lying needs a ramp: a jump to the stand pose throws the
+  body). Values beyond the space are clipped; an action of another shape (``(3, 4)`` included) or with
   NaN or infinite values is refused (``ValueError``). Each target is sent as a moteus
   position command (mode 10) with velocity 0, ``kp_scale`` / ``kd_scale`` (default 1: the
   servo's own gains), ``maximum_torque`` (default 8 N·m) and a watchdog.
@@ -219,8 +224,8 @@ class QuadrupedEnv(gym.Env):
     lying, then stand (see the module).
 
     Keyword arguments: ``program`` (the ``rtloop`` program), ``cycles_per_step`` (1 to
-    1000 cycles of the 1 kHz loop per step; default 20), ``action_mode`` ("normalized" or
-    "position"), ``kp_scale``, ``kd_scale`` (0 to 1), ``maximum_torque`` (N·m),
+    1000 cycles of the 1 kHz loop per step; default 20), ``action_mode`` ("normalized",
+    "position" or "delta"), ``action_scale`` (rev per step in "delta" mode, 0 to 0.5), ``kp_scale``, ``kd_scale`` (0 to 1), ``maximum_torque`` (N·m),
     ``healthy_reward``, ``height_weight``, ``tilt_weight``, ``ctrl_cost_weight``,
     ``healthy_tilt_deg``, ``healthy_z_range``, ``terminate_when_unhealthy``,
     ``reset_noise_scale`` (rad, 0 to 1), ``domain_randomization`` (bool or dict),
@@ -243,6 +248,7 @@ class QuadrupedEnv(gym.Env):
         program: Optional[str] = None,
         cycles_per_step: int = 20,
         action_mode: str = "normalized",
+        action_scale: float = 0.02,
         kp_scale: float = 1.0,
         kd_scale: float = 1.0,
         maximum_torque: float = 8.0,
@@ -263,11 +269,12 @@ class QuadrupedEnv(gym.Env):
             raise ValueError(f"render_mode {render_mode!r} is not supported; leave it None")
         if not (isinstance(cycles_per_step, int) and 1 <= cycles_per_step <= 1000):
             raise ValueError(f"cycles_per_step = {cycles_per_step!r}: give an integer from 1 to 1000")
-        if action_mode not in ("normalized", "position"):
-            raise ValueError(f"action_mode = {action_mode!r}: give \"normalized\" or \"position\"")
+        if action_mode not in ("normalized", "position", "delta"):
+            raise ValueError(f"action_mode = {action_mode!r}: give \"normalized\", \"position\" or \"delta\"")
         if not (math.isfinite(start_timeout) and 0.0 < start_timeout <= 3600.0):
             raise ValueError(f"start_timeout = {start_timeout!r} s: give 0 to 3600 seconds")
         for name, value, low, high in (
+            ("action_scale", action_scale, 0.0, 0.5),
             ("kp_scale", kp_scale, 0.0, 1.0),
             ("kd_scale", kd_scale, 0.0, 1.0),
             ("maximum_torque", maximum_torque, 0.0, 100.0),
@@ -289,6 +296,7 @@ class QuadrupedEnv(gym.Env):
         self.render_mode = None
         self.cycles_per_step = cycles_per_step
         self.action_mode = action_mode
+        self.action_scale = float(action_scale)
         self.weights = dict(
             healthy_reward=float(healthy_reward),
             height_weight=float(height_weight),
@@ -310,7 +318,9 @@ class QuadrupedEnv(gym.Env):
         self._timeout = float(start_timeout)
         self._low = ACTION_LOW.astype(np.float64)
         self._high = ACTION_HIGH.astype(np.float64)
-        if action_mode == "normalized":
+        # The last targets sent ("delta" mode moves them); set by every reset.
+        self._last_targets = np.zeros(JOINTS)
+        if action_mode in ("normalized", "delta"):
             self.action_space = spaces.Box(-1.0, 1.0, shape=(JOINTS,), dtype=np.float32)
         else:
             self.action_space = spaces.Box(ACTION_LOW, ACTION_HIGH, dtype=np.float32)
@@ -483,7 +493,7 @@ class QuadrupedEnv(gym.Env):
         w = self.weights
         body = state.body
         tilt = math.radians(abs(body.roll_deg)) + math.radians(abs(body.pitch_deg))
-        effort = float(np.sum(np.square(state.torque)))
+        effort = float(np.dot(state.torque, state.torque))
         return {
             "reward_healthy": w["healthy_reward"] if self.healthy(state) else 0.0,
             "reward_height": -w["height_weight"] * abs(body.height_m - STAND_HEIGHT_M),
@@ -532,8 +542,8 @@ class QuadrupedEnv(gym.Env):
             drawn["pushes"] = pushes
         return drawn
 
-    def _info(self, state: AgentState) -> Dict[str, Any]:
-        info = self.reward_terms(state)
+    def _info(self, state: AgentState, terms: Optional[Dict[str, float]] = None) -> Dict[str, Any]:
+        info = dict(terms) if terms is not None else self.reward_terms(state)
         info.update(self._body_info(state))
         info["steps"] = self._steps
         return info
@@ -565,6 +575,7 @@ class QuadrupedEnv(gym.Env):
         self._steps = 0
         self._on_reset()
         state = self._state
+        self._last_targets = np.clip(np.asarray(state.position, dtype=np.float64), self._low, self._high)
         info = self._info(state)
         info["domain"] = drawn
         return self._observation(state), info
@@ -581,6 +592,8 @@ class QuadrupedEnv(gym.Env):
         if self.action_mode == "normalized":
             a = np.clip(a, -1.0, 1.0)
             return self._low + (a + 1.0) * 0.5 * (self._high - self._low)
+        if self.action_mode == "delta":
+            a = self._last_targets + self.action_scale * np.clip(a, -1.0, 1.0)
         return np.clip(a, self._low, self._high)
 
     def step(self, action: Any) -> Tuple[np.ndarray, float, bool, bool, Dict[str, Any]]:
@@ -590,15 +603,22 @@ class QuadrupedEnv(gym.Env):
             raise RuntimeError("this environment is closed; make a new one")
         targets = self._targets(action)
         self._agent.command(position=targets, hold=self.cycles_per_step, **self._gains)
+        self._last_targets = targets
         state = self._next()
         self._state = state
         self._steps += 1
+        # The terms once for both the reward and info, unless a subclass has its own reward.
+        terms = self.reward_terms(state)
+        if type(self).reward is QuadrupedEnv.reward:
+            reward = float(sum(terms.values()))
+        else:
+            reward = self.reward(state)
         return (
             self._observation(state),
-            self.reward(state),
+            reward,
             self.fell(state),
             False,
-            self._info(state),
+            self._info(state, terms),
         )
 
     def close(self) -> None:
@@ -680,7 +700,7 @@ class QuadrupedWalkEnv(QuadrupedEnv):
         yaw_rate = -math.radians(float(state.imu.rate_dps[2]))
         err = (forward - self.command[0]) ** 2 + (left - self.command[1]) ** 2
         tilt = math.radians(abs(body.roll_deg)) + math.radians(abs(body.pitch_deg))
-        effort = float(np.sum(np.square(state.torque)))
+        effort = float(np.dot(state.torque, state.torque))
         return {
             "reward_healthy": w["healthy_reward"] if self.healthy(state) else 0.0,
             "reward_tracking": w["tracking_weight"] * math.exp(-err / 0.25),
@@ -689,8 +709,8 @@ class QuadrupedWalkEnv(QuadrupedEnv):
             "reward_ctrl": -w["ctrl_cost_weight"] * effort,
         }
 
-    def _info(self, state: AgentState) -> Dict[str, Any]:
-        info = super()._info(state)
+    def _info(self, state: AgentState, terms: Optional[Dict[str, float]] = None) -> Dict[str, Any]:
+        info = super()._info(state, terms)
         info["command"] = self.command.copy()
         return info
 

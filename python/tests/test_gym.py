@@ -123,6 +123,43 @@ def test_a_ramp_to_the_stand_pose_stands_the_quadruped_up(rtloop_bin):
         env.close()
 
 
+def test_delta_actions_hold_the_pose_at_zero_and_ramp_the_robot_up(rtloop_bin):
+    """action_mode="delta": the zero action holds where the joints were after reset; +-1
+    moves each target by action_scale per step, kept in the joint's range; a constant
+    action toward the stand pose (a ramp) stands the robot up, which a jump does not."""
+    with pytest.raises(ValueError, match="action_scale"):
+        rgym.QuadrupedEnv(action_mode="delta", action_scale=float("nan"))
+    env = gym.make("rtloop/Quadruped-v0", program=rtloop_bin, action_mode="delta", reset_noise_scale=0.0)
+    try:
+        assert env.action_space.low.min() == -1.0 and env.action_space.high.max() == 1.0
+        obs, _ = env.reset(seed=3)
+        lying = obs[:12].astype(np.float64)
+        for _ in range(25):
+            obs, *_ = env.step(np.zeros(12))
+        np.testing.assert_allclose(obs[:12], lying, atol=0.01)
+        u = env.unwrapped
+        before = u._last_targets.copy()
+        env.step(np.ones(12))
+        np.testing.assert_allclose(u._last_targets, np.minimum(before + 0.02, rgym.ACTION_HIGH), atol=1e-6)
+        for _ in range(100):
+            env.step(np.ones(12))
+        np.testing.assert_allclose(u._last_targets, rgym.ACTION_HIGH, atol=1e-6)
+
+        # A ramp: one constant action for 30 steps (0.6 s) takes every target to the stand
+        # pose together; then the zero action holds it.
+        obs, _ = env.reset(seed=3)
+        stand = np.tile(rgym.STAND_POSE, 4)
+        ramp = (stand - u._last_targets) / (30 * 0.02)
+        assert np.abs(ramp).max() <= 1.0
+        for k in range(100):
+            obs, reward, terminated, truncated, info = env.step(ramp if k < 30 else np.zeros(12))
+            assert not terminated, info
+        np.testing.assert_allclose(u._last_targets, stand, atol=1e-6)
+        assert info["height_m"] > 0.3 and abs(info["pitch_deg"]) < 5, info
+    finally:
+        env.close()
+
+
 def test_close_ends_the_spine(rtloop_bin):
     env = gym.make("rtloop/Quadruped-v0", program=rtloop_bin)
     env.reset(seed=1)

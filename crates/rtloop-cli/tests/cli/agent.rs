@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-use support::{rtloop_bin, stderr, stdout, Scratch};
+use support::{last_json, rtloop_bin, stderr, Scratch};
 
 /// Compile examples/agent.c into `dir`; `None` (after a visible skip) without a compiler.
 fn c_agent(dir: &Scratch) -> Option<PathBuf> {
@@ -50,11 +50,6 @@ fn start_agent(bin: &Path, name: &str) -> Child {
     Command::new(bin).arg(name).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap()
 }
 
-fn summary_of(o: &std::process::Output) -> Value {
-    serde_json::from_str(stdout(o).lines().last().unwrap_or(""))
-        .unwrap_or_else(|e| panic!("{e}: {} / {}", stdout(o), stderr(o)))
-}
-
 fn event_kinds(j: &Value) -> Vec<String> {
     j["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap().to_string()).collect()
 }
@@ -89,7 +84,7 @@ fn the_c_agent_arms_the_spine_and_holds_the_robot_then_exits_when_the_spine_ends
     let mut a = start_agent(&agent, &name);
     let o = spine(&["--agent", &name, "--duration", "1.5"]).wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let j = summary_of(&o);
+    let j = last_json(&o);
     assert_eq!(j["agent"]["name"], name.as_str(), "{j}");
     assert!(j["agent"]["commands_applied"].as_u64().unwrap() > 500, "{j}");
     assert_eq!(j["agent"]["timeouts"], 0, "{j}");
@@ -123,7 +118,7 @@ fn a_killed_agent_gets_zero_velocity_within_the_timeout_and_its_successor_rearms
     assert!(second.wait().unwrap().success());
     // A run whose agent went silent is degraded: exit 1, and it says why.
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    let j = summary_of(&o);
+    let j = last_json(&o);
     assert_eq!(event_kinds(&j), ["agent_armed", "agent_timeout", "agent_rearmed", "shutdown"], "{j}");
     // `rearms` counts every arming, the first included (the shared state's number).
     assert_eq!((j["agent"]["timeouts"].as_u64(), j["agent"]["rearms"].as_u64()), (Some(1), Some(2)), "{j}");
@@ -165,7 +160,7 @@ fn the_same_agent_in_lockstep_twice_writes_the_same_log() {
             .wait_with_output()
             .unwrap();
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-        let j = summary_of(&o);
+        let j = last_json(&o);
         assert_eq!(j["lockstep"], true);
         // Cycle 0 measures the servos (queries only, no wait); every later one waits for
         // the agent.
@@ -194,7 +189,7 @@ fn bad_commands_from_an_agent_never_reach_a_servo_and_are_counted() {
     let o = spine(&["--agent", &name, "--duration", "1", "--log", log.to_str().unwrap()]).wait_with_output().unwrap();
     agent.join().unwrap();
     assert_eq!(o.status.code(), Some(1), "refused commands make a degraded run: {}", stderr(&o));
-    let j = summary_of(&o);
+    let j = last_json(&o);
     let refused = j["agent"]["refused"].as_u64().unwrap();
     // Three bursts of 100 cycles (fewer on a loaded machine that skips periods).
     assert!((150..=310).contains(&refused), "{j}");
@@ -357,7 +352,7 @@ fn a_lockstep_agent_that_pauses_past_the_timeout_is_waited_for_and_the_run_is_un
     let o = finish(spine(&[&args[..], &["--log", log.to_str().unwrap()]].concat()), Duration::from_secs(60));
     let seen = agent.join().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let j = summary_of(&o);
+    let j = last_json(&o);
     assert_eq!(event_kinds(&j), ["agent_armed", "shutdown"], "{j}");
     // The state after the pause: cycle 201, still following, no timeout, the same token.
     assert_eq!(seen[0], (201, rtloop_agent::layout::status::FOLLOWING, 0, 1, false), "{seen:?}");
@@ -382,7 +377,7 @@ fn a_lockstep_run_ends_when_its_agent_exits() {
     let o = finish(spine(&args), Duration::from_secs(60));
     agent.join().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    let j = summary_of(&o);
+    let j = last_json(&o);
     assert_eq!(event_kinds(&j), ["agent_armed", "agent_gone", "shutdown"], "{j}");
     assert_eq!(j["cycles"], 101, "cycles 0 to 100, the one the agent left unanswered: {j}");
     assert_eq!(j["agent"]["timeouts"], 0, "{j}");
@@ -416,7 +411,7 @@ fn a_lockstep_agent_may_wait_for_a_measured_state_before_its_first_command() {
     let o = finish(spine(&["--agent", &name, "--lockstep", "--duration", "0.5"]), Duration::from_secs(60));
     agent.join().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let j = summary_of(&o);
+    let j = last_json(&o);
     assert_eq!(event_kinds(&j), ["agent_armed", "shutdown"], "{j}");
     // The first state waited on is cycle 1, answering cycle 0's query.
     assert_eq!(*first.lock().unwrap(), Some((1, 0, 1, rtloop_agent::layout::status::WAITING)));
@@ -432,7 +427,7 @@ fn a_lockstep_spine_nobody_arms_ends_after_agent_wait_with_one_sentence() {
         Duration::from_secs(60),
     );
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    let j = summary_of(&o);
+    let j = last_json(&o);
     assert_eq!(event_kinds(&j), ["agent_not_armed", "shutdown"], "{j}");
     let problem = j["problems"][0].as_str().unwrap();
     assert!(problem.starts_with("no agent armed the spine within 0.3 s"), "{problem}");
@@ -510,7 +505,7 @@ fn commands_of_another_protocol_version_or_none_are_never_applied_and_the_run_na
         );
         let written = writer.join().unwrap();
         assert_eq!(o.status.code(), Some(1), "{tag}: {}", stderr(&o));
-        let j = summary_of(&o);
+        let j = last_json(&o);
         assert!(written > 0, "{tag}: the writer wrote nothing");
         assert_eq!(j["agent"]["commands_applied"], 0, "{tag}: {j}");
         assert_eq!(j["agent"]["rearms"], 0, "{tag}: {j}");
@@ -664,7 +659,7 @@ fn a_lockstep_agent_resets_the_physical_robot_to_the_same_pose_for_the_same_seed
     let args = ["--agent", &name, "--lockstep", "--physics", "--duration", "2.5"];
     let o = finish(spine(&args), Duration::from_secs(240));
     let (seen, last) = agent.join().unwrap();
-    let j = summary_of(&o);
+    let j = last_json(&o);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(j["agent"]["resets"], 3, "{j}");
     assert_eq!(j["agent"]["resets_refused"], 0, "{j}");
@@ -709,7 +704,7 @@ fn a_reset_without_physics_or_outside_lockstep_is_refused_with_its_reason_and_co
         args.extend_from_slice(extra);
         let o = finish(spine(&args), Duration::from_secs(60));
         let (seen, last) = agent.join().unwrap();
-        let j = summary_of(&o);
+        let j = last_json(&o);
         assert_eq!(seen.len(), 1, "{seen:?} / {}", stderr(&o));
         assert_eq!(seen[0].result, reason);
         assert_eq!(seen[0].resets, 0);
@@ -738,7 +733,7 @@ fn refused_torques_are_reported_with_the_field_the_limit_the_servos_and_the_coun
     let o = spine(&["--agent", &name, "--duration", "0.3"]).wait_with_output().unwrap();
     agent.join().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    let j = summary_of(&o);
+    let j = last_json(&o);
     let a = &j["agent"];
     let refused = a["refused"].as_u64().unwrap();
     let cycles = a["refused_cycles"].as_u64().unwrap();
@@ -805,7 +800,7 @@ fn a_segment_truncated_or_regrown_under_a_running_spine_ends_the_run_safe_with_o
         let o = finish(run, Duration::from_secs(60));
         agent.join().unwrap();
         assert_eq!(o.status.code(), Some(1), "{lost}: {}", stderr(&o));
-        let j = summary_of(&o);
+        let j = last_json(&o);
         assert_eq!(j["ended_by_controller"], true, "{lost}: the loss ended the run: {j}");
         assert_eq!(event_kinds(&j), ["agent_armed", "agent_segment_lost", "shutdown"], "{lost}: {j}");
         assert_eq!(j["agent"]["segment_lost"], lost, "{j}");

@@ -151,6 +151,7 @@ fn check(report: &Json, passed: bool) {
 /// The 3D view of the built-in quadruped: the scene's primitives, every body's frame, and
 /// the body's pose on /imu/transform agreeing with the bodies' (a position, not only an
 /// attitude).
+#[cfg(feature = "physics")]
 fn check_3d(report: &Json) {
     assert_eq!(report["channels"]["/model/scene"], "foxglove.SceneUpdate", "{report}");
     assert_eq!(report["channels"]["/model/transforms"], "foxglove.FrameTransforms", "{report}");

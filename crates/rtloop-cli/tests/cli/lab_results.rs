@@ -9,15 +9,10 @@ use crate::support;
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 use std::process::{Command, Output};
-use support::{rtloop_bin, stderr, stdout, Scratch};
+use support::{last_json, rtloop_bin, stderr, stdout, Scratch};
 
 fn lab(args: &[&str]) -> Output {
     Command::new(rtloop_bin()).arg("lab").args(args).arg("--no-progress").output().expect("rtloop runs")
-}
-
-fn last_json(o: &Output) -> serde_json::Value {
-    let out = stdout(o);
-    serde_json::from_str(out.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
 
 /// A user-facing refusal or failure: one line on stderr, no Debug output, no panic.

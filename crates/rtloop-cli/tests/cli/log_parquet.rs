@@ -13,7 +13,6 @@ use arrow_array::{Array, RecordBatch};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use rtloop_tlog::writer::{FileWriter, WriterOptions};
 use serde::Serialize;
-use serde_json::Value;
 use std::path::Path;
 use support::*;
 
@@ -76,10 +75,6 @@ fn strings(path: &Path, column: &str) -> Vec<Option<String>> {
         out.extend((0..array.len()).map(|i| (!array.is_null(i)).then(|| array.value(i).to_string())));
     }
     out
-}
-
-fn last_json(o: &std::process::Output) -> Value {
-    serde_json::from_str(stdout(o).lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {}", describe(o)))
 }
 
 fn describe(o: &std::process::Output) -> String {

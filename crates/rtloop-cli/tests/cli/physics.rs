@@ -4,13 +4,6 @@
 
 use crate::support::*;
 
-/// The JSON summary: the last line of `--json`'s stdout (also `robots`').
-pub(crate) fn json_of(o: &std::process::Output) -> serde_json::Value {
-    let out = stdout(o);
-    let last = out.lines().last().unwrap_or_default();
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("no JSON summary ({e}): {out}\n{}", stderr(o)))
-}
-
 fn body_of(summary: &serde_json::Value) -> (f64, f64, f64) {
     let b = &summary["body"];
     (b["height_m"].as_f64().unwrap(), b["roll_deg"].as_f64().unwrap(), b["pitch_deg"].as_f64().unwrap())
@@ -25,7 +18,7 @@ fn the_demo_stands_the_body_up_and_a_repeat_is_byte_for_byte_the_same() {
         let o =
             rtloop(&["run", "--physics", "--lockstep", "--duration", "3", "--json", "--log", log.to_str().unwrap()]);
         assert_eq!(o.status.code(), Some(0), "{}\n{}", stdout(&o), stderr(&o));
-        let s = json_of(&o);
+        let s = last_json(&o);
         assert_eq!(s["imu_samples"], s["cycles"], "the IMU reads the body every cycle");
         runs.push((s, std::fs::read(&log).unwrap()));
     }
@@ -40,18 +33,26 @@ fn the_demo_stands_the_body_up_and_a_repeat_is_byte_for_byte_the_same() {
 
 #[test]
 fn a_tilted_ground_shows_in_the_body_and_a_push_moves_it() {
-    let level = json_of(&rtloop(&["run", "--physics", "--lockstep", "--duration", "2.5", "--json"]));
+    let level = last_json(&rtloop(&["run", "--physics", "--lockstep", "--duration", "2.5", "--json"]));
     let tilted =
-        json_of(&rtloop(&["run", "--physics", "--lockstep", "--duration", "2.5", "--json", "--ground-tilt", "0,8"]));
+        last_json(&rtloop(&["run", "--physics", "--lockstep", "--duration", "2.5", "--json", "--ground-tilt", "0,8"]));
     let (_, _, level_pitch) = body_of(&level);
     let (_, _, tilted_pitch) = body_of(&tilted);
     assert!(tilted_pitch - level_pitch > 5.0, "an 8° slope, nose up: pitch {level_pitch:.1}° → {tilted_pitch:.1}°");
     // A strong sideways push at 2 s knocks the swaying robot over.
-    let pushed =
-        json_of(&rtloop(&["run", "--physics", "--lockstep", "--duration", "3", "--json", "--push", "2:0,120,0:0.15"]));
+    let pushed = last_json(&rtloop(&[
+        "run",
+        "--physics",
+        "--lockstep",
+        "--duration",
+        "3",
+        "--json",
+        "--push",
+        "2:0,120,0:0.15",
+    ]));
     let (_, roll, _) = body_of(&pushed);
     let (_, level_roll, _) =
-        body_of(&json_of(&rtloop(&["run", "--physics", "--lockstep", "--duration", "3", "--json"])));
+        body_of(&last_json(&rtloop(&["run", "--physics", "--lockstep", "--duration", "3", "--json"])));
     assert!((roll - level_roll).abs() > 20.0, "the push rolled the body: {level_roll:.1}° → {roll:.1}°");
 }
 
@@ -62,7 +63,7 @@ fn every_push_of_a_run_acts() {
         for p in pushes {
             args.extend(["--push", p]);
         }
-        json_of(&rtloop(&args))["body"].clone()
+        last_json(&rtloop(&args))["body"].clone()
     };
     let first = body(&["2:0,120,0:0.15"]);
     let both = body(&["2:0,120,0:0.15", "3:0,0,0:0.1"]);
@@ -76,7 +77,7 @@ fn every_push_of_a_run_acts() {
 fn injected_faults_work_on_the_body_as_without_it() {
     let o = rtloop(&["run", "--physics", "--lockstep", "--duration", "2", "--json", "--fault", "3@1"]);
     assert_eq!(o.status.code(), Some(1), "a servo faulted: degraded");
-    let s = json_of(&o);
+    let s = last_json(&o);
     let kinds: Vec<&str> = s["events"].as_array().unwrap().iter().filter_map(|e| e["kind"].as_str()).collect();
     assert!(kinds.contains(&"injected_overheat") && kinds.contains(&"servo_fault_latched"), "{kinds:?}");
     assert_eq!(s["final"]["3"]["fault"], 38);
@@ -129,7 +130,7 @@ fn a_model_of_ones_own_drives_its_servos() {
     let scratch = Scratch::new("physics-own");
     let o = run_model(&scratch, &arm("0.3"), MAP, &[]);
     assert_eq!(o.status.code(), Some(0), "{}\n{}", stdout(&o), stderr(&o));
-    let s = json_of(&o);
+    let s = last_json(&o);
     assert_eq!(s["servos"], 2);
     // A fixed-base arm: its base does not move.
     let (height, roll, pitch) = body_of(&s);
@@ -182,7 +183,7 @@ fn an_unstable_model_ends_the_run_degraded_with_an_event_and_no_nan() {
         .replace("MASS", "0.3");
     let o = run_model(&scratch, &model, MAP, &[]);
     assert_eq!(o.status.code(), Some(1), "{}\n{}", stdout(&o), stderr(&o));
-    let s = json_of(&o);
+    let s = last_json(&o);
     assert_eq!(s["status"], "degraded");
     let problems = s["problems"].to_string();
     assert!(problems.contains("the physics went unstable"), "{problems}");
@@ -200,7 +201,7 @@ fn an_unstable_model_ends_the_run_degraded_with_an_event_and_no_nan() {
 fn a_real_time_run_with_a_body_keeps_its_books() {
     let o = rtloop(&["run", "--physics", "--duration", "1", "--json"]);
     assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
-    let s = json_of(&o);
+    let s = last_json(&o);
     assert!(s["body"]["steps"].as_u64().unwrap() > 0);
     assert_eq!(s["imu_samples"], s["cycles"]);
 }
@@ -234,7 +235,7 @@ fn the_body_stands_on_a_simulated_pi3hat_too() {
         "4=10-12",
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let s = json_of(&o);
+    let s = last_json(&o);
     assert_eq!(s["missing_replies"], 0);
     assert_eq!(s["imu_samples"], s["cycles"]);
     let (height, _, _) = body_of(&s);

@@ -4,7 +4,6 @@
 //! torque limit no servo gives, a push that blew the physics up, a run file's relative paths.
 //! Lockstep throughout: exact outcomes.
 
-use crate::physics::json_of;
 use crate::support::*;
 use std::path::{Path, PathBuf};
 
@@ -52,7 +51,7 @@ fn go2_as_shipped_stands_from_lying_in_its_own_pose() {
     let scratch = Scratch::new("robots-go2");
     let o = run(&run_file(&scratch, &models, "go2", |t| t), &["--duration", "4"]);
     assert_eq!(o.status.code(), Some(0), "{}\n{}", stdout(&o), stderr(&o));
-    let s = json_of(&o);
+    let s = last_json(&o);
     let b = &s["body"];
     assert_eq!(b["model"], "go2 scene");
     let (h, roll, pitch) =
@@ -92,7 +91,7 @@ fn go1_as_shipped_settles_on_its_feet_and_stands() {
     });
     let o = run(&config, &["--duration", "3"]);
     assert_eq!(o.status.code(), Some(0), "{}\n{}", stdout(&o), stderr(&o));
-    let b = &json_of(&o)["body"];
+    let b = &last_json(&o)["body"];
     assert_eq!(b["falls"], 0, "{b}");
     assert!(b["height_m"].as_f64().unwrap() > 0.22 && b["roll_deg"].as_f64().unwrap().abs() < 10.0, "{b}");
 }
@@ -103,7 +102,7 @@ fn ur5e_holds_its_home_pose_on_its_own_gains_and_limits() {
     let scratch = Scratch::new("robots-ur5e");
     let o = run(&run_file(&scratch, &models, "ur5e", |t| t), &["--duration", "3"]);
     assert_eq!(o.status.code(), Some(0), "{}\n{}", stdout(&o), stderr(&o));
-    let s = json_of(&o);
+    let s = last_json(&o);
     let warnings = s["warnings"].to_string();
     assert!(!warnings.contains("too stiff"), "the run file's gains are within what the joints carry: {warnings}");
     // Home: -90°, -90°, 90°, -90°, -90°, 0° (the keyframe), not the all-zero pose the arm's
@@ -123,7 +122,7 @@ fn ur5e_holds_its_home_pose_on_its_own_gains_and_limits() {
             "{ bus = 1, id = 2, joint = \"shoulder_lift\", max_torque = 16.0 }",
         )
     });
-    let s = json_of(&run(&weak, &["--duration", "3"]));
+    let s = last_json(&run(&weak, &["--duration", "3"]));
     let lift = s["final"]["2"]["position"].as_f64().unwrap();
     assert!((lift + 0.25).abs() > 0.02, "16 N·m does not hold the UR5e's shoulder: {lift}");
 }
@@ -133,7 +132,7 @@ fn a_torque_limit_no_servo_gives_is_said() {
     let Some(models) = models() else { return };
     let scratch = Scratch::new("robots-cap");
     let config = run_file(&scratch, &models, "ur5e", |t| t.replace("maximum_torque = 150.0", "maximum_torque = 200.0"));
-    let s = json_of(&run(&config, &["--duration", "0.2"]));
+    let s = last_json(&run(&config, &["--duration", "0.2"]));
     let warnings = s["warnings"].to_string();
     assert!(
         warnings.contains(
@@ -147,7 +146,7 @@ fn a_torque_limit_no_servo_gives_is_said() {
 fn a_fall_is_an_event_and_a_degraded_run() {
     let o = rtloop(&["run", "--physics", "--lockstep", "--duration", "4", "--json", "--push", "1.5:0,600,0:0.3"]);
     assert_eq!(o.status.code(), Some(1), "{}\n{}", stdout(&o), stderr(&o));
-    let s = json_of(&o);
+    let s = last_json(&o);
     assert_eq!(s["status"], "degraded");
     assert!(kinds(&s).iter().any(|k| k == "fall"), "{:?}", kinds(&s));
     assert!(s["body"]["falls"].as_u64().unwrap() >= 1, "{}", s["body"]);
@@ -157,7 +156,7 @@ fn a_fall_is_an_event_and_a_degraded_run() {
     // Upright, nothing to say; a limit past the tilt it reached, no fall.
     let calm = rtloop(&["run", "--physics", "--lockstep", "--duration", "2", "--json"]);
     assert_eq!(calm.status.code(), Some(0));
-    assert_eq!(json_of(&calm)["body"]["falls"], 0);
+    assert_eq!(last_json(&calm)["body"]["falls"], 0);
 }
 
 #[test]
@@ -168,7 +167,7 @@ fn a_fall_height_counts_a_body_that_sinks_without_tipping() {
     // once it has been up... never here, so a height it stands above must not fire, and one
     // it comes down through after standing must: the shutdown's limp stop lowers it.
     std::fs::write(&config, "[safety]\nfall_height_m = 0.2\n").unwrap();
-    let s = json_of(&rtloop(&[
+    let s = last_json(&rtloop(&[
         "run",
         "--config",
         config.to_str().unwrap(),
@@ -181,7 +180,7 @@ fn a_fall_height_counts_a_body_that_sinks_without_tipping() {
     assert_eq!(s["body"]["falls"], 0, "standing at 0.33 m over a 0.2 m limit: {}", s["body"]);
     // Half-way up the stand ramp is above 0.15 m; the default "stop" at the end is limp, so
     // commanding a stop at 2 s through a fault policy brings it down through the limit.
-    let s = json_of(&rtloop(&[
+    let s = last_json(&rtloop(&[
         "run",
         "--config",
         config.to_str().unwrap(),
@@ -219,7 +218,7 @@ fn fall_limits_out_of_range_are_one_sentence() {
 fn an_unstable_plant_names_the_push_acting_on_it() {
     let o = rtloop(&["run", "--physics", "--lockstep", "--duration", "12", "--json", "--push", "1:0,0,1000:10"]);
     assert_eq!(o.status.code(), Some(1));
-    let s = json_of(&o);
+    let s = last_json(&o);
     assert!(kinds(&s).iter().any(|k| k == "physics_unstable"), "{:?}", kinds(&s));
     let problems = s["problems"].to_string();
     assert!(problems.contains("while a push of (0, 0, 1000) N acted on the body"), "{problems}");
@@ -250,5 +249,5 @@ fn a_run_files_model_path_is_relative_to_the_run_file() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}\n{}", stdout(&o), stderr(&o));
-    assert_eq!(json_of(&o)["body"]["model"], "arm");
+    assert_eq!(last_json(&o)["body"]["model"], "arm");
 }

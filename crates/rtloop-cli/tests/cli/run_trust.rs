@@ -10,11 +10,6 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use support::*;
 
-fn last_json(out: &Output) -> Value {
-    let text = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(text.lines().last().expect("output")).expect("last line is JSON")
-}
-
 /// A config file with `text`, removed on drop.
 struct ConfigFile(std::path::PathBuf);
 

@@ -4,15 +4,9 @@
 
 use crate::support;
 
-use serde_json::Value;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::*;
-
-fn last_json(out: &std::process::Output) -> Value {
-    let text = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(text.lines().last().expect("output")).expect("last line is JSON")
-}
 
 #[test]
 fn a_faulted_servo_puts_the_other_eleven_in_zero_velocity() {

@@ -519,6 +519,14 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The last line of a command's stdout as JSON: the summary of `--json` (a run, a lab
+/// experiment, a log command). Panics with both streams when it is not JSON.
+pub fn last_json(o: &Output) -> serde_json::Value {
+    let out = stdout(o);
+    let last = out.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("the last line is not JSON ({e}): {out}\n{}", stderr(o)))
+}
+
 /// A private directory for one test (inside this process's temporary directory), removed on
 /// drop.
 pub struct Scratch(PathBuf);
