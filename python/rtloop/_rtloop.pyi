@@ -233,6 +233,9 @@ class BodyState:
     @property
     def yaw_deg(self) -> float:
         """Heading, degrees, positive turning left."""
+    @property
+    def qpos(self) -> npt.NDArray[np.float64]:
+        """MuJoCo's generalised positions of the whole model, shape (nq,); empty past 64."""
 
 class AgentState:
     """One published state, copied out of shared memory (never a view of it)."""

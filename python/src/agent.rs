@@ -1160,6 +1160,7 @@ impl AgentState {
             roll_deg: b.roll_deg,
             pitch_deg: b.pitch_deg,
             quaternion: PyArray1::from_slice(py, &b.quaternion).unbind(),
+            qpos: PyArray1::from_slice(py, self.block.pose.qpos()).unbind(),
         })
     }
 
@@ -1237,6 +1238,11 @@ pub struct BodyState {
     /// upright again yet.
     #[pyo3(get)]
     fallen: bool,
+    /// MuJoCo's generalised positions of the whole model (float64, shape (nq,)): with the
+    /// model, every body's pose (what `rtloop.Renderer` draws); empty for a model with more
+    /// than 64.
+    #[pyo3(get)]
+    qpos: Py<PyArray1<f64>>,
 }
 
 #[pymethods]
