@@ -278,7 +278,11 @@ impl Inner {
                 Ok(s) => {
                     self.seen_seq = Some(s.seq);
                     if s.status == status::ENDED {
-                        return Some(Look::Gone(rtloop_agent::SpineGone::Ended));
+                        // A spine whose segment was replaced under it (truncated and grown
+                        // again) still publishes its last state into the file: the segment
+                        // being lost is the news, not the end it caused.
+                        let gone = self.agent.spine_gone().unwrap_or(rtloop_agent::SpineGone::Ended);
+                        return Some(Look::Gone(gone));
                     }
                     let status_changed = s.status != self.last_status;
                     self.last_status = s.status;
