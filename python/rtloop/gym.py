@@ -676,6 +676,8 @@ class QuadrupedEnv(gym.Env):
         """``render_mode="rgb_array"``: the current state drawn, uint8 of shape (``height``,
         ``width``, 3). ``"human"`` (the spine streams to Foxglove as it runs) and None: None."""
         if self._renderer is None:
+            if self.render_mode == "rgb_array":
+                raise RuntimeError("this environment is closed; make a new one to render")
             return None
         body = self._state.body if self._state is not None else None
         qpos = body.qpos if body is not None else np.zeros(0)
@@ -686,8 +688,10 @@ class QuadrupedEnv(gym.Env):
         return self._renderer.render(qpos)
 
     def close(self) -> None:
-        """Detach and stop the spine (SIGTERM, then SIGKILL after 5 s). Idempotent."""
+        """Detach and stop the spine (SIGTERM, then SIGKILL after 5 s), and free the renderer's
+        OpenGL context. Idempotent."""
         agent, self._agent = self._agent, None
+        self._renderer = None
         if agent is not None:
             agent.close()
         finalizer = getattr(self, "_finalizer", None)

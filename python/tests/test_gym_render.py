@@ -54,6 +54,8 @@ def test_rgb_array_frames_show_the_robot_and_follow_its_state(rtloop_bin, can_re
         assert changed.mean() > 0.01, f"only {changed.mean():.4f} of the pixels changed when the robot rose"
     finally:
         env.close()
+    with pytest.raises(RuntimeError, match="this environment is closed; make a new one to render"):
+        env.render()
 
 
 def test_two_envs_with_the_same_seed_render_the_same_frames(rtloop_bin, can_render):
