@@ -26,6 +26,16 @@ def can_render():
         pytest.skip(f"no offscreen rendering on this machine: {e}")
 
 
+def torso(frame):
+    """The orange torso's pixels: how many, and their centroid (column, row) as a fraction of
+    the frame's width and height."""
+    rgb = frame.astype(float)
+    r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+    rows, cols = np.nonzero((r > 90) & (r > 1.5 * g) & (r > 2.5 * b))
+    h, w, _ = frame.shape
+    return len(rows), (cols.mean() / w if len(cols) else np.nan), (rows.mean() / h if len(rows) else np.nan)
+
+
 def crouch(env, steps):
     """The zero action (every joint at the middle of its range) for `steps` steps: the
     quadruped rises from lying to a crouch (docs/gym.md)."""
@@ -52,6 +62,11 @@ def test_rgb_array_frames_show_the_robot_and_follow_its_state(rtloop_bin, can_re
         risen = env.render()
         changed = np.abs(risen.astype(int) - lying.astype(int)).max(axis=2) > 30
         assert changed.mean() > 0.01, f"only {changed.mean():.4f} of the pixels changed when the robot rose"
+        # The camera follows the body: the torso stays in the middle of the picture.
+        for frame in (lying, risen):
+            n, col, row = torso(frame)
+            assert n > 0.02 * frame.shape[0] * frame.shape[1], f"{n} torso pixels"
+            assert 0.25 < col < 0.75 and 0.25 < row < 0.75, (col, row)
     finally:
         env.close()
     with pytest.raises(RuntimeError, match="this environment is closed; make a new one to render"):
