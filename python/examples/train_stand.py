@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     # One thread per process for the network: the cores belong to the environments.
     torch.set_num_threads(1)
     # "module:id": each worker process imports rtloop.gym (which registers the id) itself.
-    # render_mode None: SB3 asks for "rgb_array" by default, which rtloop.gym has not yet.
+    # render_mode None: training draws no frames, so no environment makes a renderer.
     venv = make_vec_env(
         f"rtloop.gym:{rgym.ENV_ID}",
         n_envs=args.envs,

@@ -21,3 +21,10 @@ from .robot import *  # noqa: F401,F403
 from .robot import __all__ as _robot_all
 
 __all__ = ["__version__", "frame", "sim", "tlog", *_robot_all, *_agent_all]
+
+try:  # a package built with its renderer (feature `render`: docs/gym.md)
+    from ._rtloop import Renderer, RenderUnavailable  # noqa: F401
+
+    __all__ += ["Renderer", "RenderUnavailable"]
+except ImportError:
+    pass

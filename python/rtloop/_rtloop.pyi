@@ -233,6 +233,9 @@ class BodyState:
     @property
     def yaw_deg(self) -> float:
         """Heading, degrees, positive turning left."""
+    @property
+    def qpos(self) -> npt.NDArray[np.float64]:
+        """MuJoCo's generalised positions of the whole model, shape (nq,); empty past 64."""
 
 class AgentState:
     """One published state, copied out of shared memory (never a view of it)."""
@@ -565,3 +568,35 @@ def frame_encode(
 
 def frame_decode(data: Union[bytes, bytearray, memoryview, str]) -> Dict[str, Any]:
     """``rtloop frame decode``: the command's JSON as a dict."""
+
+# Present when the package is built with its renderer (feature `render`; docs/gym.md).
+class RenderUnavailable(RuntimeError):
+    """MuJoCo's offscreen renderer cannot draw here (no OpenGL context through EGL)."""
+
+class Renderer:
+    """The simulated robot drawn by MuJoCo's offscreen renderer, headless (EGL)."""
+
+    def __init__(
+        self,
+        model: Optional[Union[str, os.PathLike]] = None,
+        *,
+        config: Optional[Union[str, os.PathLike]] = None,
+        width: int = 480,
+        height: int = 480,
+        azimuth: float = 90.0,
+        elevation: float = -20.0,
+        distance: Optional[float] = None,
+        track: bool = True,
+    ) -> None:
+        """``model`` a model file, ``config`` a run file naming one; neither: the built-in quadruped."""
+    @property
+    def nq(self) -> int:
+        """The model's generalised positions: the length ``render`` takes."""
+    @property
+    def model(self) -> str:
+        """"the built-in quadruped", or the file as given."""
+    @property
+    def size(self) -> Tuple[int, int]:
+        """(width, height) in pixels."""
+    def render(self, qpos: npt.NDArray[np.float64]) -> npt.NDArray[np.uint8]:
+        """The model posed at ``qpos`` (a state's ``body.qpos``): RGB, shape (height, width, 3)."""

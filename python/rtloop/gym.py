@@ -92,6 +92,17 @@ episode.
 zombie included): the next :meth:`step` or :meth:`reset` raises ``RuntimeError`` with
 what the spine said (its stderr and summary, read without moving the spine's file offset).
 
+**Rendering.** ``render_mode="rgb_array"``: :meth:`render` returns the current state as
+MuJoCo's own offscreen renderer draws it (headless, through EGL: a GPU's driver or Mesa's
+software rasteriser), a uint8 array of shape (``height``, ``width``, 3) — the model the
+spine simulates (the built-in quadruped, or the one ``spine_args=["--config", FILE]``
+names), posed exactly from the state's ``body.qpos``, the camera following the body from
+its right side (``camera=`` a dict of :class:`rtloop.Renderer`'s ``azimuth``,
+``elevation``, ``distance``, ``track``). ``render_mode="human"``: the spine serves the run
+live to Foxglove (``--foxglove 127.0.0.1:PORT``, loopback only; the 3D panel shows the
+robot), and the environment says the address once on stderr and in :attr:`foxglove_url`;
+:meth:`render` returns None. ``metadata["render_fps"]`` is ``1 / dt``.
+
 **Closing.** :meth:`close` detaches and stops the spine (SIGTERM; SIGKILL if it has not
 ended within 5 s); an environment that is never closed stops its spine when it is
 garbage-collected or the interpreter exits.
@@ -102,7 +113,9 @@ from __future__ import annotations
 import math
 import os
 import signal
+import socket
 import subprocess
+import sys
 import tempfile
 import time
 import weakref
@@ -235,16 +248,21 @@ class QuadrupedEnv(gym.Env):
     ``reset_noise_scale`` (rad, 0 to 1), ``domain_randomization`` (bool or dict),
     ``spine_args`` (added to the ``rtloop run`` command line, e.g.
     ``["--ground-tilt", "5,0"]``), ``start_timeout`` (s, bounds the spine's start),
-    ``render_mode`` (None only).
+    ``render_mode`` (None, "rgb_array" or "human"; see the module), ``width``, ``height``
+    (pixels of an "rgb_array" frame, 1 to 4096; default 480), ``camera`` (a dict of
+    :class:`rtloop.Renderer`'s camera arguments).
 
     Raises:
         FileNotFoundError: no ``rtloop`` program (:func:`find_program`).
         ValueError: an argument out of range.
         RuntimeError: the spine did not start (its one-sentence reason, e.g. a program built
-            without physics), or ended.
+            without physics), or ended; ``render_mode="rgb_array"`` in a package built
+            without its renderer.
+        rtloop.RenderUnavailable: ``render_mode="rgb_array"`` where no OpenGL context can be
+            made through EGL (the sentence names the Debian packages to install).
     """
 
-    metadata: Dict[str, Any] = {"render_modes": [], "render_fps": 50}
+    metadata: Dict[str, Any] = {"render_modes": ["rgb_array", "human"], "render_fps": 50}
 
     def __init__(
         self,
@@ -268,9 +286,19 @@ class QuadrupedEnv(gym.Env):
         spine_args: Sequence[str] = (),
         start_timeout: float = 60.0,
         render_mode: Optional[str] = None,
+        width: int = 480,
+        height: int = 480,
+        camera: Optional[Dict[str, Any]] = None,
     ) -> None:
-        if render_mode is not None:
-            raise ValueError(f"render_mode {render_mode!r} is not supported; leave it None")
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ValueError(
+                f"render_mode = {render_mode!r}: give None, \"rgb_array\" (frames as arrays) or \"human\" (live in Foxglove)"
+            )
+        for name, value in (("width", width), ("height", height)):
+            if not (isinstance(value, int) and 1 <= value <= 4096):
+                raise ValueError(f"{name} = {value!r}: give a frame size from 1 to 4096 pixels")
+        if camera is not None and not isinstance(camera, dict):
+            raise ValueError(f"camera = {camera!r}: give a dict of azimuth, elevation, distance and track")
         if not (isinstance(cycles_per_step, int) and 1 <= cycles_per_step <= 1000):
             raise ValueError(f"cycles_per_step = {cycles_per_step!r}: give an integer from 1 to 1000")
         if action_mode not in ("normalized", "position", "delta"):
@@ -297,8 +325,17 @@ class QuadrupedEnv(gym.Env):
                 raise ValueError(f"{name} = {value!r}: give a finite number")
         self._z_range = _finite_range("healthy_z_range", healthy_z_range, 0.0, 10.0)
         self._domain = self._domain_ranges(domain_randomization)
-        self.render_mode = None
+        self.render_mode = render_mode
         self.cycles_per_step = cycles_per_step
+        # Frames at the policy's rate (RecordVideo and the checker read it).
+        self.metadata = dict(self.metadata, render_fps=SPINE_RATE_HZ / cycles_per_step)
+        self._renderer = None
+        self.foxglove_url: Optional[str] = None
+        spine_args = list(spine_args)
+        if render_mode == "rgb_array":
+            self._renderer = self._make_renderer(spine_args, width, height, camera or {})
+        elif render_mode == "human":
+            spine_args = self._foxglove(spine_args)
         self.action_mode = action_mode
         self.action_scale = float(action_scale)
         self.weights = dict(
@@ -368,6 +405,40 @@ class QuadrupedEnv(gym.Env):
             raise
 
     # --- configuration ----------------------------------------------------------------
+
+    @staticmethod
+    def _make_renderer(spine_args: Sequence[str], width: int, height: int, camera: Dict[str, Any]):
+        """MuJoCo's offscreen renderer of the model the spine will simulate."""
+        try:
+            from ._rtloop import Renderer
+        except ImportError:
+            raise RuntimeError(
+                "render_mode=\"rgb_array\" needs the rtloop package built with its renderer: "
+                "MATURIN_PEP517_ARGS=\"--features physics,render\" pip install './python[gym]' (docs/gym.md)"
+            ) from None
+        unknown = set(camera) - {"azimuth", "elevation", "distance", "track"}
+        if unknown:
+            raise ValueError(f"camera has unknown keys {sorted(unknown)}; give any of azimuth, elevation, distance, track")
+        args = list(spine_args)
+        config = args[args.index("--config") + 1] if "--config" in args[:-1] else None
+        return Renderer(config=config, width=width, height=height, **camera)
+
+    def _foxglove(self, spine_args: list) -> list:
+        """``render_mode="human"``: the spine serves the run to Foxglove on a loopback port
+        (the one ``spine_args`` give with ``--foxglove``, else a free one); said once."""
+        if "--foxglove" in spine_args[:-1]:
+            address = spine_args[spine_args.index("--foxglove") + 1]
+        else:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("127.0.0.1", 0))
+                address = f"127.0.0.1:{s.getsockname()[1]}"
+            spine_args = [*spine_args, "--foxglove", address]
+        self.foxglove_url = f"ws://{address}"
+        print(
+            f"rtloop.gym: watch the robot live in Foxglove: Open connection, Foxglove WebSocket, {self.foxglove_url}",
+            file=sys.stderr,
+        )
+        return spine_args
 
     def _extra_observations(self) -> int:
         return 0
@@ -625,9 +696,26 @@ class QuadrupedEnv(gym.Env):
             self._info(state, terms),
         )
 
+    def render(self) -> Optional[np.ndarray]:
+        """``render_mode="rgb_array"``: the current state drawn, uint8 of shape (``height``,
+        ``width``, 3). ``"human"`` (the spine streams to Foxglove as it runs) and None: None."""
+        if self._renderer is None:
+            if self.render_mode == "rgb_array":
+                raise RuntimeError("this environment is closed; make a new one to render")
+            return None
+        body = self._state.body if self._state is not None else None
+        qpos = body.qpos if body is not None else np.zeros(0)
+        if len(qpos) == 0:
+            raise RuntimeError(
+                "the spine publishes no pose to render (its model has more than 64 generalised positions)"
+            )
+        return self._renderer.render(qpos)
+
     def close(self) -> None:
-        """Detach and stop the spine (SIGTERM, then SIGKILL after 5 s). Idempotent."""
+        """Detach and stop the spine (SIGTERM, then SIGKILL after 5 s), and free the renderer's
+        OpenGL context. Idempotent."""
         agent, self._agent = self._agent, None
+        self._renderer = None
         if agent is not None:
             agent.close()
         finalizer = getattr(self, "_finalizer", None)

@@ -278,7 +278,11 @@ impl Inner {
                 Ok(s) => {
                     self.seen_seq = Some(s.seq);
                     if s.status == status::ENDED {
-                        return Some(Look::Gone(rtloop_agent::SpineGone::Ended));
+                        // A spine whose segment was replaced under it (truncated and grown
+                        // again) still publishes its last state into the file: the segment
+                        // being lost is the news, not the end it caused.
+                        let gone = self.agent.spine_gone().unwrap_or(rtloop_agent::SpineGone::Ended);
+                        return Some(Look::Gone(gone));
                     }
                     let status_changed = s.status != self.last_status;
                     self.last_status = s.status;
@@ -1160,6 +1164,7 @@ impl AgentState {
             roll_deg: b.roll_deg,
             pitch_deg: b.pitch_deg,
             quaternion: PyArray1::from_slice(py, &b.quaternion).unbind(),
+            qpos: PyArray1::from_slice(py, self.block.pose.qpos()).unbind(),
         })
     }
 
@@ -1237,6 +1242,11 @@ pub struct BodyState {
     /// upright again yet.
     #[pyo3(get)]
     fallen: bool,
+    /// MuJoCo's generalised positions of the whole model (float64, shape (nq,)): with the
+    /// model, every body's pose (what `rtloop.Renderer` draws); empty for a model with more
+    /// than 64.
+    #[pyo3(get)]
+    qpos: Py<PyArray1<f64>>,
 }
 
 #[pymethods]

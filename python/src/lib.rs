@@ -11,6 +11,8 @@
 //! * [`frame`]: `rtloop frame encode/decode` as functions;
 //! * [`transport`]: frames through rtloop's transports for the official moteus package
 //!   (`rtloop.moteus_transport`);
+//! * [`render`] (feature `render`): `Renderer` — the simulated robot drawn by MuJoCo's
+//!   offscreen renderer, headless, from a state's `body.qpos` (`rtloop.gym`'s `render()`);
 //! * [`values`]: the position-mode fields, and reading "a scalar or one value per servo"
 //!   arguments (shared by `Robot` and `Agent`).
 //!
@@ -26,6 +28,8 @@ use pyo3::prelude::*;
 
 pub mod agent;
 pub mod frame;
+#[cfg(feature = "render")]
+pub mod render;
 pub mod robot;
 pub mod sim;
 pub mod tlog;
@@ -44,5 +48,7 @@ fn _rtloop(m: &Bound<'_, PyModule>) -> PyResult<()> {
     sim::register(m)?;
     frame::register(m)?;
     transport::register(m)?;
+    #[cfg(feature = "render")]
+    render::register(m)?;
     Ok(())
 }

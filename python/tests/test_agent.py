@@ -348,7 +348,7 @@ def test_one_agent_at_a_time_and_close_lets_the_next_attach(rtloop_bin):
 def fake_segment(name: str, magic: bytes, version: int) -> pathlib.Path:
     """A segment file as a spine of another version (or not a spine) would leave it."""
     path = segment(name)
-    data = bytearray(8896)
+    data = bytearray(9472)
     data[0:8] = magic
     struct.pack_into("<I", data, 8, version)
     struct.pack_into("<i", data, 76, os.getpid())  # a live "spine"
@@ -361,16 +361,16 @@ def fake_segment(name: str, magic: bytes, version: int) -> pathlib.Path:
 
 
 def test_another_protocol_version_or_a_foreign_file_is_refused():
-    name = unique("v4")
-    path = fake_segment(name, b"RTLOOPAG", 4)
+    name = unique("v5")
+    path = fake_segment(name, b"RTLOOPAG", 5)
     try:
         with pytest.raises(rtloop.ProtocolVersionError) as info:
             rtloop.Agent(name, wait=0)
-        assert (info.value.spine_version, info.value.agent_version) == (4, 3)
-        assert "version 4" in str(info.value) and "this agent 3" in str(info.value)
+        assert (info.value.spine_version, info.value.agent_version) == (5, 4)
+        assert "version 5" in str(info.value) and "this agent 4" in str(info.value)
         # The agent wrote its version where the spine looks for it (offset 84).
         with open(path, "rb") as f:
-            assert struct.unpack_from("<I", mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ), 84)[0] == 3
+            assert struct.unpack_from("<I", mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ), 84)[0] == 4
     finally:
         path.unlink(missing_ok=True)
     name = unique("foreign")
@@ -497,7 +497,7 @@ def test_a_segment_truncated_under_the_agent_is_spine_gone_lost_and_the_spine_en
                     if seen == 50:
                         open(segment(name), "w").close()
                         if regrow:
-                            os.truncate(segment(name), 8896)
+                            os.truncate(segment(name), 9472)
             assert info.value.reason == "lost"
             assert str(info.value) == (
                 f"/dev/shm/rtloop-{name} was truncated (or replaced) by another process, so the spine ends its run; "
@@ -533,7 +533,7 @@ def test_a_segment_of_another_user_is_refused_with_permission_error(rtloop_bin):
     spine = start_spine(rtloop_bin, name, "--duration", "30")
     try:
         deadline = time.monotonic() + 30
-        while not (segment(name).exists() and segment(name).stat().st_size == 8896):
+        while not (segment(name).exists() and segment(name).stat().st_size == 9472):
             assert time.monotonic() < deadline, "the spine made no segment"
             time.sleep(0.01)
         os.chown(segment(name), uid, gid)

@@ -62,8 +62,9 @@
 /* Strict POSIX hides syscall(2); this is glibc's and musl's declaration. */
 extern long syscall(long number, ...);
 
-#define RTLOOP_AGENT_VERSION 3u
+#define RTLOOP_AGENT_VERSION 4u
 #define RTLOOP_MAX_SERVOS 32
+#define RTLOOP_MAX_QPOS 64
 #define RTLOOP_FIELD_COUNT 14
 /* "RTLOOPAG" read as a little-endian uint64. */
 #define RTLOOP_MAGIC 0x4741504F4F4C5452ull
@@ -176,6 +177,13 @@ typedef struct {
     uint64_t reserved2;
 } rtloop_body;
 
+/* The body's whole pose: MuJoCo's qpos, as the model holds it (physics runs only). */
+typedef struct {
+    uint32_t nq; /* slots of qpos in use; 0: no body, or a model with more than RTLOOP_MAX_QPOS */
+    uint32_t reserved;
+    double qpos[RTLOOP_MAX_QPOS]; /* NaN past nq */
+} rtloop_pose;
+
 typedef struct {
     int32_t mode;  /* -1: absent */
     int32_t fault; /* -1: absent */
@@ -212,6 +220,8 @@ typedef struct {
     uint64_t resets;       /* resets done so far */
     rtloop_body body;
     rtloop_servo_state servos[RTLOOP_MAX_SERVOS];
+    rtloop_pose pose;
+    uint8_t reserved2[56];
 } rtloop_state;
 
 typedef struct {
@@ -268,15 +278,16 @@ typedef struct {
 } rtloop_command;
 
 #define RTLOOP_STATE_OFFSET 384
-#define RTLOOP_COMMAND_OFFSET 3776
-#define RTLOOP_TOTAL_SIZE 8896
+#define RTLOOP_COMMAND_OFFSET 4352
+#define RTLOOP_TOTAL_SIZE 9472
 
 _Static_assert(sizeof(rtloop_servo_info) == 8, "layout");
 _Static_assert(sizeof(rtloop_header) == 384, "layout");
 _Static_assert(sizeof(rtloop_imu) == 88, "layout");
 _Static_assert(sizeof(rtloop_body) == 128, "layout");
 _Static_assert(sizeof(rtloop_servo_state) == 96, "layout");
-_Static_assert(sizeof(rtloop_state) == 3392, "layout");
+_Static_assert(sizeof(rtloop_pose) == 520, "layout");
+_Static_assert(sizeof(rtloop_state) == 3968, "layout");
 _Static_assert(sizeof(rtloop_servo_command) == 120, "layout");
 _Static_assert(sizeof(rtloop_push) == 40, "layout");
 _Static_assert(sizeof(rtloop_domain) == 1216, "layout");
@@ -357,6 +368,11 @@ _Static_assert(offsetof(rtloop_state, awaiting) == 180, "layout");
 _Static_assert(offsetof(rtloop_state, resets) == 184, "layout");
 _Static_assert(offsetof(rtloop_state, body) == 192, "layout");
 _Static_assert(offsetof(rtloop_state, servos) == 320, "layout");
+_Static_assert(offsetof(rtloop_state, pose) == 3392, "layout");
+_Static_assert(offsetof(rtloop_state, reserved2) == 3912, "layout");
+_Static_assert(offsetof(rtloop_pose, nq) == 0, "layout");
+_Static_assert(offsetof(rtloop_pose, reserved) == 4, "layout");
+_Static_assert(offsetof(rtloop_pose, qpos) == 8, "layout");
 _Static_assert(offsetof(rtloop_servo_command, kind) == 0, "layout");
 _Static_assert(offsetof(rtloop_servo_command, present) == 4, "layout");
 _Static_assert(offsetof(rtloop_servo_command, position) == 8, "layout");

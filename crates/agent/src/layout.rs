@@ -14,7 +14,7 @@
 compile_error!("the rtloop agent segment is little-endian; this target is big-endian");
 
 /// Protocol version: bumped on any change to the layout or the meaning of a field.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// The first 8 bytes of every segment.
 pub const MAGIC_BYTES: [u8; 8] = *b"RTLOOPAG";
@@ -24,6 +24,11 @@ pub const MAGIC: u64 = u64::from_le_bytes(MAGIC_BYTES);
 
 /// Servo slots in the segment (fixed capacity; [`Header::servo_count`] of them are in use).
 pub const MAX_SERVOS: usize = 32;
+
+/// Most generalised positions (MuJoCo's `nq`) a [`PoseBlock`] carries: enough for a quadruped
+/// (19), a humanoid or an arm. A larger model's pose is left out (`nq` 0). Telemetry's `body`
+/// record has the same capacity (`rtloop::telemetry::MAX_QPOS` is this constant).
+pub const MAX_QPOS: usize = 64;
 
 /// Position-mode fields per servo command ([`RawServoCommand`] order, bit `i` of `present`):
 /// moteus' position-mode registers 0x020..=0x02D ([`rtloop_proto::register::POSITION_COMMAND`]).
@@ -241,6 +246,22 @@ pub struct BodyBlock {
     pub reserved2: u64,
 }
 
+/// The simulated body's whole pose in a [`StateBlock`] (physics runs only): MuJoCo's
+/// generalised positions `qpos`, as the model holds them, read with [`BodyBlock`]. With the
+/// model, every body's pose: what a renderer or a viewer needs to draw the robot exactly.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PoseBlock {
+    /// Generalised positions in use in `qpos` (the model's `nq`); 0 without a simulated body,
+    /// or when the model has more than [`MAX_QPOS`].
+    pub nq: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// Slots `0..nq`: MuJoCo's `qpos` (a free joint's 3 position and 4 quaternion values,
+    /// then each hinge's or slide's, in the model's order); NaN past `nq`.
+    pub qpos: [f64; MAX_QPOS],
+}
+
 /// One servo in a [`StateBlock`]. Floats are NaN when absent.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -318,6 +339,10 @@ pub struct StateBlock {
     pub body: BodyBlock,
     /// Slots `0..servo_count` in use.
     pub servos: [RawServoState; MAX_SERVOS],
+    /// The simulated body's generalised positions.
+    pub pose: PoseBlock,
+    /// Zero: the command block starts on a cache line.
+    pub reserved2: [u8; 56],
 }
 
 /// One servo in a [`CommandBlock`]. Field `i` of the position-mode fields is sent only when
@@ -451,19 +476,21 @@ const _: () = {
     assert!(size_of::<ImuBlock>() == 88);
     assert!(size_of::<RawServoState>() == 96);
     assert!(size_of::<BodyBlock>() == 128);
-    assert!(size_of::<StateBlock>() == 3392);
+    assert!(size_of::<PoseBlock>() == 520);
+    assert!(size_of::<StateBlock>() == 3968);
     assert!(size_of::<RawServoCommand>() == 120);
     assert!(size_of::<PushBlock>() == 40);
     assert!(size_of::<DomainBlock>() == 1216);
     assert!(size_of::<CommandBlock>() == 5120);
     assert!(STATE_OFFSET == 384);
-    assert!(COMMAND_OFFSET == 3776);
-    assert!(TOTAL_SIZE == 8896);
+    assert!(COMMAND_OFFSET == 4352);
+    assert!(TOTAL_SIZE == 9472);
     assert!(core::mem::offset_of!(Header, agent_version) + 4 == FROZEN_PREFIX);
     assert!(core::mem::offset_of!(Header, spine_pid) == 76);
     assert!(core::mem::offset_of!(Header, state_bell) == 88);
     assert!(core::mem::offset_of!(StateBlock, body) == 192);
     assert!(core::mem::offset_of!(StateBlock, servos) == 320);
+    assert!(core::mem::offset_of!(StateBlock, pose) == 3392);
     assert!(core::mem::offset_of!(CommandBlock, servos) == 64);
     assert!(core::mem::offset_of!(CommandBlock, domain) == 3904);
     // Blocks start on cache lines, so the spine's and the agent's writes never share one.
@@ -489,7 +516,7 @@ pub unsafe trait Plain: Copy + 'static {
 
 // SAFETY: integers only, explicit padding (`reserved`), size 384, align 8 (asserted above).
 unsafe impl Plain for Header {}
-// SAFETY: integers and floats, explicit padding, size 3392, align 8 (asserted above).
+// SAFETY: integers and floats, explicit padding, size 3968, align 8 (asserted above).
 unsafe impl Plain for StateBlock {}
 // SAFETY: integers and floats, explicit padding, size 5120, align 8 (asserted above).
 unsafe impl Plain for CommandBlock {}
@@ -543,6 +570,17 @@ impl BodyBlock {
         yaw_deg: f64::NAN,
         reserved2: 0,
     };
+}
+
+impl PoseBlock {
+    /// No pose: `nq` 0, every value NaN.
+    pub const ABSENT: PoseBlock = PoseBlock { nq: 0, reserved: 0, qpos: [f64::NAN; MAX_QPOS] };
+
+    /// The positions in use: `qpos[..nq]` (empty when `nq` is 0 or, from a hostile writer,
+    /// past [`MAX_QPOS`]).
+    pub fn qpos(&self) -> &[f64] {
+        self.qpos.get(..self.nq as usize).unwrap_or(&[])
+    }
 }
 
 impl DomainBlock {
@@ -640,12 +678,13 @@ impl Default for RawServoCommand {
 }
 
 impl StateBlock {
-    /// A block with nothing published: status [`status::NONE`], every servo, the IMU and
-    /// the body absent.
+    /// A block with nothing published: status [`status::NONE`], every servo, the IMU, the
+    /// body and its pose absent.
     pub fn empty() -> StateBlock {
         let mut s = StateBlock::zeroed();
         s.imu = ImuBlock::ABSENT;
         s.body = BodyBlock::ABSENT;
+        s.pose = PoseBlock::ABSENT;
         s.servos = [RawServoState::ABSENT; MAX_SERVOS];
         s
     }

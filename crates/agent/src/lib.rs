@@ -44,7 +44,9 @@ pub mod validate;
 
 pub use agent::{Agent, AgentAttachError, SpineGone};
 pub use domain::{validate_domain, DomainError};
-pub use layout::{CommandBlock, DomainBlock, Header, PushBlock, RawServoCommand, RawServoState, ServoInfo, StateBlock};
+pub use layout::{
+    CommandBlock, DomainBlock, Header, PoseBlock, PushBlock, RawServoCommand, RawServoState, ServoInfo, StateBlock,
+};
 pub use shm::{describe_owner, euid, monotonic_ns, pid_dead, segment_path, user_name, validate_name, NameError};
 pub use spine::{
     Counters, Lockstep, Poll, RefusalCause, Refusals, SegmentLoss, Spine, SpineConfig, SpineError, VersionMismatch,

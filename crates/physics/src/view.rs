@@ -237,6 +237,9 @@ impl ModelView {
         }
         self.data.qpos_mut().copy_from_slice(qpos);
         self.data.kinematics();
+        // Each subtree's centre of mass: what a tracking camera follows (MuJoCo's
+        // mjv_updateCamera looks at it), so a rendered robot stays in frame as it moves.
+        self.data.com_pos();
         self.read_poses();
         Some(&self.poses)
     }

@@ -113,6 +113,7 @@ fn call_alone<C: Controller>(mut controller: C) -> f64 {
             safe_mode: false,
             events: &[],
             body: None,
+            qpos: &[],
             fallen: false,
             model_pose: rtloop::ModelPose::NotGiven,
         })
@@ -128,6 +129,7 @@ fn call_alone<C: Controller>(mut controller: C) -> f64 {
             safe_mode: false,
             events: &[],
             body: None,
+            qpos: &[],
             fallen: false,
             model_pose: rtloop::ModelPose::NotGiven,
         };

@@ -525,6 +525,11 @@ impl AgentSpine {
             }
             None => rtloop_agent::layout::BodyBlock::ABSENT,
         };
+        let pose = &mut block.pose;
+        let n = if state.body.is_some() && state.qpos.len() <= pose.qpos.len() { state.qpos.len() } else { 0 };
+        pose.nq = n as u32;
+        pose.qpos[..n].copy_from_slice(&state.qpos[..n]);
+        pose.qpos[n..].fill(f64::NAN);
         for (raw, s) in block.servos.iter_mut().zip(state.servos) {
             let st = &s.state;
             raw.mode = st.mode.map_or(-1, i32::from);

@@ -133,6 +133,10 @@ pub struct State<'a> {
     /// physics computed, not a sensor: for rewards, tests and checks, not for control (a
     /// real robot has only its IMU).
     pub body: Option<BodyState>,
+    /// The simulated body's generalised positions (MuJoCo's `qpos`, the model's `nq` of them)
+    /// read with [`State::body`]: with the model, every body's pose (what a renderer draws).
+    /// Empty without physics, or for a model with more than [`crate::telemetry::MAX_QPOS`].
+    pub qpos: &'a [f64],
     /// The simulated body has fallen (`[safety] fall_tilt_deg`, `fall_height_m`: the run's
     /// `fall` event) and is not upright again yet; always false without a free-based body.
     pub fallen: bool,

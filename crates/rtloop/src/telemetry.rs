@@ -145,8 +145,10 @@ pub struct CycleLog {
 }
 
 /// Most generalised positions (MuJoCo's `nq`) a `body` record carries: enough for a
-/// quadruped (19), a humanoid or an arm; a larger model's record leaves `qpos` empty.
-pub const MAX_QPOS: usize = 64;
+/// quadruped (19), a humanoid or an arm; a larger model's record leaves `qpos` empty. The
+/// agent segment's capacity ([`rtloop_agent::layout::MAX_QPOS`]), so a record and a state
+/// carry the same models' poses.
+pub use rtloop_agent::layout::MAX_QPOS;
 
 /// The simulated body in one cycle, as the real-time thread records it (fixed size).
 #[derive(Debug, Clone, Copy)]

@@ -209,7 +209,7 @@ fn the_c_agent_exits_1_with_one_line_when_it_cannot_attach() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert_eq!(
         err.trim_end(),
-        "agent: the spine speaks protocol version 9, this agent 3; rebuild the agent against the spine's rtloop_agent.h"
+        "agent: the spine speaks protocol version 9, this agent 4; rebuild the agent against the spine's rtloop_agent.h"
     );
     drop(spine);
 

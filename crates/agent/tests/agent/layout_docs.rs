@@ -3,8 +3,8 @@
 //! are compared with the crate's structures, field by field.
 
 use rtloop_agent::layout::{
-    BodyBlock, CommandBlock, DomainBlock, Header, ImuBlock, Plain, PushBlock, RawServoCommand, RawServoState,
-    ServoInfo, StateBlock,
+    BodyBlock, CommandBlock, DomainBlock, Header, ImuBlock, Plain, PoseBlock, PushBlock, RawServoCommand,
+    RawServoState, ServoInfo, StateBlock,
 };
 use std::collections::BTreeMap;
 use std::mem::{offset_of, size_of_val};
@@ -24,7 +24,8 @@ fn layout() -> BTreeMap<(String, String), (usize, usize)> {
         agent_pid, agent_version, state_bell, agent_waiting, command_bell, spine_waiting, reserved, servos);
     fields!(ServoInfo, ServoInfo::default(); id, bus);
     fields!(StateBlock, StateBlock::empty(); seq, cycle, time_ns, stamp_ns, status, servo_count, timeouts, rearms,
-        arm_token, rejected, torn, imu, reset_ack, reset_result, awaiting, resets, body, servos);
+        arm_token, rejected, torn, imu, reset_ack, reset_result, awaiting, resets, body, servos, pose, reserved2);
+    fields!(PoseBlock, PoseBlock::ABSENT; nq, reserved, qpos);
     fields!(BodyBlock, BodyBlock::ABSENT; present, fallen, height_m, roll_deg, pitch_deg, quaternion, position_m,
         velocity_mps, yaw_deg, reserved2);
     fields!(ImuBlock, ImuBlock::ABSENT; present, reserved, quaternion, rate_dps, accel_mps2);
@@ -48,6 +49,7 @@ fn sizes() -> BTreeMap<&'static str, usize> {
         ("StateBlock", size_of::<StateBlock>()),
         ("ImuBlock", size_of::<ImuBlock>()),
         ("BodyBlock", size_of::<BodyBlock>()),
+        ("PoseBlock", size_of::<PoseBlock>()),
         ("RawServoState", size_of::<RawServoState>()),
         ("CommandBlock", size_of::<CommandBlock>()),
         ("RawServoCommand", size_of::<RawServoCommand>()),
@@ -110,6 +112,7 @@ fn the_c_header_asserts_the_same_offsets() {
         ("rtloop_state", "StateBlock"),
         ("rtloop_imu", "ImuBlock"),
         ("rtloop_body", "BodyBlock"),
+        ("rtloop_pose", "PoseBlock"),
         ("rtloop_servo_state", "RawServoState"),
         ("rtloop_command", "CommandBlock"),
         ("rtloop_servo_command", "RawServoCommand"),
@@ -143,6 +146,7 @@ fn the_c_header_asserts_the_same_offsets() {
         ("RTLOOP_COMMAND_OFFSET", rtloop_agent::layout::COMMAND_OFFSET),
         ("RTLOOP_TOTAL_SIZE", rtloop_agent::layout::TOTAL_SIZE),
         ("RTLOOP_MAX_SERVOS", rtloop_agent::layout::MAX_SERVOS),
+        ("RTLOOP_MAX_QPOS", rtloop_agent::layout::MAX_QPOS),
         ("RTLOOP_FROZEN_PREFIX", rtloop_agent::layout::FROZEN_PREFIX),
     ] {
         assert!(header.contains(&format!("#define {name} {value}\n")), "{name} should be {value}");

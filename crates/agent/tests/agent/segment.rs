@@ -225,7 +225,7 @@ fn attach_refuses_a_wrong_segment_with_one_sentence() {
     fake_segment(&name, TOTAL_SIZE, |h| h.state_size += 8);
     assert_eq!(
         attach_err(&name),
-        "the spine's state size is 3400 but this agent expects 3392; rebuild the agent against the spine's rtloop_agent.h"
+        "the spine's state size is 3976 but this agent expects 3968; rebuild the agent against the spine's rtloop_agent.h"
     );
 
     let name = common::unique_name("count");

@@ -605,7 +605,7 @@ fn commands_are_followed_only_from_an_agent_of_this_version() {
     let m = spine.version_mismatch().unwrap();
     assert_eq!(
         m.to_string(),
-        "agent speaks protocol version 1, this spine 3; the spine ignores its commands: rebuild the agent against \
+        "agent speaks protocol version 1, this spine 4; the spine ignores its commands: rebuild the agent against \
          this rtloop's rtloop_agent.h"
     );
     assert_eq!(spine.version_mismatch(), None, "reported once");
@@ -641,7 +641,7 @@ fn a_wrong_version_agent_is_reported_once_by_the_spine() {
     let m = spine.version_mismatch().unwrap();
     assert_eq!(
         m.to_string(),
-        "agent speaks protocol version 7, this spine 3; the spine ignores its commands: rebuild the agent against \
+        "agent speaks protocol version 7, this spine 4; the spine ignores its commands: rebuild the agent against \
          this rtloop's rtloop_agent.h"
     );
     assert_eq!(spine.version_mismatch(), None, "reported once");

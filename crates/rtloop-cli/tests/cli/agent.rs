@@ -488,12 +488,12 @@ fn commands_of_another_protocol_version_or_none_are_never_applied_and_the_run_na
         (
             Some(1),
             "v1",
-            "an agent of protocol version 1, this spine 3, tried to attach; the spine ignored its commands",
+            "an agent of protocol version 1, this spine 4, tried to attach; the spine ignored its commands",
         ),
         (
             None,
             "v0",
-            "an agent wrote commands without stating its protocol version (agent_version 0), this spine speaks 3; \
+            "an agent wrote commands without stating its protocol version (agent_version 0), this spine speaks 4; \
              the spine ignored them",
         ),
     ] {
@@ -548,6 +548,7 @@ struct AfterReset {
     positions: Vec<f64>,
     imu: [f64; 4],
     body: rtloop_agent::layout::BodyBlock,
+    qpos: Vec<f64>,
 }
 
 /// Write the command answering `cycle`: every servo to `targets[i]` rev, stiff enough to
@@ -612,6 +613,7 @@ fn resetting_agent(
                         positions: s.servos[..n].iter().map(|v| v.position).collect(),
                         imu: s.imu.quaternion,
                         body: s.body,
+                        qpos: s.pose.qpos().to_vec(),
                     });
                     pending = None;
                     k = 0;
@@ -677,10 +679,20 @@ fn a_lockstep_agent_resets_the_physical_robot_to_the_same_pose_for_the_same_seed
         for (b, m) in r.body.quaternion.iter().zip(r.imu) {
             assert!((b - m).abs() < 1e-9, "body {:?} vs imu {:?}", r.body.quaternion, r.imu);
         }
+        // The whole pose: the built-in quadruped's free base (3 + 4) and 12 hinges, its
+        // height the body's (flat ground), the base quaternion a unit one.
+        assert_eq!(r.qpos.len(), 19, "{:?}", r.qpos);
+        assert!((r.qpos[2] - r.body.height_m).abs() < 1e-6, "qpos {:?} vs {:?}", r.qpos, r.body);
+        let norm: f64 = r.qpos[3..7].iter().map(|q| q * q).sum();
+        assert!((norm - 1.0).abs() < 1e-9, "{:?}", r.qpos);
     }
     // The same seed, the same world, bit for bit; another seed, another pose.
     assert_eq!(seen[0], AfterReset { resets: 1, ..seen[1].clone() }, "seed 7 twice");
     assert_ne!(seen[0].positions, seen[2].positions, "seeds 7 and 8 gave the same pose");
+    assert_ne!(seen[0].qpos, seen[2].qpos, "seeds 7 and 8 gave the same qpos");
+    assert_eq!(last.pose.nq, 19);
+    assert!((last.pose.qpos[2] - last.body.height_m).abs() < 1e-6, "{:?} vs {:?}", last.pose, last.body);
+    assert!(last.pose.qpos[19..].iter().all(|q| q.is_nan()), "NaN past nq: {:?}", last.pose);
     // After the last reset the agent stood the robot up: the body says so, and agrees with
     // the summary's (computed from the world at the end of the run, a few cycles later).
     assert_eq!(last.body.present, 1);
@@ -710,6 +722,8 @@ fn a_reset_without_physics_or_outside_lockstep_is_refused_with_its_reason_and_co
         assert_eq!(seen[0].resets, 0);
         assert_eq!(seen[0].body.present, 0, "no body without physics");
         assert!(seen[0].body.height_m.is_nan());
+        assert_eq!(last.pose.nq, 0, "no pose without physics");
+        assert!(last.pose.qpos.iter().all(|q| q.is_nan()), "{:?}", last.pose);
         assert_eq!(last.resets, 0);
         assert_eq!(j["agent"]["resets"], 0, "{j}");
         assert_eq!(j["agent"]["resets_refused"], 1, "{j}");

@@ -23,7 +23,8 @@ use support::*;
 /// eclipse-zenoh for `rtloop run --zenoh` (1.10.2: the protocol of the `zenoh` crate rtloop
 /// uses), websockets and jsonschema for the Foxglove client of `test_foxglove.py`, duckdb to
 /// query what `rtloop log export --parquet` writes (test_parquet.py), gymnasium for
-/// `rtloop.gym` (test_gym.py).
+/// `rtloop.gym` (test_gym.py), moviepy for Gymnasium's `RecordVideo` of its frames
+/// (test_gym_render.py).
 const PACKAGES: &[&str] = &[
     "pytest==9.2.0",
     "numpy==2.4.6",
@@ -36,6 +37,7 @@ const PACKAGES: &[&str] = &[
     "jsonschema==4.26.0",
     "duckdb==2.0.0",
     "gymnasium==1.4.0",
+    "moviepy==2.2.1",
 ];
 
 fn repo_root() -> &'static Path {
@@ -65,7 +67,13 @@ fn installed_python() -> &'static Path {
         // features are compiled again — minutes less than a release build from scratch.
         // With physics when this suite has it (tools/test: MuJoCo's library is there, and
         // MUJOCO_DYNAMIC_LINK_DIR names it), for `Robot(physics=True)`.
-        let physics = if cfg!(feature = "physics") { " --features physics" } else { "" };
+        let physics = if cfg!(feature = "render") {
+            " --features physics,render"
+        } else if cfg!(feature = "physics") {
+            " --features physics"
+        } else {
+            ""
+        };
         pip.env("MATURIN_PEP517_ARGS", format!("--profile dev{physics}"));
         let ran = run_limited(&mut pip, b"", Duration::from_secs(1200));
         assert!(ran.success(), "pip install ./python failed: {}", tail(&ran.describe(), 60));

@@ -21,6 +21,8 @@ pub(super) struct StateMsg {
     pub(super) events_len: usize,
     pub(super) events: [rtloop_io::safety::Event; EVENTS_PER_MESSAGE],
     pub(super) body: Option<rtloop_sim::BodyState>,
+    pub(super) qpos_len: usize,
+    pub(super) qpos: [f64; crate::telemetry::MAX_QPOS],
     pub(super) fallen: bool,
     pub(super) pose_kind: super::cycle::PoseKind,
     pub(super) stand_len: usize,
@@ -41,6 +43,8 @@ impl StateMsg {
             events_len: 0,
             events: [none; EVENTS_PER_MESSAGE],
             body: None,
+            qpos_len: 0,
+            qpos: [f64::NAN; crate::telemetry::MAX_QPOS],
             fallen: false,
             pose_kind: super::cycle::PoseKind::NotGiven,
             stand_len: 0,
@@ -59,6 +63,8 @@ impl StateMsg {
         self.events_len = state.events.len().min(EVENTS_PER_MESSAGE);
         self.events[..self.events_len].copy_from_slice(&state.events[..self.events_len]);
         self.body = state.body;
+        self.qpos_len = state.qpos.len().min(self.qpos.len());
+        self.qpos[..self.qpos_len].copy_from_slice(&state.qpos[..self.qpos_len]);
         self.fallen = state.fallen;
         (self.pose_kind, self.stand_len) = match state.model_pose {
             crate::controller::ModelPose::NotGiven => (super::cycle::PoseKind::NotGiven, 0),
@@ -81,6 +87,7 @@ impl StateMsg {
             safe_mode: self.safe_mode,
             events: &self.events[..self.events_len],
             body: self.body,
+            qpos: &self.qpos[..self.qpos_len],
             fallen: self.fallen,
             model_pose: self.pose_kind.view(&self.stand[..self.stand_len]),
         }

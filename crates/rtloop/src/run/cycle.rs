@@ -340,6 +340,10 @@ struct CycleLoop<'a, C: Controller, K: Clock> {
     /// The model's standing pose, per servo ([`State::model_pose`]).
     pose_kind: PoseKind,
     stand: Vec<f64>,
+    /// The body's generalised positions as the IMU last read them ([`State::qpos`]), the
+    /// first `qpos_len` in use.
+    qpos: [f64; crate::telemetry::MAX_QPOS],
+    qpos_len: usize,
     /// Whether the body has fallen: a body with a free base only.
     fall: Option<super::fall::FallWatch>,
     model_name: Option<String>,
@@ -420,6 +424,8 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             failure: None,
             pose_kind,
             stand,
+            qpos: [f64::NAN; crate::telemetry::MAX_QPOS],
+            qpos_len: 0,
             fall,
             model_name,
         }
@@ -476,9 +482,18 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
         fill_statuses(&mut self.statuses, &self.replies, &self.servos, &self.bus_numbers, &self.periods);
     }
 
+    /// Copy the body's generalised positions, as the IMU last read the body, for the next
+    /// [`State`] (none without physics, or past [`crate::telemetry::MAX_QPOS`]). No allocation.
+    #[inline]
+    fn read_qpos(&mut self) {
+        let n = self.sim.as_ref().map_or(0, |s| s.qpos_read(&mut self.qpos));
+        self.qpos_len = if n <= self.qpos.len() { n } else { 0 };
+    }
+
     /// Hand the measured start to the controller before its first command; its refusal, if it
     /// refused (on a control thread, the refusal comes with its first commands instead).
     fn start_controller(&mut self) -> Result<(), Failure> {
+        self.read_qpos();
         let events = self.supervisor.events();
         self.events_seen = events.len();
         let first = State {
@@ -490,6 +505,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             safe_mode: self.supervisor.tripped_at().is_some(),
             events,
             body: self.sim.as_ref().and_then(SimRobot::body),
+            qpos: &self.qpos[..self.qpos_len],
             fallen: self.fall.as_ref().is_some_and(super::fall::FallWatch::fallen),
             model_pose: self.pose_kind.view(&self.stand),
         };
@@ -662,6 +678,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
     /// take its commands into `wanted`.
     #[inline]
     fn control(&mut self, tick: &Tick, start: u64) -> Answer {
+        self.read_qpos();
         let events = self.supervisor.events();
         let state = State {
             time_s: tick.deadline_ns.saturating_sub(start) as f64 * 1e-9,
@@ -672,6 +689,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             safe_mode: self.supervisor.tripped_at().is_some(),
             events: events.get(self.events_seen..).unwrap_or(&[]),
             body: self.sim.as_ref().and_then(SimRobot::body),
+            qpos: &self.qpos[..self.qpos_len],
             fallen: self.fall.as_ref().is_some_and(super::fall::FallWatch::fallen),
             model_pose: self.pose_kind.view(&self.stand),
         };
@@ -858,6 +876,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
     /// After the real-time section: the controller's `stop`, with the last replies.
     fn stop_controller(&mut self, start: u64, next_index: u64) {
         fill_statuses(&mut self.statuses, &self.replies, &self.servos, &self.bus_numbers, &self.periods);
+        self.read_qpos();
         let events = self.supervisor.events();
         let last = State {
             time_s: self.clock.now_ns().saturating_sub(start) as f64 * 1e-9,
@@ -868,6 +887,7 @@ impl<'a, C: Controller, K: Clock + Clone> CycleLoop<'a, C, K> {
             safe_mode: self.supervisor.tripped_at().is_some(),
             events: events.get(self.events_seen..).unwrap_or(&[]),
             body: self.sim.as_ref().and_then(SimRobot::body),
+            qpos: &self.qpos[..self.qpos_len],
             fallen: self.fall.as_ref().is_some_and(super::fall::FallWatch::fallen),
             model_pose: self.pose_kind.view(&self.stand),
         };

@@ -508,6 +508,7 @@ fn imu_level_refuses_to_start_on_a_robot_without_an_imu() {
         safe_mode: false,
         events: &[],
         body: None,
+        qpos: &[],
         fallen: false,
         model_pose: rtloop::ModelPose::NotGiven,
     };

@@ -192,3 +192,66 @@ fn the_agent_spine_never_allocates_while_it_follows_an_agent() {
     assert!(summary.cycles > 500, "{}", summary.cycles);
     assert_eq!(ALLOCATIONS.load(Ordering::SeqCst), 0, "the spine allocated on the cycle thread");
 }
+
+/// With physics, the spine also publishes the body's whole pose (MuJoCo's `qpos`, agent
+/// protocol 4) every cycle: copied from the simulated robot into the state on the cycle
+/// thread, and carried to a control thread in its fixed-size message, without allocating.
+#[cfg(feature = "physics")]
+#[test]
+fn the_agent_spine_publishes_the_body_pose_without_allocating() {
+    use rtloop::agent::{AgentOptions, AgentSpine};
+    for control_thread in [false, true] {
+        let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let name = format!("noallocpose{}{}", std::process::id(), u8::from(control_thread));
+        let robot = rtloop::RobotSpec::default_quadruped();
+        let servos: Vec<(u8, u8)> =
+            robot.buses.iter().flat_map(|b| b.servos.iter().map(move |&id| (id, b.bus))).collect();
+        let (spine, _, _) = AgentSpine::create(AgentOptions::new(&name), &servos, 1000.0).unwrap();
+        // The agent: holds every servo where it is (a NaN position) and keeps the last pose.
+        let agent = std::thread::spawn(move || {
+            let mut a = loop {
+                match rtloop_agent::Agent::attach(&name) {
+                    Ok(a) => break a,
+                    Err(e) if e.is_retryable() => std::thread::sleep(std::time::Duration::from_millis(2)),
+                    Err(e) => panic!("{e}"),
+                }
+            };
+            let mut last: Option<(u64, rtloop_agent::PoseBlock, rtloop_agent::layout::BodyBlock)> = None;
+            while a.spine_gone().is_none() {
+                let Ok(state) = a.read_state().copied() else { continue };
+                if state.status == rtloop_agent::layout::status::NONE || last.is_some_and(|(c, ..)| c == state.cycle) {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                    continue;
+                }
+                last = Some((state.cycle, state.pose, state.body));
+                a.rearm_if_needed();
+                let c = a.command_mut();
+                c.for_cycle = state.cycle;
+                for s in &mut c.servos[..state.servo_count as usize] {
+                    *s = rtloop_agent::RawServoCommand::QUERY;
+                    s.kind = rtloop_agent::layout::kind::POSITION;
+                    s.present = rtloop_agent::layout::field::POSITION;
+                    s.position = f64::NAN;
+                }
+                a.send();
+            }
+            last
+        });
+        ALLOCATIONS.store(0, Ordering::SeqCst);
+        let runtime = rtloop::Runtime::new()
+            .physics(rtloop::physics::PhysicsConfig::default())
+            .control_thread(control_thread)
+            .duration_s(1.0)
+            .on_realtime_section(rtloop_testkit::start_counting, || {
+                ALLOCATIONS.store(rtloop_testkit::stop_counting(), Ordering::SeqCst)
+            });
+        let summary = runtime.run(spine).unwrap();
+        let (_, pose, body) = agent.join().unwrap().expect("the agent read states");
+        assert!(summary.cycles > 500, "{}", summary.cycles);
+        // The built-in quadruped: a free base (position, quaternion) and 12 hinges.
+        assert_eq!(pose.nq, 19, "control thread {control_thread}: {pose:?}");
+        assert!((pose.qpos[2] - body.height_m).abs() < 1e-6, "{pose:?} vs {body:?}");
+        assert!(pose.qpos[19..].iter().all(|q| q.is_nan()));
+        assert_eq!(ALLOCATIONS.load(Ordering::SeqCst), 0, "control thread {control_thread}: the spine allocated");
+    }
+}
