@@ -488,22 +488,13 @@ impl RateLimit {
 /// JSON schemas of the well-known Foxglove messages of the 3D view (as their channels
 /// advertise them and the MCAP export declares them).
 pub mod schemas {
+    use crate::live::schemas::object;
     use serde_json::{json, Value as Json};
 
     fn time() -> Json {
         json!({"type": "object", "properties": {
             "sec": {"type": "integer", "minimum": 0}, "nsec": {"type": "integer", "minimum": 0, "maximum": 999_999_999}},
             "required": ["sec", "nsec"]})
-    }
-
-    fn object(title: Option<&str>, props: &[(&str, Json)]) -> Json {
-        let properties: serde_json::Map<String, Json> = props.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
-        let required: Vec<&str> = props.iter().map(|(k, _)| *k).collect();
-        let mut o = json!({"type": "object", "properties": properties, "required": required});
-        if let Some(t) = title {
-            o["title"] = json!(t);
-        }
-        o
     }
 
     fn numbers(keys: &[&str]) -> Json {

@@ -532,8 +532,9 @@ pub mod schemas {
         json!({"type": ["number", "null"]})
     }
 
-    /// An object whose every property is required (in the order given).
-    fn object(title: Option<&str>, props: &[(&str, Json)]) -> Json {
+    /// An object whose every property is required (in the order given). The 3D scene's
+    /// schemas ([`crate::scene::schemas`]) are built with it too.
+    pub(crate) fn object(title: Option<&str>, props: &[(&str, Json)]) -> Json {
         let properties: serde_json::Map<String, Json> = props.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
         let required: Vec<&str> = props.iter().map(|(k, _)| *k).collect();
         let mut o = json!({"type": "object", "properties": properties, "required": required});

@@ -159,42 +159,31 @@ impl Client {
 
     /// Queue a data message; false (dropped) when the queue is full.
     fn push_data(&self, message: Message) -> bool {
-        let len = message.len();
-        let mut o = lock(&self.outbox);
-        if o.bytes + len > CLIENT_QUEUE_BYTES {
-            return false;
-        }
-        o.bytes += len;
-        o.messages.push_back(message);
-        drop(o);
-        self.wake.notify_one();
-        true
+        self.push(message, |queued, len| queued + len <= CLIENT_QUEUE_BYTES)
     }
 
     /// Queue a latched channel's message (the 3D scene, which may be larger than the whole
     /// queue): taken while the queue holds at most [`CLIENT_QUEUE_BYTES`], so one such message
     /// at most goes past the limit; false (dropped) otherwise.
     fn push_latched(&self, message: Message) -> bool {
-        let len = message.len();
-        let mut o = lock(&self.outbox);
-        if o.bytes > CLIENT_QUEUE_BYTES {
-            return false;
-        }
-        o.bytes += len;
-        o.messages.push_back(message);
-        drop(o);
-        self.wake.notify_one();
-        true
+        self.push(message, |queued, _| queued <= CLIENT_QUEUE_BYTES)
     }
 
     /// Queue a control message; false when it does not fit (the client is then closed: it
     /// would otherwise miss an advertisement or an answer). An empty queue takes any size.
     fn push_control(&self, message: Message) -> bool {
+        let taken = self.push(message, |queued, len| queued == 0 || queued + len <= CLIENT_QUEUE_BYTES);
+        if !taken {
+            self.close();
+        }
+        taken
+    }
+
+    /// Queue `message` when `admits(queued bytes, its length)` says so, and wake the writer.
+    fn push(&self, message: Message, admits: impl FnOnce(usize, usize) -> bool) -> bool {
         let len = message.len();
         let mut o = lock(&self.outbox);
-        if o.bytes > 0 && o.bytes + len > CLIENT_QUEUE_BYTES {
-            drop(o);
-            self.close();
+        if !admits(o.bytes, len) {
             return false;
         }
         o.bytes += len;
