@@ -227,25 +227,7 @@ fn the_official_typescript_client_sees_menageries_go2_in_3d() {
 fn the_official_typescript_client_plays_a_logged_run_with_physics_in_3d() {
     let scratch = Scratch::new("foxglove-serve-3d");
     let log = scratch.path("run.tlog");
-    let o = rtloop(&[
-        "run",
-        "--physics",
-        "--lockstep",
-        "--duration",
-        "6",
-        "--push",
-        "1:0,40,0:0.2",
-        "--log",
-        log.to_str().unwrap(),
-        "--quiet",
-    ]);
-    assert!(
-        o.status.success(),
-        "{}
-{}",
-        stdout(&o),
-        stderr(&o)
-    );
+    crate::physics::logged_pushed_run(&log, "6", "1:0,40,0:0.2");
     let port = free_tcp_port();
     let address = format!("127.0.0.1:{port}");
     let Some((report, passed, ran)) = client_against_server(

@@ -4,6 +4,24 @@
 
 use crate::support::*;
 
+/// `rtloop run --physics --lockstep` for `duration` s with one `--push`, logged to `log`
+/// (the recorded run the 3D export, serve and render tests read); panics when it fails.
+pub(crate) fn logged_pushed_run(log: &std::path::Path, duration: &str, push: &str) {
+    let o = rtloop(&[
+        "run",
+        "--physics",
+        "--lockstep",
+        "--duration",
+        duration,
+        "--push",
+        push,
+        "--log",
+        log.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+}
+
 fn body_of(summary: &serde_json::Value) -> (f64, f64, f64) {
     let b = &summary["body"];
     (b["height_m"].as_f64().unwrap(), b["roll_deg"].as_f64().unwrap(), b["pitch_deg"].as_f64().unwrap())

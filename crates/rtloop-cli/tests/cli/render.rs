@@ -17,19 +17,7 @@ const FOVY_DEG: f64 = 45.0;
 /// A pushed run with physics, logged; the `body` items' (time s, position).
 fn pushed_run(scratch: &Scratch) -> (std::path::PathBuf, Vec<(f64, [f64; 3])>) {
     let log = scratch.path("run.tlog");
-    let o = rtloop(&[
-        "run",
-        "--physics",
-        "--lockstep",
-        "--duration",
-        "4",
-        "--push",
-        "2:0,40,0:0.2",
-        "--log",
-        log.to_str().unwrap(),
-        "--quiet",
-    ]);
-    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    crate::physics::logged_pushed_run(&log, "4", "2:0,40,0:0.2");
     let o = rtloop(&["log", "dump", log.to_str().unwrap(), "--record", "body"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let bodies = stdout(&o)

@@ -33,19 +33,7 @@ fn export(log: &Path, out: &Path) -> std::process::Output {
 fn an_mcap_export_of_a_run_with_physics_carries_its_3d_view() {
     let scratch = Scratch::new("scene-mcap");
     let log = scratch.path("run.tlog");
-    let o = rtloop(&[
-        "run",
-        "--physics",
-        "--lockstep",
-        "--duration",
-        "2",
-        "--push",
-        "1:0,40,0:0.2",
-        "--log",
-        log.to_str().unwrap(),
-        "--quiet",
-    ]);
-    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    crate::physics::logged_pushed_run(&log, "2", "1:0,40,0:0.2");
     let mcap = scratch.path("run.mcap");
     let o = export(&log, &mcap);
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
