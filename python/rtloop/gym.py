@@ -119,6 +119,7 @@ import sys
 import tempfile
 import time
 import weakref
+from itertools import count
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -205,6 +206,10 @@ CLOSE_WAIT_S = 5.0
 #: Longest wait for one state while the spine lives, s: only a bound against a spine that
 #: hangs (simulated time never times out while the agent pauses).
 STATE_WAIT_S = 3600.0
+
+
+#: Numbers the environments of this process (their agent segments' names).
+_ENV_NUMBERS = count(1)
 
 
 def _stop_spine(process: subprocess.Popen, log) -> None:
@@ -373,7 +378,9 @@ class QuadrupedEnv(gym.Env):
         self._episode_domain: Dict[str, Any] = {}
         self._process: Optional[subprocess.Popen] = None
 
-        name = f"gym-{os.getpid()}-{id(self) & 0xFFFFFF:x}"
+        # Unique for the process's life: id(self) is reused once an env is collected, and a
+        # new spine under an old env's name met that env's segment (or its removal).
+        name = f"gym-{os.getpid()}-{next(_ENV_NUMBERS)}"
         args = [
             find_program(program),
             "run",
