@@ -45,12 +45,16 @@ run without it. While it waits, neither process uses CPU (the hand-off sleeps on
   body). Values beyond the space are clipped; an action of another shape (``(3, 4)`` included) or with
   NaN or infinite values is refused (``ValueError``). Each target is sent as a moteus
   position command (mode 10) with velocity 0, ``kp_scale`` / ``kd_scale`` (default 1: the
-  servo's own gains), ``maximum_torque`` (default 8 N·m) and a watchdog.
+  servo's own gains), ``maximum_torque`` (default 8 N·m) and a watchdog; with
+  ``velocity_limit`` (rev/s) and ``accel_limit`` (rev/s²), the servos move their own
+  setpoints to each target within those limits (moteus's trajectory limits, a real
+  servo's feature), so an absolute action becomes a smooth ramp — default None: no limit.
 * Observation (float32, :data:`OBSERVATION_NAMES`): joint positions (12, rev), joint
   velocities (12, rev/s), IMU attitude quaternion w, x, y, z (4), IMU rates (3, °/s), IMU
   linear acceleration (3, m/s²) — what the servos and the IMU report, in the pi3hat's frame
-  (+x forward, +y right, +z down), as on the real robot; the walking task adds its
-  velocity command (3).
+  (+x forward, +y right, +z down), as on the real robot; ``action_mode="delta"`` adds the
+  12 targets its actions move (rev; what the control law last commanded), then the walking
+  task its velocity command (3). :attr:`QuadrupedEnv.observation_names` names every element.
 * ``info``: the reward's terms (``reward_*``), the body's ground truth from the physics —
   ``x_position``, ``y_position``, ``height_m``, ``x_velocity``, ``y_velocity``,
   ``z_velocity`` (ground frame, +x forward, +y left, +z up), ``roll_deg``, ``pitch_deg``,
@@ -63,9 +67,13 @@ another). ``Quadruped-v0``, per step::
     healthy_reward - height_weight·|height_m - 0.335| - tilt_weight·(|roll| + |pitch|, rad)
                    - ctrl_cost_weight·Σ torque²  (N·m, per servo)
 
-with defaults 1, 2, 1 and 0.001: lying on the belly (0.05 m) still earns about +0.4 a step
-and standing about +1, so ending an episode early by falling over never pays (with a height
-weight above 3.5 it would: a learner then learns to tip over rather than to lie and try).
+with defaults 1, 2, 0.2 and 0.0002: lying on the belly (0.05 m) still earns about +0.4 a
+step and standing about +1, so ending an episode early by falling over never pays (with a
+height weight above 3.5 it would: a learner then learns to tip over rather than to lie and
+try). Tilt and effort weigh little beside height because the way up passes through them:
+between the crouch the middle of every joint's range gives (0.23 m) and the stand pose, the
+body pitches by 15–27° and the servos push hard, and with a tilt weight of 1 and an effort
+weight of 0.001 those postures were worth less than the crouch, which then held PPO.
 
 ``QuadrupedWalk-v0``::
 
@@ -248,6 +256,7 @@ class QuadrupedEnv(gym.Env):
     Keyword arguments: ``program`` (the ``rtloop`` program), ``cycles_per_step`` (1 to
     1000 cycles of the 1 kHz loop per step; default 20), ``action_mode`` ("normalized",
     "position" or "delta"), ``action_scale`` (rev per step in "delta" mode, 0 to 0.5), ``kp_scale``, ``kd_scale`` (0 to 1), ``maximum_torque`` (N·m),
+    ``velocity_limit`` (rev/s, 0.01 to 8), ``accel_limit`` (rev/s², 0.01 to 32: what int16 commands carry),
     ``healthy_reward``, ``height_weight``, ``tilt_weight``, ``ctrl_cost_weight``,
     ``healthy_tilt_deg``, ``healthy_z_range``, ``terminate_when_unhealthy``,
     ``reset_noise_scale`` (rad, 0 to 1), ``domain_randomization`` (bool or dict),
@@ -261,7 +270,8 @@ class QuadrupedEnv(gym.Env):
         FileNotFoundError: no ``rtloop`` program (:func:`find_program`).
         ValueError: an argument out of range.
         RuntimeError: the spine did not start (its one-sentence reason, e.g. a program built
-            without physics), or ended; ``render_mode="rgb_array"`` in a package built
+            without physics), or ended, or refused a step's commands (:meth:`step`: a
+            ``maximum_torque`` above the run's); ``render_mode="rgb_array"`` in a package built
             without its renderer.
         rtloop.RenderUnavailable: ``render_mode="rgb_array"`` where no OpenGL context can be
             made through EGL (the sentence names the Debian packages to install).
@@ -279,10 +289,12 @@ class QuadrupedEnv(gym.Env):
         kp_scale: float = 1.0,
         kd_scale: float = 1.0,
         maximum_torque: float = 8.0,
+        velocity_limit: Optional[float] = None,
+        accel_limit: Optional[float] = None,
         healthy_reward: float = 1.0,
         height_weight: float = 2.0,
-        tilt_weight: float = 1.0,
-        ctrl_cost_weight: float = 1e-3,
+        tilt_weight: float = 0.2,
+        ctrl_cost_weight: float = 2e-4,
         healthy_tilt_deg: float = 45.0,
         healthy_z_range: Tuple[float, float] = (0.0, 10.0),
         terminate_when_unhealthy: bool = True,
@@ -320,6 +332,14 @@ class QuadrupedEnv(gym.Env):
         ):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and low <= value <= high):
                 raise ValueError(f"{name} = {value!r}: give a number from {low} to {high}")
+        # The servos' own trajectory limits (moteus's velocity_limit / accel_limit), None: none.
+        limits = {}
+        for name, value, low, high in (("velocity_limit", velocity_limit, 0.01, 8.0), ("accel_limit", accel_limit, 0.01, 32.0)):
+            if value is None:
+                continue
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and low <= value <= high):
+                raise ValueError(f"{name} = {value!r}: give a number from {low} to {high}, or None for no limit")
+            limits[name] = float(value)
         for name, value in (
             ("healthy_reward", healthy_reward),
             ("height_weight", height_weight),
@@ -357,6 +377,7 @@ class QuadrupedEnv(gym.Env):
             kp_scale=float(kp_scale),
             kd_scale=float(kd_scale),
             maximum_torque=float(maximum_torque),
+            **limits,
             # The servo stops by itself when commands stop coming for 2 steps (never in
             # lockstep while the agent lives: simulated time waits for it).
             watchdog_timeout=min(10.0, max(0.1, 2.0 * cycles_per_step / SPINE_RATE_HZ)),
@@ -370,7 +391,9 @@ class QuadrupedEnv(gym.Env):
             self.action_space = spaces.Box(-1.0, 1.0, shape=(JOINTS,), dtype=np.float32)
         else:
             self.action_space = spaces.Box(ACTION_LOW, ACTION_HIGH, dtype=np.float32)
-        n_obs = len(OBSERVATION_NAMES) + self._extra_observations()
+        #: What each element of this environment's observation is.
+        self.observation_names: Tuple[str, ...] = OBSERVATION_NAMES + self._extra_observation_names()
+        n_obs = len(self.observation_names)
         self.observation_space = spaces.Box(-np.inf, np.inf, shape=(n_obs,), dtype=np.float32)
         self._agent: Optional[Agent] = None
         self._state: Optional[AgentState] = None
@@ -447,8 +470,13 @@ class QuadrupedEnv(gym.Env):
         )
         return spine_args
 
-    def _extra_observations(self) -> int:
-        return 0
+    def _extra_observation_names(self) -> Tuple[str, ...]:
+        # "delta" mode keeps state of its own, the targets its actions move: the policy sees
+        # them (as a real robot's control law knows what it last commanded), or the same
+        # observation could follow targets pressed far into the ground or not at all.
+        if self.action_mode == "delta":
+            return tuple(f"target[{i}]" for i in range(JOINTS))
+        return ()
 
     @staticmethod
     def _domain_ranges(given: Union[bool, Dict[str, Any]]) -> Optional[Dict[str, Any]]:
@@ -551,9 +579,10 @@ class QuadrupedEnv(gym.Env):
 
     def _observation(self, state: AgentState) -> np.ndarray:
         imu = state.imu
-        return np.concatenate(
-            (state.position, state.velocity, imu.quaternion, imu.rate_dps, imu.accel_mps2)
-        ).astype(np.float32)
+        parts = [state.position, state.velocity, imu.quaternion, imu.rate_dps, imu.accel_mps2]
+        if self.action_mode == "delta":
+            parts.append(self._last_targets)
+        return np.concatenate(parts).astype(np.float32)
 
     def _body_info(self, state: AgentState) -> Dict[str, Any]:
         body = state.body
@@ -686,9 +715,20 @@ class QuadrupedEnv(gym.Env):
         targets = self._targets(action)
         self._agent.command(position=targets, hold=self.cycles_per_step, **self._gains)
         self._last_targets = targets
+        before = self._state.rejected if self._state is not None else 0
         state = self._next()
         self._state = state
         self._steps += 1
+        if state.rejected > before:
+            # The servos ran the spine's safe command, not this action: never train on that.
+            raise RuntimeError(
+                f"the spine refused this step's commands ({state.rejected - before} servo commands over "
+                f"its {self.cycles_per_step} cycles) and gave the servos its safe command instead: a "
+                "value is beyond the spine's limits "
+                "(docs/agent-protocol.md section 7) — most likely maximum_torque = "
+                f"{self._gains['maximum_torque']} N·m above the run's [gains] maximum_torque; give a "
+                "value within it, or a run file (spine_args=[\"--config\", FILE]) that allows it"
+            )
         # The terms once for both the reward and info, unless a subclass has its own reward.
         terms = self.reward_terms(state)
         if type(self).reward is QuadrupedEnv.reward:
@@ -766,8 +806,8 @@ class QuadrupedWalkEnv(QuadrupedEnv):
         super().__init__(healthy_z_range=healthy_z_range, **kwargs)
         self.weights.update(tracking_weight=float(tracking_weight), yaw_tracking_weight=float(yaw_tracking_weight))
 
-    def _extra_observations(self) -> int:
-        return 3
+    def _extra_observation_names(self) -> Tuple[str, ...]:
+        return super()._extra_observation_names() + ("command.vx", "command.vy", "command.yaw_rate")
 
     def _observation(self, state: AgentState) -> np.ndarray:
         return np.concatenate((super()._observation(state), self.command.astype(np.float32)))
@@ -782,7 +822,7 @@ class QuadrupedWalkEnv(QuadrupedEnv):
             velocity_limit=0.5,
             accel_limit=2.0,
             hold=cycles,
-            **{k: v for k, v in self._gains.items() if k != "watchdog_timeout"},
+            **{k: v for k, v in self._gains.items() if k not in ("watchdog_timeout", "velocity_limit", "accel_limit")},
             watchdog_timeout=min(10.0, self.stand_s + 0.5),
         )
         self._state = self._next()

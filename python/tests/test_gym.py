@@ -14,6 +14,11 @@ gym = pytest.importorskip("gymnasium")
 import rtloop.gym as rgym  # noqa: E402  (registers rtloop/Quadruped-v0)
 from gymnasium.utils.env_checker import check_env  # noqa: E402
 
+#: The stand pose as a normalised action.
+STAND_ACTION = ((np.tile(rgym.STAND_POSE, 4) - rgym.ACTION_LOW) / (rgym.ACTION_HIGH - rgym.ACTION_LOW) * 2 - 1).astype(
+    np.float32
+)
+
 
 @pytest.fixture(scope="module")
 def env(rtloop_bin):
@@ -48,6 +53,7 @@ def test_spaces_and_conventions_are_as_documented(env):
     np.testing.assert_array_equal(env.action_space.low, -np.ones(12, np.float32))
     np.testing.assert_array_equal(env.action_space.high, np.ones(12, np.float32))
     assert env.observation_space.shape == (34,)
+    assert env.unwrapped.observation_names == rgym.OBSERVATION_NAMES
     assert env.observation_space.dtype == np.float32
     assert env.unwrapped.dt == 0.02  # 50 Hz policy over the 1 kHz loop
     assert env.spec.max_episode_steps == 200  # as made here; 250 (5 s) registered
@@ -132,15 +138,21 @@ def test_delta_actions_hold_the_pose_at_zero_and_ramp_the_robot_up(rtloop_bin):
     env = gym.make("rtloop/Quadruped-v0", program=rtloop_bin, action_mode="delta", reset_noise_scale=0.0)
     try:
         assert env.action_space.low.min() == -1.0 and env.action_space.high.max() == 1.0
+        # The targets the actions move are observed, after the 34 readings.
+        u = env.unwrapped
+        assert env.observation_space.shape == (46,)
+        assert u.observation_names[34:] == tuple(f"target[{i}]" for i in range(12))
         obs, _ = env.reset(seed=3)
         lying = obs[:12].astype(np.float64)
+        # Where the joints are, kept in their range (lying folds the knees past 0.46 rev).
+        np.testing.assert_allclose(obs[34:], np.clip(lying, rgym.ACTION_LOW, rgym.ACTION_HIGH), atol=1e-6)
         for _ in range(25):
             obs, *_ = env.step(np.zeros(12))
         np.testing.assert_allclose(obs[:12], lying, atol=0.01)
-        u = env.unwrapped
         before = u._last_targets.copy()
-        env.step(np.ones(12))
+        obs, *_ = env.step(np.ones(12))
         np.testing.assert_allclose(u._last_targets, np.minimum(before + 0.02, rgym.ACTION_HIGH), atol=1e-6)
+        np.testing.assert_allclose(obs[34:], u._last_targets, atol=1e-6)
         for _ in range(100):
             env.step(np.ones(12))
         np.testing.assert_allclose(u._last_targets, rgym.ACTION_HIGH, atol=1e-6)
@@ -184,6 +196,25 @@ def test_a_missing_program_or_a_bad_argument_is_refused(tmp_path):
         rgym.QuadrupedEnv(domain_randomization={"gravity": (1, 2)})
     with pytest.raises(ValueError, match="friction_scale"):
         rgym.QuadrupedEnv(domain_randomization={"friction_scale": (0.0, float("nan"))})
+    for bad in (float("nan"), float("inf"), 0.0, 9.0):
+        with pytest.raises(ValueError, match="velocity_limit .*0.01 to 8.*None for no limit"):
+            rgym.QuadrupedEnv(velocity_limit=bad)
+    with pytest.raises(ValueError, match="accel_limit"):
+        rgym.QuadrupedEnv(accel_limit=-1.0)
+
+
+def test_commands_the_spine_refuses_are_never_trained_on_silently(rtloop_bin):
+    """maximum_torque above the run's [gains] maximum_torque (8 N·m for the built-in robot)
+    passes the environment's own check (a run file may allow up to 100), but the spine
+    refuses every command and runs its safe command: the step says so instead of returning
+    a lying robot as the action's outcome."""
+    env = gym.make(rgym.ENV_ID, program=rtloop_bin, maximum_torque=20.0)
+    try:
+        env.reset(seed=1)
+        with pytest.raises(RuntimeError, match=r"refused this step's commands \(240 servo commands over its 20 cycles\).*maximum_torque = 20.0"):
+            env.step(np.zeros(12))
+    finally:
+        env.close()
 
 
 def test_bad_actions_are_refused_in_one_sentence(env):
@@ -360,11 +391,11 @@ def test_the_walking_task_starts_standing_and_tracks_a_command(rtloop_bin):
     try:
         obs, info = env.reset(seed=2)
         assert obs.shape == (37,)
+        assert env.unwrapped.observation_names[-3:] == ("command.vx", "command.vy", "command.yaw_rate")
         assert info["height_m"] > 0.25, info  # stood up before the policy takes over
         np.testing.assert_array_equal(obs[-3:], info["command"].astype(np.float32))
-        stand = (np.tile(rgym.STAND_POSE, 4) - rgym.ACTION_LOW) / (rgym.ACTION_HIGH - rgym.ACTION_LOW) * 2 - 1
         for _ in range(10):
-            obs, reward, terminated, truncated, info = env.step(stand)
+            obs, reward, terminated, truncated, info = env.step(STAND_ACTION)
         assert not terminated and "reward_tracking" in info
     finally:
         env.close()
@@ -405,3 +436,71 @@ def test_a_drawn_command_latency_delays_every_command_by_its_cycles(rtloop_bin):
         return modes.index(10)
 
     assert stopped_steps(4) == stopped_steps(0) + 4
+
+
+def _training_example():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "train_stand.py"
+    spec = importlib.util.spec_from_file_location("train_stand", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return path, module
+
+
+def test_the_training_examples_check_tells_standing_from_a_crouch(rtloop_bin):
+    """python/examples/train_stand.py's pass mark: the zero action (the middle of every
+    joint's range) gets up into a crouch, which does not pass; the stand pose held as the
+    action, ramped by the servos' velocity limit the example sets, does."""
+    _, example = _training_example()
+    crouch = example.evaluate(lambda obs: np.zeros(12, np.float32), [1000], program=rtloop_bin)[0]
+    assert not crouch["fell"] and 0.15 < crouch["height"] < 0.28, crouch
+    assert not example.stands(crouch)
+    held = example.evaluate(lambda obs: STAND_ACTION, [1000, 1001], program=rtloop_bin)
+    assert all(example.stands(r) for r in held), held
+    # Without the velocity limit the same action throws the body over.
+    jumped = example.evaluate(lambda obs: STAND_ACTION, [1000], program=rtloop_bin, velocity_limit=None)
+    assert not example.stands(jumped[0]), jumped
+
+
+def test_the_training_example_runs_or_names_what_it_needs(rtloop_bin):
+    import importlib.util
+    import subprocess
+    import sys
+
+    path, _ = _training_example()
+    env = dict(os.environ, RTLOOP_BIN=rtloop_bin)
+    run = subprocess.run(
+        [sys.executable, str(path), "--timesteps", "1000", "--envs", "1"],
+        capture_output=True, text=True, timeout=600, env=env,
+    )
+    if importlib.util.find_spec("stable_baselines3") is None:
+        assert run.returncode == 2, run
+        assert "install it with pip install stable-baselines3" in run.stderr, run.stderr
+        assert "Traceback" not in run.stderr, run.stderr
+    else:
+        # 1 000 steps teach nothing: the run completes, checks, and says it did not stand.
+        assert run.returncode == 1, run
+        assert "trained 1000 steps" in run.stdout and "zero action: stands in 0/5" in run.stdout, run.stdout
+
+
+def test_the_default_reward_climbs_all_the_way_from_the_crouch_to_the_stand_pose(rtloop_bin):
+    """Holding a pose part of the way from the crouch (the zero action) to the stand pose
+    earns more the further it goes, so the way up has no valley a learner must cross. (With
+    a tilt weight of 1 and an effort weight of 0.001, half-way was worth 111 against the
+    crouch's 170: the body pitches 15-27° and the servos push on the way.)"""
+    env = gym.make(rgym.ENV_ID, program=rtloop_bin, velocity_limit=0.5)
+    try:
+        returns = []
+        for part in (0.0, 0.5, 0.75, 1.0):
+            env.reset(seed=1)
+            total = 0.0
+            for _ in range(250):
+                _, reward, terminated, _, info = env.step(STAND_ACTION * part)
+                total += reward
+                assert not terminated, (part, info)
+            returns.append(total)
+        assert returns == sorted(returns), returns
+    finally:
+        env.close()
