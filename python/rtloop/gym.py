@@ -715,7 +715,7 @@ class QuadrupedEnv(gym.Env):
         targets = self._targets(action)
         self._agent.command(position=targets, hold=self.cycles_per_step, **self._gains)
         self._last_targets = targets
-        before = self._state.rejected if self._state is not None else 0
+        before = self._state.rejected
         state = self._next()
         self._state = state
         self._steps += 1
@@ -817,14 +817,8 @@ class QuadrupedWalkEnv(QuadrupedEnv):
         # Stand up: one command held for stand_s, the servos ramping to the stand pose
         # within their velocity and acceleration limits.
         cycles = int(round(self.stand_s * SPINE_RATE_HZ))
-        self._agent.command(
-            position=np.tile(STAND_POSE, 4),
-            velocity_limit=0.5,
-            accel_limit=2.0,
-            hold=cycles,
-            **{k: v for k, v in self._gains.items() if k not in ("watchdog_timeout", "velocity_limit", "accel_limit")},
-            watchdog_timeout=min(10.0, self.stand_s + 0.5),
-        )
+        stand_up = dict(self._gains, velocity_limit=0.5, accel_limit=2.0, watchdog_timeout=min(10.0, self.stand_s + 0.5))
+        self._agent.command(position=np.tile(STAND_POSE, 4), hold=cycles, **stand_up)
         self._state = self._next()
 
     def reward_terms(self, state: AgentState) -> Dict[str, float]:

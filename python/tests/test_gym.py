@@ -1,8 +1,12 @@
 """rtloop.gym: the quadruped on MuJoCo as a Gymnasium environment, over one lockstep spine
 (``rtloop run --physics --lockstep --agent NAME``) that resets without restarting."""
 
+import importlib.util
 import os
+import pathlib
 import signal
+import subprocess
+import sys
 import time
 import warnings
 
@@ -439,9 +443,6 @@ def test_a_drawn_command_latency_delays_every_command_by_its_cycles(rtloop_bin):
 
 
 def _training_example():
-    import importlib.util
-    import pathlib
-
     path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "train_stand.py"
     spec = importlib.util.spec_from_file_location("train_stand", path)
     module = importlib.util.module_from_spec(spec)
@@ -465,10 +466,6 @@ def test_the_training_examples_check_tells_standing_from_a_crouch(rtloop_bin):
 
 
 def test_the_training_example_runs_or_names_what_it_needs(rtloop_bin):
-    import importlib.util
-    import subprocess
-    import sys
-
     path, _ = _training_example()
     env = dict(os.environ, RTLOOP_BIN=rtloop_bin)
     run = subprocess.run(
@@ -489,18 +486,13 @@ def test_the_default_reward_climbs_all_the_way_from_the_crouch_to_the_stand_pose
     """Holding a pose part of the way from the crouch (the zero action) to the stand pose
     earns more the further it goes, so the way up has no valley a learner must cross. (With
     a tilt weight of 1 and an effort weight of 0.001, half-way was worth 111 against the
-    crouch's 170: the body pitches 15-27° and the servos push on the way.)"""
-    env = gym.make(rgym.ENV_ID, program=rtloop_bin, velocity_limit=0.5)
-    try:
-        returns = []
-        for part in (0.0, 0.5, 0.75, 1.0):
-            env.reset(seed=1)
-            total = 0.0
-            for _ in range(250):
-                _, reward, terminated, _, info = env.step(STAND_ACTION * part)
-                total += reward
-                assert not terminated, (part, info)
-            returns.append(total)
-        assert returns == sorted(returns), returns
-    finally:
-        env.close()
+    crouch's 170: the body pitches 15-27° and the servos push on the way.) Rolled out as the
+    training example rolls out, with its servos' velocity limit."""
+    _, example = _training_example()
+    episodes = [
+        example.evaluate(lambda obs, part=part: STAND_ACTION * part, [1], program=rtloop_bin)[0]
+        for part in (0.0, 0.5, 0.75, 1.0)
+    ]
+    assert not any(e["fell"] for e in episodes), episodes
+    returns = [e["ret"] for e in episodes]
+    assert returns == sorted(returns), returns
